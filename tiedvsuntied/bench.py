@@ -1,0 +1,202 @@
+"""``python -m tiedvsuntied.bench``: training throughput, peak memory and MFU, as ratios.
+
+    python -m tiedvsuntied.bench --sizes micro,mini --steps 10
+    python -m tiedvsuntied.bench --sizes micro --json > bench.json
+
+For each size it times full training steps (forward, backward, clip, AdamW) of the trainer's
+own pieces, for tied and untied heads, in fp32 and bf16, eager and ``torch.compile``d, with
+the chunked cross-entropy the trainer uses, plus the baseline: eager fp32 with a full-logit
+cross-entropy. In the same run it measures this machine's dense matmul peak for fp32 and bf16,
+so MFU is a ratio to the hardware at hand, and every row also reports its speed-up over the
+baseline. Each configuration runs in its own subprocess so peak memory (max RSS on CPU,
+max allocated on CUDA) and compilation are isolated. Tokens are uniform random ids: the data
+source does not change the cost of a step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, asdict
+
+
+@dataclass
+class Variant:
+    name: str
+    precision: str  # fp32 | bf16
+    compile: bool
+    loss_chunk: int  # 0: full logits
+
+
+VARIANTS = [
+    Variant("baseline: fp32 eager, full-logit CE", "fp32", False, 0),
+    Variant("fp32 eager", "fp32", False, 1024),
+    Variant("bf16 eager (trainer default)", "bf16", False, 1024),
+    Variant("fp32 compiled", "fp32", True, 1024),
+    Variant("bf16 compiled", "bf16", True, 1024),
+]
+
+
+def _measure_one(size: str, tie: bool, v: Variant, steps: int, warmup: int, batch: int, block: int,
+                 device_name: str) -> dict:
+    import torch
+
+    from tiedvsuntied.data import BatchSampler
+    from tiedvsuntied.model import GPT, flops_per_token, load_model_config, count_parameters
+    from tiedvsuntied.train import OptimConfig, autocast_ctx, build_optimizer, resolve_device
+
+    import dataclasses
+    import numpy as np
+
+    device = resolve_device(device_name)
+    mcfg = load_model_config(size)
+    mcfg = dataclasses.replace(mcfg, tie=tie, vocab_size=50257, block_size=block or mcfg.block_size)
+    torch.manual_seed(0)
+    model = GPT(mcfg, seed=0).to(device)
+    model.loss_chunk = v.loss_chunk or None
+    opt = build_optimizer(model, OptimConfig())
+    fwd = torch.compile(model) if v.compile else model
+    tokens = np.random.default_rng(0).integers(0, 50257, size=200_000, dtype=np.int64).astype(np.uint16)
+    sampler = BatchSampler(tokens, mcfg.block_size, batch, seed=0)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step(i):
+        x, y = sampler.get(i)
+        x, y = x.to(device), y.to(device)
+        with autocast_ctx(v.precision, device):
+            _, loss = fwd(x, y, return_logits=False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(i).item()
+    sync()
+    warm_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        loss = step(i)
+    loss.item()
+    sync()
+    dt = time.perf_counter() - t0
+    tps = steps * batch * mcfg.block_size / dt
+    peak_mem = (torch.cuda.max_memory_allocated() if device.type == "cuda"
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return {
+        "size": size, "tie": tie, "variant": v.name, "precision": v.precision, "compile": v.compile,
+        "loss_chunk": v.loss_chunk, "batch_size": batch, "block_size": mcfg.block_size,
+        "params": count_parameters(model)["total"], "flops_per_token": flops_per_token(model),
+        "tokens_per_s": tps, "step_ms": 1000 * dt / steps, "warmup_s": warm_s,
+        "peak_mem_mib": peak_mem / 2**20, "device": str(device), "threads": torch.get_num_threads(),
+    }
+
+
+def _peaks(device_name: str) -> dict:
+    import torch
+
+    from tiedvsuntied.train import measure_matmul_tflops, resolve_device
+
+    device = resolve_device(device_name)
+    return {"fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
+            "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tiedvsuntied.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="micro,mini", help="comma-separated model sizes (conf/model/*.yaml)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per configuration")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--block-size", type=int, default=0, help="0: the size's own block_size")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
+    p.add_argument("--tie", default="true,false", help="which heads to time: true, false or both")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--_one", help=argparse.SUPPRESS)  # internal: run one configuration
+    args = p.parse_args(argv)
+
+    if args._one:
+        spec = json.loads(args._one)
+        out = _measure_one(spec["size"], spec["tie"], Variant(**spec["variant"]), args.steps, args.warmup,
+                           args.batch_size, args.block_size, args.device)
+        print("RESULT " + json.dumps(out))
+        return 0
+
+    from tiedvsuntied.model import load_model_config
+
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    for s in sizes:
+        load_model_config(s)  # unknown names fail now, naming the valid ones
+    ties = [t.strip().lower() == "true" for t in args.tie.split(",")]
+    variants = [v for v in VARIANTS if not (args.no_compile and v.compile)]
+    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
+
+    peaks = _peaks(args.device)
+    log(f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s")
+    rows = []
+    for size in sizes:
+        for tie in ties:
+            for v in variants:
+                spec = json.dumps({"size": size, "tie": tie, "variant": asdict(v)})
+                cmd = [sys.executable, "-m", "tiedvsuntied.bench", "--_one", spec, "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
+                       "--block-size", str(args.block_size), "--device", args.device]
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+                line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+                if proc.returncode != 0 or line is None:
+                    err = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    log(f"  {size} tie={tie} {v.name}: FAILED ({err})")
+                    rows.append({"size": size, "tie": tie, "variant": v.name, "error": err})
+                    continue
+                r = json.loads(line[len("RESULT "):])
+                r["mfu"] = r["flops_per_token"] * r["tokens_per_s"] / (peaks[r["precision"]] * 1e12)
+                rows.append(r)
+                log(f"  {size} tie={str(tie).lower():5s} {v.name:38s} {r['tokens_per_s']:>10,.0f} tok/s")
+    for size in sizes:
+        for tie in ties:
+            base = next((r for r in rows if r["size"] == size and r["tie"] == tie and r["variant"] == VARIANTS[0].name
+                         and "error" not in r), None)
+            for r in rows:
+                if r["size"] == size and r["tie"] == tie and "error" not in r and base:
+                    r["speedup_vs_baseline"] = r["tokens_per_s"] / base["tokens_per_s"]
+    result = {"peak_tflops": peaks, "steps": args.steps, "warmup": args.warmup, "rows": rows}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print()
+        print(format_table(result))
+    return 1 if any("error" in r for r in rows) else 0
+
+
+def format_table(result: dict) -> str:
+    hdr = "| size | head | variant | tokens/s | x baseline | MFU | peak mem (MiB) | step (ms) |"
+    lines = [hdr, "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        head = "tied" if r["tie"] else "untied"
+        if "error" in r:
+            lines.append(f"| {r['size']} | {head} | {r['variant']} | failed: {r['error']} | | | | |")
+            continue
+        lines.append(f"| {r['size']} | {head} | {r['variant']} | {r['tokens_per_s']:,.0f} | "
+                     f"{r.get('speedup_vs_baseline', float('nan')):.2f} | {100 * r['mfu']:.1f}% | "
+                     f"{r['peak_mem_mib']:,.0f} | {r['step_ms']:.0f} |")
+    p = result["peak_tflops"]
+    lines.append(f"\nMatmul peak measured in this run: fp32 {p['fp32']:.3f}, bf16 {p['bf16']:.3f} TFLOP/s "
+                 f"(MFU of each row is against the peak of its precision).")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
