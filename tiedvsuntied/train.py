@@ -212,6 +212,14 @@ def save_checkpoint(path: Path, *, model, optimizer, step: int, tokens: int, sta
     os.replace(tmp, path)
 
 
+def save_npz_atomic(path: Path, arrays: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
 def load_checkpoint(path: Path, *, model, optimizer) -> dict:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(ckpt["model"], strict=True)
@@ -228,7 +236,7 @@ def load_checkpoint(path: Path, *, model, optimizer) -> dict:
 
 @torch.no_grad()
 def evaluate(model, tokens, *, block_size: int, batch_size: int, max_windows: int, device, precision,
-             chunk: int, logit_std: bool = False) -> dict:
+             logit_std: bool = False) -> dict:
     """Mean loss over the split's fixed windows (the same windows every time, every run)."""
     from tiedvsuntied.data import iter_eval_batches
 
@@ -305,8 +313,8 @@ def train(cfg, overrides: Optional[list] = None) -> dict:
     try:
         previous = read_json(run_dir / "summary.json")
         if previous and previous.get("status") in ("finished", "diverged"):
-            log.info("[%s] already %s (val %.4f); skipping. Delete %s to train it again.",
-                     name, previous["status"], previous.get("final_val_loss") or float("nan"), run_dir)
+            log.info("[%s] already %s at step %s; skipping (delete %s to train it again)",
+                     name, previous["status"], previous.get("step"), run_dir)
             C.update_index(sweep_dir, run_id, name, previous["status"], overrides)
             return previous
         return _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start,
@@ -322,62 +330,64 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
     from tiedvsuntied import config as C
 
     tc, oc = cfg.trainer, cfg.optim
-    device = resolve_device(tc.device)
-    precision = resolve_precision(tc.precision, device)
     block = model_cfg.block_size
-
-    # The same seed gives tied and untied runs the same body init and the same batches.
-    torch.manual_seed(cfg.seed)
-    model = GPT(model_cfg, seed=cfg.seed).to(device)
-    model.loss_chunk = tc.loss_chunk or None
-    params = count_parameters(model)
-    fpt = flops_per_token(model)
-    optimizer = build_optimizer(model, oc)
-    step_model = torch.compile(model) if tc.compile else model
-
-    train_tokens = corpus.tokens("train")
-    val_tokens = corpus.tokens("val")
-    sampler = BatchSampler(train_tokens, block, tc.batch_size, cfg.seed)
-    # Short corpora fail here, before any training, naming the split.
-    C.check_eval_split(val_tokens, block, "val")
-
-    resolved = C.to_container(cfg)
-    derived = {
-        "run_id": run_id, "name": name, "vocab_size": corpus.vocab_size,
-        "init_std_resolved": model_cfg.resolved_init_stds(), "params": params,
-        "flops_per_token": fpt, "device": str(device), "precision": precision,
-        "data_fingerprint": corpus.fingerprint,
-        "tokens_per_step": tc.batch_size * tc.grad_accum * block,
-    }
-    OmegaConf.save(OmegaConf.create({**resolved, "derived": derived}), run_dir / "config.yaml")
-    np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
-
-    ckpt_path = run_dir / "checkpoints" / "last.pt"
-    state = {"best_val_loss": None, "init_val_loss": None, "init_logit_std": None, "last_val_loss": None}
-    step, tokens = 0, 0
-    if ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)
-        step, tokens, state = ckpt["step"], ckpt["tokens"], dict(ckpt["state"])
-        log.info("[%s] resuming from step %d (%s)", name, step, ckpt_path)
-    resumed_from = step if ckpt_path.exists() else None
-
     previous = read_json(run_dir / "summary.json") or {}
+    ckpt_path = run_dir / "checkpoints" / "last.pt"
     rec = RunRecorder(run_dir, {
         "run_id": run_id, "name": name, "sweep": cfg.sweep, "status": "running", "error": None,
         "tie": bool(cfg.tie), "init_std": str(cfg.init_std),
         "init_std_resolved": model_cfg.resolved_init_stds(), "model": model_cfg.name,
         "n_layer": model_cfg.n_layer, "n_embd": model_cfg.n_embd, "n_head": model_cfg.n_head,
-        "vocab_size": corpus.vocab_size, "block_size": block, "seed": cfg.seed, "params": params,
-        "flops_per_token": fpt, "t5_rescale": bool(model_cfg.t5_rescale), "data": cfg.data.name,
+        "vocab_size": corpus.vocab_size, "block_size": block, "seed": cfg.seed, "params": None,
+        "flops_per_token": None, "t5_rescale": bool(model_cfg.t5_rescale), "data": cfg.data.name,
         "data_fingerprint": corpus.fingerprint, "max_steps": tc.max_steps,
-        "step": step, "tokens": tokens, "init_val_loss": state["init_val_loss"],
-        "init_logit_std": state["init_logit_std"], "final_val_loss": None,
-        "best_val_loss": state["best_val_loss"], "test_loss": None, "diverged_at_step": None,
-        "resumed_from_step": resumed_from, "wandb_run_id": None, "wandb_mode": None,
+        "step": 0, "tokens": 0, "init_val_loss": None, "init_logit_std": None, "final_val_loss": None,
+        "best_val_loss": None, "test_loss": None, "diverged_at_step": None,
+        "resumed_from_step": None, "wandb_run_id": None, "wandb_mode": None,
         "started_at": previous.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
     exit_code = 1
+    step, tokens = 0, 0
+    state = {"best_val_loss": None, "init_val_loss": None, "init_logit_std": None, "last_val_loss": None}
     try:
+        device = resolve_device(tc.device)
+        precision = resolve_precision(tc.precision, device)
+        train_tokens = corpus.tokens("train")
+        val_tokens = corpus.tokens("val")
+        # Short corpora fail here, before any training, naming the split.
+        for split, toks in (("train", train_tokens), ("val", val_tokens)):
+            C.check_eval_split(toks, block, split)
+        sampler = BatchSampler(train_tokens, block, tc.batch_size, cfg.seed)
+
+        # The same seed gives tied and untied runs the same body init and the same batches.
+        torch.manual_seed(cfg.seed)
+        model = GPT(model_cfg, seed=cfg.seed).to(device)
+        model.loss_chunk = tc.loss_chunk or None
+        params = count_parameters(model)
+        fpt = flops_per_token(model)
+        optimizer = build_optimizer(model, oc)
+        step_model = torch.compile(model) if tc.compile else model
+
+        resolved = C.to_container(cfg)
+        derived = {
+            "run_id": run_id, "name": name, "vocab_size": corpus.vocab_size,
+            "init_std_resolved": model_cfg.resolved_init_stds(), "params": params,
+            "flops_per_token": fpt, "device": str(device), "precision": precision,
+            "data_fingerprint": corpus.fingerprint,
+            "tokens_per_step": tc.batch_size * tc.grad_accum * block,
+        }
+        OmegaConf.save(OmegaConf.create({**resolved, "derived": derived}), run_dir / "config.yaml")
+        np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
+
+        resumed_from = None
+        if ckpt_path.exists():
+            ckpt = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)
+            step, tokens, state = ckpt["step"], ckpt["tokens"], dict(ckpt["state"])
+            resumed_from = step
+            log.info("[%s] resuming from step %d (%s)", name, step, ckpt_path)
+        rec.summary.update(params=params, flops_per_token=fpt, step=step, tokens=tokens,
+                           resumed_from_step=resumed_from, init_val_loss=state["init_val_loss"],
+                           init_logit_std=state["init_logit_std"], best_val_loss=state["best_val_loss"])
         rec.open_metrics(resumed_from)
         rec.start_wandb(cfg.wandb, run_id=C.wandb_id(cfg.sweep, run_id), name=name, group=cfg.sweep,
                         config={**resolved, **derived})
@@ -392,15 +402,14 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         def run_eval(at_step: int, first: bool = False) -> float:
             ev = evaluate(step_model, val_tokens, block_size=block, batch_size=tc.eval_batch_size,
                           max_windows=tc.eval_windows, device=device, precision=precision,
-                          chunk=tc.loss_chunk, logit_std=first)
+                          logit_std=first)
             vl = ev["loss"]
             metrics = {"tokens": tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
             if first:
                 metrics["init/logit_std"] = ev["logit_std"]
                 state["init_val_loss"], state["init_logit_std"] = vl, ev["logit_std"]
             metrics.update(probe_scalars(model))
-            (run_dir / "probes").mkdir(exist_ok=True)
-            np.savez(run_dir / "probes" / f"step_{at_step:07d}.npz", **probe_arrays(model))
+            save_npz_atomic(run_dir / "probes" / f"step_{at_step:07d}.npz", probe_arrays(model))
             rec.log(metrics, at_step)
             if math.isfinite(vl):
                 state["best_val_loss"] = vl if state["best_val_loss"] is None else min(state["best_val_loss"], vl)
@@ -489,8 +498,7 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         test_loss = None
         if tc.test_eval:
             test_loss = evaluate(step_model, corpus.tokens("test"), block_size=block, batch_size=tc.eval_batch_size,
-                                 max_windows=tc.eval_windows, device=device, precision=precision,
-                                 chunk=tc.loss_chunk)["loss"]
+                                 max_windows=tc.eval_windows, device=device, precision=precision)["loss"]
             rec.log({"tokens": tokens, "test/loss": test_loss, "test/ppl": math.exp(min(test_loss, 700))}, step)
         rec.update_summary(status="finished", step=step, tokens=tokens, final_val_loss=state["last_val_loss"],
                            best_val_loss=state["best_val_loss"], test_loss=test_loss,
