@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -152,6 +153,25 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     differing = [k for k in keys
                  if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1]
     return [", ".join(f"{k}={f[k]}" for k in differing if k in f) for f in flat]
+
+
+def load(sweep_dirs: str | Path | Sequence[str | Path] = (), *, wandb_project: str | None = None,
+         wandb_group: str | None = None, data_id: str | None = None) -> Results:
+    """What the notebooks call: a W&B project ("entity/project") if given, else sweep
+    directories (a list, or one string holding several separated by os.pathsep); with
+    ``data_id``, only the runs on that data (for mixed sweeps)."""
+    if wandb_project:
+        results = load_wandb(wandb_project, group=wandb_group or None)
+    else:
+        if isinstance(sweep_dirs, (str, Path)):
+            sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+        results = load_results(*sweep_dirs)
+    if data_id:
+        ids = sorted(results.runs["data_id"].dropna().unique())
+        if data_id not in ids:
+            raise ResultsError(f"data_id {data_id!r} matches no run; data_ids present: {', '.join(ids) or 'none'}")
+        results = results.select(results.runs["data_id"] == data_id)
+    return results
 
 
 def load_runs(*paths: str | Path) -> pd.DataFrame:
@@ -783,7 +803,8 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
     ``summary`` is ``run.summary``: the summary.json values the trainer mirrors there, plus
     the last value of every logged metric. Missing summary values are filled from the
     latest metrics (``val/loss`` -> ``final_val_loss``, ``test/loss`` -> ``test_loss``,
-    ``_step`` -> ``step``) and the W&B state: a crashed run reads as failed.
+    ``_step`` -> ``step``) and the W&B state: a crashed run reads as failed, and so does a
+    run whose summary still says running after W&B saw it stop.
     """
     summary = dict(summary or {})
     s = {k: v for k, v in summary.items() if not k.startswith("_")}
@@ -799,8 +820,10 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
         if s.get(ours) is None and summary.get(theirs) is not None:
             s[ours] = summary[theirs]
     wb_state = _WANDB_STATES.get(str(state or "").lower())
-    if not s.get("status") or (s.get("status") == "running" and wb_state in ("failed", "finished")):
+    if not s.get("status"):
         s["status"] = wb_state or "unknown"
+    elif s["status"] == "running" and wb_state in ("failed", "finished"):
+        s["status"] = "failed"  # W&B says it stopped, but it never recorded an end: it died
     s.setdefault("wandb_run_id", run_id)
     return run_row(s, config, source=url or f"wandb:{run_id}")
 
@@ -874,6 +897,28 @@ def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) 
     sig = np.asarray(sigma, dtype=float)
     ln_v = math.log(vocab_size)
     return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * math.sqrt(2 * ln_v))
+
+
+def initial_loss_table(runs: pd.DataFrame, draws: int = 8) -> pd.DataFrame:
+    """Per run: measured initial loss next to ln V and the Gaussian-logit predictions from σ.
+
+    Columns: ``run_id``, ``name``, ``tie``, ``init_std``, ``variant``, ``model``, ``seed``,
+    ``vocab_size``, ``ln_vocab``, ``init_logit_std`` (σ), ``init_val_loss``, ``predicted``
+    (:func:`gaussian_logit_loss`), ``predicted_approx`` (:func:`gaussian_logit_loss_approx`),
+    ``excess`` (measured − predicted).
+    """
+    cols = ["run_id", "name", "tie", "init_std", "variant", "model", "seed", "vocab_size", "ln_vocab",
+            "init_logit_std", "init_val_loss"]
+    t = runs[cols].copy()
+    ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
+    t["predicted"] = np.nan
+    t["predicted_approx"] = np.nan
+    for v in t.loc[ok, "vocab_size"].unique():
+        m = ok & (t["vocab_size"] == v)
+        t.loc[m, "predicted"] = gaussian_logit_loss(t.loc[m, "init_logit_std"].to_numpy(float), int(v), draws=draws)
+        t.loc[m, "predicted_approx"] = gaussian_logit_loss_approx(t.loc[m, "init_logit_std"].to_numpy(float), int(v))
+    t["excess"] = t["init_val_loss"] - t["predicted"]
+    return t
 
 
 def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished", "running", "diverged")) -> pd.DataFrame:

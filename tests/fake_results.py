@@ -1,0 +1,142 @@
+"""Hand-built results directories in the trainer's documented layout (docs/ARCHITECTURE.md).
+
+Test data for the analysis and figure code, above all for the inputs a real sweep rarely
+produces on demand: running, diverged and failed runs, missing probes, mixed vocab sizes.
+The numbers are synthetic but shaped like a real run's (loss falls from its initial value
+towards a floor; norms grow with token frequency).
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
+
+
+def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
+    return f"tie={'true' if tie else 'false'}_init={init_std}_model={model}_seed={seed}"
+
+
+def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", model: str = "nano", seed: int = 0,
+              status: str = "finished", vocab_size: int = 512, max_steps: int = 20, eval_interval: int = 5,
+              log_interval: int = 2, batch_tokens: int = 256, diverged_at_step: int | None = None,
+              probes: bool = True, token_freq: bool = True, data_files: str = "input.txt",
+              index: bool = True, t5_rescale: bool = False) -> Path:
+    """Write one run directory (and its index.json entry); return the run directory."""
+    n_layer, n_head, n_embd = SIZES[model]
+    name = run_name(tie, init_std, model, seed)
+    run_id = f"{name}-{zlib.crc32(f'{name}{vocab_size}{data_files}{t5_rescale}{max_steps}'.encode()):08x}"
+    run_dir = sweep_dir / run_id
+    (run_dir / "probes").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(zlib.crc32(run_id.encode()))
+    std = n_embd ** -0.5 if init_std == "inv_sqrt_d" else float(init_std)
+    V = vocab_size
+    logit_std = std * math.sqrt(n_embd) * (n_embd**-0.5 if t5_rescale else 1.0)
+    init_loss = math.log(V) + logit_std**2 / 2 if logit_std < math.sqrt(2 * math.log(V)) else logit_std * math.sqrt(2 * math.log(V))
+    if tie and std > 0.2 and not t5_rescale:
+        init_loss = std**2 * n_embd  # the input token's own logit dominates
+    floor = 4.5 + (0.15 if tie else 0.0) - 0.3 * math.log2(n_embd / 32) + 0.05 * rng.standard_normal()
+
+    last_step = {"finished": max_steps, "diverged": diverged_at_step or max_steps // 2,
+                 "running": max_steps // 2, "failed": max_steps // 3}[status]
+    lines = []
+    for step in range(0, last_step + 1):
+        rec = {"step": step, "tokens": step * batch_tokens}
+        progress = (1 + step / 3) ** -0.8
+        if step % log_interval == 0 and step > 0:
+            rec["train/loss"] = floor + (init_loss - floor) * progress + 0.1 * rng.standard_normal()
+            rec["train/lr"] = 1e-3
+            g_in = 0.5 * progress + 0.05
+            g_out = (3.0 if tie else 2.0) * progress + 0.1
+            rec["train/grad_norm_in"], rec["train/grad_norm_out"] = g_in, g_out
+            rec["train/grad_norm"] = math.hypot(g_in, g_out)
+            if status == "diverged" and step >= last_step:
+                rec["train/loss"] = "nan"
+        if step % eval_interval == 0 or step == last_step and status == "finished":
+            rec["val/loss"] = floor + (init_loss - floor) * progress + 0.02 * rng.standard_normal()
+            rec["val/ppl"] = math.exp(min(rec["val/loss"], 700))
+            if step == 0:
+                rec["init/logit_std"] = logit_std
+        if len(rec) > 2:
+            lines.append(rec)
+    if status == "diverged":
+        # after the divergence point the trainer may still have flushed a line: analysis must cut it
+        # (the trainer writes non-finite floats as strings)
+        lines.append({"step": last_step + 1, "tokens": (last_step + 1) * batch_tokens, "train/loss": "inf"})
+    if status == "finished":
+        lines.append({"step": max_steps, "tokens": max_steps * batch_tokens, "test/loss": lines[-1].get("val/loss", floor)})
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for rec in lines:
+            f.write(json.dumps(rec) + "\n")
+
+    val = [r["val/loss"] for r in lines if "val/loss" in r]
+    emb = V * n_embd
+    params = {"total": 1000 * n_embd * n_layer + emb * (1 if tie else 2), "embedding": emb,
+              "position": 64 * n_embd, "head": 0 if tie else emb}
+    params["non_embedding"] = params["total"] - params["embedding"] - params["position"] - params["head"]
+    summary = {
+        "run_id": run_id, "name": name, "sweep": sweep_dir.name, "status": status,
+        "error": {"failed": "RuntimeError: out of memory", "diverged": "loss is nan"}.get(status),
+        "tie": tie, "init_std": init_std if init_std == "inv_sqrt_d" else float(init_std),
+        "init_std_resolved": {"emb": std, "head": std}, "model": model, "n_layer": n_layer, "n_embd": n_embd,
+        "n_head": n_head, "vocab_size": V, "block_size": 64, "seed": seed, "params": params,
+        "flops_per_token": 6.0 * params["total"], "step": last_step, "tokens": last_step * batch_tokens,
+        "init_val_loss": val[0], "init_logit_std": logit_std,
+        "final_val_loss": val[-1] if status == "finished" else None,
+        "best_val_loss": min(val) if status != "failed" else None,
+        "test_loss": val[-1] if status == "finished" else None,
+        "diverged_at_step": last_step if status == "diverged" else None,
+        "data": "text", "data_fingerprint": f"fp{zlib.crc32(f'{data_files}{vocab_size}'.encode()):08x}",
+        "t5_rescale": t5_rescale, "max_steps": max_steps,
+        "wandb_run_id": f"wb{seed}{int(tie)}", "wandb_mode": "offline",
+        "started_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:10:00Z",
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    config = {"tie": tie, "init_std": init_std, "seed": seed, "sweep": sweep_dir.name,
+              "model": {"name": model, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": V,
+                        "t5_rescale": t5_rescale},
+              "data": {"name": "text", "files": [data_files], "cache_dir": str(sweep_dir / ".cache")},
+              "trainer": {"max_steps": max_steps, "eval_interval": eval_interval}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+
+    counts = np.zeros(V, dtype=np.int64)
+    seen = V * 3 // 4
+    counts[:seen] = np.maximum(1, (20000 / np.arange(1, seen + 1) ** 1.1)).astype(np.int64)
+    if token_freq:
+        np.save(run_dir / "token_freq.npy", counts)
+    if probes:
+        for step in range(0, last_step + 1, eval_interval):
+            grow = step / max_steps
+            base = std * math.sqrt(n_embd)
+            emb_norm = base * (1 + 0.05 * rng.standard_normal(V)) + grow * 0.3 * np.log1p(counts)
+            head_norm = emb_norm if tie else base * (1 + 0.05 * rng.standard_normal(V)) + grow * 0.5 * np.log1p(counts)
+            arrays = {"emb_norm": emb_norm.astype(np.float32), "head_norm": head_norm.astype(np.float32),
+                      "offdiag_cos": (rng.standard_normal(2000) / math.sqrt(n_embd) * (1 + grow) + 0.05 * grow).astype(np.float32)}
+            if not tie:
+                arrays["in_out_cos"] = np.clip(rng.standard_normal(V) / math.sqrt(n_embd) + grow * 0.3 * np.tanh(np.log1p(counts) / 5), -1, 1).astype(np.float32)
+            np.savez(run_dir / "probes" / f"step_{step:07d}.npz", **arrays)
+    if index:
+        idx_path = sweep_dir / "index.json"
+        idx = json.loads(idx_path.read_text()) if idx_path.exists() else {}
+        idx[run_id] = {"name": name, "status": status, "overrides": [f"tie={str(tie).lower()}", f"init_std={init_std}",
+                                                                     f"model={model}", f"seed={seed}"], "path": run_id}
+        idx_path.write_text(json.dumps(idx, indent=2))
+    return run_dir
+
+
+def write_sweep(sweep_dir: Path, *, ties=(True, False), init_stds=("1.0", "0.036"), models=("nano",),
+                seeds=(0,), statuses: dict | None = None, **kw) -> Path:
+    """A full grid; ``statuses`` maps (tie, init_std, model, seed) to a non-finished status."""
+    statuses = statuses or {}
+    for model in models:
+        for init_std in init_stds:
+            for tie in ties:
+                for seed in seeds:
+                    write_run(sweep_dir, tie=tie, init_std=init_std, model=model, seed=seed,
+                              status=statuses.get((tie, init_std, model, seed), "finished"), **kw)
+    return sweep_dir

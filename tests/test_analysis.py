@@ -1,0 +1,386 @@
+"""tiedvsuntied.analysis on hand-built results directories (tests/fake_results.py)."""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake_results import write_run, write_sweep
+
+from tiedvsuntied import analysis as A
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """2 ties x 2 inits x 2 seeds on nano; one diverged, one running, one failed run."""
+    return write_sweep(tmp_path / "sw", seeds=(0, 1), statuses={
+        (True, "1.0", "nano", 1): "diverged", (False, "0.036", "nano", 1): "running",
+        (False, "1.0", "nano", 1): "failed"})
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("dof, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452),
+                                           (120, 1.9799)])
+def test_t_critical_matches_tables(dof, expected):
+    assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
+
+
+def test_t_critical_other_confidence():
+    assert A.t_critical(5, 0.99) == pytest.approx(4.0321, abs=1e-4)
+    assert math.isnan(A.t_critical(0))
+
+
+def test_describe_ci_and_single_seed():
+    d = A.describe([1.0, 2.0, 4.0])
+    sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
+    assert d["n"] == 3 and d["mean"] == pytest.approx(7 / 3)
+    assert d["ci_high"] - d["mean"] == pytest.approx(4.3027 * sem, rel=1e-4)
+    assert d["ci_label"] == "95% t-CI, n=3"
+    one = A.describe([5.0, float("nan")])
+    assert one["n"] == 1 and one["mean"] == 5.0
+    assert math.isnan(one["ci_low"]) and math.isnan(one["std"])
+    assert one["ci_label"] == "n=1: no CI"
+
+
+def test_aggregate_groups_and_labels():
+    df = pd.DataFrame({"g": ["a", "a", "b"], "x": [1.0, 3.0, 10.0], "run_id": ["r1", "r2", "r3"]})
+    out = A.aggregate(df, ["g"], "x").set_index("g")
+    assert out.loc["a", "mean"] == 2.0 and out.loc["a", "n"] == 2
+    assert out.loc["b", "ci_label"] == "n=1: no CI" and math.isnan(out.loc["b", "ci_half"])
+    assert out.loc["a", "run_ids"] == ["r1", "r2"]
+    with pytest.raises(KeyError, match="nope"):
+        A.aggregate(df, ["g"], "nope")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def test_runs_table_one_row_per_run_with_summary_values(sweep):
+    res = A.load_results(sweep)
+    runs = res.runs
+    assert list(runs.columns) == A.RUN_COLUMNS
+    assert len(runs) == 8 and runs["run_id"].is_unique
+    assert sorted(runs["status"].value_counts().items()) == [("diverged", 1), ("failed", 1), ("finished", 5),
+                                                             ("running", 1)]
+    row = runs[(runs["tie"] == True) & (runs["init_std"] == "0.036") & (runs["seed"] == 0)].iloc[0]  # noqa: E712
+    summary = json.loads((sweep / row["run_id"] / "summary.json").read_text())
+    assert row["final_val_loss"] == summary["final_val_loss"]
+    assert row["params_total"] == summary["params"]["total"]
+    assert row["params_non_embedding"] == summary["params"]["non_embedding"]
+    assert row["init_std_resolved_emb"] == pytest.approx(0.036)
+    assert row["head"] == "tied" and row["model"] == "nano" and row["n_embd"] == 32
+    assert row["ln_vocab"] == pytest.approx(math.log(512))
+    assert row["data_id"] == summary["data_fingerprint"][:12]
+    assert set(runs["init_std"]) == {"1.0", "0.036"}
+    assert (runs["variant"] == "").all()
+    # the notes say which runs are not finished
+    assert any("diverged" in n and "tie=true_init=1.0_model=nano_seed=1" in n for n in res.notes)
+
+
+def test_history_is_one_row_per_run_and_step(sweep):
+    res = A.load_results(sweep)
+    h = res.history
+    assert not h.duplicated(["run_id", "step"]).any()
+    assert {"run_id", "step", "tokens", "val/loss", "train/loss", "train/grad_norm_in", "tie", "init_std",
+            "model", "seed", "status"} <= set(h.columns)
+    finished = res.runs[res.runs["status"] == "finished"].iloc[0]
+    hr = h[h["run_id"] == finished["run_id"]]
+    assert hr["step"].is_monotonic_increasing
+    assert hr["val/loss"].dropna().iloc[-1] == pytest.approx(finished["final_val_loss"])
+    assert hr["test/loss"].notna().sum() == 1
+    # the identity columns match the runs table
+    assert set(hr["tie"]) == {finished["tie"]} and set(hr["init_std"]) == {finished["init_std"]}
+
+
+def test_diverged_history_ends_at_divergence(sweep):
+    res = A.load_results(sweep)
+    run = res.runs[res.runs["status"] == "diverged"].iloc[0]
+    hr = res.history[res.history["run_id"] == run["run_id"]]
+    raw_steps = [json.loads(line)["step"] for line in (sweep / run["run_id"] / "metrics.jsonl").read_text().splitlines()]
+    assert max(raw_steps) > run["diverged_at_step"]  # the file has a line past the divergence...
+    assert hr["step"].max() == run["diverged_at_step"]  # ...which the history leaves out
+    assert hr["train/loss"].iloc[-1] != hr["train/loss"].iloc[-1]  # "nan" written as a string -> NaN
+
+
+def test_running_run_with_half_written_line(sweep):
+    run_dir = next(p for p in sweep.iterdir() if p.name.startswith("tie=false_init=0.036_model=nano_seed=1"))
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"step": 99, "tokens": 1, "train/lo')  # the trainer is mid-write
+    res = A.load_results(sweep)
+    assert any("unparsable last line" in n for n in res.notes)
+    hr = res.history[res.history["run_id"] == run_dir.name]
+    assert hr["step"].max() < 99 and len(hr) > 0
+    assert res.runs.set_index("run_id").loc[run_dir.name, "status"] == "running"
+
+
+def test_resumed_run_later_lines_win(tmp_path):
+    recs = [{"step": 0, "tokens": 0, "val/loss": 10.0}, {"step": 2, "tokens": 8, "train/loss": 9.0},
+            {"step": 2, "tokens": 8, "train/loss": 8.5, "val/loss": 8.7}]
+    h = A.history_from_records(recs)
+    assert list(h["step"]) == [0, 2]
+    assert h.set_index("step").loc[2, "train/loss"] == 8.5 and h.set_index("step").loc[2, "val/loss"] == 8.7
+
+
+def test_run_in_index_without_directory(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), ties=(True,))
+    index = json.loads((sweep / "index.json").read_text())
+    index["ghost-123"] = {"name": "tie=false_init=0.02_model=nano_seed=0", "status": "failed", "path": "ghost-123"}
+    (sweep / "index.json").write_text(json.dumps(index))
+    res = A.load_results(sweep)
+    ghost = res.runs.set_index("run_id").loc["ghost-123"]
+    assert ghost["status"] == "failed" and ghost["name"] == "tie=false_init=0.02_model=nano_seed=0"
+    assert any("ghost-123" in n and "does not exist" in n for n in res.notes)
+
+
+def test_single_run_dir_and_results_root(tmp_path, sweep):
+    one = next(p for p in sweep.iterdir() if p.is_dir())
+    assert len(A.load_results(one).runs) == 1
+    write_sweep(tmp_path / "other", init_stds=("0.02",), ties=(True,))
+    res = A.load_results(tmp_path)  # a results dir holding two sweeps
+    assert set(res.runs["sweep"]) == {"sw", "other"}
+    assert any("2 sweeps" in n for n in res.notes)
+
+
+def test_missing_and_empty_directories_are_clear_errors(tmp_path):
+    with pytest.raises(A.ResultsError, match=r"does not exist"):
+        A.load_results(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(A.ResultsError, match=r"no runs found in .*empty.*sweep directory"):
+        A.load_results(tmp_path / "empty")
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / "index.json").write_text("{}")
+    with pytest.raises(A.ResultsError, match=r"started.*has the sweep started"):
+        A.load_results(tmp_path / "started")
+    with pytest.raises(A.ResultsError, match="no results directory given"):
+        A.load_results()
+
+
+def test_mixed_vocab_sizes_are_noted_and_refused_by_comparisons(tmp_path):
+    write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
+    write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="other.txt")
+    res = A.load_results(tmp_path / "a", tmp_path / "b")
+    assert any("mixed sweeps" in n and "vocab_size" in n and "512" in n and "1024" in n for n in res.notes)
+    with pytest.raises(A.ResultsError, match=r"vocab_size .*512.*1024"):
+        A.require_single_data(res.runs, "figure X")
+    one = res.select(res.runs["vocab_size"] == 512)
+    A.require_single_data(one.runs)
+    assert set(one.history["run_id"]) == set(one.runs["run_id"])
+    data_id = one.runs["data_id"].iloc[0]
+    assert set(A.load([tmp_path / "a", tmp_path / "b"], data_id=data_id).runs["vocab_size"]) == {512}
+    with pytest.raises(A.ResultsError, match="matches no run; data_ids present"):
+        A.load([tmp_path / "a"], data_id="zzz")
+
+
+def test_variant_separates_runs_that_differ_in_config(tmp_path):
+    write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=False)
+    write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=True)
+    runs = A.load_results(tmp_path / "t5").runs
+    assert set(runs["variant"]) == {"model.t5_rescale=False", "model.t5_rescale=True"}
+    agg = A.aggregate_runs(runs)
+    assert len(agg) == 4  # tie x variant, never averaged together
+    assert A.variants([{"model": {"lr": 1}}, {"model": {}}]) == ["", ""]  # a missing key is no difference
+
+
+def test_load_string_with_several_dirs(tmp_path):
+    import os
+
+    write_sweep(tmp_path / "a", init_stds=("0.02",), ties=(True,))
+    write_sweep(tmp_path / "b", init_stds=("0.5",), ties=(True,))
+    res = A.load(f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
+    assert set(res.runs["sweep"]) == {"a", "b"}
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+def test_paired_differences(sweep):
+    runs = A.load_results(sweep).runs
+    pairs = A.paired_differences(runs)
+    # finished pairs: (0.036, seed 0) and (1.0, seed 0); seed 1 partners are diverged/running/failed
+    assert sorted(zip(pairs["init_std"], pairs["seed"])) == [("0.036", 0), ("1.0", 0)]
+    p = pairs.iloc[0]
+    by_id = runs.set_index("run_id")
+    assert p["diff"] == pytest.approx(by_id.loc[p["tied_run_id"], "final_val_loss"]
+                                      - by_id.loc[p["untied_run_id"], "final_val_loss"])
+    assert by_id.loc[p["tied_run_id"], "tie"] == True  # noqa: E712
+    unpaired = " ".join(pairs.attrs["unpaired"])
+    assert "status diverged" in unpaired and "status running" in unpaired and "status failed" in unpaired
+    assert "tie=true_init=0.036_model=nano_seed=1: no untied partner" in unpaired
+    summary = A.summarize_differences(pairs)
+    assert (summary["n"] == 1).all() and (summary["ci_label"] == "n=1: no CI").all()
+
+
+def test_paired_differences_refuse_duplicates(tmp_path):
+    write_sweep(tmp_path / "a", init_stds=("0.02",))
+    write_sweep(tmp_path / "b", init_stds=("0.02",), max_steps=30)  # same slots, other run ids
+    runs = A.load_results(tmp_path / "a", tmp_path / "b").runs
+    runs = runs.assign(variant="")  # pretend the sweeps only differ in bookkeeping
+    with pytest.raises(A.ResultsError, match="select one sweep"):
+        A.paired_differences(runs)
+
+
+def test_aggregate_runs_counts_only_finished(sweep):
+    runs = A.load_results(sweep).runs
+    agg = A.aggregate_runs(runs).set_index(["tie", "init_std"])
+    assert agg.loc[(True, "1.0"), "n"] == 1  # seed 1 diverged
+    assert agg.loc[(True, "0.036"), "n"] == 2
+    both = runs[(runs["tie"] == True) & (runs["init_std"] == "0.036")]["final_val_loss"]  # noqa: E712
+    assert agg.loc[(True, "0.036"), "mean"] == pytest.approx(both.mean())
+
+
+def test_aggregate_history_over_seeds(sweep):
+    res = A.load_results(sweep)
+    agg = A.aggregate_history(res.history, "val/loss", by=["tie", "init_std"])
+    cell = agg[(agg["tie"] == True) & (agg["init_std"] == "0.036")].set_index("step")  # noqa: E712
+    h = res.history
+    vals = h[(h["tie"] == True) & (h["init_std"] == "0.036") & (h["step"] == 5)]["val/loss"]  # noqa: E712
+    assert cell.loc[5, "n"] == 2 and cell.loc[5, "mean"] == pytest.approx(vals.mean())
+    assert cell.loc[5, "tokens"] == 5 * 256
+    with pytest.raises(KeyError, match="logged metrics"):
+        A.aggregate_history(res.history, "val/nope")
+
+
+def test_representative_runs_largest_size_lowest_finished_seed(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", models=("nano", "micro"), seeds=(0, 1),
+                        statuses={(True, "1.0", "micro", 0): "failed"})
+    runs = A.load_results(sweep).runs
+    rep = A.representative_runs(runs)
+    assert len(rep) == 4 and set(rep["model"]) == {"micro"}
+    tied_big = rep[(rep["tie"] == True) & (rep["init_std"] == "1.0")].iloc[0]  # noqa: E712
+    assert tied_big["seed"] == 1 and tied_big["status"] == "finished"  # seed 0 failed
+    assert set(rep[rep["init_std"] == "0.036"]["seed"]) == {0}
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def test_token_probes_and_offdiag(sweep):
+    runs = A.load_results(sweep).runs
+    fin = runs[(runs["status"] == "finished") & (runs["seed"] == 0)]
+    tp = A.load_token_probes(fin)
+    assert tp.attrs["missing"] == []
+    assert len(tp) == 512 * len(fin)
+    last = tp.groupby("run_id")["probe_step"].first()
+    assert (last == 20).all()
+    tied_ids = fin[fin["tie"] == True]["run_id"]  # noqa: E712
+    assert tp[tp["run_id"].isin(tied_ids)]["in_out_cos"].isna().all()
+    assert tp[~tp["run_id"].isin(tied_ids)]["in_out_cos"].notna().all()
+    freq = np.load(sweep / fin["run_id"].iloc[0] / "token_freq.npy")
+    assert (tp[tp["run_id"] == fin["run_id"].iloc[0]]["count"].to_numpy() == freq).all()
+    oc = A.load_offdiag_cosines(fin)
+    assert set(oc["which"]) == {"first", "last"} and len(oc) == 2 * 2000 * len(fin)
+
+
+def test_missing_probes_are_listed(tmp_path):
+    sweep = tmp_path / "sw"
+    write_run(sweep, probes=False)
+    write_run(sweep, tie=False, token_freq=False)
+    runs = A.load_results(sweep).runs
+    tp = A.load_token_probes(runs)
+    missing = " ".join(tp.attrs["missing"])
+    assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
+    assert "token_freq.npy missing" in missing
+    assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
+    assert "no probe file" in " ".join(A.load_offdiag_cosines(runs).attrs["missing"])
+
+
+# ----------------------------------------------------------------------------- theory
+
+
+def test_gaussian_logit_loss_regimes():
+    V = 50257
+    assert A.gaussian_logit_loss(1e-4, V)[0] == pytest.approx(math.log(V), abs=1e-6)
+    small = A.gaussian_logit_loss([0.5, 1.0], V)
+    assert small == pytest.approx(math.log(V) + np.array([0.125, 0.5]), abs=0.02)
+    big = A.gaussian_logit_loss(50.0, V)[0]
+    # below the extreme-value leading term, above ln V + the finite-V max correction
+    assert 0.8 * 50 * math.sqrt(2 * math.log(V)) < big < 50 * math.sqrt(2 * math.log(V))
+    approx = A.gaussian_logit_loss_approx([0.5, 100.0], V)
+    assert approx[0] == pytest.approx(math.log(V) + 0.125)
+    assert approx[1] == pytest.approx(100 * math.sqrt(2 * math.log(V)))
+
+
+def test_initial_loss_table(sweep):
+    runs = A.load_results(sweep).runs
+    t = A.initial_loss_table(runs)
+    assert len(t) == len(runs)
+    r = t.iloc[0]
+    assert r["predicted"] == pytest.approx(A.gaussian_logit_loss(r["init_logit_std"], 512)[0])
+    assert r["excess"] == pytest.approx(r["init_val_loss"] - r["predicted"])
+
+
+# ----------------------------------------------------------------------------- W&B
+
+
+def _as_wandb(run_dir):
+    """What the W&B API returns for a run the trainer mirrored: config = resolved config plus
+    the derived values at the top level; summary = summary.json with dicts flattened to
+    "params/total" etc., plus the last logged metrics and W&B's own keys."""
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config.update({"run_id": summary["run_id"], "name": summary["name"], "vocab_size": summary["vocab_size"],
+                   "params": summary["params"], "init_std_resolved": summary["init_std_resolved"],
+                   "data_fingerprint": summary["data_fingerprint"]})
+    wb_summary = {}
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            wb_summary.update({f"{k}/{kk}": vv for kk, vv in v.items()})
+        else:
+            wb_summary[k] = v
+    wb_summary.update({"val/loss": summary["final_val_loss"], "_step": summary["step"], "_runtime": 12.5})
+    return config, wb_summary
+
+
+def test_wandb_row_has_the_same_columns_as_the_directory_row(sweep):
+    res = A.load_results(sweep)
+    for _, row in res.runs.iterrows():
+        config, wb_summary = _as_wandb(sweep / row["run_id"])
+        state = {"diverged": "finished", "failed": "crashed"}.get(row["status"], row["status"])
+        wb = A.wandb_run_row(config, wb_summary, run_id="tvu-abc", name=row["name"], group="sw", state=state)
+        assert list(wb) == A.RUN_COLUMNS
+        for col in ["run_id", "name", "sweep", "status", "tie", "head", "init_std", "init_std_resolved_emb",
+                    "model", "n_embd", "seed", "vocab_size", "data_id", "params_total", "params_non_embedding",
+                    "init_val_loss", "final_val_loss", "test_loss", "diverged_at_step", "ln_vocab"]:
+            a, b = row[col], wb[col]
+            assert (pd.isna(a) and pd.isna(b)) or a == b, (col, a, b)
+
+
+def test_wandb_row_from_metrics_only():
+    """A run whose summary holds only W&B's last metrics (no mirrored summary.json keys)."""
+    config = {"tie": False, "init_std": "inv_sqrt_d", "seed": 3, "sweep": "s",
+              "model": {"name": "micro", "n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 50257},
+              "data": {"name": "wikitext2"}}
+    summary = {"val/loss": 4.2, "test/loss": 4.3, "_step": 2000, "init/logit_std": 1.0}
+    row = A.wandb_run_row(config, summary, run_id="abc", name="n", group="s", state="crashed")
+    assert row["status"] == "failed"  # crashed in W&B
+    stale = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="finished")
+    assert stale["status"] == "failed"  # stopped without recording an end
+    live = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="running")
+    assert live["status"] == "running"
+    assert row["final_val_loss"] == 4.2 and row["test_loss"] == 4.3 and row["step"] == 2000
+    assert row["tie"] is False and row["head"] == "untied" and row["init_std"] == "inv_sqrt_d"
+    assert row["model"] == "micro" and row["n_embd"] == 128 and row["seed"] == 3
+    assert row["ln_vocab"] == pytest.approx(math.log(50257))
+    assert row["data_id"].startswith("cfg-")
+    # a dotted flat config reads the same
+    flat = A.wandb_run_row(A.flatten(config), summary, run_id="abc", name="n", group="s", state="finished")
+    assert flat["model"] == "micro" and flat["n_embd"] == 128 and flat["status"] == "finished"
+
+
+def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no wandb settings
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens: never the internet
+    t0 = time.time()
+    with pytest.raises(A.WandbUnavailableError, match=r"cannot read W&B project 'proj'.*load_results"):
+        A.load_wandb("someone/proj", timeout=3)
+    assert time.time() - t0 < 30
