@@ -36,12 +36,14 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -104,8 +106,8 @@ class DataConfig:
     text_column: str = "text"                # hub: column holding the text
     files: Any = None                        # text: "PATH" or {train: A, validation: B, test: C}
     train_split: str = "train"               # source split names
-    val_split: Optional[str] = "validation"  # None or absent from the source -> held out of train
-    test_split: Optional[str] = "test"       # None or absent from the source -> held out of train
+    val_split: Optional[str] = "validation"  # None (or this default absent) -> held out of train
+    test_split: Optional[str] = "test"       # None (or this default absent) -> held out of train
     val_fraction: float = 0.05               # held-out val: this fraction of train (contiguous)
     test_fraction: float = 0.05              # held-out test: this fraction of train (contiguous)
     documents: str = "auto"                  # what an end-of-text token separates, see module doc
@@ -393,7 +395,7 @@ class _RowSource:
     lines: bool             # rows are lines without their "\n" (Hub text): add it when joining
 
 
-def _load_text_file(path: Path, sample_by: str, cache_root: Path):
+def _load_text_file(path: Path, sample_by: str, arrow_dir: Path):
     import datasets
     from datasets.utils import disable_progress_bars, enable_progress_bars, are_progress_bars_disabled
     was_disabled = are_progress_bars_disabled()
@@ -401,7 +403,7 @@ def _load_text_file(path: Path, sample_by: str, cache_root: Path):
     try:
         dd = datasets.load_dataset(
             "text", data_files={"train": str(path)}, sample_by=sample_by,
-            keep_linebreaks=True, cache_dir=str(cache_root / "hf_datasets"),
+            keep_linebreaks=True, cache_dir=str(arrow_dir),
             # we only load when (re)tokenizing: always read the file we just hashed
             download_mode="force_redownload")
     finally:
@@ -649,17 +651,20 @@ def _corpus_identity(cfg: DataConfig, enc: tiktoken.Encoding, docs: str) -> tupl
     return ident, ("hub", None, None)
 
 
-def _make_groups(kind, files, outputs, cfg: DataConfig, docs: str, cache_root: Path) -> list[_Group]:
+def _make_groups(kind, files, outputs, cfg: DataConfig, docs: str, arrow_dir: Path,
+                 need: set[str]) -> list[_Group]:
+    """The groups that produce the splits in `need` (only their data is loaded)."""
     if kind == "text":
         sample_by = "paragraph" if docs == "paragraph" else "line"
         groups = []
         for split in SPLITS:
-            if split not in files:
+            outs = outputs if split == "train" else [(split, 1.0)]
+            if split not in files or not need & {s for s, _ in outs}:
                 continue
             # rows keep their line breaks: joined, they are the file's text exactly
-            srcs = [_RowSource(_load_text_file(p, sample_by, cache_root), "text", str(p), lines=False)
+            srcs = [_RowSource(_load_text_file(p, sample_by, arrow_dir), "text", str(p), lines=False)
                     for p in files[split]]
-            groups.append(_Group(srcs, outputs if split == "train" else [(split, 1.0)]))
+            groups.append(_Group(srcs, outs))
         return groups
 
     dd = _load_hub(cfg)
@@ -741,23 +746,42 @@ def _build_group(group: _Group, corpus_dir: Path, enc: tiktoken.Encoding, docs: 
     bar = tqdm(total=total_chars, unit="char", unit_scale=True, desc=f"tokenize {meta_base['name']}",
                disable=total_chars < _PROGRESS_MIN_CHARS, mininterval=1.0)
     written: dict[str, dict] = {}
-    state: dict[str, Any] = {"k": -1, "writer": None, "t": 0.0}
+    state: dict[str, Any] = {"k": -1, "writer": None, "t": 0.0, "inflight": None}
     pending: list[tuple[bool, str]] = []
     pending_chars = 0
+    # One batch is encoded (by tiktoken's threads, without the GIL) while this thread reads and
+    # cuts the next one; batches are written strictly in order.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+
+    def timed_encode(texts: list[str]):
+        t = time.perf_counter()
+        toks = enc.encode_ordinary_batch(texts, num_threads=n_threads)
+        return toks, time.perf_counter() - t
+
+    def finish_inflight():
+        if state["inflight"] is None:
+            return
+        fut, w, new_docs, chars = state["inflight"]
+        state["inflight"] = None
+        toks, secs = fut.result()
+        w.encode_s += secs
+        w.write_batch(list(zip(new_docs, toks)))
+        bar.update(chars)
 
     def encode_pending():
         nonlocal pending, pending_chars
+        finish_inflight()
         w = state["writer"]
         if pending and w is not None:
-            t = time.perf_counter()
-            toks = enc.encode_ordinary_batch([p for _, p in pending], num_threads=n_threads)
-            w.encode_s += time.perf_counter() - t
-            w.write_batch([(nd, tk) for (nd, _), tk in zip(pending, toks)])
-        bar.update(pending_chars)
+            fut = pool.submit(timed_encode, [p for _, p in pending])
+            state["inflight"] = (fut, w, [nd for nd, _ in pending], pending_chars)
+        else:
+            bar.update(pending_chars)
         pending, pending_chars = [], 0
 
     def close_output():
         encode_pending()
+        finish_inflight()
         w, k = state["writer"], state["k"]
         if w is None:
             return
@@ -803,10 +827,12 @@ def _build_group(group: _Group, corpus_dir: Path, enc: tiktoken.Encoding, docs: 
             raise DataError(f"{label} has no rows: the corpus is empty")
         close_output()
     except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
         if state["writer"] is not None:
             state["writer"].abort()
         raise
     finally:
+        pool.shutdown(wait=True)
         bar.close()
     return written
 
@@ -972,7 +998,10 @@ def prepare_data(cfg: DataConfig) -> Corpus:
             if need:
                 # We hold the lock: leftovers of killed builds are stale.
                 for stale in corpus_dir.glob("*.tmp-*"):
-                    stale.unlink(missing_ok=True)
+                    if stale.is_dir():
+                        shutil.rmtree(stale, ignore_errors=True)
+                    else:
+                        stale.unlink(missing_ok=True)
                 for s in need:  # never leave metadata beside a file about to be replaced
                     (corpus_dir / f"{s}.json").unlink(missing_ok=True)
                 _atomic_write_text(corpus_dir / "identity.json", json.dumps(ident, indent=1))
@@ -984,11 +1013,16 @@ def prepare_data(cfg: DataConfig) -> Corpus:
                                                "pid": os.getpid(), "time": time.time()})
                 t0 = time.perf_counter()
                 kind, files, outputs = plan
-                for group in _make_groups(kind, files, outputs, cfg, docs, root):
-                    group_need = need & {s for s, _ in group.outputs}
-                    if group_need:
-                        metas.update(_build_group(group, corpus_dir, enc, docs, n_threads,
-                                                  group_need, meta_base))
+                # datasets' arrow copy of local text files is only needed while tokenizing
+                arrow_dir = corpus_dir / f"hf_arrow.tmp-{os.getpid()}"
+                try:
+                    for group in _make_groups(kind, files, outputs, cfg, docs, arrow_dir, need):
+                        group_need = need & {s for s, _ in group.outputs}
+                        if group_need:
+                            metas.update(_build_group(group, corpus_dir, enc, docs, n_threads,
+                                                      group_need, meta_base))
+                finally:
+                    shutil.rmtree(arrow_dir, ignore_errors=True)
                 built = sorted(need)
                 _append_build_log(corpus_dir, {"event": "done", "splits": built, "pid": os.getpid(),
                                                "seconds": round(time.perf_counter() - t0, 3),
