@@ -448,7 +448,7 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
 
 
-def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_tokens: int = 20) -> pd.DataFrame:
+def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_tokens: int = 8) -> pd.DataFrame:
     """Median and IQR of ``col`` per log-frequency bin; unseen tokens (count 0) get x = UNSEEN_X.
 
     Bins are 1/bins_per_decade of a decade wide; the most frequent bins, which hold few
@@ -481,22 +481,36 @@ def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_toke
 
 
 @_rc
-def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame, offdiag: pd.DataFrame) -> Figure:
+def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
+                           offdiag: pd.DataFrame | None = None) -> Figure:
     """Embedding geometry at the last probe, one column per init std (one run per tie).
 
     Rows: (a) row norm vs train-split token count (median per log bin, IQR band; embedding
     solid, untied head dashed; tied head = embedding); (b) off-diagonal cosines of E·Eᵀ
     (E·Eᵀ = I means all 0), init (first probe) in grey; (c) untied: cosine between each
-    token's input and output vector. ``runs`` are the runs to show (e.g. from
-    :func:`analysis.representative_runs`); the probe tables come from
-    :func:`analysis.load_token_probes` and :func:`analysis.load_offdiag_cosines`.
+    token's input and output vector.
+
+    Without probe tables, the figure shows :func:`analysis.representative_runs` of ``runs``
+    (one per tie and setting, largest size, lowest seed; the others are listed as not
+    shown) and loads their probes. With probe tables (:func:`analysis.load_token_probes`,
+    :func:`analysis.load_offdiag_cosines`), it shows ``runs`` as given.
     """
     _check_runs(runs, "embedding-geometry figure")
+    others = []
+    if token_probes is None or offdiag is None:
+        shown = A.representative_runs(runs)
+        others = runs[~runs["run_id"].isin(shown["run_id"])]
+        runs = shown
+        token_probes = A.load_token_probes(runs) if token_probes is None else token_probes
+        offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
     runs = _with_setting(runs)
     inits = _init_order(runs)
     fig, axes = _figure(3, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.75)
     for m in list(token_probes.attrs.get("missing", [])) + list(offdiag.attrs.get("missing", [])):
         fig.skipped.append(m)
+    if len(others):
+        fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
+                           f"(largest size, lowest seed, finished first)")
     dup = runs[runs.duplicated(["tie", "setting"], keep="first")]
     for _, r in dup.iterrows():
         fig.skipped.append(f"{_run_label(r)}: one run per tie and init std is shown")
@@ -694,6 +708,22 @@ def param_tables(vocab_size: int = 50257) -> dict[str, str]:
             "tex": parameter_table("latex", vocab_size=vocab_size) + "\n"}
 
 
+def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None, name: str = "table_params") -> list[Path]:
+    """Write ``name.md`` and ``name.tex`` (see :func:`param_tables`) into ``out_dir``.
+
+    The vocabulary is the runs' one when they share a single vocab size, else GPT-2's 50257.
+    """
+    vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
+    tables = param_tables(int(vocab[0]) if len(vocab) == 1 else 50257)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext, text in tables.items():
+        paths.append(out_dir / f"{name}.{ext}")
+        paths[-1].write_text(text)
+    return paths
+
+
 # ----------------------------------------------------------------------------- saving, CLI
 
 FIGURES = {
@@ -721,6 +751,19 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
     return paths
 
 
+def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
+    """Save ``fig`` (see :func:`save_figure`), print where and what it leaves out; return it.
+
+    For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
+    for path in save_figure(fig, out_dir, name, formats):
+        print(f"wrote {path}")
+    for s in getattr(fig, "skipped", []):
+        print(f"not shown: {s}")
+    for s in getattr(fig, "flagged", []):
+        print(f"marked: {s}")
+    return fig
+
+
 def build_figure(name: str, results: A.Results) -> Figure:
     """Figure ``name`` (a key of FIGURES other than table_params) from loaded results."""
     runs, history = results.runs, results.history
@@ -731,13 +774,7 @@ def build_figure(name: str, results: A.Results) -> Figure:
     if name == "fig3_initial_loss":
         return fig_initial_loss(runs)
     if name == "fig4_embedding_geometry":
-        shown = A.representative_runs(runs)
-        fig = fig_embedding_geometry(shown, A.load_token_probes(shown), A.load_offdiag_cosines(shown))
-        others = len(runs) - len(shown)
-        if others:
-            fig.skipped.append(f"{others} other run(s): the figure shows one run per tie and init std "
-                               f"(largest size, lowest seed)")
-        return fig
+        return fig_embedding_geometry(runs)
     if name == "fig5_grad_split":
         return fig_grad_split(runs, history)
     raise KeyError(f"unknown figure {name!r}; valid: {', '.join(FIGURES)}")
@@ -756,17 +793,12 @@ def make_all(results: A.Results, out_dir: str | Path, formats: Sequence[str] = (
         entry = {"files": [], "skipped": [], "flagged": [], "error": None}
         try:
             if name == "table_params":
-                vocab = results.runs["vocab_size"].dropna().unique()
-                tables = param_tables(int(vocab[0]) if len(vocab) == 1 else 50257)
-                out_dir.mkdir(parents=True, exist_ok=True)
-                for ext, text in tables.items():
-                    (out_dir / f"{name}.{ext}").write_text(text)
-                    entry["files"].append(out_dir / f"{name}.{ext}")
+                entry["files"] = write_param_tables(out_dir, results.runs, name)
             else:
                 fig = build_figure(name, results)
                 entry["files"] = save_figure(fig, out_dir, name, formats)
                 entry["skipped"], entry["flagged"] = list(fig.skipped), list(fig.flagged)
-        except (A.ResultsError, KeyError, ValueError, ImportError) as e:
+        except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         report[name] = entry
     return report
@@ -797,18 +829,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
     if bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        ap.error(f"--out {args.out} exists and is not a directory")
     try:
-        results = A.load_wandb(args.wandb, group=args.group) if args.wandb else A.load_results(*args.sweep_dirs)
+        results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.data_id:
-        ids = sorted(results.runs["data_id"].dropna().unique())
-        if args.data_id not in ids:
-            print(f"error: --data-id {args.data_id!r} matches no run; data_ids present: {', '.join(ids)}",
-                  file=sys.stderr)
-            return 2
-        results = results.select(results.runs["data_id"] == args.data_id)
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in results.runs["status"].value_counts().items()))
     for note in results.notes:
         print(f"note: {note}")

@@ -1,0 +1,237 @@
+"""tiedvsuntied.figures: every figure on hand-built results, bad input, the CLI; end to end on the tiny sweep."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import matplotlib
+import numpy as np
+import pytest
+from fake_results import write_run, write_sweep
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+from tiedvsuntied import analysis as A
+from tiedvsuntied import figures as F
+
+TIED, UNTIED = F.TIE_COLOR[True].lower(), F.TIE_COLOR[False].lower()
+DIVERGED = "tie=true_init=1.0_model=micro_seed=1"
+RUNNING = "tie=false_init=0.036_model=nano_seed=1"
+FAILED = "tie=false_init=1.0_model=nano_seed=1"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    sweep = write_sweep(tmp_path_factory.mktemp("fig") / "sw", models=("nano", "micro"), seeds=(0, 1), statuses={
+        (True, "1.0", "micro", 1): "diverged", (False, "0.036", "nano", 1): "running",
+        (False, "1.0", "nano", 1): "failed"})
+    return A.load_results(sweep)
+
+
+def _lines(fig: Figure):
+    return [line for ax in fig.axes for line in ax.get_lines()]
+
+
+def _texts(fig: Figure) -> str:
+    """All text in the figure, wrapped lines joined again."""
+    return " ".join(" ".join(t.get_text() for t in fig.findobj(Text)).split())
+
+
+def _run_id(results, name):
+    return results.runs.set_index("name").loc[name, "run_id"]
+
+
+def test_every_figure_draws_and_lists_what_it_leaves_out(results):
+    rc_before = dict(matplotlib.rcParams)
+    for name in [n for n in F.FIGURES if n != "table_params"]:
+        fig = F.build_figure(name, results)
+        assert isinstance(fig, Figure), name
+        assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
+        assert isinstance(fig.skipped, list) and isinstance(fig.flagged, list)
+        for item in fig.skipped + fig.flagged:  # each listed item is in the footnote too
+            assert item[:40] in _texts(fig) or "see fig." in _texts(fig), (name, item)
+        small = [t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6]
+        assert not small, f"{name}: text below 6 pt: {small[:3]}"
+    assert dict(matplotlib.rcParams) == rc_before  # figures never change the global style
+
+
+def test_val_loss_colours_and_flags(results):
+    fig = F.fig_val_loss(results.runs, results.history)
+    colours = {to_hex(line.get_color()) for line in _lines(fig)}
+    assert TIED in colours and UNTIED in colours
+    assert colours <= {TIED, UNTIED, to_hex(F.REF_COLOR)}
+    assert len(fig.axes) == 2 * 2  # 2 sizes x 2 init stds
+    flagged = " ".join(fig.flagged)
+    assert f"{DIVERGED}: diverged at step 10" in flagged
+    assert f"{RUNNING}: running" in flagged and f"{FAILED}: failed" in flagged
+    assert "Marked:" in _texts(fig)
+
+
+def test_diverged_curve_ends_where_it_diverged(results):
+    fig = F.fig_val_loss(results.runs, results.history)
+    div = results.runs.set_index("name").loc[DIVERGED]
+    ends = [line for line in _lines(fig) if line.get_marker() == F.STATUS_MARKER["diverged"]]
+    assert len(ends) == 1
+    h = results.history[(results.history["run_id"] == div["run_id"]) & results.history["val/loss"].notna()]
+    assert ends[0].get_xdata()[-1] == h["tokens"].iloc[-1]
+    assert h["step"].max() <= div["diverged_at_step"]
+    dashed = [line for line in _lines(fig) if line.get_linestyle() == "--" and to_hex(line.get_color()) == TIED]
+    assert any(max(line.get_xdata()) == h["tokens"].max() for line in dashed)
+
+
+def test_loss_vs_params_plots_seed_means_and_skips_unfinished(results):
+    fig = F.fig_loss_vs_params(results.runs)
+    skipped = " ".join(fig.skipped)
+    for name, status in ((DIVERGED, "diverged"), (RUNNING, "running"), (FAILED, "failed")):
+        assert f"{name}: {status}, no final loss" in skipped
+    agg = A.aggregate_runs(results.runs)
+    plotted = np.concatenate([line.get_ydata() for line in fig.axes[0].get_lines()])
+    for mean in agg["mean"]:
+        assert np.isclose(plotted, mean).any()
+    xs = np.concatenate([line.get_xdata() for line in fig.axes[1].get_lines()])
+    assert set(xs) <= set(results.runs["params_non_embedding"].astype(float))
+    assert fig.axes[0].get_xscale() == "log"
+
+
+def test_initial_loss_against_ln_v_and_prediction(results):
+    fig = F.fig_initial_loss(results.runs)
+    ln_v = math.log(512)
+    left = fig.axes[0]
+    assert any(np.allclose(line.get_ydata(), ln_v) for line in left.get_lines())
+    diamonds = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"])
+    sigmas = results.runs["init_logit_std"].dropna().unique()
+    for pred in A.gaussian_logit_loss(sigmas, 512, draws=4):
+        assert np.isclose(diamonds, pred).any()
+    measured = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"])
+    assert sorted(measured) == pytest.approx(sorted(results.runs["init_val_loss"]))
+
+
+def test_embedding_geometry_says_when_probes_are_missing(tmp_path):
+    sweep = tmp_path / "sw"
+    write_run(sweep, tie=True, probes=False)
+    write_run(sweep, tie=False, token_freq=False)
+    runs = A.load_results(sweep).runs
+    fig = F.fig_embedding_geometry(runs)
+    text = _texts(fig)
+    assert "no probe arrays with token frequencies" in text
+    assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in " ".join(fig.skipped)
+    assert "token_freq.npy missing" in " ".join(fig.skipped)
+    # the untied run's cosines are still drawn
+    assert any(p.get_height() > 0 for ax in fig.axes for p in ax.patches)
+
+
+def test_embedding_geometry_one_run_per_tie_and_setting(results):
+    fig = F.fig_embedding_geometry(results.runs)
+    assert f"{len(results.runs) - 4} other run(s)" in " ".join(fig.skipped)
+    assert "micro" in fig.get_suptitle()
+    assert len(fig.axes) == 3 * 2
+
+
+def test_grad_split_tied_only_and_missing_metrics(results):
+    fig = F.fig_grad_split(results.runs, results.history)
+    n_untied = int((results.runs["tie"] == False).sum())  # noqa: E712
+    assert f"{n_untied} untied run(s)" in " ".join(fig.skipped)
+    assert {to_hex(line.get_color()) for line in _lines(fig)} <= {TIED, to_hex(F.REF_COLOR)}
+    both = F.fig_grad_split(results.runs, results.history, include_untied=True)
+    assert UNTIED in {to_hex(line.get_color()) for line in _lines(both)}
+    bare = results.history.drop(columns=["train/grad_norm_in", "train/grad_norm_out"])
+    fig = F.fig_grad_split(results.runs, bare)
+    assert "not logged: train/grad_norm_in, train/grad_norm_out" in _texts(fig)
+
+
+def test_mixed_sweeps_and_empty_input_are_refused_clearly(tmp_path, results):
+    write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
+    write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
+    mixed = A.load_results(tmp_path / "a", tmp_path / "b")
+    for make in (lambda: F.fig_val_loss(mixed.runs, mixed.history), lambda: F.fig_loss_vs_params(mixed.runs),
+                 lambda: F.fig_initial_loss(mixed.runs), lambda: F.fig_embedding_geometry(mixed.runs),
+                 lambda: F.fig_grad_split(mixed.runs, mixed.history)):
+        with pytest.raises(A.ResultsError, match=r"mix 2 values of vocab_size"):
+            make()
+    with pytest.raises(A.ResultsError, match="no runs to plot"):
+        F.fig_initial_loss(results.runs.iloc[:0])
+
+
+def test_no_initial_loss_yet_is_said_in_the_figure(results):
+    runs = results.runs.assign(init_val_loss=np.nan)
+    fig = F.fig_initial_loss(runs)
+    assert "no run has an initial validation loss yet" in _texts(fig)
+    assert len(fig.skipped) == len(runs)
+
+
+def test_save_figure_writes_each_format(tmp_path, results):
+    fig = F.fig_loss_vs_params(results.runs)
+    paths = F.save_figure(fig, tmp_path / "out", "f", ("pdf", "png", "svg"))
+    assert [p.name for p in paths] == ["f.pdf", "f.png", "f.svg"]
+    assert paths[0].read_bytes()[:4] == b"%PDF" and paths[1].read_bytes()[:4] == b"\x89PNG"
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, results, capsys):
+    sweep = results.runs["path"].iloc[0].rsplit("/", 1)[0]
+    only = "fig1_val_loss,fig2_loss_vs_params"
+    assert F.main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "o" / "fig1_val_loss.png").stat().st_size > 0
+    assert not (tmp_path / "o" / "fig1_val_loss.pdf").exists()
+    assert f"not shown: {DIVERGED}: diverged, no final loss" in out
+    assert f"marked: {RUNNING}: running" in out
+
+
+def test_cli_bad_input(tmp_path, capsys):
+    assert F.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert f"{tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    for bad in (["--formats", "jpg"], ["--only", "fig9"], []):
+        with pytest.raises(SystemExit) as e:
+            F.main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "valid formats are pdf, png, svg" in err and "unknown figure(s) ['fig9']" in err
+    assert "give one or more SWEEP_DIRs" in err
+
+
+def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
+    write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
+    write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
+    args = [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--formats", "png",
+            "--only", "fig3_initial_loss"]
+    assert F.main(args) == 1
+    captured = capsys.readouterr()
+    assert "fig3_initial_loss: NOT MADE" in captured.err and "--data-id" in captured.err
+    assert "mixed sweeps" in captured.out
+    data_id = A.load_results(tmp_path / "a").runs["data_id"].iloc[0]
+    assert F.main(args + ["--data-id", data_id]) == 0
+    assert (tmp_path / "o" / "fig3_initial_loss.png").exists()
+
+
+def test_parameter_table_uses_the_model_accounting(tmp_path):
+    """GPT-2 small: 124,439,808 tied, 163,037,184 untied (DESIGN.md), from tiedvsuntied.model."""
+    pytest.importorskip("torch")
+    md, tex = F.write_param_tables(tmp_path)
+    text = md.read_text()
+    small = next(line for line in text.splitlines() if line.startswith("| small "))
+    assert "124,439,808" in small and "163,037,184" in small
+    assert r"\begin{tabular}" in tex.read_text() and "124{,}439{,}808" in tex.read_text()
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
+    out = tmp_path / "figures"
+    proc = subprocess.run([sys.executable, "-m", "tiedvsuntied.figures", str(tiny_sweep), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NOT MADE" not in proc.stderr
+    assert "4 runs: 4 finished" in proc.stdout
+    for name in F.FIGURES:
+        exts = ("md", "tex") if name == "table_params" else ("pdf", "png")
+        for ext in exts:
+            path = out / f"{name}.{ext}"
+            assert path.exists() and path.stat().st_size > 0, path
