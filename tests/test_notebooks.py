@@ -1,0 +1,70 @@
+"""The notebooks: committed clean and thin; executed top to bottom on the tiny sweep (slow)."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+# What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.FIGURES).
+WRITES = {
+    "00_overview.ipynb": ["runs.csv"],
+    "01_loss.ipynb": ["fig1_val_loss.pdf", "fig1_val_loss.png", "fig2_loss_vs_params.pdf", "fig2_loss_vs_params.png"],
+    "02_initial_loss.ipynb": ["fig3_initial_loss.pdf", "fig3_initial_loss.png"],
+    "03_embedding_geometry.ipynb": ["fig4_embedding_geometry.pdf", "fig4_embedding_geometry.png"],
+    "04_gradient_split.ipynb": ["fig5_grad_split.pdf", "fig5_grad_split.png"],
+    "05_parameter_table.ipynb": ["table_params.md", "table_params.tex"],
+}
+
+
+def test_every_notebook_is_listed_and_every_figure_has_a_notebook():
+    from tiedvsuntied.figures import FIGURES
+
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(WRITES)
+    written = {Path(f).stem for files in WRITES.values() for f in files}
+    assert set(FIGURES) <= written
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_clean_and_thin(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for c in code:
+        assert c.outputs == [] and c.execution_count is None, f"{path.name}: commit notebooks without outputs"
+    params = code[0]
+    assert "parameters" in params.metadata.get("tags", []), f"{path.name}: first code cell must be tagged parameters"
+    for var in ("TIEDVSUNTIED_SWEEP_DIR", "TIEDVSUNTIED_FIGURES_DIR", "TIEDVSUNTIED_WANDB_PROJECT"):
+        assert var in params.source, f"{path.name}: parameters cell does not read {var}"
+    source = "\n".join(line for c in code for line in c.source.splitlines() if not line.startswith("%"))
+    # thin: the plotting lives in tiedvsuntied.figures, not here
+    for forbidden in ("matplotlib", "plt.", ".plot(", ".hist(", "add_subplot", "subplots("):
+        assert forbidden not in source, f"{path.name}: plotting code ({forbidden!r}) belongs in tiedvsuntied.figures"
+    for c in code:  # every cell is valid Python once IPython magics are removed
+        ast.parse("\n".join(line for line in c.source.splitlines() if not line.startswith("%")))
+
+
+@pytest.mark.slow
+def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("TIEDVSUNTIED_SWEEP_DIR", str(tiny_sweep))
+    for path in NOTEBOOKS:
+        out = tmp_path / path.stem
+        monkeypatch.setenv("TIEDVSUNTIED_FIGURES_DIR", str(out))
+        nb = nbformat.read(path, as_version=4)
+        # check the kernel is this environment's Python (the one with tiedvsuntied installed)
+        nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.prefix)"))
+        NotebookClient(nb, kernel_name="python3", timeout=600,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        assert nb.cells[-1].outputs[0]["text"].strip() == sys.prefix, path.name
+        errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{path.name}: {errors}"
+        for name in WRITES[path.name]:
+            f = out / name
+            assert f.exists() and f.stat().st_size > 0, f"{path.name} did not write {f}"
