@@ -4,7 +4,8 @@ Every figure function takes the tables of :mod:`tiedvsuntied.analysis` and retur
 :class:`matplotlib.figure.Figure` in one style: Okabe-Ito colours (colour-blind safe), tied
 always vermillion and untied always blue, sizes for a two-column paper (``FULL_WIDTH``
 inches wide, 8 pt text). Runs a figure leaves out are never dropped silently: they are
-listed in ``fig.skipped`` ("name: reason") and in a footnote under the figure.
+listed in ``fig.skipped`` ("name: reason"), runs drawn apart (running, diverged, failed) in
+``fig.flagged``, and both in a footnote under the figure.
 
     python -m tiedvsuntied.figures results/tie_x_init --out figures/
 
@@ -13,6 +14,7 @@ docs/figures.md maps each figure to its function, output name, notebook and expe
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import textwrap
@@ -21,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -62,9 +65,6 @@ def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: fl
 
 def _rc(func: Callable) -> Callable:
     """Run a figure function under STYLE without touching the global rcParams."""
-    import functools
-
-    from matplotlib import rc_context
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -232,6 +232,10 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
             ax = axes[i, j]
             if i == 0:
                 ax.set_title(_init_label(init))
+            if i == len(models) - 1:
+                ax.set_xlabel("training tokens")
+            if j == 0:
+                ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
             cell = runs[(runs["model"] == model) & (runs["setting"] == init)]
             if not has_metric:
                 _note(ax, f"no '{metric}' logged in any run")
@@ -278,10 +282,6 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
                 continue
             _log_if_wide(ax, plotted)
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-            if i == len(models) - 1:
-                ax.set_xlabel("training tokens")
-            if j == 0:
-                ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
     handles = _tie_handles()
     ns = sorted(int(n) for n in band_n if n >= 2)
     if ns:
@@ -635,10 +635,8 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     h = history[history["tie"].isin(ties)].copy()
     if not missing:
         h["ratio"] = h[keys[1]] / h[keys[0]]
-    for _, r in runs[runs["tie"].isin(ties)].iterrows():
+    for _, r in runs[runs["tie"].isin(ties)].iterrows() if not missing else ():
         hr = history[history["run_id"] == r["run_id"]]
-        if missing:
-            continue
         if hr.empty or hr[keys[0]].notna().sum() == 0:
             fig.skipped.append(f"{_run_label(r)}: no gradient norms logged ({r['status']})")
         elif r["status"] not in ("finished", "running"):
@@ -741,8 +739,6 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    from matplotlib import rc_context
-
     with rc_context(STYLE):  # some settings (PDF font type, dpi) are read when saving
         for fmt in formats:
             path = out_dir / f"{name}.{fmt}"
