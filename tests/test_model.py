@@ -1,0 +1,522 @@
+"""The model: HF equivalence, tying, the init table, seeding, chunked loss, gradient split,
+parameter accounting, configs, bad input, checkpoints and pretrained weights."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from tiedvsuntied.model import (
+    GPT, ModelConfig, chunked_cross_entropy, count_parameters, flops_per_token, init_table_markdown,
+    load_model_config, main, model_size_names, parameter_table, resolve_init_std,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+GPT2_SMALL = dict(vocab_size=50257, block_size=1024, n_embd=768, n_layer=12, n_head=12, bias=True)
+
+
+def tiny(**kw) -> ModelConfig:
+    return ModelConfig(**{**dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16,
+                                 vocab_size=97), **kw})
+
+
+def batch(cfg, B=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    return x, y
+
+
+# ----------------------------------------------------------------------------- HF equivalence
+
+
+def _random_hf_model(tie=True):
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.GPT2Config(vocab_size=101, n_positions=24, n_embd=48, n_layer=2, n_head=4,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     tie_word_embeddings=tie)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
+    with torch.no_grad():  # HF inits LayerNorms to 1/0 and biases to 0: make every tensor count
+        for name, p in hf.named_parameters():
+            if "ln_" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return hf
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("tie", [True, False])
+def test_same_logits_as_transformers(tmp_path, tie):
+    hf = _random_hf_model(tie)
+    hf.save_pretrained(tmp_path)
+    ours = GPT.from_pretrained(tmp_path, tie=tie).eval()
+    assert ours.tied == tie
+    idx = torch.randint(0, 101, (2, 24))
+    with torch.no_grad():
+        expected = hf(idx).logits
+        logits, _ = ours(idx)
+    assert logits.dtype == torch.float32
+    assert (logits - expected).abs().max().item() <= 1e-4
+
+
+@pytest.mark.hf
+def test_save_pretrained_loads_in_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = tiny(vocab_size=101)
+    model = GPT(cfg, seed=3).eval()
+    with torch.no_grad():  # non-trivial LayerNorms and biases
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
+    idx, _ = batch(cfg)
+    with torch.no_grad():
+        assert (model(idx)[0] - hf(idx).logits).abs().max().item() <= 1e-4
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    for tie in (True, False):
+        cfg = tiny(tie=tie)
+        model = GPT(cfg, seed=1).eval()
+        model.save_pretrained(tmp_path / str(tie))
+        back = GPT.from_pretrained(tmp_path / str(tie), tie=tie).eval()
+        assert back.tied == tie
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, back.state_dict()[k]), k
+        idx, _ = batch(cfg)
+        with torch.no_grad():
+            assert torch.equal(model(idx)[0], back(idx)[0])
+
+
+def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path):
+    with pytest.raises(ValueError, match="bias"):
+        GPT(tiny(bias=False), seed=0).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="t5_rescale"):
+        GPT(tiny(t5_rescale=True), seed=0).save_pretrained(tmp_path)
+
+
+# ----------------------------------------------------------------------------- tying
+
+
+def test_tied_is_one_parameter():
+    model = GPT(tiny(tie=True), seed=0)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert "transformer.wte.weight" in names and "lm_head.weight" not in names
+    assert {"transformer.wte.weight", "lm_head.weight"} <= set(model.state_dict())
+    # update the head (an optimizer step on the head's gradient): the embedding changes
+    before = model.transformer.wte.weight.detach().clone()
+    x, y = batch(model.config)
+    model(x, y)[1].backward()
+    torch.optim.SGD([model.lm_head.weight], lr=1.0).step()
+    assert not torch.equal(model.transformer.wte.weight, before)
+    assert torch.equal(model.transformer.wte.weight, model.lm_head.weight)
+
+
+def test_untied_is_two_matrices():
+    model = GPT(tiny(tie=False), seed=0)
+    assert model.lm_head.weight is not model.transformer.wte.weight
+    assert "lm_head.weight" in dict(model.named_parameters())
+    before = model.transformer.wte.weight.detach().clone()
+    with torch.no_grad():
+        model.lm_head.weight.add_(1.0)
+    assert torch.equal(model.transformer.wte.weight, before)
+
+
+def test_t5_rescale_scales_logits_by_inv_sqrt_d():
+    cfg = tiny()
+    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(t5_rescale=True), seed=0).eval()
+    idx, _ = batch(cfg)
+    with torch.no_grad():
+        torch.testing.assert_close(t5(idx)[0], plain(idx)[0] * cfg.n_embd ** -0.5, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- init
+
+
+def _documented_table() -> list[tuple[str, str, str]]:
+    """The (pattern, init, std symbol) rows of the table in GPT.init_weights' docstring."""
+    rows = re.findall(r"^\| `([^`]+)` \| (\w+) \| (\S+) \|$", GPT.init_weights.__doc__, re.M)
+    assert len(rows) >= 8, "init_weights docstring has no init table"
+    return rows
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("init_std", ["1.0", "inv_sqrt_d"])
+@pytest.mark.parametrize("n_embd", [64, 256])
+def test_every_tensor_follows_the_documented_init_table(tie, init_std, n_embd):
+    from fnmatch import fnmatchcase
+
+    n_layer = 3
+    cfg = ModelConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=64, vocab_size=1024,
+                      tie=tie, init_std=init_std)
+    model = GPT(cfg, seed=0)
+    emb_std = 1.0 if init_std == "1.0" else n_embd ** -0.5
+    symbols = {"emb": emb_std, "head": emb_std, "body": 0.02, "resid": 0.02 / math.sqrt(2 * n_layer)}
+    table = _documented_table()
+    seen = set()
+    for name, p in model.named_parameters():
+        rows = [(i, s) for pat, i, s in table if fnmatchcase(name, pat)]
+        assert len(rows) == 1, f"{name} matches {len(rows)} documented rows"
+        init, sym = rows[0]
+        seen.add(sym)
+        p = p.detach()
+        if init == "ones":
+            assert torch.equal(p, torch.ones_like(p)), name
+        elif init == "zeros":
+            assert torch.equal(p, torch.zeros_like(p)), name
+        else:
+            assert init == "normal"
+            std, n = p.std().item(), p.numel()
+            assert abs(std / symbols[sym] - 1) < 4 / math.sqrt(n) + 0.01, (name, std, symbols[sym])
+            assert abs(p.mean().item()) < 5 * symbols[sym] / math.sqrt(n), name
+    assert seen >= {"emb", "body", "resid", "-"} and (("head" in seen) != tie)
+    if tie:  # one matrix: the shared std, not overwritten by a second init
+        assert model.lm_head.weight.std().item() == pytest.approx(emb_std, rel=0.02)
+
+
+def test_docs_show_the_init_table():
+    assert init_table_markdown() in (REPO / "docs" / "model.md").read_text()
+
+
+def test_resolve_init_std():
+    assert resolve_init_std("0.036", 768) == 0.036
+    assert resolve_init_std(1.0, 768) == 1.0
+    assert resolve_init_std("inv_sqrt_d", 768) == 768 ** -0.5
+    assert resolve_init_std("d^-0.5", 64) == 0.125
+    assert ModelConfig(n_embd=256, n_head=4, init_std="inv_sqrt_d").resolved_init_stds() == {"emb": 1 / 16, "head": 1 / 16}
+    untied = ModelConfig(tie=False, init_std="0.02", head_init_std="inv_sqrt_d", n_embd=64)
+    assert untied.resolved_init_stds() == {"emb": 0.02, "head": 0.125}
+    model = GPT(ModelConfig(tie=False, emb_init_std="1.0", head_init_std="0.01", n_embd=64,
+                            n_head=2, n_layer=1, vocab_size=4096, block_size=8), seed=0)
+    assert model.transformer.wte.weight.std().item() == pytest.approx(1.0, rel=0.03)
+    assert model.lm_head.weight.std().item() == pytest.approx(0.01, rel=0.03)
+
+
+def test_initial_loss_is_ln_v_for_a_tiny_std():
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=50257, init_std="1e-4")
+    x, y = batch(cfg, B=2)
+    with torch.no_grad():
+        loss = GPT(cfg, seed=0)(x, y)[1].item()
+    assert loss == pytest.approx(math.log(50257), abs=2e-3)
+    assert math.log(50257) == pytest.approx(10.8249, abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- seeding
+
+
+def test_tied_and_untied_share_the_body_for_a_seed():
+    tied, untied = GPT(tiny(tie=True), seed=7), GPT(tiny(tie=False), seed=7)
+    u = dict(untied.named_parameters())
+    for name, p in tied.named_parameters():  # every body tensor and wte
+        assert torch.equal(p, u[name]), name
+    assert not torch.equal(untied.lm_head.weight, untied.transformer.wte.weight)
+    other = GPT(tiny(tie=True), seed=8)
+    assert not torch.equal(other.transformer.h[0].attn.c_attn.weight, tied.transformer.h[0].attn.c_attn.weight)
+
+
+def test_a_seeded_build_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    GPT(tiny(tie=True), seed=1)
+    GPT(tiny(tie=False), seed=1)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_seed_none_follows_the_global_rng():
+    torch.manual_seed(123)
+    a = GPT(tiny(), seed=None)
+    torch.manual_seed(123)
+    b = GPT(tiny(), seed=None)
+    assert a.init_seed == b.init_seed and torch.equal(a.transformer.wte.weight, b.transformer.wte.weight)
+
+
+# ----------------------------------------------------------------------------- forward & loss
+
+
+def _grads(model):
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_chunked_loss_equals_full_loss_and_gradients(tie):
+    cfg = tiny(tie=tie)
+    x, y = batch(cfg)
+    y[0, :5] = -1  # ignored targets
+    full, chunked = GPT(cfg, seed=0), GPT(cfg, seed=0)
+    chunked.loss_chunk = 7  # does not divide B*T = 48: a ragged last chunk
+    logits, loss_full = full(x, y)
+    none, loss_chunked = chunked(x, y, return_logits=False)
+    assert none is None and logits.shape == (3, 16, cfg.vocab_size)
+    torch.testing.assert_close(loss_chunked, loss_full, rtol=1e-6, atol=1e-6)
+    loss_full.backward()
+    loss_chunked.backward()
+    g_full, g_chunked = _grads(full), _grads(chunked)
+    for n in g_full:
+        torch.testing.assert_close(g_chunked[n], g_full[n], rtol=1e-5, atol=1e-7, msg=n)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked(x, y, return_logits=False)[1], loss_full, rtol=1e-6, atol=1e-6)
+
+
+def test_chunked_cross_entropy_scales_with_the_incoming_gradient():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 8, generator=g, requires_grad=True)
+    w = torch.randn(13, 8, generator=g, requires_grad=True)
+    t = torch.randint(0, 13, (10,), generator=g)
+    (3.0 * chunked_cross_entropy(x, w, t, chunk=4)).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    (3.0 * torch.nn.functional.cross_entropy(x @ w.t(), t)).backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
+def test_autocast_bf16_on_cpu():
+    cfg = tiny()
+    x, y = batch(cfg)
+    model = GPT(cfg, seed=0)
+    model.loss_chunk = 10
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss_full = model(x, y)
+        _, loss_chunked = model(x, y, return_logits=False)
+    assert logits.dtype == torch.float32 and loss_full.dtype == torch.float32
+    assert loss_chunked.item() == pytest.approx(loss_full.item(), rel=1e-2)
+    loss_chunked.backward()
+    assert model.transformer.wte.weight.grad.dtype == torch.float32
+    assert torch.isfinite(model.transformer.wte.weight.grad).all()
+
+
+def test_compiles_without_graph_breaks():
+    model = GPT(tiny(), seed=0)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x, y = batch(model.config)
+    _, loss = compiled(x, y, return_logits=False)
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_too_long_sequence_is_refused():
+    model = GPT(tiny(), seed=0)
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+# ----------------------------------------------------------------------------- gradient split
+
+
+@pytest.mark.parametrize("return_logits", [True, False])
+def test_grad_split_tied_sums_to_the_gradient(return_logits):
+    model = GPT(tiny(tie=True), seed=0)
+    model.track_grad_split = True
+    for micro in range(2):  # accumulates over micro-batches
+        x, y = batch(model.config, seed=micro)
+        x = x % 50  # tokens >= 50 are never looked up: their rows get no input-side gradient
+        model(x, y, return_logits=return_logits)[1].backward()
+    gin, gout = model.grad_split["in"], model.grad_split["out"]
+    torch.testing.assert_close(gin + gout, model.transformer.wte.weight.grad)
+    assert gin[:50].abs().sum() > 0 and gin[50:].abs().sum() == 0
+    assert gout[50:].abs().sum() > 0  # every row of the head gets a softmax gradient
+    model.reset_grad_split()
+    assert model.grad_split == {}
+
+
+def test_grad_split_untied_is_the_two_gradients():
+    model = GPT(tiny(tie=False), seed=0)
+    model.track_grad_split = True
+    x, y = batch(model.config)
+    model(x, y)[1].backward()
+    torch.testing.assert_close(model.grad_split["in"], model.transformer.wte.weight.grad)
+    torch.testing.assert_close(model.grad_split["out"], model.lm_head.weight.grad)
+
+
+def test_grad_split_off_records_nothing_and_changes_nothing():
+    on, off = GPT(tiny(), seed=0), GPT(tiny(), seed=0)
+    on.track_grad_split = True
+    x, y = batch(on.config)
+    on(x, y)[1].backward()
+    off(x, y)[1].backward()
+    assert off.grad_split == {}
+    torch.testing.assert_close(on.transformer.wte.weight.grad, off.transformer.wte.weight.grad)
+    with torch.no_grad():  # no backward: nothing hooked
+        on.reset_grad_split()
+        on(x, y)
+    assert on.grad_split == {}
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def test_gpt2_small_parameter_counts():
+    tied = count_parameters(ModelConfig(**GPT2_SMALL, tie=True))
+    untied = count_parameters(ModelConfig(**GPT2_SMALL, tie=False))
+    assert tied["total"] == 124_439_808
+    assert untied["total"] == 163_037_184
+    assert tied["embedding"] == untied["embedding"] == 38_597_376
+    assert tied["position"] == 786_432
+    assert tied["head"] == 0 and untied["head"] == 38_597_376
+    assert tied["non_embedding"] == untied["non_embedding"] == 124_439_808 - 38_597_376 - 786_432
+    assert load_model_config("small").n_layer == 12
+    assert count_parameters(load_model_config("small"))["total"] == 124_439_808
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_count_parameters_on_a_real_model(tie):
+    cfg = tiny(tie=tie)
+    model = GPT(cfg, seed=0)
+    unique = {p.data_ptr(): p.numel() for p in model.parameters()}
+    by_hand = sum(p.numel() for n, p in model.state_dict().items() if not (tie and n == "lm_head.weight"))
+    counts = count_parameters(model)
+    assert counts["total"] == sum(unique.values()) == by_hand
+    assert counts == count_parameters(cfg)  # meta-device count agrees
+    assert counts["head"] == (0 if tie else cfg.vocab_size * cfg.n_embd)
+    assert counts["non_embedding"] == counts["total"] - counts["embedding"] - counts["position"] - counts["head"]
+
+
+def test_flops_per_token():
+    small = ModelConfig(**GPT2_SMALL)
+    # 6 x (every parameter but wpe: the tied wte is the head's matmul) + attention
+    expected = 6 * (124_439_808 - 786_432) + 12 * 12 * 768 * 1024
+    assert flops_per_token(small) == expected
+    assert flops_per_token(ModelConfig(**GPT2_SMALL, tie=False)) == expected
+    assert flops_per_token(GPT(tiny(), seed=0)) == flops_per_token(tiny())
+
+
+# ----------------------------------------------------------------------------- sizes & CLI
+
+
+def test_size_configs():
+    expected = {"nano": (2, 2, 64, 128), "micro": (4, 4, 128, 256), "mini": (6, 6, 384, 256),
+                "small": (12, 12, 768, 1024), "medium": (24, 16, 1024, 1024),
+                "large": (36, 20, 1280, 1024), "xl": (48, 25, 1600, 1024)}
+    assert set(model_size_names()) == set(expected)
+    for name, shape in expected.items():
+        c = load_model_config(name)
+        assert c.name == name and (c.n_layer, c.n_head, c.n_embd, c.block_size) == shape
+    assert asdict(ModelConfig()) == asdict(load_model_config("micro")) | {"name": "micro"}
+
+
+def test_unknown_size_lists_the_valid_names():
+    with pytest.raises(ValueError, match="unknown model size 'huge'.*micro.*nano"):
+        load_model_config("huge")
+
+
+def test_parameter_table_cli_and_docs(capsys):
+    assert main(["--table"]) == 0
+    out = capsys.readouterr().out
+    assert "124,439,808" in out and "163,037,184" in out and "38,597,376" in out
+    assert out.strip() in (REPO / "docs" / "model.md").read_text(), "docs/model.md: paste the current table"
+    latex = parameter_table("latex")
+    assert latex.startswith(r"\begin{tabular}") and "124{,}439{,}808" in latex
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("n_embd", 100, "divisible by n_head"),
+    ("n_layer", 0, "positive integer"),
+    ("n_head", -2, "positive integer"),
+    ("vocab_size", 2.5, "positive integer"),
+    ("dropout", 1.0, r"\[0, 1\)"),
+    ("dropout", -0.1, r"\[0, 1\)"),
+    ("init_std", "0", "> 0"),
+    ("init_std", "-1.0", "> 0"),
+    ("init_std", "big", "inv_sqrt_d"),
+    ("head_init_std", "nan", "> 0"),
+    ("tie", "false", "bool"),
+])
+def test_bad_config_is_refused_before_allocating(field, value, says):
+    # a vocabulary this large could not be allocated: the error must come first
+    cfg = ModelConfig(**{"vocab_size": 10**12, "n_head": 3, "n_embd": 99, field: value})
+    with pytest.raises(ValueError, match=f"{field}.*{says}"):
+        GPT(cfg)
+
+
+def test_tied_overrides_must_agree():
+    with pytest.raises(ValueError, match="tie=true"):
+        ModelConfig(tie=True, emb_init_std="1.0", head_init_std="0.02").validate()
+    ModelConfig(tie=True, emb_init_std="0.5", head_init_std="0.5", init_std="0.5").validate()
+    ModelConfig(tie=False, emb_init_std="1.0", head_init_std="0.02").validate()
+
+
+def test_config_from_a_mapping_rejects_unknown_keys():
+    assert GPT({**asdict(tiny()), "tie": False}, seed=0).tied is False
+    with pytest.raises(ValueError, match="n_layers"):
+        GPT({"n_layers": 2})
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_save_load_round_trip(tmp_path, tie):
+    model = GPT(tiny(tie=tie), seed=0)
+    model.save(tmp_path / "m.pt")
+    raw = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert raw["config"]["tie"] is tie and isinstance(raw["config"], dict)
+    back = GPT.load(tmp_path / "m.pt")
+    assert back.tied == tie and back.config == model.config
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, back.state_dict()[k])
+    if tie:  # still one Parameter
+        assert back.lm_head.weight is back.transformer.wte.weight
+
+
+def test_load_names_missing_and_unexpected_keys(tmp_path):
+    model = GPT(tiny(), seed=0)
+    model.save(tmp_path / "m.pt")
+    ckpt = torch.load(tmp_path / "m.pt", weights_only=True)
+    del ckpt["state_dict"]["transformer.ln_f.weight"]
+    ckpt["state_dict"]["transformer.extra"] = torch.zeros(1)
+    torch.save(ckpt, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"missing keys \['transformer.ln_f.weight'\].*unexpected keys \['transformer.extra'\]"):
+        GPT.load(tmp_path / "bad.pt")
+
+
+def test_untie_from_a_tied_checkpoint_copies_the_embedding(tmp_path):
+    tied = GPT(tiny(tie=True), seed=0)
+    tied.save_pretrained(tmp_path)
+    untied = GPT.from_pretrained(tmp_path, tie=False, dropout=0.1)
+    assert not untied.tied and untied.config.dropout == 0.1
+    assert torch.equal(untied.lm_head.weight, tied.transformer.wte.weight)  # a copy, never random
+    with torch.no_grad():
+        untied.lm_head.weight.add_(1.0)
+    assert torch.equal(untied.transformer.wte.weight, tied.transformer.wte.weight)
+    with pytest.raises(ValueError, match="n_embd"):
+        GPT.from_pretrained(tmp_path, n_embd=64)
+
+
+def test_tie_from_an_untied_checkpoint_is_refused(tmp_path):
+    GPT(tiny(tie=False), seed=0).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="tie=False"):
+        GPT.from_pretrained(tmp_path, tie=True)
+
+
+def test_from_pretrained_crops_the_context(tmp_path):
+    model = GPT(tiny(), seed=0)
+    model.save_pretrained(tmp_path)
+    short = GPT.from_pretrained(tmp_path, block_size=8)
+    assert torch.equal(short.transformer.wpe.weight, model.transformer.wpe.weight[:8])
+
+
+def test_unreachable_hub_fails_fast_and_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # an empty cache
+    code = "from tiedvsuntied.model import GPT; GPT.from_pretrained('openai-community/gpt2')"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=90)
+    elapsed = time.monotonic() - start
+    if proc.returncode == 0:
+        pytest.skip("the Hub is reachable here")
+    assert "openai-community/gpt2" in proc.stderr and "local directory" in proc.stderr
+    assert elapsed < 45, f"took {elapsed:.0f} s to fail"
