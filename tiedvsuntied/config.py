@@ -99,7 +99,7 @@ def _canonical_init_std(value: str) -> str:
 
 
 def run_name(cfg: Config) -> str:
-    init = str(cfg.init_std).replace("/", "_")
+    init = _canonical_init_std(cfg.init_std).replace("/", "_")
     return f"tie={str(cfg.tie).lower()}_init={init}_model={cfg.model.name}_seed={cfg.seed}"
 
 

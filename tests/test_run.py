@@ -1,0 +1,268 @@
+"""End to end: the user's command as a real Hydra multirun, read back from local files and
+from the offline W&B runs with wandb's own tools; failure, divergence, bad input, kill and
+resume, Ctrl-C."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SHAKESPEARE, TINY_SWEEP_OVERRIDES, run_cli
+
+LN_V = math.log(50257)
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted(sweep_dir.glob("*/summary.json")):
+        s = json.loads(p.read_text())
+        out[s["name"]] = s
+    return out
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def wandb_inspect(run_dir: Path, *args: str):
+    """Read an offline W&B run back with `wandb leet inspect` (wandb's own reader)."""
+    [wdir] = sorted((run_dir / "wandb").glob("offline-run-*"))
+    proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", *args, "--json", str(wdir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def common(tmp_path: Path, *extra: str) -> list[str]:
+    """The tiny-sweep settings with this test's own results dir and sweep name."""
+    base = [o for o in TINY_SWEEP_OVERRIDES if not o.startswith(("tie=", "init_std=", "sweep="))]
+    return [*base, f"results_dir={tmp_path / 'results'}", *extra]
+
+
+@pytest.mark.slow
+def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
+    runs = summaries(tiny_sweep)
+    assert len(runs) == 4, list(runs)
+    assert {(s["tie"], s["init_std"]) for s in runs.values()} == {
+        (True, "1.0"), (True, "0.036"), (False, "1.0"), (False, "0.036")}
+    index = json.loads((tiny_sweep / "index.json").read_text())
+    assert {e["status"] for e in index.values()} == {"finished"} and len(index) == 4
+
+    for s in runs.values():
+        assert s["status"] == "finished" and s["error"] is None
+        assert s["step"] == 12
+        p = s["params"]
+        assert p["total"] == p["embedding"] + p["position"] + p["head"] + p["non_embedding"]
+        assert p["head"] == (0 if s["tie"] else p["embedding"])
+        assert s["init_std_resolved"]["emb"] == pytest.approx(float(s["init_std"]))
+        for k in ("init_val_loss", "final_val_loss", "best_val_loss", "test_loss"):
+            assert math.isfinite(s[k]), k
+    tied = runs["tie=true_init=1.0_model=nano_seed=0"]
+    untied = runs["tie=false_init=1.0_model=nano_seed=0"]
+    assert untied["params"]["total"] - tied["params"]["total"] == 50257 * 64
+
+    # The initial loss is a result of the study: ~ln V for a small head std, far above it for 1.0.
+    for tie in ("true", "false"):
+        small = runs[f"tie={tie}_init=0.036_model=nano_seed=0"]["init_val_loss"]
+        large = runs[f"tie={tie}_init=1.0_model=nano_seed=0"]["init_val_loss"]
+        assert abs(small - LN_V) < 0.5, small
+        assert large > LN_V + 5, large
+
+    # Local metrics: step 0 evaluation, train logs, gradient split, probes, test loss.
+    run_dir = tiny_sweep / tied["run_id"]
+    m = metrics(run_dir)
+    assert m[0]["step"] == 0 and "val/loss" in m[0] and "init/logit_std" in m[0]
+    train = [r for r in m if "train/loss" in r]
+    assert [r["step"] for r in train] == [2, 4, 6, 8, 10, 12]
+    assert all(r["train/grad_norm_in"] > 0 and r["train/grad_norm_out"] > 0 for r in train)
+    assert [r["step"] for r in m if "val/loss" in r] == [0, 6, 12]
+    assert any("probe/emb_norm_mean" in r for r in m)
+    assert "test/loss" in m[-1]
+    assert sorted(p.name for p in (run_dir / "probes").glob("*.npz")) == [
+        "step_0000000.npz", "step_0000006.npz", "step_0000012.npz"]
+
+    # The W&B mirror, read back with wandb's own tool: same numbers, counts in config.
+    for s in runs.values():
+        rd = tiny_sweep / s["run_id"]
+        got = json.loads(wandb_inspect(rd, "--summary"))
+        assert got["state"] == "finished" and got["name"] == s["name"]
+        assert got["config"]["params"]["total"] == s["params"]["total"]
+        assert got["config"]["tie"] == s["tie"]
+        assert got["summary"]["params/total"] == s["params"]["total"]
+        assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
+        hist = [json.loads(l)["history"]["item"] for l in wandb_inspect(rd).splitlines()
+                if '"type":"history"' in l]
+        local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
+        wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
+        assert wandb_val == pytest.approx(local_val)
+
+
+@pytest.mark.slow
+def test_rerun_skips_finished_runs(tiny_sweep: Path, tmp_path: Path):
+    before = {n: s["updated_at"] for n, s in summaries(tiny_sweep).items()}
+    proc = run_cli(["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={tiny_sweep.parent}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {n: s["updated_at"] for n, s in summaries(tiny_sweep).items()} == before
+    out = proc.stdout + proc.stderr
+    assert out.count("already finished") == 4
+    assert "Sweep tiny" in out and out.count("finished") >= 8  # the end-of-sweep table
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    t0 = time.time()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended ({proc.returncode}) before {path} appeared:\n{proc.stderr.read()}")
+        if time.time() - t0 > timeout:
+            proc.kill()
+            raise AssertionError(f"{path} did not appear in {timeout}s")
+        time.sleep(0.05)
+
+
+def _popen(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tiedvsuntied.run", *args], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
+    args = common(tmp_path, "trainer.max_steps=60", "trainer.ckpt_interval=10", "trainer.eval_interval=20",
+                  "trainer.log_interval=5", "sweep=resume")
+    ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    proc = _popen(args, tmp_path)
+    [ckpt] = [None]
+    sweep = tmp_path / "results" / "resume"
+    t0 = time.time()
+    while True:  # wait for the first checkpoint, then kill without warning
+        found = list(sweep.glob("*/checkpoints/last.pt"))
+        if found:
+            break
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() - t0 < 300
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [killed] = summaries(sweep).values()
+    assert killed["status"] == "running" and killed["step"] < 60
+
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from step" in again.stderr + again.stdout
+    [resumed] = summaries(sweep).values()
+    [reference] = summaries(tmp_path / "ref" / "resume").values()
+    assert resumed["status"] == "finished" and resumed["resumed_from_step"] >= 10
+    assert resumed["run_id"] == reference["run_id"]  # identity is the config, not the time
+    for key in ("final_val_loss", "best_val_loss", "test_loss", "init_val_loss"):
+        assert resumed[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("train/tokens_per_s", "train/mfu")} for r in rows]
+    assert strip(metrics(sweep / resumed["run_id"])) == pytest.approx(
+        strip(metrics(tmp_path / "ref" / "resume" / reference["run_id"])))
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
+    args = common(tmp_path, "trainer.max_steps=400", "trainer.ckpt_interval=1000", "trainer.eval_interval=1000",
+                  "sweep=ctrlc")
+    proc = _popen(args, tmp_path)
+    sweep = tmp_path / "results" / "ctrlc"
+    t0 = time.time()
+    while not any(r.get("step", 0) >= 5 for d in sweep.glob("*") if (d / "metrics.jsonl").exists()
+                  for r in metrics(d) if "train/loss" in r):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() - t0 < 300
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    [s] = summaries(sweep).values()
+    assert s["status"] == "failed" and "interrupted" in s["error"]
+    assert 5 <= s["step"] < 400
+    assert (sweep / s["run_id"] / "checkpoints" / "last.pt").exists()
+
+    again = run_cli([*args, "trainer.max_steps=400"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from step {s['step']}" in again.stderr + again.stdout
+    [done] = summaries(sweep).values()
+    assert done["status"] == "finished" and done["step"] == 400
+
+
+@pytest.mark.slow
+def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Path):
+    # A corpus whose held-out splits are shorter than one 128-token window: that job fails;
+    # a huge learning rate diverges; the sane job finishes. One multirun, all three recorded.
+    small = tmp_path / "small.txt"
+    small.write_text(SHAKESPEARE.read_text()[:20_000])
+    secret = "0123456789abcdef0123456789abcdef01234567"
+    env = {"WANDB_API_KEY": secret}
+    args = common(tmp_path, "sweep=mixed", "optim.grad_clip=0", "optim.warmup_steps=0",
+                  f"data.files={small}", "model.block_size=16,128", "optim.lr=1e-3,1e5")
+    proc = run_cli(["-m", *args, "trainer.max_steps=12"], cwd=tmp_path, env_extra=env)
+    assert proc.returncode == 1  # Hydra reports the failed job after running the others
+    runs = list((tmp_path / "results" / "mixed").glob("*/summary.json"))
+    by = {}
+    for p in runs:
+        s = json.loads(p.read_text())
+        cfg = (p.parent / "config.yaml").read_text()
+        by[("block_size: 128" in cfg, "lr: 100000.0" in cfg)] = s
+    assert len(by) == 4
+    assert by[(False, False)]["status"] == "finished"
+    diverged = by[(False, True)]
+    assert diverged["status"] == "diverged" and diverged["diverged_at_step"] is not None
+    assert "non-finite" in diverged["error"]
+    for lr_big in (False, True):
+        failed = by[(True, lr_big)]
+        assert failed["status"] == "failed" and "val split" in failed["error"], failed["error"]
+    # W&B knows too.
+    got = json.loads(wandb_inspect(tmp_path / "results" / "mixed" / diverged["run_id"], "--summary"))
+    assert got["summary"]["status"] == "diverged"
+    # The sweep table lists every run with its status.
+    out = proc.stdout
+    assert out.count("diverged") >= 1 and out.count("failed") >= 2
+    # No secret from the environment reached anything the runs wrote.
+    for f in (tmp_path / "results").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+
+
+BAD = [
+    (["tie=maybe"], "tie"),
+    (["init_std=abc"], "init_std"),
+    (["init_std=-1"], "init_std"),
+    (["model=huge"], "model"),
+    (["trainer.max_step=5"], "max_step"),
+    (["wandb.mode=sometimes"], "wandb.mode"),
+    (["model.n_head=3"], "n_head"),
+    (["trainer.precision=fp8"], "trainer.precision"),
+]
+
+
+@pytest.mark.parametrize("override,key", BAD, ids=[b[0][0] for b in BAD])
+def test_bad_input_is_refused_before_any_data_is_loaded(override, key, tmp_path: Path):
+    cache = tmp_path / "cache"
+    # The bad override comes last so nothing after it can mask it; a mistake here would train.
+    proc = run_cli(["data=text", f"data.files={SHAKESPEARE}", f"results_dir={tmp_path / 'r'}", "wandb.mode=disabled",
+                    "trainer.max_steps=1", *override], cwd=tmp_path, env_extra={"TIEDVSUNTIED_CACHE": str(cache)},
+                   timeout=300)
+    assert proc.returncode != 0
+    assert key in proc.stderr, proc.stderr[-2000:]
+    assert not cache.exists() or not any(cache.rglob("*.bin")), "data was tokenized before the error"
+
+
+def test_cfg_job_and_help(tmp_path: Path):
+    proc = run_cli(["--cfg", "job", "tie=false", "init_std=inv_sqrt_d", "model=mini"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "tie: false" in proc.stdout and "init_std: inv_sqrt_d" in proc.stdout and "n_embd: 384" in proc.stdout
+    helped = run_cli(["--help"], cwd=tmp_path)
+    assert helped.returncode == 0
+    for group in ("model:", "data:", "optim:", "trainer:", "wandb:"):
+        assert group in helped.stdout
+    assert "micro" in helped.stdout and "init_std" in helped.stdout
