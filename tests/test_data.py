@@ -162,6 +162,18 @@ def test_paragraph_documents(shakespeare_path, enc):
     assert first == "First Citizen:\nBefore we proceed any further, hear me speak."
 
 
+def test_several_files_for_one_split_are_separate_documents(shared_data, enc):
+    wt = shared_data / "wikitext-2"
+    corpus = prepare_data(DataConfig(name="two-files", source="text", documents="file",
+                                     files=[str(wt / "valid.txt"), str(wt / "test.txt")]))
+    toks = np.asarray(corpus.tokens("train")).tolist()
+    assert corpus.meta("train")["n_documents"] == 2 and toks.count(corpus.eot_token) == 1
+    first = (wt / "valid.txt").read_text()
+    assert toks[: toks.index(corpus.eot_token)] == enc.encode_ordinary(first)
+    # val and test are cut from the tail of the second file
+    assert corpus.meta("val")["n_documents"] == corpus.meta("test")["n_documents"] == 1
+
+
 def test_other_tiktoken_encoding_is_selectable_and_unknown_one_is_named(shakespeare_path):
     with pytest.raises(DataError) as e:
         prepare_data(shakespeare_cfg(shakespeare_path, encoding="gpt3"))

@@ -787,22 +787,25 @@ def _build_group(group: _Group, corpus_dir: Path, enc: tiktoken.Encoding, docs: 
             return
         s = splits[k]
         dt = time.perf_counter() - state["t"]
+        cpu = time.process_time() - state["cpu"]
         meta = {**meta_base,
                 "row_range": list(ranges[s][:2]) if ranges else None,
                 "char_range": list(ranges[s][2:]) if ranges else None,
                 "seconds": round(dt, 4), "encode_seconds": round(w.encode_s, 4),
+                "cpu_seconds": round(cpu, 4),   # all threads of this process: robust to a busy machine
                 "tokens_per_s": round(w.n / max(dt, 1e-9)),
                 "encode_tokens_per_s": round(w.n / max(w.encode_s, 1e-9)),
                 "num_threads": n_threads, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "pid": os.getpid(), "host": socket.gethostname()}
         written[s] = w.commit(meta)
         state["writer"] = None
-        log.info("tokenized %s/%s: %d tokens in %.2f s = %.2fM tokens/s (encode only: %.2fM tokens/s, "
-                 "%d threads) -> %s", meta_base["name"], s, w.n, dt, w.n / max(dt, 1e-9) / 1e6,
-                 w.n / max(w.encode_s, 1e-9) / 1e6, n_threads, corpus_dir / f"{s}.bin")
+        log.info("tokenized %s/%s: %d tokens in %.2f s = %.2fM tokens/s (encode only: %.2fM tokens/s; "
+                 "%.2fM tokens per CPU-second; %d threads) -> %s", meta_base["name"], s, w.n, dt,
+                 w.n / max(dt, 1e-9) / 1e6, w.n / max(w.encode_s, 1e-9) / 1e6, w.n / max(cpu, 1e-9) / 1e6,
+                 n_threads, corpus_dir / f"{s}.bin")
 
     def open_output(k: int):
-        state["k"], state["t"] = k, time.perf_counter()
+        state["k"], state["t"], state["cpu"] = k, time.perf_counter(), time.process_time()
         s = splits[k]
         state["writer"] = (_SplitWriter(corpus_dir, s, dtype, enc.n_vocab, enc.eot_token)
                            if s in need else None)
