@@ -261,7 +261,7 @@ class GPT(nn.Module):
         self._tie_weights()  # tied: the head's own meta matrix is dropped, never allocated
         self.to_empty(device=device)
         self._tie_weights()  # to_empty gives each module its own new tensor, which unties
-        self.loss_chunk = 1024         # rows per chunk of the chunked cross-entropy
+        self.loss_chunk = 1024         # rows per chunk of the chunked cross-entropy; None/0: off
         self.track_grad_split = False  # see _embedding_weights
         self.grad_split: dict[str, torch.Tensor] = {}
         self.init_seed: Optional[int] = None
@@ -333,7 +333,8 @@ class GPT(nn.Module):
         """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
 
         With targets and return_logits=False the loss is a chunked cross-entropy that never
-        holds more than `self.loss_chunk` rows of logits (logits come back as None)."""
+        holds more than `self.loss_chunk` rows of logits (logits come back as None);
+        loss_chunk None or 0 computes it from all the logits at once instead."""
         T = idx.size(1)
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
@@ -345,13 +346,13 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if self.config.t5_rescale:
             x = x * self.config.n_embd ** -0.5  # T5: the tied head sees d^-0.5 * h
-        if targets is not None and not return_logits:
+        if targets is not None and not return_logits and self.loss_chunk:
             return None, chunked_cross_entropy(x, w_out, targets, self.loss_chunk)
         logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
-        return logits, loss
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+        return (logits if return_logits else None), loss
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -385,6 +386,7 @@ class GPT(nn.Module):
 
     @classmethod
     def load(cls, path, map_location="cpu") -> "GPT":
+        """A model saved by save(), on the device map_location."""
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
         model = cls._uninitialised(_as_config(ckpt["config"]), device=map_location)
         model._load_strict(ckpt["state_dict"], source=str(path))
@@ -410,7 +412,7 @@ class GPT(nn.Module):
         cfg = _as_config({"name": str(path_or_name), **shape, **overrides,
                           "block_size": block_size, "tie": tie}).validate()
 
-        sd = _state_dict_from_hf(_read_hf_weights(directory), source=str(directory))
+        sd = _state_dict_from_hf(_read_hf_weights(directory))
         sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][:block_size]
         wte, head = sd["transformer.wte.weight"], sd.get("lm_head.weight")
         if head is None:
@@ -633,7 +635,7 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 
 
-def _state_dict_from_hf(hf_sd: dict, source: str) -> dict[str, torch.Tensor]:
+def _state_dict_from_hf(hf_sd: dict) -> dict[str, torch.Tensor]:
     """HF GPT-2 names -> ours (prefix 'transformer.'), Conv1D (in, out) -> Linear (out, in)."""
     sd = {}
     for key, t in hf_sd.items():
@@ -645,7 +647,7 @@ def _state_dict_from_hf(hf_sd: dict, source: str) -> dict[str, torch.Tensor]:
             continue
         if k.endswith(_CONV1D_WEIGHTS):
             t = t.t()
-        sd["transformer." + k] = t.float()
+        sd["transformer." + k] = t  # any unknown key stays, so the strict load names it
     return sd
 
 
