@@ -391,7 +391,9 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         rec.open_metrics(resumed_from)
         rec.start_wandb(cfg.wandb, run_id=C.wandb_id(cfg.sweep, run_id), name=name, group=cfg.sweep,
                         config={**resolved, **derived})
-        rec.update_summary(status="running")
+        # Parameter counts and the resolved init go to the W&B summary at the start, too.
+        rec.update_summary(status="running", params=params, flops_per_token=fpt,
+                           init_std_resolved=model_cfg.resolved_init_stds())
         C.update_index(sweep_dir, run_id, name, "running", overrides)
         peak = tc.peak_tflops or measure_matmul_tflops(
             device, torch.bfloat16 if precision == "bf16" else torch.float32)
@@ -430,15 +432,18 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
 
         if step == 0:
             run_eval(0, first=True)
-        model.track_grad_split = True
         tokens_per_step = tc.batch_size * tc.grad_accum * block
-        t_last, tokens_last = time.perf_counter(), tokens
+        window_s, window_tokens = 0.0, 0  # training time only: evals and checkpoints excluded
         with _graceful_sigterm():
             try:
                 while step < tc.max_steps:
+                    t_step = time.perf_counter()
                     lr = lr_at(step, oc, tc.max_steps)
                     for g in optimizer.param_groups:
                         g["lr"] = lr
+                    # The gradient split costs two (V, d) accumulators: only on steps that log it.
+                    logging_step = (step + 1) % tc.log_interval == 0 or step + 1 == tc.max_steps
+                    model.track_grad_split = logging_step
                     model.reset_grad_split()
                     loss_sum = 0.0
                     for micro in range(tc.grad_accum):
@@ -458,20 +463,21 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
                     optimizer.zero_grad(set_to_none=True)
                     step += 1
                     tokens += tokens_per_step
+                    window_s += time.perf_counter() - t_step
+                    window_tokens += tokens_per_step
                     if bar is not None:
                         bar.update(1)
-                    if step % tc.log_interval == 0 or step == tc.max_steps:
-                        now = time.perf_counter()
-                        tps = (tokens - tokens_last) / max(now - t_last, 1e-9)
-                        t_last, tokens_last = now, tokens
+                    if logging_step:
+                        tps = window_tokens / max(window_s, 1e-9)
+                        window_s, window_tokens = 0.0, 0
                         split = model.grad_split
                         rec.log({
                             "tokens": tokens, "train/loss": train_loss, "train/lr": lr,
                             "train/grad_norm": grad_norm, "train/tokens_per_s": tps,
                             "train/mfu": fpt * tps / (peak * 1e12),
-                            # accumulated over micro-batches of scaled losses, like .grad
-                            "train/grad_norm_in": split["in"].norm().item() / tc.grad_accum,
-                            "train/grad_norm_out": split["out"].norm().item() / tc.grad_accum,
+                            # summed over micro-batches of loss / grad_accum: the scale of .grad
+                            "train/grad_norm_in": split["in"].norm().item(),
+                            "train/grad_norm_out": split["out"].norm().item(),
                         }, step)
                         if bar is not None:
                             bar.set_postfix(loss=f"{train_loss:.3f}", tok_s=f"{tps:,.0f}")
