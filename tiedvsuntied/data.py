@@ -366,24 +366,23 @@ def _load_hub(cfg: DataConfig):
     if local.exists():  # a local dataset folder: no network involved
         return datasets.load_dataset(str(local.resolve()), cfg.config, **kwargs)
 
-    probe_err = None if _hub_offline() else _probe_hub(cfg.path)
+    offline_mode = _hub_offline()
+    probe_err = None if offline_mode else _probe_hub(cfg.path)
     ctx = _forced_offline() if probe_err else contextlib.nullcontext()
     try:
         with ctx:
             # With the Hub unreachable, only the local datasets cache is consulted (no retry loop).
             return datasets.load_dataset(cfg.path, cfg.config, **kwargs)
-    except (ConnectionError, FileNotFoundError, OSError) as e:
-        why = (f"the Hugging Face Hub is unreachable ({probe_err})" if probe_err else
-               "offline mode is on (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)" if _hub_offline() else
-               f"{type(e).__name__}")
-        raise DataUnavailableError(
-            f"could not load {what} from the Hugging Face Hub: {why}, and it is not in the local "
-            f"datasets cache ({type(e).__name__}: {e}).\n" + _hub_hint(cfg)) from e
     except Exception as e:
         from datasets.exceptions import DatasetNotFoundError
-        if isinstance(e, DatasetNotFoundError):
-            raise DataUnavailableError(f"could not load {what}: {e}\n" + _hub_hint(cfg)) from e
-        raise
+        if not (offline_mode or probe_err or isinstance(e, (ConnectionError, DatasetNotFoundError))):
+            raise  # e.g. an unknown config name: datasets' own message lists the valid ones
+        why = (f"the Hugging Face Hub is unreachable ({probe_err}), and it could not be loaded from the "
+               "local datasets cache" if probe_err else
+               "offline mode is on (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE), and it could not be loaded "
+               "from the local datasets cache" if offline_mode else "the Hub did not provide it")
+        raise DataUnavailableError(
+            f"could not load {what}: {why} ({type(e).__name__}: {e}).\n" + _hub_hint(cfg)) from e
 
 
 @dataclass
