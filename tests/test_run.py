@@ -101,7 +101,8 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
                 if '"type":"history"' in l]
         local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
         wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
-        assert wandb_val == pytest.approx(local_val)
+        assert [s for s, _ in wandb_val] == [s for s, _ in local_val] == [0, 6, 12]
+        assert [v for _, v in wandb_val] == pytest.approx([v for _, v in local_val])
 
 
 @pytest.mark.slow
@@ -163,14 +164,18 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     assert resumed["run_id"] == reference["run_id"]  # identity is the config, not the time
     for key in ("final_val_loss", "best_val_loss", "test_loss", "init_val_loss"):
         assert resumed[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("train/tokens_per_s", "train/mfu")} for r in rows]
-    assert strip(metrics(sweep / resumed["run_id"])) == pytest.approx(
-        strip(metrics(tmp_path / "ref" / "resume" / reference["run_id"])))
+    got, want = metrics(sweep / resumed["run_id"]), metrics(tmp_path / "ref" / "resume" / reference["run_id"])
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for g, w in zip(got, want):
+        timing = ("train/tokens_per_s", "train/mfu")
+        assert g.keys() == w.keys()
+        assert {k: v for k, v in g.items() if k not in timing} == pytest.approx(
+            {k: v for k, v in w.items() if k not in timing}, rel=0, abs=1e-6), g["step"]
 
 
 @pytest.mark.slow
 def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
-    args = common(tmp_path, "trainer.max_steps=400", "trainer.ckpt_interval=1000", "trainer.eval_interval=1000",
+    args = common(tmp_path, "trainer.max_steps=100", "trainer.ckpt_interval=1000", "trainer.eval_interval=1000",
                   "sweep=ctrlc")
     proc = _popen(args, tmp_path)
     sweep = tmp_path / "results" / "ctrlc"
@@ -185,14 +190,14 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
     assert proc.returncode != 0
     [s] = summaries(sweep).values()
     assert s["status"] == "failed" and "interrupted" in s["error"]
-    assert 5 <= s["step"] < 400
+    assert 5 <= s["step"] < 100
     assert (sweep / s["run_id"] / "checkpoints" / "last.pt").exists()
 
-    again = run_cli([*args, "trainer.max_steps=400"], cwd=tmp_path)
+    again = run_cli(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from step {s['step']}" in again.stderr + again.stdout
     [done] = summaries(sweep).values()
-    assert done["status"] == "finished" and done["step"] == 400
+    assert done["status"] == "finished" and done["step"] == 100
 
 
 @pytest.mark.slow
@@ -200,7 +205,7 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     # A corpus whose held-out splits are shorter than one 128-token window: that job fails;
     # a huge learning rate diverges; the sane job finishes. One multirun, all three recorded.
     small = tmp_path / "small.txt"
-    small.write_text(SHAKESPEARE.read_text()[:20_000])
+    small.write_text(SHAKESPEARE.read_text()[:6_000])  # ~1,700 tokens: val ~85
     secret = "0123456789abcdef0123456789abcdef01234567"
     env = {"WANDB_API_KEY": secret}
     args = common(tmp_path, "sweep=mixed", "optim.grad_clip=0", "optim.warmup_steps=0",

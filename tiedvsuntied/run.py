@@ -36,7 +36,7 @@ def format_runs_table(sweep_dir: Path, since: Optional[float] = None) -> str:
             summary = json.loads((sweep_dir / entry.get("path", run_id) / "summary.json").read_text())
         except (OSError, json.JSONDecodeError):
             pass
-        updated = summary.get("updated_at") or entry.get("updated_at") or ""
+        updated = entry.get("updated_at") or summary.get("updated_at") or ""  # the index is touched by skips too
         if since is not None:
             try:
                 if time.mktime(time.strptime(updated[:19], "%Y-%m-%dT%H:%M:%S")) < since - 1:

@@ -292,7 +292,7 @@ def train(cfg, overrides: Optional[list] = None) -> dict:
     from tiedvsuntied import config as C
     from tiedvsuntied.data import BatchSampler, prepare_data
     from tiedvsuntied.model import GPT, count_parameters, flops_per_token
-    from tiedvsuntied.probes import probe_arrays, probe_scalars
+    from tiedvsuntied.probes import probe
 
     C.validate(cfg)  # every key, before any data is touched
     t_start = time.time()
@@ -318,13 +318,13 @@ def train(cfg, overrides: Optional[list] = None) -> dict:
             C.update_index(sweep_dir, run_id, name, previous["status"], overrides)
             return previous
         return _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start,
-                          GPT, count_parameters, flops_per_token, BatchSampler, probe_arrays, probe_scalars)
+                          GPT, count_parameters, flops_per_token, BatchSampler, probe)
     finally:
         lock.release()
 
 
 def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start,
-               GPT, count_parameters, flops_per_token, BatchSampler, probe_arrays, probe_scalars) -> dict:
+               GPT, count_parameters, flops_per_token, BatchSampler, probe) -> dict:
     from omegaconf import OmegaConf
 
     from tiedvsuntied import config as C
@@ -346,6 +346,8 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         "resumed_from_step": None, "wandb_run_id": None, "wandb_mode": None,
         "started_at": previous.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
+    resolved = C.to_container(cfg)
+    OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")  # derived values added below
     exit_code = 1
     step, tokens = 0, 0
     state = {"best_val_loss": None, "init_val_loss": None, "init_logit_std": None, "last_val_loss": None}
@@ -368,7 +370,6 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         optimizer = build_optimizer(model, oc)
         step_model = torch.compile(model) if tc.compile else model
 
-        resolved = C.to_container(cfg)
         derived = {
             "run_id": run_id, "name": name, "vocab_size": corpus.vocab_size,
             "init_std_resolved": model_cfg.resolved_init_stds(), "params": params,
@@ -410,8 +411,9 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
             if first:
                 metrics["init/logit_std"] = ev["logit_std"]
                 state["init_val_loss"], state["init_logit_std"] = vl, ev["logit_std"]
-            metrics.update(probe_scalars(model))
-            save_npz_atomic(run_dir / "probes" / f"step_{at_step:07d}.npz", probe_arrays(model))
+            scalars, arrays = probe(model)
+            metrics.update(scalars)
+            save_npz_atomic(run_dir / "probes" / f"step_{at_step:07d}.npz", arrays)
             rec.log(metrics, at_step)
             if math.isfinite(vl):
                 state["best_val_loss"] = vl if state["best_val_loss"] is None else min(state["best_val_loss"], vl)
