@@ -483,9 +483,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, targets, chunk: int, compute_grad: bool):
         n, vocab = x.size(0), weight.size(0)
+        x_dtype, w_dtype = x.dtype, weight.dtype
+        if torch.is_autocast_enabled(x.device.type):
+            # Cast x and the (V, d) weight to the autocast dtype once, not in each of the
+            # 3 matmuls of every chunk; the matmuls below then run in that dtype.
+            mm_dtype = torch.get_autocast_dtype(x.device.type)
+            x, weight = x.to(mm_dtype), weight.to(mm_dtype)
         n_valid = (targets != IGNORE_INDEX).sum()
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        grad_x = torch.zeros_like(x) if compute_grad else None
+        grad_x = torch.zeros_like(x, dtype=x_dtype) if compute_grad else None
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if compute_grad else None
         # One fp32 buffer for all chunks, and in-place softmax: on a CPU, fresh (rows, V)
         # allocations cost more than the arithmetic on them.
@@ -494,7 +500,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             xc, tc = x[start:start + chunk], targets[start:start + chunk]
             valid = tc != IGNORE_INDEX
             tc = tc.clamp(min=0)  # ignored rows: any class, masked out below
-            raw = F.linear(xc, weight)  # bf16 under autocast
+            with torch.autocast(x.device.type, enabled=False):
+                raw = F.linear(xc, weight)  # bf16 under autocast (cast above)
             logits = buf[:len(xc)].copy_(raw)
             target_logit = logits.gather(1, tc[:, None]).squeeze(1)
             row_max = logits.amax(dim=1, keepdim=True)
@@ -507,10 +514,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 scale = (valid / n_valid)[:, None]
                 probs.mul_(scale / denom).scatter_add_(1, tc[:, None], -scale)
                 g = raw.copy_(probs)  # back to the matmul dtype, in raw's memory
-                grad_x[start:start + chunk] = g @ weight
-                grad_w += g.t() @ xc
+                with torch.autocast(x.device.type, enabled=False):
+                    grad_x[start:start + chunk] = g @ weight
+                    grad_w += g.t() @ xc
         if compute_grad:
-            ctx.save_for_backward(grad_x, grad_w.to(weight.dtype))
+            ctx.save_for_backward(grad_x, grad_w.to(w_dtype))
         return loss / n_valid
 
     @staticmethod

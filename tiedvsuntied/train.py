@@ -177,7 +177,11 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    try:  # one fused kernel per step where this torch has it for the device (CPU and CUDA do)
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, **kwargs)
 
 
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
