@@ -502,18 +502,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
             tc = tc.clamp(min=0)  # ignored rows: any class, masked out below
             with torch.autocast(x.device.type, enabled=False):
                 raw = F.linear(xc, weight)  # bf16 under autocast (cast above)
-            logits = buf[:len(xc)].copy_(raw)
-            target_logit = logits.gather(1, tc[:, None]).squeeze(1)
-            row_max = logits.amax(dim=1, keepdim=True)
-            probs = logits.sub_(row_max).exp_()  # softmax numerators, in place
+            # Each pass over (rows, V) costs more than the matmul here, so fuse what can be:
+            # the max is read off the (bf16) matmul output, and the subtraction writes the
+            # fp32 buffer directly (cast and subtract in one pass).
+            target_logit = raw.gather(1, tc[:, None]).squeeze(1).float()
+            row_max = raw.amax(dim=1, keepdim=True).float()
+            probs = torch.sub(raw, row_max, out=buf[:len(xc)]).exp_()  # softmax numerators
             denom = probs.sum(dim=1, keepdim=True)
             lse = (row_max + denom.log()).squeeze(1)
             loss = loss + torch.where(valid, lse - target_logit, 0.0).sum()
             if compute_grad:
-                # d(mean CE)/d(logits) = (softmax - onehot(target)) / n_valid, on valid rows
+                # d(mean CE)/d(logits) = (softmax - onehot(target)) / n_valid on valid rows,
+                # = (numerators - denom * onehot) * scale / denom; the last multiply writes
+                # the matmul dtype straight into raw's memory (scale and cast in one pass).
                 scale = (valid / n_valid)[:, None]
-                probs.mul_(scale / denom).scatter_add_(1, tc[:, None], -scale)
-                g = raw.copy_(probs)  # back to the matmul dtype, in raw's memory
+                probs.scatter_add_(1, tc[:, None], -denom)
+                g = torch.mul(probs, scale / denom, out=raw)
                 with torch.autocast(x.device.type, enabled=False):
                     grad_x[start:start + chunk] = g @ weight
                     grad_w += g.t() @ xc
