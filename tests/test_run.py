@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -140,7 +139,6 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     proc = _popen(args, tmp_path)
-    [ckpt] = [None]
     sweep = tmp_path / "results" / "resume"
     t0 = time.time()
     while True:  # wait for the first checkpoint, then kill without warning

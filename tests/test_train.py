@@ -2,9 +2,7 @@
 validation, checkpoints, the records' atomic writes."""
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 
 import pytest
 import torch

@@ -14,7 +14,6 @@ Status of a run (``summary.json``): ``running`` while it trains (or if it was ki
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -27,7 +26,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tiedvsuntied.tracking import RunRecorder, read_json, scrub, write_json_atomic
+from tiedvsuntied.data import BatchSampler, iter_eval_batches, prepare_data
+from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+from tiedvsuntied.probes import probe
+from tiedvsuntied.tracking import RunRecorder, read_json, scrub
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,8 @@ def resolve_device(name: str) -> torch.device:
 def cpu_has_fast_bf16() -> bool:
     """AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there."""
     cpu = getattr(torch, "cpu", None)
-    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
-        fn = getattr(cpu, probe, None)
+    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        fn = getattr(cpu, name, None)
         if fn is not None and fn():
             return True
     return False
@@ -242,8 +244,6 @@ def load_checkpoint(path: Path, *, model, optimizer) -> dict:
 def evaluate(model, tokens, *, block_size: int, batch_size: int, max_windows: int, device, precision,
              logit_std: bool = False) -> dict:
     """Mean loss over the split's fixed windows (the same windows every time, every run)."""
-    from tiedvsuntied.data import iter_eval_batches
-
     model.eval()
     total, n, out = 0.0, 0, {}
     for i, (x, y) in enumerate(iter_eval_batches(tokens, block_size, batch_size, max_windows)):
@@ -293,10 +293,7 @@ def train(cfg, overrides: Optional[list] = None) -> dict:
     """
     from filelock import FileLock, Timeout
 
-    from tiedvsuntied import config as C
-    from tiedvsuntied.data import BatchSampler, prepare_data
-    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
-    from tiedvsuntied.probes import probe
+    from tiedvsuntied import config as C  # config imports this module's dataclasses
 
     C.validate(cfg)  # every key, before any data is touched
     t_start = time.time()
@@ -321,14 +318,12 @@ def train(cfg, overrides: Optional[list] = None) -> dict:
                      name, previous["status"], previous.get("step"), run_dir)
             C.update_index(sweep_dir, run_id, name, previous["status"], overrides)
             return previous
-        return _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start,
-                          GPT, count_parameters, flops_per_token, BatchSampler, probe)
+        return _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start)
     finally:
         lock.release()
 
 
-def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start,
-               GPT, count_parameters, flops_per_token, BatchSampler, probe) -> dict:
+def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start) -> dict:
     from omegaconf import OmegaConf
 
     from tiedvsuntied import config as C
