@@ -269,3 +269,19 @@ def test_cfg_job_and_help(tmp_path: Path):
     for group in ("model:", "data:", "optim:", "trainer:", "wandb:"):
         assert group in helped.stdout
     assert "micro" in helped.stdout and "init_std" in helped.stdout
+
+
+@pytest.mark.slow
+def test_parallel_launcher_runs_jobs_in_processes_and_tokenizes_once(tmp_path: Path):
+    cache = tmp_path / "fresh_cache"
+    args = common(tmp_path, "hydra/launcher=parallel", "tie=true,false", "trainer.max_steps=4",
+                  "trainer.eval_interval=2", "sweep=par")
+    proc = run_cli(["-m", *args], cwd=tmp_path, env_extra={"TIEDVSUNTIED_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = summaries(tmp_path / "results" / "par")
+    assert {s["status"] for s in runs.values()} == {"finished"} and len(runs) == 2
+    assert len(json.loads((tmp_path / "results" / "par" / "index.json").read_text())) == 2
+    # Both workers asked for the corpus at once; the lock let exactly one tokenize it.
+    [log] = cache.glob("tokens/*/builds.log")
+    events = [json.loads(l) for l in log.read_text().splitlines()]
+    assert len(events) == 2, events  # one "started", one "finished"
