@@ -600,11 +600,12 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
     ]
+    title = None
     if steps:
         shown = cell["model"].iloc[0] if len(cell) else ""
         title = f"{shown}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{shown}, last probe per run"
-        fig.suptitle(title, fontsize=8)
-    fig.legend(handles=handles, loc="outside lower center", ncols=4)
+    # The title rides on the legend: a suptitle would collide with an outside legend.
+    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
     return fig
 
 

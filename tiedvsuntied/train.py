@@ -419,7 +419,7 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
             state["last_val_loss"] = vl
             rec.update_summary(step=at_step, tokens=tokens, init_val_loss=state["init_val_loss"],
                                init_logit_std=state["init_logit_std"], best_val_loss=state["best_val_loss"])
-            bar_write(f"[{name}] step {at_step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.2f}"
+            bar_write(f"[{name}] step {at_step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.4g}"
                       f" | tokens {tokens:,}")
             return vl
 
