@@ -495,29 +495,30 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if compute_grad else None
         # One fp32 buffer for all chunks, and in-place softmax: on a CPU, fresh (rows, V)
         # allocations cost more than the arithmetic on them.
-        buf = torch.empty(min(chunk, n), vocab, dtype=torch.float32, device=x.device)
+        buf = None if x.dtype == torch.float32 else torch.empty(min(chunk, n), vocab, dtype=torch.float32,
+                                                                 device=x.device)
         for start in range(0, n, chunk):  # the number of chunks depends on shapes only
             xc, tc = x[start:start + chunk], targets[start:start + chunk]
             valid = tc != IGNORE_INDEX
             tc = tc.clamp(min=0)  # ignored rows: any class, masked out below
             with torch.autocast(x.device.type, enabled=False):
                 raw = F.linear(xc, weight)  # bf16 under autocast (cast above)
-            # Each pass over (rows, V) costs more than the matmul here, so fuse what can be:
-            # the max is read off the (bf16) matmul output, and the subtraction writes the
-            # fp32 buffer directly (cast and subtract in one pass).
-            target_logit = raw.gather(1, tc[:, None]).squeeze(1).float()
-            row_max = raw.amax(dim=1, keepdim=True).float()
-            probs = torch.sub(raw, row_max, out=buf[:len(xc)]).exp_()  # softmax numerators
+            # Each pass over (rows, V) costs more than the matmul here. Mixed-dtype kernels
+            # (bf16 in, fp32 out) are several times slower on CPU than a plain copy, so the
+            # softmax works in one fp32 buffer: raw's own memory when it is fp32 already.
+            logits = raw if raw.dtype == torch.float32 else buf[:len(xc)].copy_(raw)
+            target_logit = logits.gather(1, tc[:, None]).squeeze(1)
+            row_max = logits.amax(dim=1, keepdim=True)
+            probs = logits.sub_(row_max).exp_()  # softmax numerators, in place
             denom = probs.sum(dim=1, keepdim=True)
             lse = (row_max + denom.log()).squeeze(1)
             loss = loss + torch.where(valid, lse - target_logit, 0.0).sum()
             if compute_grad:
-                # d(mean CE)/d(logits) = (softmax - onehot(target)) / n_valid on valid rows,
-                # = (numerators - denom * onehot) * scale / denom; the last multiply writes
-                # the matmul dtype straight into raw's memory (scale and cast in one pass).
+                # d(mean CE)/d(logits) = (softmax - onehot(target)) / n_valid on valid rows
+                #                      = (numerators - denom * onehot) * scale / denom
                 scale = (valid / n_valid)[:, None]
-                probs.scatter_add_(1, tc[:, None], -denom)
-                g = torch.mul(probs, scale / denom, out=raw)
+                probs.scatter_add_(1, tc[:, None], -denom).mul_(scale / denom)
+                g = probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)  # matmul dtype
                 with torch.autocast(x.device.type, enabled=False):
                     grad_x[start:start + chunk] = g @ weight
                     grad_w += g.t() @ xc
