@@ -35,9 +35,9 @@ class Variant:
 VARIANTS = [
     Variant("baseline: fp32 eager, full-logit CE", "fp32", False, 0),
     Variant("fp32 eager", "fp32", False, 1024),
-    Variant("bf16 eager (trainer default)", "bf16", False, 1024),
+    Variant("bf16 eager (default, short CPU runs)", "bf16", False, 1024),
     Variant("fp32 compiled", "fp32", True, 1024),
-    Variant("bf16 compiled", "bf16", True, 1024),
+    Variant("bf16 compiled (default, CUDA / >=500 steps)", "bf16", True, 1024),
 ]
 
 
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
                 r = json.loads(line[len("RESULT "):])
                 r["mfu"] = r["flops_per_token"] * r["tokens_per_s"] / (peaks[r["precision"]] * 1e12)
                 rows.append(r)
-                log(f"  {size} tie={str(tie).lower():5s} {v.name:38s} {r['tokens_per_s']:>10,.0f} tok/s")
+                log(f"  {size} tie={str(tie).lower():5s} {v.name:44s} {r['tokens_per_s']:>10,.0f} tok/s")
     for size in sizes:
         for tie in ties:
             base = next((r for r in rows if r["size"] == size and r["tie"] == tie and r["variant"] == VARIANTS[0].name

@@ -495,7 +495,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if compute_grad else None
         # One fp32 buffer for all chunks, and in-place softmax: on a CPU, fresh (rows, V)
         # allocations cost more than the arithmetic on them.
-        buf = None if x.dtype == torch.float32 else torch.empty(min(chunk, n), vocab, dtype=torch.float32,
+        buf = None if x.dtype == torch.float32 or torch.compiler.is_compiling() else torch.empty(min(chunk, n), vocab, dtype=torch.float32,
                                                                  device=x.device)
         for start in range(0, n, chunk):  # the number of chunks depends on shapes only
             xc, tc = x[start:start + chunk], targets[start:start + chunk]
@@ -506,7 +506,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
             # Each pass over (rows, V) costs more than the matmul here. Mixed-dtype kernels
             # (bf16 in, fp32 out) are several times slower on CPU than a plain copy, so the
             # softmax works in one fp32 buffer: raw's own memory when it is fp32 already.
-            logits = raw if raw.dtype == torch.float32 else buf[:len(xc)].copy_(raw)
+            if raw.dtype == torch.float32:
+                logits = raw
+            elif torch.compiler.is_compiling():
+                logits = raw.float()  # inductor fuses the cast into the passes below
+            else:
+                logits = buf[:len(xc)].copy_(raw)
             target_logit = logits.gather(1, tc[:, None]).squeeze(1)
             row_max = logits.amax(dim=1, keepdim=True)
             probs = logits.sub_(row_max).exp_()  # softmax numerators, in place
@@ -518,7 +523,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 #                      = (numerators - denom * onehot) * scale / denom
                 scale = (valid / n_valid)[:, None]
                 probs.scatter_add_(1, tc[:, None], -denom).mul_(scale / denom)
-                g = probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)  # matmul dtype
+                if torch.compiler.is_compiling():
+                    g = probs.to(raw.dtype)
+                else:
+                    g = probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)  # matmul dtype
                 with torch.autocast(x.device.type, enabled=False):
                     grad_x[start:start + chunk] = g @ weight
                     grad_w += g.t() @ xc

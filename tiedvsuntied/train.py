@@ -78,7 +78,7 @@ class TrainerConfig:
     log_interval: int = 10
     ckpt_interval: int = 200  # also at the end and on Ctrl-C
     precision: str = "auto"  # auto: bf16 where the hardware has fast bf16 (CUDA, AVX512-BF16/AMX CPUs)
-    compile: bool = False
+    compile: str = "auto"  # auto: compile on CUDA, and on CPU for runs of >= 500 steps (compiling takes ~1 min)
     device: str = "auto"
     loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits at once
     test_eval: bool = True  # test-split loss at the end
@@ -90,6 +90,8 @@ class TrainerConfig:
                   "eval_batch_size", "log_interval", "ckpt_interval"):
             if getattr(self, k) < 1:
                 raise ValueError(f"trainer.{k} must be >= 1, got {getattr(self, k)}")
+        if str(self.compile).lower() not in ("auto", "true", "false"):
+            raise ValueError(f"trainer.compile={self.compile!r} is not valid; choose auto, true or false")
         if self.precision not in PRECISIONS:
             raise ValueError(f"trainer.precision={self.precision!r} is not valid; choose one of {', '.join(PRECISIONS)}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
@@ -128,6 +130,18 @@ def resolve_precision(name: str, device: torch.device) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+COMPILE_MIN_STEPS_CPU = 500
+
+
+def resolve_compile(setting, device: torch.device, max_steps: int) -> bool:
+    """``auto``: compile where it pays: always on CUDA; on CPU once a run is long enough to
+    amortise the ~1 min compilation (micro, bf16: 2.5x the eager fp32 baseline vs 1.9x eager)."""
+    setting = str(setting).lower()
+    if setting == "auto":
+        return device.type == "cuda" or max_steps >= COMPILE_MIN_STEPS_CPU
+    return setting == "true"
 
 
 def autocast_ctx(precision: str, device: torch.device):
@@ -367,12 +381,13 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         params = count_parameters(model)
         fpt = flops_per_token(model)
         optimizer = build_optimizer(model, oc)
-        step_model = torch.compile(model) if tc.compile else model
+        compiled = resolve_compile(tc.compile, device, tc.max_steps)
+        step_model = torch.compile(model) if compiled else model  # evaluations run eagerly
 
         derived = {
             "run_id": run_id, "name": name, "vocab_size": corpus.vocab_size,
             "init_std_resolved": model_cfg.resolved_init_stds(), "params": params,
-            "flops_per_token": fpt, "device": str(device), "precision": precision,
+            "flops_per_token": fpt, "device": str(device), "precision": precision, "compiled": compiled,
             "data_fingerprint": corpus.fingerprint,
             "tokens_per_step": tc.batch_size * tc.grad_accum * block,
         }
@@ -402,7 +417,7 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
                  cfg.data.name, f"{len(train_tokens):,}", peak)
 
         def run_eval(at_step: int, first: bool = False) -> float:
-            ev = evaluate(step_model, val_tokens, block_size=block, batch_size=tc.eval_batch_size,
+            ev = evaluate(model, val_tokens, block_size=block, batch_size=tc.eval_batch_size,
                           max_windows=tc.eval_windows, device=device, precision=precision,
                           logit_std=first)
             vl = ev["loss"]
@@ -434,6 +449,20 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
         if step == 0:
             run_eval(0, first=True)
         tokens_per_step = tc.batch_size * tc.grad_accum * block
+
+        def accumulate(m, at_step: int) -> float:
+            """Forward and backward over the step's micro-batches; returns the mean loss."""
+            model.reset_grad_split()
+            total = 0.0
+            for micro in range(tc.grad_accum):
+                x, y = sampler.get(at_step, micro)
+                x, y = x.to(device), y.to(device)
+                with autocast_ctx(precision, device):
+                    _, loss = m(x, y, return_logits=False)
+                (loss / tc.grad_accum).backward()
+                total += loss.item()
+            return total / tc.grad_accum
+
         window_s, window_tokens = 0.0, 0  # training time only: evals and checkpoints excluded
         with _graceful_sigterm():
             try:
@@ -445,16 +474,16 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
                     # The gradient split costs two (V, d) accumulators: only on steps that log it.
                     logging_step = (step + 1) % tc.log_interval == 0 or step + 1 == tc.max_steps
                     model.track_grad_split = logging_step
-                    model.reset_grad_split()
-                    loss_sum = 0.0
-                    for micro in range(tc.grad_accum):
-                        x, y = sampler.get(step, micro)
-                        x, y = x.to(device), y.to(device)
-                        with autocast_ctx(precision, device):
-                            _, loss = step_model(x, y, return_logits=False)
-                        (loss / tc.grad_accum).backward()
-                        loss_sum += loss.item()
-                    train_loss = loss_sum / tc.grad_accum
+                    try:
+                        train_loss = accumulate(step_model, step)
+                    except Exception as e:  # compilation fails on the first call, if at all
+                        if step_model is model:
+                            raise
+                        log.warning("[%s] torch.compile failed (%s); continuing eagerly", name,
+                                    scrub(f"{type(e).__name__}: {e}")[:300])
+                        step_model = model
+                        optimizer.zero_grad(set_to_none=True)
+                        train_loss = accumulate(model, step)
                     grad_norm = torch.nn.utils.clip_grad_norm_(
                         model.parameters(), oc.grad_clip if oc.grad_clip > 0 else float("inf")).item()
                     if not (math.isfinite(train_loss) and math.isfinite(grad_norm)):
@@ -504,7 +533,7 @@ def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_d
 
         test_loss = None
         if tc.test_eval:
-            test_loss = evaluate(step_model, corpus.tokens("test"), block_size=block, batch_size=tc.eval_batch_size,
+            test_loss = evaluate(model, corpus.tokens("test"), block_size=block, batch_size=tc.eval_batch_size,
                                  max_windows=tc.eval_windows, device=device, precision=precision)["loss"]
             rec.log({"tokens": tokens, "test/loss": test_loss, "test/ppl": math.exp(min(test_loss, 700))}, step)
         rec.update_summary(status="finished", step=step, tokens=tokens, final_val_loss=state["last_val_loss"],
