@@ -55,7 +55,7 @@ def _has_wandb_credentials() -> bool:
         return True
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
-        return "api.wandb.ai" in netrc.read_text() or "wandb" in netrc.read_text()
+        return "wandb" in netrc.read_text()  # e.g. "machine api.wandb.ai" after `wandb login`
     except OSError:
         return False
 
@@ -183,12 +183,11 @@ class RunRecorder:
             return mode
         import wandb
 
-        # Quiet console capture: our progress bar and log lines must not be duplicated into
-        # W&B's output.log, and W&B must not read the environment into the run metadata.
+        # No console capture: our progress bar and log lines are not duplicated into W&B's
+        # output.log; no system-stats sampling thread.
         settings = wandb.Settings(
             console="off",
             init_timeout=cfg.init_timeout,
-            x_disable_meta=False,
             x_disable_stats=True,
             save_code=False,
         )
@@ -207,8 +206,7 @@ class RunRecorder:
             reinit="finish_previous",
         )
         self.summary["wandb_run_id"] = run_id
-        self.summary["wandb_dir"] = str(Path(self._wandb_run.dir).parent.relative_to(self.run_dir.resolve())) \
-            if Path(self._wandb_run.dir).is_relative_to(self.run_dir.resolve()) else self._wandb_run.dir
+        self.summary["wandb_dir"] = str(Path(self._wandb_run.dir).parent)  # .../wandb/<offline-run-*>
         return mode
 
     def finish(self, exit_code: int = 0) -> None:
