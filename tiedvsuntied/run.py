@@ -7,7 +7,6 @@ that matters happens there. A callback prints the sweep's runs at the end of a m
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -18,24 +17,19 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tiedvsuntied.config import register_configs
+from tiedvsuntied.tracking import read_json
 
 register_configs()
 
 
 def format_runs_table(sweep_dir: Path, since: Optional[float] = None) -> str:
     """A small table of a sweep's runs (status, parameters, losses) from their summaries."""
-    index_path = sweep_dir / "index.json"
-    try:
-        index = json.loads(index_path.read_text())
-    except (OSError, json.JSONDecodeError):
+    index = read_json(sweep_dir / "index.json")
+    if index is None:
         return f"(no runs recorded in {sweep_dir})"
     rows = []
     for run_id, entry in sorted(index.items()):
-        summary = {}
-        try:
-            summary = json.loads((sweep_dir / entry.get("path", run_id) / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            pass
+        summary = read_json(sweep_dir / entry.get("path", run_id) / "summary.json") or {}
         updated = entry.get("updated_at") or summary.get("updated_at") or ""  # the index is touched by skips too
         if since is not None:
             try:
