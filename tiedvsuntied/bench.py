@@ -21,7 +21,10 @@ import resource
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
 
 
 @dataclass
@@ -41,37 +44,45 @@ VARIANTS = [
 ]
 
 
+def model_config(size: str):
+    """conf/model/<size>.yaml as a ModelConfig; an unknown size names the valid ones."""
+    from omegaconf import OmegaConf
+
+    from tiedvsuntied.model import ModelConfig
+
+    path = CONF_MODEL / f"{size}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"error: --sizes: unknown size {size!r}; valid: "
+                         + ", ".join(sorted(p.stem for p in CONF_MODEL.glob("*.yaml"))))
+    return ModelConfig(**OmegaConf.to_container(OmegaConf.load(path)))
+
+
 def _measure_one(size: str, tie: bool, v: Variant, steps: int, warmup: int, batch: int, block: int,
                  device_name: str) -> dict:
+    import dataclasses
+
+    import numpy as np
     import torch
 
     from tiedvsuntied.data import BatchSampler
-    from tiedvsuntied.model import GPT, flops_per_token, load_model_config, count_parameters
-    from tiedvsuntied.train import OptimConfig, autocast_ctx, build_optimizer, resolve_device
-
-    import dataclasses
-    import numpy as np
+    from tiedvsuntied.hardware import Precision, autocast, resolve_device
+    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+    from tiedvsuntied.train import OptimConfig, build_optimizer
 
     device = resolve_device(device_name)
-    mcfg = load_model_config(size)
-    mcfg = dataclasses.replace(mcfg, tie=tie, vocab_size=50257, block_size=block or mcfg.block_size)
+    mcfg = dataclasses.replace(model_config(size), vocab_size=50257, block_size=block or model_config(size).block_size)
     torch.manual_seed(0)
-    model = GPT(mcfg, seed=0).to(device)
-    model.loss_chunk = v.loss_chunk or None
+    model = GPT(mcfg, tie=tie, seed=0).to(device)
     opt = build_optimizer(model, OptimConfig())
     fwd = torch.compile(model) if v.compile else model
     tokens = np.random.default_rng(0).integers(0, 50257, size=200_000, dtype=np.int64).astype(np.uint16)
     sampler = BatchSampler(tokens, mcfg.block_size, batch, seed=0)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step(i):
-        x, y = sampler.get(i)
-        x, y = x.to(device), y.to(device)
-        with autocast_ctx(v.precision, device):
-            _, loss = fwd(x, y, return_logits=False)
+        x, y = (t.to(device) for t in sampler.get(i))
+        with autocast(Precision(v.precision), device):
+            _, loss = fwd(x, y, loss_chunk=v.loss_chunk, return_logits=False)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -106,7 +117,7 @@ def _measure_one(size: str, tie: bool, v: Variant, steps: int, warmup: int, batc
 def _peaks(device_name: str) -> dict:
     import torch
 
-    from tiedvsuntied.train import measure_matmul_tflops, resolve_device
+    from tiedvsuntied.hardware import measure_matmul_tflops, resolve_device
 
     device = resolve_device(device_name)
     return {"fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
@@ -135,11 +146,9 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(out))
         return 0
 
-    from tiedvsuntied.model import load_model_config
-
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
-        load_model_config(s)  # unknown names fail now, naming the valid ones
+        model_config(s)  # unknown names fail now, naming the valid ones
     ties = [t.strip().lower() == "true" for t in args.tie.split(",")]
     variants = [v for v in VARIANTS if not (args.no_compile and v.compile)]
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))

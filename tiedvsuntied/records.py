@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, BinaryIO, Callable, List, Optional
 
 import yaml
 
@@ -106,6 +106,9 @@ class RunSummary:
         names = {f.name for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in d.items() if k in names}
         kept["status"] = Status(kept.get("status", "running"))
+        for k, v in kept.items():  # nan/inf were written as strings (JSON has no such numbers)
+            if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+                kept[k] = float(v)
         return cls(**kept)
 
     def write(self, run_dir: Path) -> None:
@@ -127,14 +130,18 @@ class IndexEntry:
 # ---------------------------------------------------------------------------- writing
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` so that a reader (or a kill) sees the old file or the new
-    one, never a torn one: temporary file, fsync, rename."""
+def atomic_write(path: Path, data: bytes | str | Callable[[BinaryIO], Any]) -> None:
+    """Write ``data`` (or what ``data(file)`` writes, e.g. ``lambda f: torch.save(obj, f)``)
+    to ``path`` so that a reader, or a kill, sees the old file or the new one, never a torn
+    one: temporary file, fsync, rename. The one writer of every result file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
+        if callable(data):
+            data(f)
+        else:
+            f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

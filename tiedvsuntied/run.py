@@ -2,76 +2,100 @@
 
     python -m tiedvsuntied.run -m tie=true,false init_std=1.0,0.036
 
-Each job converts its config to the typed ``Config`` and calls ``train.train``; everything
-that matters happens there. A callback prints the sweep's runs at the end of a multirun.
+Each job turns its config into the typed ``train.Config`` and calls ``train.train``. A user's
+mistake ends the job with one line naming the key (exit code 2), before anything is written;
+a callback prints the table of the sweep's runs when a multirun ends, also when a job failed.
 """
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import sys
 import time
+import typing
 from pathlib import Path
 from typing import Any, Optional
 
 import hydra
+import pandas as pd
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tiedvsuntied.config import register_configs
-from tiedvsuntied.tracking import read_json
+from tiedvsuntied import records as R
+from tiedvsuntied.data import DataError
+from tiedvsuntied.train import Config, ConfigError, train
 
-register_configs()
+ConfigStore.instance().store(name="base_config", node=Config)
 
 
-def format_runs_table(sweep_dir: Path, since: Optional[float] = None) -> str:
-    """A small table of a sweep's runs (status, parameters, losses) from their summaries."""
-    index = read_json(sweep_dir / "index.json")
-    if index is None:
-        return f"(no runs recorded in {sweep_dir})"
+def runs_table(sweep_dir: Path, since: Optional[float] = None) -> pd.DataFrame:
+    """The sweep's runs (those touched since ``since``, a timestamp, if given): status,
+    parameters and losses, from the index and the summaries."""
     rows = []
-    for run_id, entry in sorted(index.items()):
-        summary = read_json(sweep_dir / entry.get("path", run_id) / "summary.json") or {}
-        updated = entry.get("updated_at") or summary.get("updated_at") or ""  # the index is touched by skips too
-        if since is not None:
-            try:
-                if time.mktime(time.strptime(updated[:19], "%Y-%m-%dT%H:%M:%S")) < since - 1:
-                    continue
-            except ValueError:
-                pass
-
-        def fmt(v: Any) -> str:
-            return f"{v:.4f}" if isinstance(v, (int, float)) else "-"
-
-        params = (summary.get("params") or {}).get("total")
-        rows.append((entry.get("name", run_id), summary.get("status", entry.get("status", "?")),
-                     f"{params:,}" if isinstance(params, int) else "-", fmt(summary.get("init_val_loss")),
-                     fmt(summary.get("final_val_loss")), fmt(summary.get("test_loss"))))
-    if not rows:
-        return f"(no runs of this invocation in {sweep_dir})"
-    header = ("run", "status", "params", "init val", "final val", "test")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+    for run_id, entry in sorted(R.read_index(sweep_dir).items()):
+        s = R.read_summary(Path(sweep_dir) / entry.path)
+        updated = time.mktime(time.strptime(entry.updated_at[:19], "%Y-%m-%dT%H:%M:%S")) if entry.updated_at else 0
+        if since is not None and updated < since - 1:
+            continue
+        rows.append({"run": entry.name, "status": (s.status if s else entry.status).value,
+                     "params": f"{s.params['total']:,}" if s and s.params else "-",
+                     "init val": s and s.init_val_loss, "final val": s and s.final_val_loss,
+                     "test": s and s.test_loss})
+    return pd.DataFrame(rows, columns=["run", "status", "params", "init val", "final val", "test"])
 
 
 class SweepTable(Callback):
-    """Prints the table of this multirun's runs when it ends (also after failures)."""
+    """Prints this multirun's runs when it ends. Hydra skips ``on_multirun_end`` when a job
+    raised, so the table is also registered to print at exit; whichever comes first prints."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.t0 = time.time()
+        self.t0, self.sweep_dir = time.time(), Path(config.results_dir) / config.sweep
+        atexit.register(self.print_table)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.results_dir) / config.sweep
-        print(f"\nSweep {config.sweep}: {sweep_dir.resolve()}\n{format_runs_table(sweep_dir, getattr(self, 't0', None))}",
-              flush=True)
+        self.print_table()
+        atexit.unregister(self.print_table)
+
+    def print_table(self) -> None:
+        df = runs_table(self.sweep_dir, self.t0)
+        text = df.to_string(index=False, float_format="%.4f", na_rep="-") if len(df) else "(no runs)"
+        print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)
+
+
+def _field_type(key: str) -> Any:
+    """The schema type of a dotted key (``model.bias`` -> bool), or None if it has none."""
+    cls: Any = Config
+    for part in key.split("."):
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            return None
+        cls = hints[part]
+    return cls
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """OmegaConf reads 1/0/yes/no/on/off as booleans; for a study's switch that silently turns
+    ``tie=1`` into true. Accept only true/false (and null where the key allows it)."""
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        kind = _field_type(key)
+        if kind in (bool, Optional[bool]) and value.lower() not in ("true", "false", "null"):
+            valid = "true, false or null" if kind is not bool else "true or false"
+            raise ConfigError(f"{key}={value} is invalid: use {valid}")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
-    from tiedvsuntied.train import train
-
     overrides = list(HydraConfig.get().overrides.task)
-    summary = train(OmegaConf.to_object(cfg), overrides=overrides)
-    return summary.get("final_val_loss")  # for sweepers that optimise
+    try:
+        check_overrides(overrides)
+        summary = train(OmegaConf.to_object(cfg), overrides=overrides)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 
 if __name__ == "__main__":

@@ -1,45 +1,48 @@
-"""The one trainer shared by every run: a plain function of the config, no Hydra inside.
+"""The one trainer shared by every run: its config, its state, and ``train(cfg)``.
 
-``train(cfg)`` prepares the data (cached, shared by the sweep), builds the model, and trains
-it with AdamW + warmup/cosine, recording everything through ``tracking.RunRecorder``. A run
-is identified by its resolved config, so calling ``train`` again with the same config skips
-a finished run and resumes an unfinished one from its last checkpoint, with exactly the
-batches and losses an uninterrupted run would have had (the batch order is a pure function
-of (seed, step) and the checkpoint holds every RNG state).
-
-Status of a run (``summary.json``): ``running`` while it trains (or if it was killed),
-``finished``, ``diverged`` (loss or gradient became NaN/inf: a result, not an error) or
-``failed`` (an exception, or Ctrl-C after saving a checkpoint; a rerun resumes it).
+``train`` is set-up -> loop -> finish. A run is identified by its config (records.run_id),
+so calling it again with the same config skips a finished run and resumes an unfinished one
+from its checkpoint with exactly the batches and losses an uninterrupted run would have had:
+the batch order is a pure function of (seed, step) and the checkpoint holds the TrainState
+and every RNG state. Status (records.Status): ``running`` while training (or killed),
+``finished``, ``diverged`` (NaN/inf: a result, not an error), ``failed`` (an exception, or
+Ctrl-C/SIGTERM after a checkpoint; a rerun resumes).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
+import re
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
-from tiedvsuntied.data import BatchSampler, iter_eval_batches, prepare_data
-from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+from tiedvsuntied import records as R
+from tiedvsuntied.data import BatchSampler, Corpus, DataConfig, check_data, iter_eval_batches, prepare_data
+from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, resolve_compile,
+                                   resolve_device, resolve_precision)
+from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token
 from tiedvsuntied.probes import probe
-from tiedvsuntied.tracking import RunRecorder, read_json, scrub
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "bf16", "fp32")
-DEVICES = ("auto", "cpu", "cuda")
+
+class ConfigError(ValueError):
+    """A config a run cannot start with; the message is one line naming the key."""
 
 
 @dataclass
 class OptimConfig:
-    """AdamW with warmup + cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
+    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
 
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
@@ -49,22 +52,7 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured and logged)
-
-    def validate(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.weight_decay < 0:
-            raise ValueError(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
-        for k in ("beta1", "beta2"):
-            if not 0 <= getattr(self, k) < 1:
-                raise ValueError(f"optim.{k} must be in [0, 1), got {getattr(self, k)}")
-        if self.grad_clip < 0:
-            raise ValueError(f"optim.grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
+    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
 
 
 @dataclass
@@ -72,225 +60,356 @@ class TrainerConfig:
     max_steps: int = 2000
     batch_size: int = 8  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
-    eval_interval: int = 100  # also evaluates at step 0 and at the end
-    eval_windows: int = 64  # fixed validation (and test) windows per evaluation
+    eval_interval: int = 100  # also at step 0 (the initial loss is a result) and the last step
+    eval_windows: int = 64  # fixed validation/test windows, the same for every run
     eval_batch_size: int = 16
     log_interval: int = 10
-    ckpt_interval: int = 200  # also at the end and on Ctrl-C
-    precision: str = "auto"  # auto: bf16 where the hardware has fast bf16 (CUDA, AVX512-BF16/AMX CPUs)
-    compile: str = "auto"  # auto: compile on CUDA, and on CPU for runs of >= 500 steps (compiling takes ~1 min)
-    device: str = "auto"
-    loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits at once
-    test_eval: bool = True  # test-split loss at the end
-    peak_tflops: float = 0.0  # MFU denominator; 0: measure this machine's matmul peak at start
-    progress: bool = True  # tqdm bar per run
-
-    def validate(self) -> None:
-        for k in ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_windows",
-                  "eval_batch_size", "log_interval", "ckpt_interval"):
-            if getattr(self, k) < 1:
-                raise ValueError(f"trainer.{k} must be >= 1, got {getattr(self, k)}")
-        if str(self.compile).lower() not in ("auto", "true", "false"):
-            raise ValueError(f"trainer.compile={self.compile!r} is not valid; choose auto, true or false")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"trainer.precision={self.precision!r} is not valid; choose one of {', '.join(PRECISIONS)}")
-        if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"trainer.device={self.device!r} is not valid; choose one of {', '.join(DEVICES)} or cuda:N")
-        if self.loss_chunk < 0:
-            raise ValueError(f"trainer.loss_chunk must be >= 0 (0 = full logits), got {self.loss_chunk}")
-        if self.peak_tflops < 0:
-            raise ValueError(f"trainer.peak_tflops must be >= 0 (0 = measure), got {self.peak_tflops}")
+    ckpt_interval: int = 200  # also at the last step and on Ctrl-C / SIGTERM
+    precision: Precision = Precision.auto
+    compile: Optional[bool] = None  # null: on CUDA, and on CPU for runs of >= 500 steps
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits
+    test_eval: bool = True
+    peak_tflops: float = 0.0  # MFU denominator; 0 measures this machine's matmul peak at start
+    progress: bool = True
 
 
-# ---------------------------------------------------------------------------------------
-# Hardware helpers (also used by the benchmark)
+@dataclass
+class Config:
+    """The whole run, as Hydra composes it (conf/config.yaml). ``tie``, ``init_std`` and
+    ``seed`` are top-level because they are what a sweep varies; the model node is the
+    architecture only."""
+
+    tie: bool = True  # lm_head.weight is wte.weight
+    init_std: str = "0.02"  # std of wte and the untied head: a number, or inv_sqrt_d (= n_embd^-0.5)
+    seed: int = 0  # model init, batch order, dropout: tied and untied share it
+    sweep: str = "default"  # results/<sweep>/ and the W&B group
+    results_dir: str = "results"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    wandb: R.WandbConfig = field(default_factory=R.WandbConfig)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device={name!r} but CUDA is not available here; use trainer.device=cpu or auto")
-    return torch.device(name)
+@dataclass
+class TrainState:
+    """Everything of the loop that a checkpoint must carry besides weights and RNGs."""
 
+    step: int = 0
+    tokens: int = 0
+    init_val_loss: Optional[float] = None
+    init_logit_std: Optional[float] = None
+    best_val_loss: Optional[float] = None
+    last_val_loss: Optional[float] = None
 
-def cpu_has_fast_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there."""
-    cpu = getattr(torch, "cpu", None)
-    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
-        fn = getattr(cpu, name, None)
-        if fn is not None and fn():
-            return True
-    return False
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
-
-def resolve_precision(name: str, device: torch.device) -> str:
-    if name != "auto":
-        return name
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
-
-
-COMPILE_MIN_STEPS_CPU = 500
-
-
-def resolve_compile(setting, device: torch.device, max_steps: int) -> bool:
-    """``auto``: compile where it pays: always on CUDA; on CPU once a run is long enough to
-    amortise the ~1 min compilation (micro, bf16: 2.5x the eager fp32 baseline vs 1.9x eager)."""
-    setting = str(setting).lower()
-    if setting == "auto":
-        return device.type == "cuda" or max_steps >= COMPILE_MIN_STEPS_CPU
-    return setting == "true"
-
-
-def autocast_ctx(precision: str, device: torch.device):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5) -> float:
-    """This machine's dense matmul throughput (TFLOP/s) for ``dtype``: the MFU denominator."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(2):
-        a @ b
-    sync()
-    iters, t0 = 0, time.perf_counter()
-    while True:
-        for _ in range(4):
-            a @ b
-        iters += 4
-        sync()
-        dt = time.perf_counter() - t0
-        if dt >= seconds:
-            return 2 * n**3 * iters / dt / 1e12
-
-
-# ---------------------------------------------------------------------------------------
-# Optimizer and schedule
-
-
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW with two groups. ``named_parameters`` lists a tied matrix once, so it is one
-    parameter of one group; embeddings/head are decayed only with ``decay_embeddings``."""
-    emb_ids = {id(p) for n, p in model.named_parameters() if n.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))}
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if p.dim() < 2 or (id(p) in emb_ids and not cfg.decay_embeddings):
-            no_decay.append(p)
-        else:
-            decay.append(p)
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
-    try:  # one fused kernel per step where this torch has it for the device (CPU and CUDA do)
-        return torch.optim.AdamW(groups, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(groups, **kwargs)
-
-
-def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
-    """Linear warmup over ``warmup_steps``, then cosine to ``lr * min_lr_ratio`` at ``max_steps``."""
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, max_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    min_lr = cfg.lr * cfg.min_lr_ratio
-    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
-
-
-# ---------------------------------------------------------------------------------------
-# Checkpoints (atomic; loaded with weights_only=True)
-
-
-def save_checkpoint(path: Path, *, model, optimizer, step: int, tokens: int, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "step": step,
-        "tokens": tokens,
-        "state": state,
-        "rng_cpu": torch.get_rng_state(),
-        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def save_npz_atomic(path: Path, arrays: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, *, model, optimizer) -> dict:
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(ckpt["model"], strict=True)
-    optimizer.load_state_dict(ckpt["optimizer"])
-    torch.set_rng_state(ckpt["rng_cpu"])
-    if torch.cuda.is_available() and ckpt["rng_cuda"]:
-        torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
-    return ckpt
-
-
-# ---------------------------------------------------------------------------------------
-# Evaluation
-
-
-@torch.no_grad()
-def evaluate(model, tokens, *, block_size: int, batch_size: int, max_windows: int, device, precision,
-             logit_std: bool = False) -> dict:
-    """Mean loss over the split's fixed windows (the same windows every time, every run)."""
-    model.eval()
-    total, n, out = 0.0, 0, {}
-    for i, (x, y) in enumerate(iter_eval_batches(tokens, block_size, batch_size, max_windows)):
-        x, y = x.to(device), y.to(device)
-        with autocast_ctx(precision, device):
-            if logit_std and i == 0:
-                logits, loss = model(x, y, return_logits=True)
-                out["logit_std"] = logits.float().std().item()
-            else:
-                _, loss = model(x, y, return_logits=False)
-        total += loss.item() * x.shape[0]
-        n += x.shape[0]
-    model.train()
-    out["loss"] = total / n
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# The trainer
+    def load_state_dict(self, d: dict) -> None:
+        for k, v in d.items():
+            setattr(self, k, v)
 
 
 class Diverged(Exception):
     pass
 
 
+# ---------------------------------------------------------------------------- checks
+
+_SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# (key, valid?, what is valid): values the typed schema cannot refuse by type alone.
+_RANGES = [
+    ("seed", lambda v: v >= 0, ">= 0"), ("optim.lr", lambda v: v > 0, "> 0"),
+    ("optim.min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("optim.warmup_steps", lambda v: v >= 0, ">= 0"), ("optim.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("optim.beta1", lambda v: 0 <= v < 1, "in [0, 1)"), ("optim.beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optim.eps", lambda v: v > 0, "> 0"), ("optim.grad_clip", lambda v: v >= 0, ">= 0 (0 disables)"),
+    *((f"trainer.{k}", lambda v: v >= 1, ">= 1") for k in (
+        "max_steps", "batch_size", "grad_accum", "eval_interval", "eval_windows", "eval_batch_size",
+        "log_interval", "ckpt_interval")),
+    ("trainer.loss_chunk", lambda v: v >= 0, ">= 0 (0 = full logits)"),
+    ("trainer.peak_tflops", lambda v: v >= 0, ">= 0 (0 = measure)"),
+]
+
+
+def check_config(cfg: Config) -> None:
+    """Refuse a config no run can start with, before any data is read or directory made."""
+    for key, ok, valid in _RANGES:
+        value = OmegaConf.select(OmegaConf.structured(cfg), key)
+        if not ok(value):
+            raise ConfigError(f"{key}={value} is invalid: it must be {valid}")
+    if not _SWEEP_NAME.match(cfg.sweep):
+        raise ConfigError(f"sweep={cfg.sweep!r} is invalid: use letters, digits, '.', '_' or '-'")
+    try:
+        canonical_init_std(cfg.init_std)
+        with torch.device("meta"):  # validates shapes and init stds, allocates nothing
+            GPT(cfg.model, tie=cfg.tie, init_std=cfg.init_std)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        resolve_device(cfg.trainer.device)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_data(cfg.data)
+    _check_writable(Path(cfg.results_dir))
+
+
+def _check_writable(path: Path) -> None:
+    existing = next(p for p in [path, *path.absolute().parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"results_dir={str(path)!r} is not writable ({existing} is not a writable "
+                          f"directory): choose another results_dir")
+
+
+# ---------------------------------------------------------------------------- optimizer
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    """Two groups; ``named_parameters`` lists a tied matrix once, so it is one parameter of
+    one group. Embeddings and head are decayed only with ``decay_embeddings``."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
+        (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    try:  # one fused kernel per step where this torch has it for the device
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, **kwargs)
+
+
+def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> None:
+    """``last.pt``; the one it replaces stays as ``prev.pt`` until the next save, so a file cut
+    short (a kill, a full disk) or corrupted later never costs the run more than one interval."""
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+               "train_state": state.state_dict(), "rng_cpu": torch.get_rng_state(),
+               "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    if (ckpt_dir / "last.pt").exists():
+        os.replace(ckpt_dir / "last.pt", ckpt_dir / "prev.pt")
+    R.atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> Optional[Path]:
+    """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
+    file used, or None (start over)."""
+    for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
+        if not path.exists():
+            continue
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+        except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
+            log.warning("checkpoint %s is unreadable (%s); trying an older one", path,
+                        R.scrub(f"{type(e).__name__}: {e}")[:200])
+            continue
+        state.load_state_dict(ckpt["train_state"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+        if torch.cuda.is_available() and ckpt["rng_cuda"]:
+            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+        return path
+    if any(ckpt_dir.glob("*.pt")):
+        log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
+    return None
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def evaluate(model, tokens, block_size: int, tc: TrainerConfig, device, precision, logit_std=False) -> dict:
+    """Mean loss over the split's fixed windows (the same windows every time, every run)."""
+    model.eval()
+    total, n, out = 0.0, 0, {}
+    for i, (x, y) in enumerate(iter_eval_batches(tokens, block_size, tc.eval_batch_size, tc.eval_windows)):
+        x, y = x.to(device), y.to(device)
+        with autocast(precision, device):
+            logits, loss = model(x, y, loss_chunk=tc.loss_chunk, return_logits=logit_std and i == 0)
+        if logits is not None:
+            out["logit_std"] = logits.float().std().item()
+        total, n = total + loss.item() * len(x), n + len(x)
+    model.train()
+    return {**out, "loss": total / n}
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Run:
+    """One run being trained: what the loop reads and updates."""
+
+    cfg: Config
+    run_dir: Path
+    summary: R.RunSummary
+    model: GPT
+    optimizer: torch.optim.Optimizer
+    sampler: BatchSampler
+    corpus: Corpus
+    device: torch.device
+    precision: Precision
+    state: TrainState
+    step_model: torch.nn.Module  # the compiled model, or the model itself
+    peak_tflops: float
+    resumed_from: Optional[int] = None
+    mlog: Optional[R.MetricsLog] = None
+    bar: object = None
+
+    def write(self, msg: str) -> None:
+        (self.bar.write if self.bar is not None else log.info)(msg)
+
+
+def resolved_config(cfg: Config) -> dict:
+    """The config as a plain dict, init_std in its canonical spelling (run identity, config.yaml)."""
+    tree = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    tree["init_std"] = canonical_init_std(cfg.init_std)
+    return tree
+
+
+def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
+    """Train the run ``cfg`` describes (skip it if done, resume it if not); return its summary.
+    Raises ConfigError/DataError before anything is written, and re-raises a failure after
+    recording it."""
+    from filelock import FileLock, Timeout
+
+    check_config(cfg)
+    corpus = prepare_data(cfg.data)
+    config = resolved_config(cfg)
+    name = R.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed)
+    run_id = R.run_id(config, name, corpus.fingerprint)
+    sweep_dir = Path(cfg.results_dir) / cfg.sweep
+    run_dir = sweep_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(run_dir / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("[%s] is being trained by another process; skipping", name)
+        return R.read_summary(run_dir)
+    try:
+        previous = R.read_summary(run_dir)
+        entry = R.IndexEntry(name=name, status=R.Status.running, path=run_id, overrides=list(overrides or []))
+        if previous and previous.status.done:
+            log.info("[%s] already %s at step %d; skipping (delete %s to train it again)",
+                     name, previous.status.value, previous.step, run_dir)
+            entry.status = previous.status
+            R.update_index(sweep_dir, run_id, entry)
+            return previous
+        summary = R.RunSummary(
+            run_id=run_id, name=name, sweep=cfg.sweep, tie=cfg.tie, init_std=config["init_std"],
+            model=cfg.model.name, seed=cfg.seed, n_layer=cfg.model.n_layer, n_head=cfg.model.n_head,
+            n_embd=cfg.model.n_embd, vocab_size=corpus.vocab_size, block_size=cfg.model.block_size,
+            t5_rescale=cfg.model.t5_rescale, data=cfg.data.name, data_fingerprint=corpus.fingerprint,
+            max_steps=cfg.trainer.max_steps, started_at=previous.started_at if previous else R.now())
+        return _train_run(cfg, corpus, config, summary, run_dir, entry)
+    finally:
+        lock.release()
+
+
+def _train_run(cfg, corpus, config, summary, run_dir, entry) -> R.RunSummary:
+    """Decides the run's status, whatever happens, and always closes the metrics log and W&B."""
+    t0 = time.time()
+    summary.write(run_dir)
+    run = None
+    try:
+        run = _setup(cfg, corpus, config, summary, run_dir)
+        with R.MetricsLog(run_dir, run.resumed_from) as run.mlog:
+            mode = run.mlog.start_wandb(cfg.wandb, run_id=R.wandb_id(cfg.sweep, summary.run_id),
+                                        name=summary.name, group=cfg.sweep, config=config, run_dir=run_dir)
+            summary.wandb_mode, summary.wandb_run_id = mode.value, R.wandb_id(cfg.sweep, summary.run_id)
+            if run.mlog.wandb is not None:
+                summary.wandb_dir = str(Path(run.mlog.wandb.dir).parent)
+            R.update_index(run_dir.parent, summary.run_id, entry)
+            try:
+                _loop(run)
+                _finish(run)
+            except Diverged as e:
+                summary.status, summary.error, summary.diverged_at_step = R.Status.diverged, str(e), run.state.step
+                log.warning("[%s] diverged: %s", summary.name, e)
+            summary.wall_time_s = time.time() - t0
+            run.mlog.failed = False
+            run.mlog.summary(summary.to_dict())
+        return summary
+    except KeyboardInterrupt as e:
+        summary.status = R.Status.failed
+        summary.error = f"interrupted ({e or 'Ctrl-C'}) at step {summary.step}; rerun the command to resume"
+        raise
+    except Exception as e:
+        summary.status, summary.error = R.Status.failed, R.scrub(f"{type(e).__name__}: {e}")
+        log.error("[%s] failed: %s", summary.name, summary.error)
+        raise
+    finally:
+        summary.write(run_dir)
+        entry.status = summary.status
+        R.update_index(run_dir.parent, summary.run_id, entry)
+
+
+def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run_dir: Path) -> Run:
+    tc = cfg.trainer
+    device = resolve_device(tc.device)
+    precision = resolve_precision(tc.precision, device)
+    train_tokens = corpus.tokens("train")
+    sampler = BatchSampler(train_tokens, cfg.model.block_size, tc.batch_size, cfg.seed)
+    for split in ("val", "test") if tc.test_eval else ("val",):  # a short split fails now, named
+        next(iter_eval_batches(corpus.tokens(split), cfg.model.block_size, 1, 1))
+    model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.vocab_size)
+    torch.manual_seed(cfg.seed)  # dropout; the init has its own per-tensor generators
+    model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, seed=cfg.seed).to(device)
+    optimizer = build_optimizer(model, cfg.optim)
+    state = TrainState()
+    used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state)
+    compiled = resolve_compile(tc.compile, device, tc.max_steps)
+    peak = tc.peak_tflops or measure_matmul_tflops(
+        device, torch.bfloat16 if precision == Precision.bf16 else torch.float32)
+    params = count_parameters(model)
+    derived = {"vocab_size": corpus.vocab_size, "params": params, "flops_per_token": flops_per_token(model),
+               "init_std_resolved": model.init_stds(), "device": str(device), "precision": precision.value,
+               "compiled": compiled, "peak_tflops": peak, "data_fingerprint": corpus.fingerprint,
+               "tokens_per_step": tc.batch_size * tc.grad_accum * cfg.model.block_size}
+    R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml({**config, "derived": derived}))
+    np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
+    stds = model.init_stds()
+    summary.params, summary.flops_per_token = params, derived["flops_per_token"]
+    summary.init_std_resolved = {"emb": stds["emb"], "head": stds["head"]}
+    summary.device, summary.precision, summary.compiled = str(device), precision.value, compiled
+    summary.step, summary.tokens = state.step, state.tokens
+    summary.resumed_from_step = state.step if used else None
+    for k in ("init_val_loss", "init_logit_std", "best_val_loss"):
+        setattr(summary, k, getattr(state, k))
+    summary.status, summary.error = R.Status.running, None
+    summary.write(run_dir)
+    if used:
+        log.info("[%s] resuming from step %d (%s)", summary.name, state.step, used)
+    log.info("[%s] %s params (non-embedding %s), %s %s, %s train tokens, peak %.2f TFLOP/s", summary.name,
+             f"{params['total']:,}", f"{params['non_embedding']:,}", device, precision.value,
+             f"{len(train_tokens):,}", peak)
+    return Run(cfg=cfg, run_dir=run_dir, summary=summary, model=model, optimizer=optimizer, sampler=sampler,
+               corpus=corpus, device=device, precision=precision, state=state,
+               step_model=torch.compile(model) if compiled else model, peak_tflops=peak,
+               resumed_from=state.step if used else None)
+
+
 @contextlib.contextmanager
-def _graceful_sigterm():
-    """Turn SIGTERM (a scheduler's stop) into KeyboardInterrupt so a checkpoint is saved."""
+def _sigterm_as_interrupt():
+    """A scheduler's SIGTERM becomes KeyboardInterrupt, so the loop saves a checkpoint."""
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     try:
         old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not in the main thread (e.g. some launchers)
+    except ValueError:  # not the main thread (some launchers): nothing to restore
         yield
         return
     try:
@@ -299,267 +418,135 @@ def _graceful_sigterm():
         signal.signal(signal.SIGTERM, old)
 
 
-def train(cfg, overrides: Optional[list] = None) -> dict:
-    """Train one run described by ``cfg`` (a ``config.Config``); return its summary.
-
-    Skips a finished (or diverged) run, resumes an unfinished one. Raises on failure after
-    recording ``failed`` with the error in ``summary.json`` and W&B.
-    """
-    from filelock import FileLock, Timeout
-
-    from tiedvsuntied import config as C  # config imports this module's dataclasses
-
-    C.validate(cfg)  # every key, before any data is touched
-    t_start = time.time()
-    corpus = prepare_data(cfg.data)
-    model_cfg = C.model_config(cfg, corpus.vocab_size)
-    model_cfg.validate()
-    run_id, name = C.run_identity(cfg, corpus.fingerprint)
-    sweep_dir = Path(cfg.results_dir) / cfg.sweep
-    run_dir = sweep_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    lock = FileLock(str(run_dir / ".lock"))
+def _accumulate(run: Run, grad_split: Optional[dict]) -> float:
+    """Forward and backward over the step's micro-batches; the mean loss. A compilation
+    failure (it shows on the first call) falls back to eager once, with a warning."""
+    tc = run.cfg.trainer
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        log.warning("[%s] is being trained by another process; skipping", name)
-        return read_json(run_dir / "summary.json") or {"run_id": run_id, "status": "running"}
-    try:
-        previous = read_json(run_dir / "summary.json")
-        if previous and previous.get("status") in ("finished", "diverged"):
-            log.info("[%s] already %s at step %s; skipping (delete %s to train it again)",
-                     name, previous["status"], previous.get("step"), run_dir)
-            C.update_index(sweep_dir, run_id, name, previous["status"], overrides)
-            return previous
-        return _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start)
-    finally:
-        lock.release()
-
-
-def _train_run(cfg, overrides, corpus, model_cfg, run_id, name, sweep_dir, run_dir, t_start) -> dict:
-    from omegaconf import OmegaConf
-
-    from tiedvsuntied import config as C
-
-    tc, oc = cfg.trainer, cfg.optim
-    block = model_cfg.block_size
-    previous = read_json(run_dir / "summary.json") or {}
-    ckpt_path = run_dir / "checkpoints" / "last.pt"
-    rec = RunRecorder(run_dir, {
-        "run_id": run_id, "name": name, "sweep": cfg.sweep, "status": "running", "error": None,
-        "tie": bool(cfg.tie), "init_std": str(cfg.init_std),
-        "init_std_resolved": model_cfg.resolved_init_stds(), "model": model_cfg.name,
-        "n_layer": model_cfg.n_layer, "n_embd": model_cfg.n_embd, "n_head": model_cfg.n_head,
-        "vocab_size": corpus.vocab_size, "block_size": block, "seed": cfg.seed, "params": None,
-        "flops_per_token": None, "t5_rescale": bool(model_cfg.t5_rescale), "data": cfg.data.name,
-        "data_fingerprint": corpus.fingerprint, "max_steps": tc.max_steps,
-        "step": 0, "tokens": 0, "init_val_loss": None, "init_logit_std": None, "final_val_loss": None,
-        "best_val_loss": None, "test_loss": None, "diverged_at_step": None,
-        "resumed_from_step": None, "wandb_run_id": None, "wandb_mode": None,
-        "started_at": previous.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })
-    resolved = C.to_container(cfg)
-    OmegaConf.save(OmegaConf.create(resolved), run_dir / "config.yaml")  # derived values added below
-    exit_code = 1
-    step, tokens = 0, 0
-    state = {"best_val_loss": None, "init_val_loss": None, "init_logit_std": None, "last_val_loss": None}
-    try:
-        device = resolve_device(tc.device)
-        precision = resolve_precision(tc.precision, device)
-        train_tokens = corpus.tokens("train")
-        val_tokens = corpus.tokens("val")
-        # Short corpora fail here, before any training, naming the split.
-        for split, toks in (("train", train_tokens), ("val", val_tokens)):
-            C.check_eval_split(toks, block, split)
-        sampler = BatchSampler(train_tokens, block, tc.batch_size, cfg.seed)
-
-        # The same seed gives tied and untied runs the same body init and the same batches.
-        torch.manual_seed(cfg.seed)
-        model = GPT(model_cfg, seed=cfg.seed).to(device)
-        model.loss_chunk = tc.loss_chunk or None
-        params = count_parameters(model)
-        fpt = flops_per_token(model)
-        optimizer = build_optimizer(model, oc)
-        compiled = resolve_compile(tc.compile, device, tc.max_steps)
-        step_model = torch.compile(model) if compiled else model  # evaluations run eagerly
-
-        derived = {
-            "run_id": run_id, "name": name, "vocab_size": corpus.vocab_size,
-            "init_std_resolved": model_cfg.resolved_init_stds(), "params": params,
-            "flops_per_token": fpt, "device": str(device), "precision": precision, "compiled": compiled,
-            "data_fingerprint": corpus.fingerprint,
-            "tokens_per_step": tc.batch_size * tc.grad_accum * block,
-        }
-        OmegaConf.save(OmegaConf.create({**resolved, "derived": derived}), run_dir / "config.yaml")
-        np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
-
-        resumed_from = None
-        if ckpt_path.exists():
-            ckpt = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)
-            step, tokens, state = ckpt["step"], ckpt["tokens"], dict(ckpt["state"])
-            resumed_from = step
-            log.info("[%s] resuming from step %d (%s)", name, step, ckpt_path)
-        rec.summary.update(params=params, flops_per_token=fpt, step=step, tokens=tokens,
-                           resumed_from_step=resumed_from, init_val_loss=state["init_val_loss"],
-                           init_logit_std=state["init_logit_std"], best_val_loss=state["best_val_loss"])
-        rec.open_metrics(resumed_from)
-        rec.start_wandb(cfg.wandb, run_id=C.wandb_id(cfg.sweep, run_id), name=name, group=cfg.sweep,
-                        config={**resolved, **derived})
-        # Parameter counts and the resolved init go to the W&B summary at the start, too.
-        rec.update_summary(status="running", params=params, flops_per_token=fpt,
-                           init_std_resolved=model_cfg.resolved_init_stds())
-        C.update_index(sweep_dir, run_id, name, "running", overrides)
-        peak = tc.peak_tflops or measure_matmul_tflops(
-            device, torch.bfloat16 if precision == "bf16" else torch.float32)
-        log.info("[%s] %s params (non-embedding %s), %s %s, data %s (%s train tokens), peak %.2f TFLOP/s",
-                 name, f"{params['total']:,}", f"{params['non_embedding']:,}", device, precision,
-                 cfg.data.name, f"{len(train_tokens):,}", peak)
-
-        def run_eval(at_step: int, first: bool = False) -> float:
-            ev = evaluate(model, val_tokens, block_size=block, batch_size=tc.eval_batch_size,
-                          max_windows=tc.eval_windows, device=device, precision=precision,
-                          logit_std=first)
-            vl = ev["loss"]
-            metrics = {"tokens": tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
-            if first:
-                metrics["init/logit_std"] = ev["logit_std"]
-                state["init_val_loss"], state["init_logit_std"] = vl, ev["logit_std"]
-            scalars, arrays = probe(model)
-            metrics.update(scalars)
-            save_npz_atomic(run_dir / "probes" / f"step_{at_step:07d}.npz", arrays)
-            rec.log(metrics, at_step)
-            if math.isfinite(vl):
-                state["best_val_loss"] = vl if state["best_val_loss"] is None else min(state["best_val_loss"], vl)
-            state["last_val_loss"] = vl
-            rec.update_summary(step=at_step, tokens=tokens, init_val_loss=state["init_val_loss"],
-                               init_logit_std=state["init_logit_std"], best_val_loss=state["best_val_loss"])
-            bar_write(f"[{name}] step {at_step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.4g}"
-                      f" | tokens {tokens:,}")
-            return vl
-
-        bar = None
-        if tc.progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=tc.max_steps, initial=step, desc=name[:48], unit="step", dynamic_ncols=True)
-
-        def bar_write(msg: str) -> None:
-            (bar.write if bar is not None else log.info)(msg)
-
-        if step == 0:
-            run_eval(0, first=True)
-        tokens_per_step = tc.batch_size * tc.grad_accum * block
-
-        def accumulate(m, at_step: int) -> float:
-            """Forward and backward over the step's micro-batches; returns the mean loss."""
-            model.reset_grad_split()
-            total = 0.0
-            for micro in range(tc.grad_accum):
-                x, y = sampler.get(at_step, micro)
-                x, y = x.to(device), y.to(device)
-                with autocast_ctx(precision, device):
-                    _, loss = m(x, y, return_logits=False)
-                (loss / tc.grad_accum).backward()
-                total += loss.item()
-            return total / tc.grad_accum
-
-        window_s, window_tokens = 0.0, 0  # training time only: evals and checkpoints excluded
-        with _graceful_sigterm():
-            try:
-                while step < tc.max_steps:
-                    t_step = time.perf_counter()
-                    lr = lr_at(step, oc, tc.max_steps)
-                    for g in optimizer.param_groups:
-                        g["lr"] = lr
-                    # The gradient split costs two (V, d) accumulators: only on steps that log it.
-                    logging_step = (step + 1) % tc.log_interval == 0 or step + 1 == tc.max_steps
-                    model.track_grad_split = logging_step
-                    try:
-                        train_loss = accumulate(step_model, step)
-                    except Exception as e:  # compilation fails on the first call, if at all
-                        if step_model is model:
-                            raise
-                        log.warning("[%s] torch.compile failed (%s); continuing eagerly", name,
-                                    scrub(f"{type(e).__name__}: {e}")[:300])
-                        step_model = model
-                        optimizer.zero_grad(set_to_none=True)
-                        train_loss = accumulate(model, step)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        model.parameters(), oc.grad_clip if oc.grad_clip > 0 else float("inf")).item()
-                    if not (math.isfinite(train_loss) and math.isfinite(grad_norm)):
-                        raise Diverged(f"non-finite {'loss' if not math.isfinite(train_loss) else 'gradient norm'}"
-                                       f" at step {step} (loss {train_loss}, grad norm {grad_norm})")
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    step += 1
-                    tokens += tokens_per_step
-                    window_s += time.perf_counter() - t_step
-                    window_tokens += tokens_per_step
-                    if bar is not None:
-                        bar.update(1)
-                    if logging_step:
-                        tps = window_tokens / max(window_s, 1e-9)
-                        window_s, window_tokens = 0.0, 0
-                        split = model.grad_split
-                        rec.log({
-                            "tokens": tokens, "train/loss": train_loss, "train/lr": lr,
-                            "train/grad_norm": grad_norm, "train/tokens_per_s": tps,
-                            "train/mfu": fpt * tps / (peak * 1e12),
-                            # summed over micro-batches of loss / grad_accum: the scale of .grad
-                            "train/grad_norm_in": split["in"].norm().item(),
-                            "train/grad_norm_out": split["out"].norm().item(),
-                        }, step)
-                        if bar is not None:
-                            bar.set_postfix(loss=f"{train_loss:.3f}", tok_s=f"{tps:,.0f}")
-                    if step % tc.eval_interval == 0 or step == tc.max_steps:
-                        vl = run_eval(step)
-                        if not math.isfinite(vl):
-                            raise Diverged(f"non-finite validation loss at step {step}")
-                    if step % tc.ckpt_interval == 0 or step == tc.max_steps:
-                        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step,
-                                        tokens=tokens, state=state)
-                        rec.update_summary(step=step, tokens=tokens)
-            except KeyboardInterrupt as e:
-                save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, tokens=tokens, state=state)
-                msg = f"interrupted ({e or 'Ctrl-C'}) at step {step}; checkpoint saved, rerun the command to resume"
-                rec.update_summary(status="failed", error=msg, step=step, tokens=tokens)
-                C.update_index(sweep_dir, run_id, name, "failed", overrides)
-                log.warning("[%s] %s", name, msg)
-                raise
-            finally:
-                if bar is not None:
-                    bar.close()
-                model.track_grad_split = False
-
-        test_loss = None
-        if tc.test_eval:
-            test_loss = evaluate(model, corpus.tokens("test"), block_size=block, batch_size=tc.eval_batch_size,
-                                 max_windows=tc.eval_windows, device=device, precision=precision)["loss"]
-            rec.log({"tokens": tokens, "test/loss": test_loss, "test/ppl": math.exp(min(test_loss, 700))}, step)
-        rec.update_summary(status="finished", step=step, tokens=tokens, final_val_loss=state["last_val_loss"],
-                           best_val_loss=state["best_val_loss"], test_loss=test_loss,
-                           wall_time_s=time.time() - t_start)
-        C.update_index(sweep_dir, run_id, name, "finished", overrides)
-        log.info("[%s] finished: val %.4f (best %.4f), test %s", name, state["last_val_loss"],
-                 state["best_val_loss"], f"{test_loss:.4f}" if test_loss is not None else "-")
-        exit_code = 0
-        return rec.summary
-    except Diverged as e:
-        msg = str(e)
-        rec.update_summary(status="diverged", error=msg, diverged_at_step=step, step=step, tokens=tokens,
-                           final_val_loss=state["last_val_loss"], best_val_loss=state["best_val_loss"])
-        C.update_index(sweep_dir, run_id, name, "diverged", overrides)
-        log.warning("[%s] diverged: %s", name, msg)
-        exit_code = 0  # a diverged run is a result of the study, not a crash of the sweep
-        return rec.summary
-    except KeyboardInterrupt:
-        exit_code = 255
-        raise
+        total = 0.0
+        for micro in range(tc.grad_accum):
+            x, y = (t.to(run.device, non_blocking=True) for t in run.sampler.get(run.state.step, micro))
+            with autocast(run.precision, run.device):
+                _, loss = run.step_model(x, y, loss_chunk=tc.loss_chunk, return_logits=False,
+                                         grad_split=grad_split)
+            (loss / tc.grad_accum).backward()
+            total += loss.item()
+        return total / tc.grad_accum
     except Exception as e:
-        msg = scrub(f"{type(e).__name__}: {e}")
-        rec.update_summary(status="failed", error=msg)
-        C.update_index(sweep_dir, run_id, name, "failed", overrides)
-        log.error("[%s] failed: %s", name, msg)
-        raise
+        if run.step_model is run.model:
+            raise
+        log.warning("[%s] torch.compile failed (%s); continuing eagerly", run.summary.name,
+                    R.scrub(f"{type(e).__name__}: {e}")[:300])
+        run.step_model = run.model
+        run.summary.compiled = False
+        run.optimizer.zero_grad(set_to_none=True)
+        if grad_split is not None:
+            grad_split.clear()
+        return _accumulate(run, grad_split)
+
+
+def _loop(run: Run) -> None:
+    tc, oc, st = run.cfg.trainer, run.cfg.optim, run.state
+    tokens_per_step = tc.batch_size * tc.grad_accum * run.cfg.model.block_size
+    fpt = run.summary.flops_per_token
+    if st.step == 0:
+        _evaluate(run, first=True)
+    window_s, window_steps = 0.0, 0  # training time only: evaluations and checkpoints excluded
+    with _sigterm_as_interrupt(), _progress(run):
+        try:
+            while st.step < tc.max_steps:
+                t0 = time.perf_counter()
+                lr = lr_at(st.step, oc, tc.max_steps)
+                for g in run.optimizer.param_groups:
+                    g["lr"] = lr
+                logging = (st.step + 1) % tc.log_interval == 0 or st.step + 1 == tc.max_steps
+                split = {} if logging else None  # two (V, d) buffers: only on steps that log them
+                loss = _accumulate(run, split)
+                grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), oc.grad_clip or math.inf).item()
+                if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                    raise Diverged(f"non-finite loss or gradient at step {st.step} (loss {loss}, grad norm {grad_norm})")
+                run.optimizer.step()
+                run.optimizer.zero_grad(set_to_none=True)
+                st.step, st.tokens = st.step + 1, st.tokens + tokens_per_step
+                window_s, window_steps = window_s + time.perf_counter() - t0, window_steps + 1
+                if run.bar is not None:
+                    run.bar.update(1)
+                if logging:
+                    tps = window_steps * tokens_per_step / max(window_s, 1e-9)
+                    window_s, window_steps = 0.0, 0
+                    run.mlog.log({
+                        "tokens": st.tokens, "train/loss": loss, "train/lr": lr, "train/tokens_per_s": tps,
+                        "train/grad_norm": grad_norm, "train/mfu": fpt * tps / (run.peak_tflops * 1e12),
+                        # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
+                        "train/grad_norm_in": split["in"].norm().item(),
+                        "train/grad_norm_out": split["out"].norm().item()}, st.step)
+                    if run.bar is not None:
+                        run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
+                if st.step % tc.eval_interval == 0 or st.step == tc.max_steps:
+                    if not math.isfinite(_evaluate(run)):
+                        raise Diverged(f"non-finite validation loss at step {st.step}")
+                if st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps:
+                    save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+        except KeyboardInterrupt:
+            save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+            run.summary.step, run.summary.tokens = st.step, st.tokens
+            raise
+
+
+@contextlib.contextmanager
+def _progress(run: Run):
+    if run.cfg.trainer.progress:
+        from tqdm.auto import tqdm
+
+        run.bar = tqdm(total=run.cfg.trainer.max_steps, initial=run.state.step, desc=run.summary.name[:48],
+                       unit="step", dynamic_ncols=True)
+    try:
+        yield
     finally:
-        rec.finish(exit_code)
+        if run.bar is not None:
+            run.bar.close()
+            run.bar = None
+
+
+def _evaluate(run: Run, first: bool = False) -> float:
+    """Validation loss and probes at this step, into metrics, probes/ and the summary."""
+    st, s = run.state, run.summary
+    ev = evaluate(run.model, run.corpus.tokens("val"), run.cfg.model.block_size, run.cfg.trainer,
+                  run.device, run.precision, logit_std=first)
+    vl = ev["loss"]
+    metrics = {"tokens": st.tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
+    if first:
+        metrics["init/logit_std"] = st.init_logit_std = ev["logit_std"]
+        st.init_val_loss = vl
+    scalars, arrays = probe(run.model)
+    R.atomic_write(run.run_dir / "probes" / f"step_{st.step:07d}.npz", lambda f: np.savez(f, **arrays))
+    run.mlog.log({**metrics, **scalars}, st.step)
+    if math.isfinite(vl):
+        st.best_val_loss = vl if st.best_val_loss is None else min(st.best_val_loss, vl)
+    st.last_val_loss = vl
+    s.step, s.tokens, s.final_val_loss = st.step, st.tokens, vl
+    s.init_val_loss, s.init_logit_std, s.best_val_loss = st.init_val_loss, st.init_logit_std, st.best_val_loss
+    s.write(run.run_dir)
+    run.write(f"[{s.name}] step {st.step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.4g} | "
+              f"tokens {st.tokens:,}")
+    return vl
+
+
+def _finish(run: Run) -> None:
+    """Test loss, status ``finished``, and only the weights kept: resuming is over, so the
+    optimizer state (2/3 of a checkpoint) goes."""
+    s, st = run.summary, run.state
+    if run.cfg.trainer.test_eval:
+        s.test_loss = evaluate(run.model, run.corpus.tokens("test"), run.cfg.model.block_size, run.cfg.trainer,
+                               run.device, run.precision)["loss"]
+        run.mlog.log({"tokens": st.tokens, "test/loss": s.test_loss, "test/ppl": math.exp(min(s.test_loss, 700))},
+                     st.step)
+    s.status, s.step, s.tokens = R.Status.finished, st.step, st.tokens
+    s.write(run.run_dir)
+    ckpt_dir = run.run_dir / "checkpoints"
+    weights = {"model": run.model.state_dict(), "train_state": st.state_dict()}
+    R.atomic_write(ckpt_dir / "model.pt", lambda f: torch.save(weights, f))
+    for name in ("last.pt", "prev.pt"):
+        (ckpt_dir / name).unlink(missing_ok=True)
+    log.info("[%s] finished: val %.4f (best %.4f), test %s", s.name, st.last_val_loss, st.best_val_loss,
+             f"{s.test_loss:.4f}" if s.test_loss is not None else "-")

@@ -1,0 +1,70 @@
+"""Where a run executes: device, precision, compilation, and the matmul peak for MFU.
+
+Shared by the trainer and the benchmark, so both make the same choices on the same machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from enum import Enum
+from typing import Optional
+
+import torch
+
+
+class Precision(str, Enum):
+    auto = "auto"  # bf16 where the hardware has fast bf16 (CUDA, AVX512-BF16/AMX CPUs)
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise ValueError(f"trainer.device={name!r} is invalid: use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={name} but CUDA is not available here: use trainer.device=cpu or auto")
+    return torch.device(name)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there."""
+    cpu = getattr(torch, "cpu", None)
+    return any(getattr(cpu, f, lambda: False)() for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+
+
+def resolve_precision(p: Precision, device: torch.device) -> Precision:
+    if p != Precision.auto:
+        return Precision(p)
+    fast = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_fast_bf16()
+    return Precision.bf16 if fast else Precision.fp32
+
+
+def resolve_compile(setting: Optional[bool], device: torch.device, max_steps: int) -> bool:
+    """Compile where it pays: always on CUDA; on CPU once a run amortises the ~1 min compile."""
+    return setting if setting is not None else device.type == "cuda" or max_steps >= 500
+
+
+def autocast(precision: Precision, device: torch.device):
+    if precision == Precision.bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5) -> float:
+    """This machine's dense matmul throughput for ``dtype``: the MFU denominator."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a @ b
+    sync()
+    iters, t0 = 0, time.perf_counter()
+    while (dt := time.perf_counter() - t0) < seconds or iters == 0:
+        for _ in range(4):
+            a @ b
+        iters += 4
+        sync()
+    return 2 * n**3 * iters / dt / 1e12
+
+
