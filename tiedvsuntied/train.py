@@ -135,8 +135,9 @@ _RANGES = [
 
 def check_config(cfg: Config) -> None:
     """Refuse a config no run can start with, before any data is read or directory made."""
+    tree = OmegaConf.structured(cfg)
     for key, ok, valid in _RANGES:
-        value = OmegaConf.select(OmegaConf.structured(cfg), key)
+        value = OmegaConf.select(tree, key)
         if not ok(value):
             raise ConfigError(f"{key}={value} is invalid: it must be {valid}")
     if not _SWEEP_NAME.match(cfg.sweep):
