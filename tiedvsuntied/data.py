@@ -1,23 +1,14 @@
 """Data: a corpus (Hugging Face ``datasets`` or local text files) -> tiktoken -> cached token
-arrays -> batches.
+arrays -> batches. Tied and untied runs must see the same tokens in the same order:
 
-Tied and untied runs must see exactly the same tokens in exactly the same order, so that their
-difference is the head alone. Everything here serves that:
+* ``prepare_data(cfg)`` tokenizes each split ONCE into a cache shared by all runs of a sweep (a
+  file lock per corpus; temp name, fsync, rename; metadata last) and returns a :class:`Corpus`
+  whose splits are read-only memmaps, all opened before it returns.
+* ``BatchSampler.get(step, micro)`` is a pure function of (seed, step, micro);
+  ``iter_eval_batches`` always yields the same evenly spaced windows.
 
-* ``prepare_data(cfg)`` tokenizes each split ONCE into a cache shared by every run of a sweep
-  (one file lock per corpus; each file written to a temp name, fsynced, renamed; metadata last)
-  and returns a :class:`Corpus` whose splits are read-only ``np.memmap`` arrays, all opened
-  before it returns, so deleting the cache cannot break a running job.
-* ``BatchSampler(tokens, block_size, batch_size, seed).get(step, micro)`` is a pure function of
-  ``(seed, step, micro)``: tied and untied runs see identical batches, a resumed run too.
-* ``iter_eval_batches`` always yields the same evenly spaced windows.
-
-Documents: an end-of-text token separates DOCUMENTS, never lines. ``documents`` says what one is:
-``wikitext`` (a new article at every `` = Title = `` row between blank rows), ``row`` (every
-dataset row / text line), ``paragraph`` (text files: blocks between blank lines), ``file`` (a
-whole file or split). ``auto``: ``file`` for local text, ``wikitext`` for Hub paths containing
-"wikitext", ``row`` otherwise. Each document is tokenized whole: ``enc.encode_ordinary(doc)``.
-See docs/data.md for the cache layout, offline use and measured throughput.
+An end-of-text token separates DOCUMENTS (``DataConfig.documents``), never lines; each document
+is tokenized whole. See docs/data.md.
 """
 from __future__ import annotations
 
@@ -471,10 +462,6 @@ class Corpus:
                 **{k: {s: m[s][k] for s in SPLITS} for k in ("n_documents", "tokens_per_s", "num_threads")},
                 "built_now": self.built}
 
-    def __repr__(self) -> str:
-        n = ", ".join(f"{s}={self.n_tokens(s):,}" for s in SPLITS)
-        return f"Corpus({self.cfg.name!r}, {self.fingerprint}, {self.encoding.name}, V={self.vocab_size}, {n})"
-
 
 def prepare_data(cfg: DataConfig) -> Corpus:
     """Tokenize the corpus of ``cfg`` into the cache (once, under a lock) and return it. Complete
@@ -547,9 +534,6 @@ class BatchSampler:
     def get(self, step: int, micro: int = 0):
         return _windows(self.tokens, self.starts(step, micro), self.block_size)
 
-    def get_accum(self, step: int, n_micro: int) -> list:
-        return [self.get(step, m) for m in range(n_micro)]
-
 
 def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int] = None) -> np.ndarray:
     """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
@@ -560,11 +544,6 @@ def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int
         return np.zeros(k, dtype=np.int64)
     # floor(i * span / (k-1)) with span / (k-1) >= block_size+1: the windows never overlap
     return np.arange(k, dtype=np.int64) * (n_tokens - block_size - 1) // (k - 1)
-
-
-def n_eval_windows(tokens_or_n, block_size: int, max_windows: Optional[int] = None) -> int:
-    n = tokens_or_n if isinstance(tokens_or_n, (int, np.integer)) else len(tokens_or_n)
-    return len(eval_window_starts(int(n), block_size, max_windows))
 
 
 def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: Optional[int] = None,
