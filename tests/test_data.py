@@ -79,6 +79,10 @@ def joined(docs: list[str], eot: int = 256) -> list[int]:
     return out
 
 
+def build_events(corpus_dir: Path) -> list[str]:
+    return [json.loads(line)["event"] for line in (corpus_dir / "builds.log").read_text().splitlines()]
+
+
 @pytest.fixture
 def play(tmp_path):
     return write(tmp_path, "play.txt", play_text())
@@ -267,6 +271,7 @@ def test_concurrent_preparations_tokenize_once_and_agree(play, corpus, tmp_path)
         outs.append(json.loads(out))
     assert sorted(len(o["built"]) for o in outs) == [0] * (n - 1) + [3]      # one tokenized, others waited
     assert len({o["dir"] for o in outs}) == 1
+    assert build_events(Path(outs[0]["dir"])) == ["start", "done"]
     assert all(o["train"] == corpus.tokens("train").tolist() and o["test"] == corpus.tokens("test").tolist()
                for o in outs)
 
@@ -296,7 +301,7 @@ def test_kill_during_tokenization_leaves_nothing_trusted_and_rebuilds(play, corp
     assert not list(corpus_dir.glob("*.bin")) and not list(corpus_dir.glob("train.json"))
     rebuilt = prepare_data(cfg(str(play), name="killed", cache_dir=str(cache)))   # ... neither trusted nor
     assert rebuilt.dir == corpus_dir and rebuilt.built == list(SPLITS)            # tripped over (lock died)
-    assert not glob.glob(str(corpus_dir / "*.tmp-*"))
+    assert not glob.glob(str(corpus_dir / "*.tmp-*")) and build_events(corpus_dir) == ["start", "start", "done"]
     assert all(np.array_equal(rebuilt.tokens(s), corpus.tokens(s)) for s in SPLITS)
 
 

@@ -412,6 +412,12 @@ def _build(cfg: DataConfig, corpus_dir: Path, need: list[str], enc, docs: Docume
     return metas
 
 
+def _log_build(corpus_dir: Path, **record) -> None:
+    """builds.log: one JSON line per build started / finished (a start without a done = killed)."""
+    with open(corpus_dir / "builds.log", "a") as f:
+        f.write(json.dumps({**record, "pid": os.getpid(), "time": time.time()}) + "\n")
+
+
 def resolve_cache_dir(cfg: DataConfig) -> Path:
     default = os.environ.get("TIEDVSUNTIED_CACHE") or "~/.cache/tiedvsuntied"
     return Path(cfg.cache_dir or default).expanduser().resolve()
@@ -487,7 +493,9 @@ def prepare_data(cfg: DataConfig) -> Corpus:
                 for s in built:   # no metadata may sit beside a file about to be replaced
                     (corpus_dir / f"{s}.json").unlink(missing_ok=True)
                 (corpus_dir / "identity.json").write_text(json.dumps(ident, indent=1))
+                _log_build(corpus_dir, event="start", splits=built)
                 metas.update(_build(cfg, corpus_dir, built, enc, docs, key))
+                _log_build(corpus_dir, event="done", splits=built)
     return Corpus(cfg, enc, corpus_dir, key, metas, built)
 
 
