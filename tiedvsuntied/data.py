@@ -368,12 +368,14 @@ def _build_split(corpus_dir: Path, split: str, documents: Iterator[str], enc: ti
     t0 = time.perf_counter()
 
     def encode_batch(f, batch: list[str]) -> None:
+        out: list[int] = []   # one array, count and write per batch: cheap for many small documents
         for toks in enc.encode_ordinary_batch(batch, num_threads=n_threads):
-            arr = np.array(([enc.eot_token] if counts["n_documents"] else []) + toks, dtype=dtype)
-            freq[:] += np.bincount(arr, minlength=enc.n_vocab)
-            f.write(arr.tobytes())
-            counts["n_tokens"] += len(arr)
+            out += [enc.eot_token, *toks] if counts["n_documents"] else toks
             counts["n_documents"] += 1
+        arr = np.array(out, dtype=dtype)
+        freq[:] += np.bincount(arr, minlength=enc.n_vocab)
+        f.write(arr.tobytes())
+        counts["n_tokens"] += len(arr)
 
     def write_tokens(f) -> None:
         batch, chars = [], 0
