@@ -230,7 +230,7 @@ def _text_stream(paths: list[Path], docs: Documents) -> _Stream:
         text = p.read_text(encoding="utf-8")
         starts.add(len(rows))
         # paragraph documents are the blocks between blank lines, without those lines
-        rows += ([b for b in re.split(r"\n[ \t]*\n\s*", text) if b.strip()]
+        rows += ([b for b in re.split(r"\n(?:[ \t]*\n)+", text) if b.strip()]
                  if docs == Documents.paragraph else text.splitlines(keepends=True))
     return _Stream(rows, starts, ", ".join(map(str, paths)))
 
@@ -473,9 +473,6 @@ class Corpus:
 
     def token_freq(self, split: str = "train") -> np.ndarray:
         return self._freq[self._check(split)]
-
-    def decode(self, tokens) -> str:
-        return self.encoding.decode([int(t) for t in tokens])
 
     def info(self) -> dict:
         m = self._meta
