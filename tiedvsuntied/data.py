@@ -50,6 +50,10 @@ class DataUnavailableError(RuntimeError):
     """A corpus or tokenizer file could not be fetched (no network) and is not cached locally."""
 
 
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
 class Source(str, Enum):
     hub = "hub"      # datasets.load_dataset(path, config, revision=...)
     text = "text"    # local UTF-8 text files
@@ -199,7 +203,7 @@ def load_encoding(name: str) -> tiktoken.Encoding:
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
         where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
         raise DataUnavailableError(
-            f"could not load the tiktoken encoding {name!r} (TIKTOKEN_CACHE_DIR={where}): {e}. Offline, "
+            f"could not load the tiktoken encoding {name!r} (TIKTOKEN_CACHE_DIR={where}): {_one_line(e)}. Offline, "
             "point TIKTOKEN_CACHE_DIR at a folder holding its files, e.g. ../shared/data/tiktoken, "
             "or use data.encoding=bytes") from e
 
@@ -243,7 +247,7 @@ def _hub_streams(cfg: DataConfig, docs: Documents) -> dict[str, _Stream]:
         dd = datasets.load_dataset(cfg.path, cfg.config, revision=cfg.revision)
     except (ConnectionError, OSError, datasets.exceptions.DatasetNotFoundError) as e:
         raise DataUnavailableError(
-            f"could not load {what}: {e}. Offline, it must be in the datasets cache "
+            f"could not load {what}: {_one_line(e)}. Offline, it must be in the datasets cache "
             "(HF_DATASETS_CACHE); or use local text: data=text data.files=PATH") from e
     out = {}
     for split, name, default in (("train", cfg.train_split, None), ("val", cfg.val_split, "validation"),
