@@ -334,6 +334,19 @@ def test_hub_branch_holds_out_missing_validation_and_matches_the_text_branch(tmp
         prepare_data(DataConfig(source="hub", path=str(folder), config=None, val_split="dev2", encoding="bytes"))
 
 
+def test_hub_records_are_row_documents_and_a_non_text_column_is_refused(tmp_path):
+    folder = tmp_path / "records"                  # a local dataset of JSON records, one split
+    folder.mkdir()
+    records = [{"text": f"record {i}: {words(random.Random(i), 20)}", "n": i} for i in range(60)]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    corpus = prepare_data(DataConfig(source="hub", path=str(folder), config=None, encoding="bytes"))
+    assert corpus.info()["documents"] == "row"     # auto: not a wikitext path
+    a, b = corpus.meta("train")["row_range"]
+    assert np.asarray(corpus.tokens("train")).tolist() == joined([r["text"] for r in records[a:b]])
+    with pytest.raises(DataError, match=r"data.text_column='n' .* does not hold text; columns: \['text', 'n'\]"):
+        prepare_data(DataConfig(source="hub", path=str(folder), config=None, text_column="n", encoding="bytes"))
+
+
 def run_cli(args, env, timeout=120):
     t = time.time()
     proc = subprocess.run([sys.executable, "-m", "tiedvsuntied.data", *args], capture_output=True, text=True,

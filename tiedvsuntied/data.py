@@ -261,6 +261,9 @@ def _hub_streams(cfg: DataConfig, docs: Documents) -> dict[str, _Stream]:
             raise DataError(f"data.text_column={cfg.text_column!r} is not a column of {cfg.path!r}; "
                             f"columns: {dd[name].column_names}")
         rows = [r or "" for r in dd[name][cfg.text_column]]
+        if not all(isinstance(r, str) for r in rows[:1000]):
+            raise DataError(f"data.text_column={cfg.text_column!r} of {cfg.path!r} does not hold text; "
+                            f"columns: {dd[name].column_names}")
         if docs != Documents.row:   # Hub text rows are lines without their line break
             rows = [r if r.endswith("\n") else r + "\n" for r in rows]
         out[split] = _Stream(rows, {0}, f"{cfg.path}:{name}")
