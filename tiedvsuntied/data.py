@@ -39,7 +39,8 @@ SPLITS = ("train", "val", "test")
 #: Test hook: seconds to sleep after a split's tokens are written to their temp name, before the
 #: rename, so a test can SIGKILL a build at the worst moment. Never set it in real runs.
 DEBUG_SLEEP_ENV = "TIEDVSUNTIED_DATA_DEBUG_SLEEP"
-_BATCH_CHARS = 1 << 22   # characters handed to one encode_ordinary_batch call (bounds memory)
+_BATCH_CHARS = 1 << 22   # characters of documents tokenized, counted and written at once (memory)
+_RUN_CHARS = 1 << 16     # characters of documents one thread takes at a time
 
 
 class DataError(ValueError):
@@ -132,17 +133,15 @@ def _check_text_file(path: Path) -> None:
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
+        # a NUL byte (-> \xff, never valid UTF-8) or invalid UTF-8 means binary
+        codecs.getincrementaldecoder("utf-8")().decode(head.replace(b"\0", b"\xff"), final=False)
     except OSError as e:
         raise DataError(f"data.files: cannot read {path} ({e.strerror}); relative paths are "
                         f"resolved against {os.getcwd()}") from None
-    if not head:
-        raise DataError(f"data.files: {path} is empty")
-    try:
-        if b"\0" in head:
-            raise UnicodeDecodeError("utf-8", head, 0, 1, "NUL byte")
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
         raise DataError(f"data.files: {path} is not UTF-8 text (binary?); give text files") from None
+    if not head:
+        raise DataError(f"data.files: {path} is empty")
 
 
 def check_data(cfg: DataConfig) -> None:
@@ -304,19 +303,15 @@ def _iter_documents(stream: _Stream, lo: int, hi: int, docs: Documents) -> Itera
     def blank(i: int) -> bool:
         return not (lo <= i < hi) or not rows[i].strip()
 
-    for i in range(lo, hi):
-        new = (i in stream.starts or docs in (Documents.row, Documents.paragraph)
-               or (docs == Documents.wikitext and _TITLE.match(rows[i]) is not None
-                   and blank(i - 1) and blank(i + 1)))   # ' = 1 ... k = ' formulas are not titles
-        if new and cur:
-            doc = "".join(cur)
+    for i in range(lo, hi + 1):   # i == hi ends the last document
+        if cur and (i == hi or i in stream.starts or docs in (Documents.row, Documents.paragraph)
+                    or (docs == Documents.wikitext and _TITLE.match(rows[i]) is not None
+                        and blank(i - 1) and blank(i + 1))):   # ' = 1 ... k = ' formulas: no titles
+            doc, cur = "".join(cur), []
             if not doc.isspace():
                 yield doc
-            cur = []
-        cur.append(rows[i])
-    doc = "".join(cur)
-    if cur and not doc.isspace():
-        yield doc
+        if i < hi:
+            cur.append(rows[i])
 
 
 # ------------------------------------------------------------------------------ cache
@@ -384,8 +379,8 @@ def _build_split(corpus_dir: Path, split: str, documents: Iterator[str], enc: ti
         # encode_ordinary_batch hands each document to a thread pool: ~100 us each, more than
         # the encoding of a short row. Hand the pool runs of documents instead (it drops the GIL).
         runs, chars = [[]], 0
-        for doc in batch:   # runs of ~64k characters: enough to share a batch between threads
-            if chars >= 1 << 16:
+        for doc in batch:   # runs of documents: enough to share a batch between threads
+            if chars >= _RUN_CHARS:
                 runs.append([])
                 chars = 0
             runs[-1].append(doc)
