@@ -64,7 +64,7 @@ def _measure_one(size: str, tie: bool, v: Variant, steps: int, warmup: int, batc
     import numpy as np
     import torch
 
-    from tiedvsuntied.data import BatchSampler
+    from tiedvsuntied.batches import BatchSampler
     from tiedvsuntied.hardware import Precision, autocast, resolve_device
     from tiedvsuntied.model import GPT, count_parameters, flops_per_token
     from tiedvsuntied.train import OptimConfig, build_optimizer

@@ -4,8 +4,7 @@ arrays -> batches. Tied and untied runs must see the same tokens in the same ord
 * ``prepare_data(cfg)`` tokenizes each split ONCE into a cache shared by all runs of a sweep (a
   file lock per corpus; temp name, fsync, rename; metadata last) and returns a :class:`Corpus`
   whose splits are read-only memmaps, all opened before it returns.
-* ``BatchSampler.get(step, micro)`` is a pure function of (seed, step, micro);
-  ``iter_eval_batches`` always yields the same evenly spaced windows.
+* ``tiedvsuntied.batches`` turns the token arrays into batches.
 
 An end-of-text token separates DOCUMENTS (``DataConfig.documents``), never lines; each document
 is tokenized whole. See docs/data.md.
@@ -31,13 +30,15 @@ from typing import Any, Optional
 import numpy as np
 import tiktoken
 
+from tiedvsuntied.records import atomic_write
+
 # torch is imported where batches are made, so that preparing data (CLI, sweep workers) stays light.
 
 #: Bump when the on-disk format or the tokenization procedure changes: old entries are ignored.
 FORMAT_VERSION = 2
 SPLITS = ("train", "val", "test")
-#: Test hook: seconds to sleep after a split's tokens are written to their temp name, before the
-#: rename, so a test can SIGKILL a build at the worst moment. Never set it in real runs.
+#: Test hook: seconds to sleep after a split's tokens are written to their temp name, before
+#: fsync and rename, so a test can SIGKILL a build at the worst moment. Never set it in real runs.
 DEBUG_SLEEP_ENV = "TIEDVSUNTIED_DATA_DEBUG_SLEEP"
 _BATCH_CHARS = 1 << 22   # characters of documents tokenized, counted and written at once (memory)
 _RUN_CHARS = 1 << 16     # characters of documents one thread takes at a time
@@ -147,9 +148,6 @@ def _check_text_file(path: Path) -> None:
 def check_data(cfg: DataConfig) -> None:
     """Fast checks before any work (no network, no tokenization): enum values, relations between
     fields, the encoding name, and that local text files exist, are readable and are text."""
-    for key, enum in (("source", Source), ("documents", Documents)):
-        if getattr(cfg, key) not in [e.value for e in enum]:
-            raise DataError(f"data.{key}={getattr(cfg, key)!r} is not valid; valid: {[e.value for e in enum]}")
     for key in ("val_fraction", "test_fraction"):
         if not 0.0 <= getattr(cfg, key) < 1.0:
             raise DataError(f"data.{key}={getattr(cfg, key)!r} must be in [0, 1)")
@@ -316,18 +314,6 @@ def _iter_documents(stream: _Stream, lo: int, hi: int, docs: Documents) -> Itera
 
 # ------------------------------------------------------------------------------ cache
 
-def _write_atomic(path: Path, write) -> None:
-    """write(f) to a temp name, fsync, rename: a reader sees the old file or the whole new one."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    if path.suffix == ".bin" and float(os.environ.get(DEBUG_SLEEP_ENV) or 0) > 0:
-        time.sleep(float(os.environ[DEBUG_SLEEP_ENV]))
-    os.replace(tmp, path)
-
-
 def _identity(cfg: DataConfig, enc: tiktoken.Encoding, docs: Documents) -> dict:
     """What the cache key hashes; never touches the network. Local files are identified by their
     content (SHA-256), Hub datasets by their config (pin data.revision to see upstream changes)."""
@@ -403,16 +389,17 @@ def _build_split(corpus_dir: Path, split: str, documents: Iterator[str], enc: ti
                 encode_batch(f, batch)
                 batch, chars = [], 0
         encode_batch(f, batch)
+        time.sleep(float(os.environ.get(DEBUG_SLEEP_ENV) or 0))   # a test kills the build here
         if counts["n_tokens"] == 0:
             raise DataError(f"split {split!r} of {meta['source']} is empty (no text after tokenization)")
 
     with pool:
-        _write_atomic(corpus_dir / f"{split}.bin", write_tokens)
-    _write_atomic(corpus_dir / f"{split}.freq.npy", lambda f: np.save(f, freq))
+        atomic_write(corpus_dir / f"{split}.bin", write_tokens)
+    atomic_write(corpus_dir / f"{split}.freq.npy", lambda f: np.save(f, freq))
     seconds = time.perf_counter() - t0
     meta = {**meta, **counts, "split": split, "dtype": dtype.name, "seconds": round(seconds, 3),
             "tokens_per_s": round(counts["n_tokens"] / max(seconds, 1e-9)), "num_threads": n_threads}
-    _write_atomic(corpus_dir / f"{split}.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    atomic_write(corpus_dir / f"{split}.json", json.dumps(meta, indent=1))
     return meta
 
 
@@ -505,7 +492,7 @@ def prepare_data(cfg: DataConfig) -> Corpus:
             metas = {s: _read_entry(corpus_dir, s, key) for s in SPLITS}   # built while we waited?
             built = [s for s in SPLITS if not metas[s]]
             if built:
-                for stale in corpus_dir.glob("*.tmp-*"):   # leftovers of killed builds
+                for stale in corpus_dir.glob(".*.tmp*"):   # leftovers of killed builds
                     stale.unlink()
                 for s in built:   # no metadata may sit beside a file about to be replaced
                     (corpus_dir / f"{s}.json").unlink(missing_ok=True)
@@ -514,69 +501,6 @@ def prepare_data(cfg: DataConfig) -> Corpus:
                 metas.update(_build(cfg, corpus_dir, built, enc, docs, key))
                 _log_build(corpus_dir, event="done", splits=built)
     return Corpus(cfg, enc, corpus_dir, key, metas, built)
-
-
-# ------------------------------------------------------------------------------ batches
-
-_SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
-
-
-def _check_windows(tokens, block_size: int, batch_size: int, split: Optional[str]) -> int:
-    split = split or Path(str(getattr(tokens, "filename", None) or "split")).stem
-    if block_size < 1 or batch_size < 1:
-        raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
-    if len(tokens) < block_size + 1:
-        raise DataError(f"split {split!r} has {len(tokens)} tokens, fewer than one window of "
-                        f"block_size+1 = {block_size + 1}; use a smaller block_size or more data")
-    return len(tokens)
-
-
-def _windows(tokens, starts: np.ndarray, block_size: int):
-    import torch
-    w = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)], dtype=np.int64))
-    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
-
-
-class BatchSampler:
-    """Random training windows; the batch for (seed, step, micro) is a pure function of them.
-
-    ``get(step, micro)`` draws ``batch_size`` start offsets uniformly (with replacement) from a
-    generator seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
-    """
-
-    def __init__(self, tokens, block_size: int, batch_size: int, seed: int = 0,
-                 split: Optional[str] = None):
-        self.n = _check_windows(tokens, block_size, batch_size, split)
-        if seed < 0:
-            raise DataError(f"seed must be >= 0, got {seed}")
-        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
-
-    def starts(self, step: int, micro: int = 0) -> np.ndarray:
-        seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, int(step), int(micro)])
-        rng = np.random.Generator(np.random.PCG64(seq))
-        return rng.integers(0, self.n - self.block_size, size=self.batch_size, dtype=np.int64)
-
-    def get(self, step: int, micro: int = 0):
-        return _windows(self.tokens, self.starts(step, micro), self.block_size)
-
-
-def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int] = None) -> np.ndarray:
-    """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
-    possible position; at most max_windows (None or <= 0: all that fit)."""
-    fit = n_tokens // (block_size + 1)
-    k = min(max_windows, fit) if max_windows and max_windows > 0 else fit
-    if k <= 1:
-        return np.zeros(k, dtype=np.int64)
-    # floor(i * span / (k-1)) with span / (k-1) >= block_size+1: the windows never overlap
-    return np.arange(k, dtype=np.int64) * (n_tokens - block_size - 1) // (k - 1)
-
-
-def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: Optional[int] = None,
-                      split: Optional[str] = None) -> Iterator:
-    """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
-    starts = eval_window_starts(_check_windows(tokens, block_size, batch_size, split), block_size, max_windows)
-    for i in range(0, len(starts), batch_size):
-        yield _windows(tokens, starts[i:i + batch_size], block_size)
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -27,7 +27,8 @@ import torch
 from omegaconf import OmegaConf
 
 from tiedvsuntied import records as R
-from tiedvsuntied.data import BatchSampler, Corpus, DataConfig, check_data, iter_eval_batches, prepare_data
+from tiedvsuntied.batches import BatchSampler, iter_eval_batches
+from tiedvsuntied.data import Corpus, DataConfig, check_data, prepare_data
 from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, resolve_compile,
                                    resolve_device, resolve_precision)
 from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token

@@ -1,0 +1,77 @@
+"""Token arrays -> batches, the same for every run that shares a seed.
+
+* ``BatchSampler.get(step, micro)`` is a pure function of (seed, step, micro): tied and untied
+  runs with one seed see identical batches, and a resumed run sees what an uninterrupted one
+  would have seen.
+* ``iter_eval_batches`` always yields the same evenly spaced windows of a split, so every
+  evaluation of every run is comparable.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from tiedvsuntied.data import DataError
+
+_SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
+
+
+def _check_windows(tokens, block_size: int, batch_size: int, split: Optional[str]) -> int:
+    split = split or Path(str(getattr(tokens, "filename", None) or "split")).stem
+    if block_size < 1 or batch_size < 1:
+        raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
+    if len(tokens) < block_size + 1:
+        raise DataError(f"split {split!r} has {len(tokens)} tokens, fewer than one window of "
+                        f"block_size+1 = {block_size + 1}; use a smaller block_size or more data")
+    return len(tokens)
+
+
+def _windows(tokens, starts: np.ndarray, block_size: int):
+    import torch
+    w = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)], dtype=np.int64))
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+
+class BatchSampler:
+    """Random training windows; the batch for (seed, step, micro) is a pure function of them.
+
+    ``get(step, micro)`` draws ``batch_size`` start offsets uniformly (with replacement) from a
+    generator seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
+    """
+
+    def __init__(self, tokens, block_size: int, batch_size: int, seed: int = 0,
+                 split: Optional[str] = None):
+        self.n = _check_windows(tokens, block_size, batch_size, split)
+        if seed < 0:
+            raise DataError(f"seed must be >= 0, got {seed}")
+        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
+
+    def starts(self, step: int, micro: int = 0) -> np.ndarray:
+        seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, int(step), int(micro)])
+        rng = np.random.Generator(np.random.PCG64(seq))
+        return rng.integers(0, self.n - self.block_size, size=self.batch_size, dtype=np.int64)
+
+    def get(self, step: int, micro: int = 0):
+        return _windows(self.tokens, self.starts(step, micro), self.block_size)
+
+
+def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int] = None) -> np.ndarray:
+    """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
+    possible position; at most max_windows (None or <= 0: all that fit)."""
+    fit = n_tokens // (block_size + 1)
+    k = min(max_windows, fit) if max_windows and max_windows > 0 else fit
+    if k <= 1:
+        return np.zeros(k, dtype=np.int64)
+    # floor(i * span / (k-1)) with span / (k-1) >= block_size+1: the windows never overlap
+    return np.arange(k, dtype=np.int64) * (n_tokens - block_size - 1) // (k - 1)
+
+
+def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: Optional[int] = None,
+                      split: Optional[str] = None) -> Iterator:
+    """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
+    starts = eval_window_starts(_check_windows(tokens, block_size, batch_size, split), block_size, max_windows)
+    for i in range(0, len(starts), batch_size):
+        yield _windows(tokens, starts[i:i + batch_size], block_size)
