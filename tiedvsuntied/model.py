@@ -14,7 +14,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Optional, Union
