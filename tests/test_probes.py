@@ -17,8 +17,8 @@ from tiedvsuntied.probes import (
 def model_with(emb: torch.Tensor, head: torch.Tensor | None = None) -> GPT:
     """A small GPT whose wte (and untied head) are the given matrices."""
     V, d = emb.shape
-    cfg = ModelConfig(n_layer=1, n_head=1, n_embd=d, block_size=8, vocab_size=V, tie=head is None)
-    model = GPT(cfg, seed=0)
+    cfg = ModelConfig(n_layer=1, n_head=1, n_embd=d, block_size=8, vocab_size=V)
+    model = GPT(cfg, tie=head is None, seed=0)
     with torch.no_grad():
         model.transformer.wte.weight.copy_(emb)
         if head is not None:
@@ -81,7 +81,7 @@ def test_tied_has_no_head_only_keys():
 
 
 def test_fixed_sample_and_no_global_rng_or_autograd():
-    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=5000, tie=False), seed=0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=5000), tie=False, seed=0)
     torch_state, np_state = torch.get_rng_state(), np.random.get_state()
     torch.manual_seed(1)
     first = probe_arrays(model)
@@ -100,7 +100,7 @@ def test_fixed_sample_and_no_global_rng_or_autograd():
 
 
 def test_probe_is_fast_for_micro():
-    model = GPT(ModelConfig(tie=False), seed=0)  # micro: V=50257, d=128, untied (the slower case)
+    model = GPT(ModelConfig(), tie=False, seed=0)  # micro: V=50257, d=128, untied (the slower case)
     probe(model)  # warm-up
     # CPU time of this process (all threads): unlike wall time, not inflated by other
     # processes on a shared CI machine, and an upper bound for the wall time when unshared

@@ -7,7 +7,7 @@ E is the token embedding (wte, V x d), H the head (lm_head, V x d; H is E when t
 - untied: the cosine between each token's input and output rows (do they drift apart?).
 
 No probe touches the global RNG or autograd. The gradient split lives in the model
-(`GPT.track_grad_split`), since it needs the backward pass.
+(`model(..., grad_split=dict)`), since it needs the backward pass.
 """
 from __future__ import annotations
 
