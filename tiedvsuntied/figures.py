@@ -1,11 +1,14 @@
 """DataFrames -> the paper's figures (matplotlib), and ``python -m tiedvsuntied.figures``.
 
-Every figure function takes the tables of :mod:`tiedvsuntied.analysis` and returns a
+Every figure takes the tables of :mod:`tiedvsuntied.analysis` and returns a
 :class:`matplotlib.figure.Figure` in one style: Okabe-Ito colours (colour-blind safe), tied
-always vermillion and untied always blue, sizes for a two-column paper (``FULL_WIDTH``
-inches wide, 8 pt text). Runs a figure leaves out are never dropped silently: they are
-listed in ``fig.skipped`` ("name: reason"), runs drawn apart (running, diverged, failed) in
-``fig.flagged``, and both in a footnote under the figure.
+always vermillion and untied always blue, sized for a two-column paper (8 pt text). Runs a
+figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason") and
+``fig.flagged`` the runs drawn apart (running, diverged, failed); :func:`caption` joins both
+for the log or a caption, and :func:`publish` and the CLI print it. The image carries no such notes.
+
+``REGISTRY`` maps each output name (fig1_val_loss, ..., table_params) to how it is made; the
+CLI and :func:`make_all` iterate it:
 
     python -m tiedvsuntied.figures results/tie_x_init --out figures/
 
@@ -18,6 +21,7 @@ import functools
 import math
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -41,10 +45,7 @@ REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-
-COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
-FULL_WIDTH = 7.0  # inches: both columns
-
+COLUMN_WIDTH, FULL_WIDTH = 3.4, 7.0  # inches: one column, both columns of a two-column paper
 STYLE = {
     "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
     "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3,
@@ -52,6 +53,38 @@ STYLE = {
     "axes.grid": True, "grid.alpha": 0.25, "grid.linewidth": 0.5, "savefig.dpi": 300,
     "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150,
 }
+
+
+@dataclass
+class Output:
+    """One entry of REGISTRY: what it shows, and ``write(results, out_dir, formats)``, which
+    returns (files written, the figure or None)."""
+
+    description: str
+    write: Callable[[A.Results, Path, Sequence[str]], tuple[list[Path], Figure | None]]
+
+
+REGISTRY: dict[str, Output] = {}
+
+
+def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
+    """Register a figure function as output ``name``; ``uses`` names the Results tables it is
+    called with. The function runs under STYLE without touching the global rcParams."""
+    def register(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def styled(*args, **kwargs) -> Figure:
+            with rc_context(STYLE):
+                fig = func(*args, **kwargs)
+            fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
+            return fig
+
+        def write(results: A.Results, out_dir: Path, formats: Sequence[str]):
+            fig = styled(*(getattr(results, table) for table in uses))
+            return save_figure(fig, out_dir, name, formats), fig
+
+        REGISTRY[name] = Output(description, write)
+        return styled
+    return register
 
 
 def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: float = 2.0,
@@ -63,34 +96,11 @@ def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: fl
     return fig, axes
 
 
-def _rc(func: Callable) -> Callable:
-    """Run a figure function under STYLE without touching the global rcParams."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with rc_context(STYLE):
-            fig = func(*args, **kwargs)
-            _footnote(fig)
-        return fig
-
-    return wrapper
-
-
-def _footnote(fig: Figure, max_lines: int = 4) -> None:
-    """Under the axes (saved with bbox_inches='tight'): runs left out, runs drawn apart."""
-    chars = int(fig.get_figwidth() * 72 / (6 * 0.55))
-    lines = []
-    for attr, head in (("skipped", "Not shown"), ("flagged", "Marked")):
-        items = list(dict.fromkeys(getattr(fig, attr)))
-        setattr(fig, attr, items)
-        if not items:
-            continue
-        part = textwrap.wrap(f"{head}: " + "; ".join(items) + ".", chars)
-        if len(part) > max_lines:
-            part = part[: max_lines - 1] + [f"... ({len(items)} in all; see fig.{attr})"]
-        lines += part
-    if lines:
-        fig.text(0.005, 0, "\n".join(lines), ha="left", va="top", fontsize=6, color="#444444")
+def caption(fig: Figure) -> str:
+    """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
+    parts = [f"{head}: " + "; ".join(items) + "." for head, items in
+             (("Not shown", getattr(fig, "skipped", [])), ("Marked", getattr(fig, "flagged", []))) if items]
+    return " ".join(parts)
 
 
 def _note(ax, text: str) -> None:
@@ -115,8 +125,8 @@ def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _short_variant(variant: str) -> str:
-    """'model.t5_rescale=True, optim.lr=0.001' -> 't5_rescale=True, lr=0.001' for labels."""
-    return ", ".join(part.strip().split(".")[-1] for part in variant.split(",")) if variant else ""
+    """'model.t5_rescale=True, optim.lr=0.001' -> 't5 rescale: True, lr: 0.001' for labels."""
+    return ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
 
 
 def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
@@ -211,7 +221,7 @@ def _status_handles(statuses) -> list:
 # ----------------------------------------------------------------------------- figure 1
 
 
-@_rc
+@figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "val/loss",
                  confidence: float = 0.95) -> Figure:
     """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
@@ -297,7 +307,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
 # ----------------------------------------------------------------------------- figure 2
 
 
-@_rc
+@figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", confidence: float = 0.95) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), across sizes, log x.
 
@@ -344,7 +354,7 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
 # ----------------------------------------------------------------------------- figure 3
 
 
-@_rc
+@figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
 def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
     """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
 
@@ -480,7 +490,7 @@ def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_toke
     return pd.DataFrame(out, columns=["x", "median", "q25", "q75", "n"])
 
 
-@_rc
+@figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
 def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
                            offdiag: pd.DataFrame | None = None) -> Figure:
     """Embedding geometry at the last probe, one column per init std (one run per tie).
@@ -612,7 +622,7 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
 # ----------------------------------------------------------------------------- figure 5
 
 
-@_rc
+@figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False,
                    confidence: float = 0.95) -> Figure:
     """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
@@ -634,7 +644,9 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     keys = ("train/grad_norm_in", "train/grad_norm_out")
     missing = [k for k in keys if k not in history.columns or history[k].notna().sum() == 0]
     h = history[history["tie"].isin(ties)].copy()
-    if not missing:
+    if missing:
+        fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
+    else:
         h["ratio"] = h[keys[1]] / h[keys[0]]
     for _, r in runs[runs["tie"].isin(ties)].iterrows() if not missing else ():
         hr = history[history["run_id"] == r["run_id"]]
@@ -646,7 +658,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
         ax, axr = axes[0, j], axes[1, j]
         ax.set_title(_init_label(init))
         if missing:
-            _note(ax, f"not logged: {', '.join(missing)}")
+            _note(ax, "gradient split not logged")
             _note(axr, "no gradient split")
             continue
         hc = h[h["setting"] == init]
@@ -694,58 +706,45 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
 
 
 def param_tables(vocab_size: int = 50257) -> dict[str, str]:
-    """The parameter table of every named size, tied and untied: {"md": ..., "tex": ...}.
-
-    The numbers come from ``tiedvsuntied.model.parameter_table`` (which counts with
-    ``count_parameters`` on meta-device models), so they are the model's own accounting.
-    """
-    try:
-        from tiedvsuntied.model import parameter_table
-    except ImportError as e:
-        raise A.ResultsError(f"parameter table needs tiedvsuntied.model.parameter_table ({e})") from None
-    return {"md": parameter_table("markdown", vocab_size=vocab_size) + "\n",
-            "tex": parameter_table("latex", vocab_size=vocab_size) + "\n"}
+    """:func:`analysis.parameter_table` as {"md": markdown, "tex": LaTeX}, counts with thousands separators."""
+    table = A.parameter_table(vocab_size).rename(columns=lambda c: c.replace("_", " "))
+    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
+    return {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None, name: str = "table_params") -> list[Path]:
-    """Write ``name.md`` and ``name.tex`` (see :func:`param_tables`) into ``out_dir``.
-
-    The vocabulary is the runs' one when they share a single vocab size, else GPT-2's 50257.
-    """
+    """Write ``name.md`` and ``name.tex`` into ``out_dir``, for the runs' vocabulary when they
+    share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
-    tables = param_tables(int(vocab[0]) if len(vocab) == 1 else 50257)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext, text in tables.items():
-        paths.append(out_dir / f"{name}.{ext}")
+    for ext, text in param_tables(int(vocab[0]) if len(vocab) == 1 else 50257).items():
+        paths.append(Path(out_dir, f"{name}.{ext}"))
         paths[-1].write_text(text)
     return paths
 
 
-# ----------------------------------------------------------------------------- saving, CLI
+REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
+                                  lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None))
 
-FIGURES = {
-    "fig1_val_loss": "validation loss vs tokens, per init std",
-    "fig2_loss_vs_params": "final validation loss vs parameters",
-    "fig3_initial_loss": "initial loss vs ln V and the Gaussian-logit prediction",
-    "fig4_embedding_geometry": "norms vs frequency, E·Eᵀ cosines, input-output cosines",
-    "fig5_grad_split": "tied: input- vs output-side gradient norm",
-    "table_params": "parameters of every named size, tied and untied (md, tex)",
-}
+
+# ----------------------------------------------------------------------------- saving, CLI
 
 
 def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
     """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; return the paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    paths = [Path(out_dir, f"{name}.{fmt}") for fmt in formats]
     with rc_context(STYLE):  # some settings (PDF font type, dpi) are read when saving
-        for fmt in formats:
-            path = out_dir / f"{name}.{fmt}"
+        for path in paths:
             fig.savefig(path, bbox_inches="tight", pad_inches=0.03, dpi=STYLE["savefig.dpi"])
-            paths.append(path)
     return paths
+
+
+def _print_notes(fig: Figure | None, indent: str = "") -> None:
+    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
+        for item in items:
+            print(f"{indent}{head}: {item}")
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
@@ -754,80 +753,57 @@ def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] 
     For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
     for path in save_figure(fig, out_dir, name, formats):
         print(f"wrote {path}")
-    for s in getattr(fig, "skipped", []):
-        print(f"not shown: {s}")
-    for s in getattr(fig, "flagged", []):
-        print(f"marked: {s}")
+    _print_notes(fig)
     return fig
-
-
-def build_figure(name: str, results: A.Results) -> Figure:
-    """Figure ``name`` (a key of FIGURES other than table_params) from loaded results."""
-    runs, history = results.runs, results.history
-    if name == "fig1_val_loss":
-        return fig_val_loss(runs, history)
-    if name == "fig2_loss_vs_params":
-        return fig_loss_vs_params(runs)
-    if name == "fig3_initial_loss":
-        return fig_initial_loss(runs)
-    if name == "fig4_embedding_geometry":
-        return fig_embedding_geometry(runs)
-    if name == "fig5_grad_split":
-        return fig_grad_split(runs, history)
-    raise KeyError(f"unknown figure {name!r}; valid: {', '.join(FIGURES)}")
 
 
 def make_all(results: A.Results, out_dir: str | Path, formats: Sequence[str] = ("pdf", "png"),
              only: Sequence[str] | None = None) -> dict[str, dict]:
-    """Every figure (and the parameter table) into ``out_dir``.
+    """Every output of REGISTRY (or ``only`` those) into ``out_dir``.
 
-    Returns {name: {"files": [...], "skipped": [...], "flagged": [...], "error": str | None}};
-    one figure failing does not stop the others.
+    Returns {name: {"files", "skipped", "flagged", "error"}}; one failing does not stop the others.
     """
-    out_dir = Path(out_dir)
     report: dict[str, dict] = {}
-    for name in only or FIGURES:
+    for name in only or REGISTRY:
         entry = {"files": [], "skipped": [], "flagged": [], "error": None}
         try:
-            if name == "table_params":
-                entry["files"] = write_param_tables(out_dir, results.runs, name)
-            else:
-                fig = build_figure(name, results)
-                entry["files"] = save_figure(fig, out_dir, name, formats)
-                entry["skipped"], entry["flagged"] = list(fig.skipped), list(fig.flagged)
+            entry["files"], fig = REGISTRY[name].write(results, Path(out_dir), formats)
+            entry["skipped"], entry["flagged"] = list(getattr(fig, "skipped", [])), list(getattr(fig, "flagged", []))
         except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         report[name] = entry
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
         description="Regenerate every figure of the paper from sweep directories (or a W&B project).",
-        epilog="Figures: " + "; ".join(f"{k} ({v})" for k, v in FIGURES.items()),
-    )
+        epilog="Outputs: " + "; ".join(f"{k} ({v.description})" for k, v in REGISTRY.items()))
     ap.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR",
                     help="sweep directories (results/<sweep>/), run directories, or a results directory")
     ap.add_argument("--out", required=True, help="directory for the figure files (created if missing)")
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg (default: pdf,png)")
-    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(REGISTRY)}")
     ap.add_argument("--data-id", default=None, help="use only runs with this data_id (for mixed sweeps)")
     ap.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
     ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
     args = ap.parse_args(argv)
-
-    formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    bad = [f for f in formats if f not in ("pdf", "png", "svg")]
-    if bad or not formats:
-        ap.error(f"--formats {args.formats!r}: valid formats are pdf, png, svg")
-    only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if only and (unknown := [s for s in only if s not in FIGURES]):
-        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
+    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+    if not args.formats or set(args.formats) - {"pdf", "png", "svg"}:
+        ap.error(f"--formats {','.join(args.formats)!r}: valid formats are pdf, png, svg")
+    args.only = [s.strip() for s in args.only.split(",")] if args.only else None
+    if args.only and (unknown := [s for s in args.only if s not in REGISTRY]):
+        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(REGISTRY)}")
     if bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         ap.error(f"--out {args.out} exists and is not a directory")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
     try:
         results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
@@ -836,19 +812,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in results.runs["status"].value_counts().items()))
     for note in results.notes:
         print(f"note: {note}")
-    report = make_all(results, args.out, formats, only)
-    failed = 0
+    report = make_all(results, args.out, args.formats, args.only)
     for name, entry in report.items():
         if entry["error"]:
-            failed += 1
             print(f"{name}: NOT MADE: {entry['error']}", file=sys.stderr)
             continue
         print(f"{name}: " + ", ".join(str(p) for p in entry["files"]))
-        for s in entry["skipped"]:
-            print(f"    not shown: {s}")
-        for s in entry["flagged"]:
-            print(f"    marked: {s}")
-    return 1 if failed else 0
+        for head, key in (("not shown", "skipped"), ("marked", "flagged")):
+            for item in entry[key]:
+                print(f"    {head}: {item}")
+    return 1 if any(e["error"] for e in report.values()) else 0
 
 
 if __name__ == "__main__":
