@@ -490,117 +490,107 @@ def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_toke
     return pd.DataFrame(out, columns=["x", "median", "q25", "q75", "n"])
 
 
+def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(a) row norm vs train-split token count: median per log bin (IQR band for the
+    embedding), untied head dashed, the norm at init dotted."""
+    drawn, max_count, init_norm = False, 1.0, None
+    for _, r in cell.iterrows():
+        tp = token_probes[token_probes["run_id"] == r["run_id"]]
+        if tp.empty or tp["count"].isna().all():
+            continue
+        color = TIE_COLOR[bool(r["tie"])]
+        for col, ls in [("emb_norm", "-")] + ([] if r["tie"] else [("head_norm", "--")]):
+            b = _binned_norms(tp, col)
+            ax.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
+            if col == "emb_norm":
+                ax.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
+        drawn, max_count = True, max(max_count, float(tp["count"].max()))
+        if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
+            init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
+    if not drawn:
+        return _note(ax, "no probe arrays with token frequencies for these runs")
+    if init_norm:
+        ax.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("token count in training split")
+    _log_if_wide(ax, token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
+    n_decades = int(math.ceil(math.log10(max(max_count, 10)))) + 1
+    decades = list(range(n_decades))[:: 2 if n_decades > 5 else 1]
+    ax.set_xticks([UNSEEN_X] + [10.0**k for k in decades], ["0"] + [f"$10^{{{k}}}$" for k in decades])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
+
+
+def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
+    """(b) off-diagonal cosines of E·Eᵀ at the last probe; init (first probe) in grey."""
+    oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
+    if oc.empty:
+        return _note(ax, "no off-diagonal cosines (probes/*.npz) for these runs")
+    lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
+    bins = np.linspace(-lim, lim, 61)
+    first = oc[oc["which"] == "first"]
+    if len(first):
+        ax.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True, color="#cccccc")
+    for _, r in cell.iterrows():
+        last = oc[(oc["run_id"] == r["run_id"]) & (oc["which"] == "last")]
+        if len(last):
+            ax.hist(last["cos"], bins=bins, density=True, histtype="step", lw=1.2, color=TIE_COLOR[bool(r["tie"])])
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    ax.set_xlabel(r"off-diagonal cosine of $E E^\top$")
+
+
+def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(c) untied: cosine between each token's input and output vector, against N(0, 1/d)."""
+    untied = cell[cell["tie"] == False]  # noqa: E712
+    io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
+    if untied.empty or io.empty:
+        return _note(ax, "tied only: input and output vectors are one (cos = 1)" if untied.empty
+                     else "no in_out_cos in the untied run's probes")
+    lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
+    ax.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    d = untied["n_embd"].dropna()
+    if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
+        xs, sd = np.linspace(-lim, lim, 200), 1 / math.sqrt(int(d.iloc[0]))
+        ax.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR, lw=1, ls=":")
+    ax.set_xlabel("cos(input vector, output vector)")
+
+
 @figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
 def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
                            offdiag: pd.DataFrame | None = None) -> Figure:
     """Embedding geometry at the last probe, one column per init std (one run per tie).
 
-    Rows: (a) row norm vs train-split token count (median per log bin, IQR band; embedding
-    solid, untied head dashed; tied head = embedding); (b) off-diagonal cosines of E·Eᵀ
-    (E·Eᵀ = I means all 0), init (first probe) in grey; (c) untied: cosine between each
-    token's input and output vector.
-
-    Without probe tables, the figure shows :func:`analysis.representative_runs` of ``runs``
-    (one per tie and setting, largest size, lowest seed; the others are listed as not
-    shown) and loads their probes. With probe tables (:func:`analysis.load_token_probes`,
-    :func:`analysis.load_offdiag_cosines`), it shows ``runs`` as given.
+    Rows: (a) row norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I
+    means all 0); (c) untied: cosine between each token's input and output vector.
+    Without probe tables, shows :func:`analysis.representative_runs` of ``runs`` (the others
+    are listed as not shown) and loads their probes; with them, shows ``runs`` as given.
     """
     _check_runs(runs, "embedding-geometry figure")
     others = []
     if token_probes is None or offdiag is None:
         shown = A.representative_runs(runs)
-        others = runs[~runs["run_id"].isin(shown["run_id"])]
-        runs = shown
+        others, runs = runs[~runs["run_id"].isin(shown["run_id"])], shown
         token_probes = A.load_token_probes(runs) if token_probes is None else token_probes
         offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
     runs = _with_setting(runs)
     inits = _init_order(runs)
     fig, axes = _figure(3, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.75)
-    for m in list(token_probes.attrs.get("missing", [])) + list(offdiag.attrs.get("missing", [])):
-        fig.skipped.append(m)
+    fig.skipped += token_probes.attrs.get("missing", []) + offdiag.attrs.get("missing", [])
     if len(others):
         fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
     dup = runs[runs.duplicated(["tie", "setting"], keep="first")]
-    for _, r in dup.iterrows():
-        fig.skipped.append(f"{_run_label(r)}: one run per tie and init std is shown")
+    fig.skipped += [f"{_run_label(r)}: one run per tie and init std is shown" for _, r in dup.iterrows()]
     runs = runs.drop(dup.index)
     for j, init in enumerate(inits):
         cell = runs[runs["setting"] == init]
-        ax_n, ax_c, ax_io = axes[0, j], axes[1, j], axes[2, j]
-        ax_n.set_title(_init_label(init))
-        # (a) norms vs frequency
-        drawn, max_count, init_norm = False, 1.0, None
-        for _, r in cell.iterrows():
-            tp = token_probes[token_probes["run_id"] == r["run_id"]]
-            if tp.empty or tp["count"].isna().all():
-                continue
-            color = TIE_COLOR[bool(r["tie"])]
-            for col, ls in (("emb_norm", "-"), ("head_norm", "--")):
-                if col == "head_norm" and r["tie"]:
-                    continue
-                b = _binned_norms(tp, col)
-                ax_n.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
-                if col == "emb_norm":
-                    ax_n.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
-            drawn = True
-            max_count = max(max_count, float(tp["count"].max()))
-            if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
-                init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
-        if drawn:
-            if init_norm:
-                ax_n.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
-            ax_n.set_xscale("log")
-            ax_n.set_xlabel("token count in training split")
-            _log_if_wide(ax_n, token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
-            decades = range(0, int(math.ceil(math.log10(max(max_count, 10)))) + 1)
-            step = 2 if len(decades) > 5 else 1
-            ticks = [10.0**k for k in decades][::step]
-            ax_n.set_xticks([UNSEEN_X] + ticks, ["0"] + [f"$10^{{{k}}}$" for k in list(decades)[::step]])
-            ax_n.xaxis.set_minor_formatter(NullFormatter())
-            ax_n.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
-        else:
-            _note(ax_n, "no probe arrays with token frequencies for these runs")
-        # (b) off-diagonal cosines
-        oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
-        if oc.empty:
-            _note(ax_c, "no off-diagonal cosines (probes/*.npz) for these runs")
-        else:
-            lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
-            bins = np.linspace(-lim, lim, 61)
-            first = oc[oc["which"] == "first"]
-            if len(first):
-                ax_c.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True,
-                          color="#cccccc", label="init")
-            for _, r in cell.iterrows():
-                last = oc[(oc["run_id"] == r["run_id"]) & (oc["which"] == "last")]
-                if len(last):
-                    ax_c.hist(last["cos"], bins=bins, density=True, histtype="step", lw=1.2,
-                              color=TIE_COLOR[bool(r["tie"])])
-            ax_c.axvline(0, color="black", lw=0.8, ls="--")
-            ax_c.set_xlabel(r"off-diagonal cosine of $E E^\top$")
-        # (c) input-output cosine (untied)
-        untied = cell[cell["tie"] == False]  # noqa: E712
-        io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
-        if untied.empty:
-            _note(ax_io, "tied only: input and output vectors are one (cos = 1)")
-        elif io.empty:
-            _note(ax_io, "no in_out_cos in the untied run's probes")
-        else:
-            lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
-            ax_io.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
-            ax_io.axvline(0, color="black", lw=0.8, ls="--")
-            d = untied["n_embd"].dropna()
-            if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
-                xs = np.linspace(-lim, lim, 200)
-                sd = 1 / math.sqrt(int(d.iloc[0]))
-                ax_io.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR,
-                           lw=1, ls=":")
-            ax_io.set_xlabel("cos(input vector, output vector)")
-        if j == 0:
-            ax_n.set_ylabel("row norm")
-            ax_c.set_ylabel("density")
-            ax_io.set_ylabel("density (untied)")
+        axes[0, j].set_title(_init_label(init))
+        _norms_panel(axes[0, j], cell, token_probes)
+        _offdiag_panel(axes[1, j], cell, offdiag)
+        _in_out_panel(axes[2, j], cell, token_probes)
+    for ax, label in zip(axes[:, 0], ("row norm", "density", "density (untied)")):
+        ax.set_ylabel(label)
     steps = sorted(token_probes["probe_step"].dropna().unique().astype(int)) if len(token_probes) else []
     handles = _tie_handles() + [
         Line2D([], [], color="#444444", ls="-", label="embedding"),
@@ -610,10 +600,9 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
     ]
-    title = None
-    if steps:
-        shown = cell["model"].iloc[0] if len(cell) else ""
-        title = f"{shown}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{shown}, last probe per run"
+    model = runs["model"].iloc[0] if len(runs) else ""
+    title = (f"{model}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{model}, last probe per run") \
+        if steps else None
     # The title rides on the legend: a suptitle would collide with an outside legend.
     fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
     return fig
