@@ -354,101 +354,96 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
 # ----------------------------------------------------------------------------- figure 3
 
 
-@figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
-def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
-    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
-
-    Left: measured loss per configuration (dots: seeds), with ln V (dashed) and the loss
-    predicted from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds).
-    Right: measured loss against σ with the Gaussian-logit prediction E[logsumexp(z)]
-    (Monte Carlo over V logits) and its two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
-    """
-    _check_runs(runs, "initial-loss figure")
-    runs = _with_setting(runs)
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
-    ax, ax2 = axes[0, 0], axes[0, 1]
-    have = runs[runs["init_val_loss"].notna()]
-    for _, r in runs[runs["init_val_loss"].isna()].iterrows():
-        fig.skipped.append(f"{_run_label(r)}: no init_val_loss ({r['status']})")
-    if have.empty:
-        _note(ax, "no run has an initial validation loss yet")
-        _note(ax2, "no run has an initial validation loss yet")
-        return fig
-    vocab = int(have["vocab_size"].dropna().iloc[0])
-    ln_v = math.log(vocab)
+def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+    """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
+    with the Gaussian-logit prediction from each run's σ (open diamonds) and ln V."""
     models, inits = _model_order(have), _init_order(have)
-    # left: categories init std x size, tied and untied side by side
-    ticks, labels, x = [], [], 0.0
-    sig_runs = have[have["init_logit_std"].notna()]
+    ticks, labels = [], []
     for init in inits:
         for model in models:
             cell = have[(have["setting"] == init) & (have["model"] == model)]
             if cell.empty:
                 continue
+            x = len(ticks)
             for tie, dx in ((True, -0.18), (False, 0.18)):
                 c = cell[cell["tie"] == tie]
-                if c.empty:
-                    continue
-                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(1)
+                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(len(c))
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
                         mfc=_mfc(tie), alpha=0.9, zorder=3)
                 cs = c[c["init_logit_std"].notna()]
                 if len(cs):
-                    pred = A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab, draws=theory_draws)
-                    ax.plot(np.full(len(cs), x + dx), pred, ls="none", marker="D", ms=4.5, mfc="none",
-                            mec="black", mew=0.7, zorder=4)
+                    ax.plot(np.full(len(cs), x + dx), A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab,
+                            draws=draws), ls="none", marker="D", ms=4.5, mfc="none", mec="black", mew=0.7, zorder=4)
             ticks.append(x)
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
-            x += 1
+    ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     long = max(len(line) for label in labels for line in label.split("\n")) * len(ticks) > 60
-    ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if len(ticks) > 8 else 0,
-                  ha="right" if len(ticks) > 8 else "center")
-    ax.set_xlim(-0.6, x - 0.4)
+    many = len(ticks) > 8
+    ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if many else 0, ha="right" if many else "center")
+    ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
     ax.set_ylabel("initial validation loss (nats)")
     ax.grid(axis="x", visible=False)
     _log_if_wide(ax, list(have["init_val_loss"]) + [ln_v], ratio=3)
-    fig.legend(handles=_tie_handles(marker="o") + [
-        Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {ln_v:.2f} (V = {vocab:,})"),
-        Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
-               label=r"Gaussian-logit prediction from the run's $\sigma$")],
-        loc="outside upper center", ncols=4)
-    # right: loss vs sigma with the theory curve
+
+
+def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+    """Right: measured loss against σ with E[logsumexp z] and its two regimes."""
+    sig_runs, models = have[have["init_logit_std"].notna()], _model_order(have)
     if sig_runs.empty:
-        _note(ax2, "no run recorded init_logit_std")
-    else:
-        for _, r in runs[runs["init_val_loss"].notna() & runs["init_logit_std"].isna()].iterrows():
-            fig.skipped.append(f"{_run_label(r)}: no init_logit_std (right panel)")
-        lo, hi = sig_runs["init_logit_std"].min() / 3, sig_runs["init_logit_std"].max() * 3
-        lo, hi = min(lo, 0.05), max(hi, 3 * math.sqrt(2 * ln_v))
-        grid = np.geomspace(lo, hi, 80)
-        ax2.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=theory_draws), color="black", lw=1.2,
-                 label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
-        small = grid[grid <= 1.6 * math.sqrt(2 * ln_v)]
-        ax2.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2,
-                 label=r"ln V + $\sigma^2$/2")
-        large = grid[grid >= 0.6 * math.sqrt(2 * ln_v)]
-        ax2.plot(large, large * math.sqrt(2 * ln_v), color=OKABE_ITO["purple"], ls="-.", lw=1.2,
-                 label=r"$\sigma\sqrt{2\,\ln V}$")
-        ax2.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-        for k, model in enumerate(models):
-            for tie in (True, False):
-                c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
-                if len(c):
-                    ax2.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
-                             color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
+        return _note(ax, "no run recorded init_logit_std")
+    ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
+    lo = min(sig_runs["init_logit_std"].min() / 3, 0.05)
+    grid = np.geomspace(lo, max(sig_runs["init_logit_std"].max() * 3, 3 * sigma_c), 80)
+    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=draws), color="black", lw=1.2,
+            label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
+    small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
+    ax.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2, label=r"ln V + $\sigma^2$/2")
+    ax.plot(large, large * sigma_c, color=OKABE_ITO["purple"], ls="-.", lw=1.2, label=r"$\sigma\sqrt{2\,\ln V}$")
+    ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
+    for k, model in enumerate(models):
+        for tie in (True, False):
+            c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
+            ax.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
+                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
         if len(models) > 1:
-            for k, model in enumerate(models):
-                ax2.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444",
-                         label=_model_label(have, model))
-        _plain_log(ax2, "x")
-        ymax = max(float(have["init_val_loss"].max()), float(ln_v)) * 1.5
-        ax2.set_ylim(ln_v * 0.85, ymax)
-        _plain_log(ax2, "y")
-        ax2.set_xlabel(r"initial logit std $\sigma$ (nats)")
-        ax2.set_ylabel("initial validation loss (nats)")
-        ax2.legend(loc="upper left", fontsize=6.5)
+            ax.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444", label=_model_label(have, model))
+    _plain_log(ax, "x")
+    ax.set_ylim(ln_v * 0.85, max(float(have["init_val_loss"].max()), ln_v) * 1.5)
+    _plain_log(ax, "y")
+    ax.set_xlabel(r"initial logit std $\sigma$ (nats)")
+    ax.set_ylabel("initial validation loss (nats)")
+    ax.legend(loc="upper left", fontsize=6.5)
+
+
+@figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
+def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
+    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
+
+    Left: measured loss per configuration (dots: seeds), ln V (dashed) and the loss predicted
+    from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds). Right:
+    loss against σ with the prediction E[logsumexp(z)] (Monte Carlo over V logits) and its
+    two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
+    """
+    _check_runs(runs, "initial-loss figure")
+    runs = _with_setting(runs)
+    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
+    have = runs[runs["init_val_loss"].notna()]
+    fig.skipped += [f"{_run_label(r)}: no init_val_loss ({r['status']})" for _, r in runs.drop(have.index).iterrows()]
+    if have.empty:
+        for ax in axes[0]:
+            _note(ax, "no run has an initial validation loss yet")
+        return fig
+    fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
+                    for _, r in have[have["init_logit_std"].isna()].iterrows()]
+    vocab = int(have["vocab_size"].dropna().iloc[0])
+    _initial_loss_by_setting(axes[0, 0], have, vocab, theory_draws)
+    _initial_loss_vs_sigma(axes[0, 1], have, vocab, theory_draws)
+    fig.legend(handles=_tie_handles(marker="o") + [
+        Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
+        Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
+               label=r"Gaussian-logit prediction from the run's $\sigma$")], loc="outside upper center", ncols=4)
     return fig
 
 
