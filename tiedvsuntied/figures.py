@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
 import sys
 import textwrap
@@ -213,12 +214,15 @@ def _mfc(tie: bool) -> str:
     return TIE_COLOR[True] if tie else "white"
 
 
-def _status_handles(statuses) -> list:
-    return [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
-            for s in ("diverged", "failed") if s in set(statuses)]
-
-
 # ----------------------------------------------------------------------------- figure 1
+
+
+def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
+    """The t-CI band of an aggregate_history table where at least two runs are averaged."""
+    ok = agg["n"] >= 2
+    if ok.any():
+        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
+                        alpha=alpha, lw=0)
 
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
@@ -227,79 +231,58 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
     """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
 
     Finished and running runs are averaged over seeds (line: mean; band: t-CI when n ≥ 2).
-    Diverged and failed runs are drawn one by one, ending with × where they stopped.
+    Diverged and failed runs are drawn one by one, dashed, ending with × where they stopped.
     """
     _check_runs(runs, "validation-loss figure")
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(len(models), len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH,
                         row_height=1.9 if len(inits) > 1 else 2.3)
-    has_metric = metric in history.columns and history[metric].notna().any()
-    bad_statuses = set()
-    band_n = set()
-    for i, model in enumerate(models):
-        for j, init in enumerate(inits):
-            ax = axes[i, j]
-            if i == 0:
-                ax.set_title(_init_label(init))
-            if i == len(models) - 1:
-                ax.set_xlabel("training tokens")
-            if j == 0:
-                ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
-            cell = runs[(runs["model"] == model) & (runs["setting"] == init)]
-            if not has_metric:
-                _note(ax, f"no '{metric}' logged in any run")
-                continue
-            h = history[history["run_id"].isin(cell["run_id"])]
-            plotted = []
-            for tie in (True, False):
-                ht = h[h["tie"] == tie]
-                if ht.empty or ht[metric].notna().sum() == 0:
-                    continue
-                agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
-                if not agg.empty:
-                    few = len(agg) <= 20
-                    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if few else None,
-                            ms=2.5, mfc=_mfc(tie))
-                    ok = agg["n"] >= 2
-                    if ok.any():
-                        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"],
-                                        color=TIE_COLOR[tie], alpha=0.2, lw=0)
-                    band_n.update(agg["n"].unique())
-                    plotted.extend(agg["mean"])
-                for run_id, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
-                    hr = hr[hr[metric].notna()]
-                    status = hr["status"].iloc[0] if len(hr) else None
-                    if hr.empty:
-                        continue
-                    ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
-                    ax.plot(hr["tokens"].iloc[-1:], hr[metric].iloc[-1:], color=TIE_COLOR[tie], ls="none",
-                            marker=STATUS_MARKER.get(status, "x"), ms=5, mew=1.2)
-                    bad_statuses.add(status)
-                    plotted.extend(hr[metric])
-            for _, r in cell.iterrows():
-                hr = h[h["run_id"] == r["run_id"]]
-                if hr.empty or hr[metric].notna().sum() == 0:
-                    fig.skipped.append(f"{_run_label(r)}: no {metric} logged (status {r['status']})")
-                elif r["status"] == "running":
-                    fig.flagged.append(f"{_run_label(r)}: running, in the mean up to step {r['step']}")
-                elif r["status"] not in ("finished",):
-                    fig.flagged.append(f"{_run_label(r)}: {r['status']}"
-                                       + (f" at step {r['diverged_at_step']}" if r["status"] == "diverged" else "")
-                                       + ", drawn alone (dashed), not in the mean")
-            if not plotted:
-                _note(ax, "no runs with this init std" if cell.empty else f"no finite {metric}")
-                continue
-            _log_if_wide(ax, plotted)
-            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    history = history[history[metric].notna()] if metric in history else history.iloc[:0].assign(**{metric: 1.0})
+    for _, r in runs.iterrows():
+        if r["run_id"] not in set(history["run_id"]):
+            fig.skipped.append(f"{_run_label(r)}: no {metric} logged (status {r['status']})")
+        elif r["status"] == "running":
+            fig.flagged.append(f"{_run_label(r)}: running, in the mean up to step {r['step']}")
+        elif r["status"] != "finished":
+            at = f" at step {r['diverged_at_step']}" if r["status"] == "diverged" else ""
+            fig.flagged.append(f"{_run_label(r)}: {r['status']}{at}, drawn alone (dashed), not in the mean")
+    ended, band_n = set(), set()
+    for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
+        ax = axes[i, j]
+        ax.set_title(_init_label(init) if i == 0 else "")
+        ax.set_xlabel("training tokens" if i == len(models) - 1 else "")
+        if j == 0:
+            ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
+        cell = runs[(runs["model"] == model) & (runs["setting"] == init)]
+        h = history[history["run_id"].isin(cell["run_id"])]
+        if h.empty:
+            _note(ax, "no runs with this init std" if cell.empty else f"no {metric} logged")
+            continue
+        for tie in (True, False):
+            ht = h[h["tie"] == tie]
+            agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
+            ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if len(agg) <= 20 else None,
+                    ms=2.5, mfc=_mfc(tie))
+            _band(ax, agg, TIE_COLOR[tie], 0.2)
+            band_n.update(agg["n"])
+            for _, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
+                status = hr["status"].iloc[0]
+                ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
+                ax.plot(hr["tokens"].iloc[-1:], hr[metric].iloc[-1:], color=TIE_COLOR[tie], ls="none",
+                        marker=STATUS_MARKER.get(status, "x"), ms=5, mew=1.2)
+                ended.add(status)
+        _log_if_wide(ax, h[metric])
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
     ns = sorted(int(n) for n in band_n if n >= 2)
     if ns:
-        handles.append(Patch(color="#999999", alpha=0.4,
-                             label=f"{confidence:.0%} t-CI over seeds (n={'–'.join(map(str, [ns[0], ns[-1]])) if len(ns) > 1 else ns[0]})"))
+        n_range = f"{ns[0]}–{ns[-1]}" if ns[-1] != ns[0] else f"{ns[0]}"
+        handles.append(Patch(color="#999999", alpha=0.4, label=f"{confidence:.0%} t-CI over seeds (n={n_range})"))
     elif band_n:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
-    handles += _status_handles(bad_statuses)
+    handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
+                for s in ("diverged", "failed") if s in ended]
     fig.legend(handles=handles, loc="outside upper center", ncols=len(handles))
     return fig
 
@@ -611,77 +594,63 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
                    confidence: float = 0.95) -> Figure:
     """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
 
-    One column per init std; top row: the two norms over training (mean over seeds, solid
-    = input side, dashed = output side); bottom row: their ratio out/in, one line per size.
-    Tied runs only by default (the two parts of one matrix); ``include_untied`` adds the
-    untied runs (wte vs lm_head) in their colour.
+    One column per init std; top: the two norms over training (mean over seeds; solid = input
+    side, dashed = output side); bottom: their ratio out/in, one line per size. Tied runs only
+    by default (the two parts of one matrix); ``include_untied`` adds untied runs (wte vs lm_head).
     """
     _check_runs(runs, "gradient-split figure")
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
-    n_untied = 0 if include_untied else int((runs["tie"] == False).sum())  # noqa: E712
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.8,
                         sharex="col")
-    if not include_untied and n_untied:
-        fig.skipped.append(f"{n_untied} untied run(s) (figure shows tied runs; include_untied=True adds them)")
+    if not include_untied and (runs["tie"] == False).any():  # noqa: E712
+        fig.skipped.append(f"{int((runs['tie'] == False).sum())} untied run(s) "  # noqa: E712
+                           "(figure shows tied runs; include_untied=True adds them)")
     keys = ("train/grad_norm_in", "train/grad_norm_out")
-    missing = [k for k in keys if k not in history.columns or history[k].notna().sum() == 0]
-    h = history[history["tie"].isin(ties)].copy()
-    if missing:
+    if missing := [k for k in keys if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
-    else:
-        h["ratio"] = h[keys[1]] / h[keys[0]]
-    for _, r in runs[runs["tie"].isin(ties)].iterrows() if not missing else ():
-        hr = history[history["run_id"] == r["run_id"]]
-        if hr.empty or hr[keys[0]].notna().sum() == 0:
-            fig.skipped.append(f"{_run_label(r)}: no gradient norms logged ({r['status']})")
-        elif r["status"] not in ("finished", "running"):
-            fig.skipped.append(f"{_run_label(r)}: {r['status']}, not averaged")
+        for ax in axes.flat:
+            _note(ax, "gradient split not logged")
+        return fig
+    h = history[history["tie"].isin(ties)]
+    h = h.assign(ratio=h[keys[1]] / h[keys[0]])
+    logged = set(h.loc[h[keys[0]].notna(), "run_id"])
+    for _, r in runs[runs["tie"].isin(ties)].iterrows():
+        if r["run_id"] not in logged or r["status"] not in ("finished", "running"):
+            fig.skipped.append(f"{_run_label(r)}: " + (f"{r['status']}, not averaged" if r["run_id"] in logged
+                                                       else f"no gradient norms logged ({r['status']})"))
     for j, init in enumerate(inits):
         ax, axr = axes[0, j], axes[1, j]
         ax.set_title(_init_label(init))
-        if missing:
-            _note(ax, "gradient split not logged")
-            _note(axr, "no gradient split")
-            continue
         hc = h[h["setting"] == init]
+        for (k, model), tie in itertools.product(enumerate(models), ties):
+            hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
+            if hm.empty:
+                continue
+            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
+            for key, ls in zip(keys, ("-", "--")):
+                agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
+                ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls, **mk)
+            agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
+            axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
+            _band(axr, agg, TIE_COLOR[tie], 0.15)
         if hc.empty:
             _note(ax, "no runs")
             _note(axr, "no runs")
             continue
-        for tie in ties:
-            for k, model in enumerate(models):
-                hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
-                if hm.empty:
-                    continue
-                mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie)) if len(models) > 1 else {}
-                for key, ls in zip(keys, ("-", "--")):
-                    agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
-                    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls,
-                            markevery=max(1, len(agg) // 6), **mk)
-                agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
-                axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], markevery=max(1, len(agg) // 6), **mk)
-                ok = agg["n"] >= 2
-                if ok.any():
-                    axr.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"],
-                                     color=TIE_COLOR[tie], alpha=0.15, lw=0)
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
         _log_if_wide(axr, hc["ratio"], ratio=3)
         axr.set_xlabel("training tokens")
         axr.xaxis.set_major_formatter(EngFormatter(sep=""))
-        if j == 0:
-            ax.set_ylabel("gradient norm")
-            axr.set_ylabel("output / input side")
-    handles = [Line2D([], [], color="#444444", ls="-", label="input side (lookup)"),
-               Line2D([], [], color="#444444", ls="--", label="output side (head)")]
-    handles = _tie_handles(ties) + handles if include_untied else \
-        [Line2D([], [], color=TIE_COLOR[True], ls="-", label="tied: input side (lookup)"),
-         Line2D([], [], color=TIE_COLOR[True], ls="--", label="tied: output side (head)")]
-    if len(models) > 1:
-        handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
-                           label=_model_label(runs, m)) for k, m in enumerate(models)]
+    axes[0, 0].set_ylabel("gradient norm")
+    axes[1, 0].set_ylabel("output / input side")
+    sides = (("-", "input side (lookup)"), ("--", "output side (head)"))
+    handles = _tie_handles(ties) + [Line2D([], [], color="#444444", ls=ls, label=label) for ls, label in sides] \
+        if include_untied else [Line2D([], [], color=TIE_COLOR[True], ls=ls, label=f"tied: {label}") for ls, label in sides]
+    handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
+                       label=_model_label(runs, m)) for k, m in enumerate(models) if len(models) > 1]
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4))
     return fig
 
