@@ -210,8 +210,7 @@ def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
 
 
 def _mfc(tie: bool) -> str:
-    """Marker face: tied filled, untied open (readable in greyscale too)."""
-    return TIE_COLOR[True] if tie else "white"
+    return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
 
 
 # ----------------------------------------------------------------------------- figure 1
@@ -299,11 +298,9 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
     """
     _check_runs(runs, "loss-vs-parameters figure")
     fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.5, sharey=True)
-    for _, r in runs.iterrows():
-        if r["status"] != "finished":
-            fig.skipped.append(f"{_run_label(r)}: {r['status']}, no final loss")
-        elif pd.isna(r[value]):
-            fig.skipped.append(f"{_run_label(r)}: no {value} in summary")
+    fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
+                                            else f"no {value} in summary")
+                    for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
     agg = _with_setting(A.aggregate_runs(runs, value, confidence=confidence))
     agg = agg[agg["n"] > 0]
     inits = _init_order(runs)
@@ -436,36 +433,17 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
 
 
-def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_tokens: int = 8) -> pd.DataFrame:
-    """Median and IQR of ``col`` per log-frequency bin; unseen tokens (count 0) get x = UNSEEN_X.
-
-    Bins are 1/bins_per_decade of a decade wide; the most frequent bins, which hold few
-    tokens, are merged downwards until each holds ``min_tokens`` (else the median is noise).
-    """
-    d = df[df["count"].notna() & df[col].notna()]
-    counts = d["count"].astype(float).to_numpy()
-    seen = counts > 0
-    out = []
-    if (~seen).any():
-        v = d.loc[~seen, col].to_numpy()
-        out.append((UNSEEN_X, np.median(v), *np.percentile(v, [25, 75]), len(v)))
-    if seen.any():
-        lg = np.log10(counts[seen])
-        edges = np.arange(0, lg.max() + 1.0 / bins_per_decade, 1.0 / bins_per_decade)
-        idx = np.digitize(lg, edges)
-        members = np.unique(idx)[::-1]
-        acc = 0
-        for b, nxt in zip(members, list(members[1:]) + [None]):  # from the top, merge small bins down
-            acc += int((idx == b).sum())
-            if acc < min_tokens and nxt is not None:
-                idx[idx == b] = nxt
-            else:
-                acc = 0
-        vals = d.loc[seen, col].to_numpy()
-        for b in np.unique(idx):
-            v = vals[idx == b]
-            out.append((float(10 ** np.median(lg[idx == b])), np.median(v), *np.percentile(v, [25, 75]), len(v)))
-    return pd.DataFrame(out, columns=["x", "median", "q25", "q75", "n"])
+def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
+    """Median and IQR of ``col`` per frequency bin: quantile bins of log count, so every bin
+    holds about as many tokens (the few very frequent ones are not a bin of their own);
+    unseen tokens (count 0) sit at x = UNSEEN_X."""
+    d = df[df["count"].notna() & df[col].notna()].astype({"count": float})
+    seen = d[d["count"] > 0]
+    groups = [(UNSEEN_X, d.loc[d["count"] == 0, col])] if (d["count"] == 0).any() else []
+    bins = pd.qcut(np.log10(seen["count"]), n_bins, duplicates="drop") if len(seen) else []
+    groups += [(float(g["count"].median()), g[col]) for _, g in seen.groupby(bins, observed=True)]
+    return pd.DataFrame([(x, v.median(), v.quantile(0.25), v.quantile(0.75), len(v)) for x, v in groups],
+                        columns=["x", "median", "q25", "q75", "n"])
 
 
 def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
@@ -694,19 +672,18 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
     return paths
 
 
-def _print_notes(fig: Figure | None, indent: str = "") -> None:
-    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
+def _print_notes(skipped: Sequence[str], flagged: Sequence[str], indent: str = "") -> None:
+    for head, items in (("not shown", skipped), ("marked", flagged)):
         for item in items:
             print(f"{indent}{head}: {item}")
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
     """Save ``fig`` (see :func:`save_figure`), print where and what it leaves out; return it.
-
     For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
     for path in save_figure(fig, out_dir, name, formats):
         print(f"wrote {path}")
-    _print_notes(fig)
+    _print_notes(fig.skipped, fig.flagged)
     return fig
 
 
@@ -771,9 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: NOT MADE: {entry['error']}", file=sys.stderr)
             continue
         print(f"{name}: " + ", ".join(str(p) for p in entry["files"]))
-        for head, key in (("not shown", "skipped"), ("marked", "flagged")):
-            for item in entry[key]:
-                print(f"    {head}: {item}")
+        _print_notes(entry["skipped"], entry["flagged"], "    ")
     return 1 if any(e["error"] for e in report.values()) else 0
 
 
