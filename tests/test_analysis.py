@@ -307,7 +307,8 @@ def test_missing_probes_are_listed(tmp_path):
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
     assert "token_freq.npy missing" in missing
     assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
-    assert "no probe file" in " ".join(A.load_offdiag_cosines(runs).attrs["missing"])
+    assert A.load_offdiag_cosines(runs).attrs["missing"] == ["tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"]
+    assert "no probe at step 7" in " ".join(A.load_token_probes(runs, step=7).attrs["missing"])
 
 
 # ----------------------------------------------------------------------------- theory

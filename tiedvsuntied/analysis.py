@@ -111,14 +111,11 @@ def load_results(*paths: str | Path) -> Results:
     loaded.sort(key=lambda x: x[0]["updated_at"] or "", reverse=True)  # newest first...
     loaded.sort(key=lambda x: STATUS_RANK.get(x[0]["status"], 9))  # ...within the best status (stable)
     kept: dict[str, tuple] = {}
-    for item in loaded:
-        row = item[0]
-        if row["run_id"] in kept:
-            best = kept[row["run_id"]][0]
+    for row, *rest in loaded:
+        best = kept.setdefault(row["run_id"], (row, *rest))[0]
+        if best is not row:
             notes.append(f"run {row['run_id']} found twice: kept {best['path']} ({best['status']}), "
                          f"not {row['path']} ({row['status']})")
-        else:
-            kept[row["run_id"]] = item
     return _assemble(list(kept.values()), notes)
 
 
@@ -489,35 +486,38 @@ def probe_files(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted((int(s), p) for s, p in found if s.isdigit())
 
 
-def _pick_probe(run: pd.Series, step: int | str) -> tuple[int, Path] | None:
-    files = probe_files(run["path"]) if run.get("path") else []
-    if files and step in ("first", "last"):
-        return files[0 if step == "first" else -1]
-    return next(((s, p) for s, p in files if str(s) == str(step)), None)
+def _probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[str]):
+    """(run, requested step, probe step, arrays) per run and step that has a probe file;
+    "first"/"last" name the run's first/last probe, and a probe is read once per run."""
+    for _, run in runs.iterrows():
+        files, seen = (probe_files(run["path"]) if run.get("path") else []), set()
+        if not files:
+            missing.append(f"{run.get('name') or run['run_id']}: no probes/step_*.npz"
+                           + ("" if run.get("path") else " (not a local run directory)"))
+            continue
+        for which in steps:
+            pick = files[0 if which == "first" else -1] if files and which in ("first", "last") else \
+                next(((s, p) for s, p in files if str(s) == str(which)), None)
+            if pick is None:
+                missing.append(f"{run.get('name') or run['run_id']}: no probe at step {which}")
+            elif pick[0] not in seen:
+                seen.add(pick[0])
+                with np.load(pick[1]) as z:
+                    yield run, which, pick[0], {k: np.asarray(z[k], dtype="float32").ravel() for k in z.files}
 
 
 def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFrame:
-    """Per-token probe arrays of each run, long format.
-
-    Columns: ``run_id``, ``probe_step``, ``token``, ``count`` (train-split frequency from
-    ``token_freq.npy``; NA if missing), ``emb_norm``, ``head_norm``, ``in_out_cos`` (NaN for
-    tied runs). ``step``: "last", "first" or a step. Runs without probes are listed in
-    ``.attrs["missing"]`` as "name: reason".
-    """
+    """Per-token probe arrays of each run, long format: ``run_id``, ``probe_step``, ``token``,
+    ``count`` (train-split frequency from ``token_freq.npy``; NA if missing), ``emb_norm``,
+    ``head_norm``, ``in_out_cos`` (NaN for tied runs). ``step``: "last", "first" or a step.
+    What is missing is listed in ``.attrs["missing"]`` as "name: reason"."""
     parts, missing = [], []
-    for _, run in runs.iterrows():
-        label, pick = run.get("name") or run["run_id"], _pick_probe(run, step)
-        if pick is None:
-            missing.append(f"{label}: no probes/step_*.npz" + ("" if step in ("last", "first") else f" at step {step}")
-                           + ("" if run.get("path") else " (not a local run directory)"))
+    for run, _, probe_step, arrays in _probes(runs, [step], missing):
+        label, n = run.get("name") or run["run_id"], len(arrays.get("emb_norm", ()))
+        if not n:
+            missing.append(f"{label}: probe at step {probe_step} has no 'emb_norm' (keys: {sorted(arrays)})")
             continue
-        with np.load(pick[1]) as z:
-            arrays = {k: np.asarray(z[k], dtype="float32") for k in ("emb_norm", "head_norm", "in_out_cos") if k in z}
-        if "emb_norm" not in arrays:
-            missing.append(f"{label}: {pick[1]} has no 'emb_norm' (keys: {sorted(arrays)})")
-            continue
-        n = len(arrays["emb_norm"])
-        df = pd.DataFrame({"run_id": run["run_id"], "probe_step": pick[0], "token": np.arange(n)})
+        df = pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "token": np.arange(n)})
         for k in ("emb_norm", "head_norm", "in_out_cos"):
             df[k] = arrays[k] if len(arrays.get(k, ())) == n else np.float32(np.nan)
         freq_path = Path(run["path"], "token_freq.npy")
@@ -534,27 +534,16 @@ def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFr
 
 
 def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")) -> pd.DataFrame:
-    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step, long format.
-
-    Columns: ``run_id``, ``probe_step``, ``which`` (the requested step: "first", "last" or the
-    number), ``cos``. Missing probes are listed in ``.attrs["missing"]``.
-    """
+    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step, long format: ``run_id``,
+    ``probe_step``, ``which`` (the requested step: "first", "last" or the number), ``cos``.
+    What is missing is listed in ``.attrs["missing"]``."""
     parts, missing = [], []
-    for _, run in runs.iterrows():
-        label, seen = run.get("name") or run["run_id"], set()
-        for which in steps:
-            pick = _pick_probe(run, which)
-            if pick is None:
-                missing.append(f"{label}: no probe file for step {which}")
-            elif pick[0] not in seen:  # first == last when there is one probe only
-                seen.add(pick[0])
-                with np.load(pick[1]) as z:
-                    if "offdiag_cos" not in z:
-                        missing.append(f"{label}: {pick[1]} has no 'offdiag_cos'")
-                        continue
-                    cos = np.asarray(z["offdiag_cos"], dtype="float32").ravel()
-                parts.append(pd.DataFrame({"run_id": run["run_id"], "probe_step": pick[0], "which": str(which),
-                                           "cos": cos}))
+    for run, which, probe_step, arrays in _probes(runs, steps, missing):
+        if "offdiag_cos" not in arrays:
+            missing.append(f"{run.get('name') or run['run_id']}: probe at step {probe_step} has no 'offdiag_cos'")
+            continue
+        parts.append(pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "which": str(which),
+                                   "cos": arrays["offdiag_cos"]}))
     cols = ["run_id", "probe_step", "which", "cos"]
     out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     out.attrs["missing"] = missing
@@ -673,8 +662,6 @@ def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished
 
 def _count(cfg, tie: bool) -> tuple[dict, float]:
     """(count_parameters, flops_per_token) of a meta-device model: shapes only, nothing allocated."""
-    import dataclasses
-
     import torch
 
     from tiedvsuntied import model as M
@@ -683,7 +670,7 @@ def _count(cfg, tie: bool) -> tuple[dict, float]:
         try:
             m = M.GPT(cfg, tie=tie)
         except TypeError:  # the model API before `tie` became an argument of GPT
-            m = M.GPT(dataclasses.replace(cfg, tie=tie))
+            m = M.GPT(M.ModelConfig(**{**vars(cfg), "tie": tie}))
     return M.count_parameters(m), M.flops_per_token(m)
 
 
