@@ -24,15 +24,17 @@ def sweep(tmp_path):
 # ----------------------------------------------------------------------------- statistics
 
 
-@pytest.mark.parametrize("dof, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452),
-                                           (120, 1.9799)])
-def test_t_critical_matches_tables(dof, expected):
-    assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
-
-
-def test_t_critical_other_confidence():
+def test_t_critical_matches_tables():
+    for dof, expected in [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)]:
+        assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
     assert A.t_critical(5, 0.99) == pytest.approx(4.0321, abs=1e-4)
     assert math.isnan(A.t_critical(0))
+
+
+def test_init_std_spellings_read_as_one():
+    for given, canonical in ((1, "1.0"), ("1", "1.0"), (0.036, "0.036"), ("d^-0.5", "inv_sqrt_d"),
+                             ("inv_sqrt_d", "inv_sqrt_d")):
+        assert A.run_row({"init_std": given})["init_std"] == canonical
 
 
 def test_describe_ci_and_single_seed():
