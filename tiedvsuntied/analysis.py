@@ -39,15 +39,12 @@ except ImportError:  # until the model branch lands: the same spelling rules, ke
         return repr(float(value))
 
 RUN_COLUMNS = [
-    "sweep", "run_id", "name", "status", "error",
-    "tie", "head", "init_std", "init_std_resolved_emb", "init_std_resolved_head",
-    "model", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed", "t5_rescale",
-    "data", "data_id", "max_steps", "variant",
-    "params_total", "params_embedding", "params_position", "params_head",
-    "params_non_embedding", "flops_per_token",
-    "step", "tokens", "diverged_at_step",
-    "init_val_loss", "init_logit_std", "final_val_loss", "best_val_loss", "test_loss",
-    "ln_vocab", "wandb_run_id", "wandb_mode", "started_at", "updated_at", "source", "path",
+    "sweep", "run_id", "name", "status", "error", "tie", "head", "init_std", "init_std_resolved_emb",
+    "init_std_resolved_head", "model", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed",
+    "t5_rescale", "data", "data_id", "max_steps", "variant", "params_total", "params_embedding", "params_position",
+    "params_head", "params_non_embedding", "flops_per_token", "step", "tokens", "diverged_at_step", "init_val_loss",
+    "init_logit_std", "final_val_loss", "best_val_loss", "test_loss", "ln_vocab", "wandb_run_id", "wandb_mode",
+    "started_at", "updated_at", "source", "path",
 ]
 HISTORY_ID_COLUMNS = ["run_id", "sweep", "name", "status", "tie", "head", "init_std", "model", "variant", "seed"]
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds share these
@@ -180,22 +177,17 @@ def _sweep_runs(sweep: Path) -> list[tuple[Path, R.IndexEntry | None]]:
 
 def _load_run_dir(run_dir: Path, entry: R.IndexEntry | None, notes: list[str]) -> tuple[dict, dict, pd.DataFrame]:
     """(runs-table row, config, history) of one run directory."""
-    summary = R.read_summary(run_dir)
-    if summary is not None:
-        s = summary.to_dict()
-    else:
-        if not run_dir.is_dir():
-            notes.append(f"{run_dir}: listed in index.json but the directory does not exist")
-        else:
-            notes.append(f"{run_dir}: summary.json missing or unreadable; status from index.json or unknown")
-        s = {"run_id": run_dir.name, "name": entry.name if entry else None, "sweep": run_dir.parent.name,
-             "status": R.Status(entry.status).value if entry else "unknown"}
-    row = run_row(s, R.read_config(run_dir), source=str(run_dir))
-    row["path"] = str(run_dir)
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists() and not metrics.read_bytes().endswith(b"\n") and metrics.stat().st_size:
+    summary, config, metrics = R.read_summary(run_dir), R.read_config(run_dir), run_dir / "metrics.jsonl"
+    if summary is None:
+        notes.append(f"{run_dir}: " + ("summary.json missing or unreadable; status from index.json or unknown"
+                                       if run_dir.is_dir() else "listed in index.json but the directory does not exist"))
+    s = summary.to_dict() if summary else {"run_id": run_dir.name, "name": entry and entry.name,
+                                           "sweep": run_dir.parent.name,
+                                           "status": R.Status(entry.status).value if entry else "unknown"}
+    if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
-    return row, R.read_config(run_dir), history_from_records(R.read_metrics(run_dir))
+    row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
+    return row, config, history_from_records(R.read_metrics(run_dir))
 
 
 def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:
@@ -654,7 +646,8 @@ def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished
     cand = runs[runs["model"] == biggest].assign(_bad=lambda d: ~d["status"].isin(statuses),
                                                  _unfinished=lambda d: d["status"] != "finished")
     cand = cand.sort_values(["_bad", "_unfinished", "seed"], kind="stable")
-    return cand.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1).drop(columns=["_bad", "_unfinished"])
+    first = cand.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1)
+    return first.drop(columns=["_bad", "_unfinished"])
 
 
 # ----------------------------------------------------------------------------- parameter table
