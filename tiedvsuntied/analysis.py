@@ -30,13 +30,15 @@ from scipy import stats
 
 from tiedvsuntied import records as R
 
-try:
-    from tiedvsuntied.model import canonical_init_std
-except ImportError:  # until the model branch lands: the same spelling rules, kept here
-    def canonical_init_std(value: Any) -> str:
-        if isinstance(value, str) and value.strip() in ("inv_sqrt_d", "d^-0.5"):
-            return "inv_sqrt_d"
-        return repr(float(value))
+
+def _canonical_init_std(value: Any) -> str:
+    """The init std's one spelling ("1" -> "1.0", "d^-0.5" -> "inv_sqrt_d"), parsed by the model."""
+    try:
+        from tiedvsuntied.model import canonical_init_std  # imported here: the model module loads torch
+    except ImportError:  # until the model branch lands: the same rules
+        return "inv_sqrt_d" if str(value).strip() in ("inv_sqrt_d", "d^-0.5") else repr(float(value))
+    return canonical_init_std(value)
+
 
 RUN_COLUMNS = [
     "sweep", "run_id", "name", "status", "error", "tie", "head", "init_std", "init_std_resolved_emb",
@@ -320,7 +322,7 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
     row["tie"] = _bool(row["tie"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
-        row["init_std"] = canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
+        row["init_std"] = _canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
     except (TypeError, ValueError):
         row["init_std"] = str(row["init_std"])
     resolved, params = s.get("init_std_resolved") or {}, s.get("params") or {}
