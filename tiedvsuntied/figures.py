@@ -169,38 +169,20 @@ def _check_runs(runs: pd.DataFrame, what: str) -> None:
     A.require_single_data(runs, what)
 
 
-def _plain_log(ax, axis: str = "y") -> None:
-    """Log scale with plain tick labels (20, 50, 100 rather than 2x10^1); 2 and 5 labelled
-    between powers of ten when the axis spans under two decades."""
+def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
+    """Log scale with plain tick labels (20, 50 rather than 2x10^1; 100k, 1M with ``eng``),
+    minor ticks 2 and 5 labelled when the axis spans under two decades. With ``values``: only
+    if their max/min exceeds ``ratio``."""
+    if values is not None:
+        v = pd.to_numeric(pd.Series(list(values)), errors="coerce").replace([np.inf, -np.inf], np.nan).dropna()
+        if not len(v[v > 0]) or v[v > 0].max() / v[v > 0].min() <= ratio:
+            return
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-    a = ax.yaxis if axis == "y" else ax.xaxis
-    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
-    if lo > 0 and hi / lo < 10:
-        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    elif lo > 0 and hi / lo < 100:
-        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
-    else:
-        a.set_minor_formatter(NullFormatter())
-
-
-def _param_axis(ax, values) -> None:
-    """Log x axis of parameter counts, labelled 100k, 1M, 5M, with room around the points."""
-    v = np.asarray(values, dtype=float)
-    lo, hi = v.min() / 1.5, v.max() * 1.5
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    eng = EngFormatter(sep="")
-    ax.xaxis.set_major_formatter(eng)
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, p: eng(x, p) if f"{x:.0e}"[0] in "25" else "")
-                                 if hi / lo < 30 else NullFormatter())
-
-
-def _log_if_wide(ax, values, axis: str = "y", ratio: float = 4.0) -> None:
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
-    v = v[np.isfinite(v) & (v > 0)]
-    if len(v) and v.max() / v.min() > ratio:
-        _plain_log(ax, axis)
+    a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
+    fmt = EngFormatter(sep="") if eng else FuncFormatter(lambda v, _: f"{v:g}")
+    a.set_major_formatter(fmt)
+    a.set_minor_formatter(NullFormatter() if lo <= 0 or hi / lo >= 100 else FuncFormatter(
+        lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else ""))
 
 
 def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
@@ -271,7 +253,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
                 ax.plot(hr["tokens"].iloc[-1:], hr[metric].iloc[-1:], color=TIE_COLOR[tie], ls="none",
                         marker=STATUS_MARKER.get(status, "x"), ms=5, mew=1.2)
                 ended.add(status)
-        _log_if_wide(ax, h[metric])
+        _plain_log(ax, "y", h[metric], ratio=4)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
     ns = sorted(int(n) for n in band_n if n >= 2)
@@ -317,9 +299,10 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
                 ax.errorbar(a[xcol], a["mean"], yerr=a["ci_half"].where(a["n"] >= 2), color=TIE_COLOR[tie],
                             marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)], capsize=2,
                             ms=4, mfc=_mfc(tie))
-        _param_axis(ax, agg[xcol].dropna())
+        ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
+        _plain_log(ax, "x", eng=True)
         ax.set_xlabel(xlabel)
-        _log_if_wide(ax, agg["mean"])
+        _plain_log(ax, "y", agg["mean"], ratio=4)
     axes[0, 0].set_ylabel("final validation loss (nats)")
     handles = _tie_handles(marker="o")
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
@@ -365,7 +348,7 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> 
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
     ax.set_ylabel("initial validation loss (nats)")
     ax.grid(axis="x", visible=False)
-    _log_if_wide(ax, list(have["init_val_loss"]) + [ln_v], ratio=3)
+    _plain_log(ax, "y", list(have["init_val_loss"]) + [ln_v], ratio=3)
 
 
 def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
@@ -469,7 +452,7 @@ def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
         ax.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("token count in training split")
-    _log_if_wide(ax, token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
+    _plain_log(ax, "y", token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
     n_decades = int(math.ceil(math.log10(max(max_count, 10)))) + 1
     decades = list(range(n_decades))[:: 2 if n_decades > 5 else 1]
     ax.set_xticks([UNSEEN_X] + [10.0**k for k in decades], ["0"] + [f"$10^{{{k}}}$" for k in decades])
@@ -619,7 +602,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
             continue
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
-        _log_if_wide(axr, hc["ratio"], ratio=3)
+        _plain_log(axr, "y", hc["ratio"], ratio=3)
         axr.set_xlabel("training tokens")
         axr.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("gradient norm")
