@@ -198,6 +198,16 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "give one or more SWEEP_DIRs" in err
 
 
+def test_cli_keeps_the_finished_copy_of_a_run_found_in_several_sweeps(tmp_path, capsys):
+    write_run(tmp_path / "rerun", status="finished")
+    write_run(tmp_path / "first_try", status="failed")
+    out = tmp_path / "o"
+    assert F.main([str(tmp_path / "first_try"), str(tmp_path / "rerun"), "--out", str(out), "--formats", "png",
+                   "--only", "fig2_loss_vs_params"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 runs: 1 finished" in printed and "found twice" in printed and "not shown" not in printed
+
+
 def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
