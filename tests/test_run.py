@@ -95,6 +95,7 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         got = json.loads(wandb_inspect(rd, "--summary"))
         assert got["state"] == "finished" and got["name"] == s["name"]
         assert got["config"]["tie"] == s["tie"]
+        assert got["config"]["derived"]["params"]["total"] == s["params"]["total"]
         assert got["summary"]["params/total"] == s["params"]["total"]
         assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
         hist = [json.loads(l)["history"]["item"] for l in wandb_inspect(rd).splitlines()

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tiedvsuntied import records as R
 from tiedvsuntied.data import DataError
-from tiedvsuntied.train import Config, ConfigError, train
+from tiedvsuntied.train import Config, ConfigError, check_config, train
 
 ConfigStore.instance().store(name="base_config", node=Config)
 
@@ -89,12 +89,15 @@ def check_overrides(overrides: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     overrides = list(HydraConfig.get().overrides.task)
-    try:
+    try:  # a user's mistake: one line, exit 2, nothing written
         check_overrides(overrides)
-        summary = train(OmegaConf.to_object(cfg), overrides=overrides)
+        config = OmegaConf.to_object(cfg)
+        check_config(config)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    # From here on a failure is the run's: recorded in its summary; a multirun goes on.
+    summary = train(config, overrides=overrides)
     return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 

@@ -135,8 +135,9 @@ _RANGES = [
 
 def check_config(cfg: Config) -> None:
     """Refuse a config no run can start with, before any data is read or directory made."""
+    tree = OmegaConf.structured(cfg)
     for key, ok, valid in _RANGES:
-        value = OmegaConf.select(OmegaConf.structured(cfg), key)
+        value = OmegaConf.select(tree, key)
         if not ok(value):
             raise ConfigError(f"{key}={value} is invalid: it must be {valid}")
     if not _SWEEP_NAME.match(cfg.sweep):
@@ -264,6 +265,7 @@ class Run:
     state: TrainState
     step_model: torch.nn.Module  # the compiled model, or the model itself
     peak_tflops: float
+    derived: dict  # values the config implies on this machine (config.yaml's "derived")
     resumed_from: Optional[int] = None
     mlog: Optional[R.MetricsLog] = None
     bar: object = None
@@ -322,13 +324,14 @@ def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
 def _train_run(cfg, corpus, config, summary, run_dir, entry) -> R.RunSummary:
     """Decides the run's status, whatever happens, and always closes the metrics log and W&B."""
     t0 = time.time()
+    R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))  # "derived" is added by _setup
     summary.write(run_dir)
-    run = None
     try:
         run = _setup(cfg, corpus, config, summary, run_dir)
         with R.MetricsLog(run_dir, run.resumed_from) as run.mlog:
             mode = run.mlog.start_wandb(cfg.wandb, run_id=R.wandb_id(cfg.sweep, summary.run_id),
-                                        name=summary.name, group=cfg.sweep, config=config, run_dir=run_dir)
+                                        name=summary.name, group=cfg.sweep, run_dir=run_dir,
+                                        config={**config, "derived": run.derived})
             summary.wandb_mode, summary.wandb_run_id = mode.value, R.wandb_id(cfg.sweep, summary.run_id)
             if run.mlog.wandb is not None:
                 summary.wandb_dir = str(Path(run.mlog.wandb.dir).parent)
@@ -398,7 +401,7 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
              f"{len(train_tokens):,}", peak)
     return Run(cfg=cfg, run_dir=run_dir, summary=summary, model=model, optimizer=optimizer, sampler=sampler,
                corpus=corpus, device=device, precision=precision, state=state,
-               step_model=torch.compile(model) if compiled else model, peak_tflops=peak,
+               step_model=torch.compile(model) if compiled else model, peak_tflops=peak, derived=derived,
                resumed_from=state.step if used else None)
 
 
