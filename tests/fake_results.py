@@ -1,6 +1,6 @@
 """Hand-built results directories in the trainer's documented layout (docs/ARCHITECTURE.md).
 
-Test data for the analysis and figure code, above all for the inputs a real sweep rarely
+Written with tiedvsuntied.records (the trainer's writer). Test data for the analysis and figure code, above all for the inputs a real sweep rarely
 produces on demand: running, diverged and failed runs, missing probes, mixed vocab sizes.
 The numbers are synthetic but shaped like a real run's (loss falls from its initial value
 towards a floor; norms grow with token frequency).
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from tiedvsuntied import records as R
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
 
@@ -96,7 +98,8 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
         "wandb_run_id": f"wb{seed}{int(tie)}", "wandb_mode": "offline",
         "started_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:10:00Z",
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    # through the contract's own dataclass and writer, so a key it does not know fails here
+    R.write_json(run_dir / "summary.json", R.RunSummary(**summary).to_dict())
     config = {"tie": tie, "init_std": init_std, "seed": seed, "sweep": sweep_dir.name,
               "model": {"name": model, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": V,
                         "t5_rescale": t5_rescale},
@@ -121,11 +124,8 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
                 arrays["in_out_cos"] = np.clip(rng.standard_normal(V) / math.sqrt(n_embd) + grow * 0.3 * np.tanh(np.log1p(counts) / 5), -1, 1).astype(np.float32)
             np.savez(run_dir / "probes" / f"step_{step:07d}.npz", **arrays)
     if index:
-        idx_path = sweep_dir / "index.json"
-        idx = json.loads(idx_path.read_text()) if idx_path.exists() else {}
-        idx[run_id] = {"name": name, "status": status, "overrides": [f"tie={str(tie).lower()}", f"init_std={init_std}",
-                                                                     f"model={model}", f"seed={seed}"], "path": run_id}
-        idx_path.write_text(json.dumps(idx, indent=2))
+        overrides = [f"tie={str(tie).lower()}", f"init_std={init_std}", f"model={model}", f"seed={seed}"]
+        R.update_index(sweep_dir, run_id, R.IndexEntry(name, R.Status(status), run_id, overrides=overrides))
     return run_dir
 
 

@@ -24,15 +24,17 @@ def sweep(tmp_path):
 # ----------------------------------------------------------------------------- statistics
 
 
-@pytest.mark.parametrize("dof, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452),
-                                           (120, 1.9799)])
-def test_t_critical_matches_tables(dof, expected):
-    assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
-
-
-def test_t_critical_other_confidence():
+def test_t_critical_matches_tables():
+    for dof, expected in [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)]:
+        assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
     assert A.t_critical(5, 0.99) == pytest.approx(4.0321, abs=1e-4)
     assert math.isnan(A.t_critical(0))
+
+
+def test_init_std_spellings_read_as_one():
+    for given, canonical in ((1, "1.0"), ("1", "1.0"), (0.036, "0.036"), ("d^-0.5", "inv_sqrt_d"),
+                             ("inv_sqrt_d", "inv_sqrt_d")):
+        assert A.run_row({"init_std": given})["init_std"] == canonical
 
 
 def test_describe_ci_and_single_seed():
@@ -144,6 +146,27 @@ def test_single_run_dir_and_results_root(tmp_path, sweep):
     res = A.load_results(tmp_path)  # a results dir holding two sweeps
     assert set(res.runs["sweep"]) == {"sw", "other"}
     assert any("2 sweeps" in n for n in res.notes)
+
+
+def test_a_run_found_twice_keeps_its_best_record(tmp_path):
+    """Two sweeps (or a sweep and one of its runs) reaching one run_id: finished beats diverged,
+    running and failed whatever the order of the paths; within one status the newest record wins."""
+    a = write_run(tmp_path / "a", status="finished")
+    b = write_run(tmp_path / "b", status="failed")
+    assert a.name == b.name
+    for paths in ((tmp_path / "a", tmp_path / "b"), (tmp_path / "b", tmp_path / "a"), (tmp_path / "b", a)):
+        res = A.load_results(*paths)
+        assert len(res.runs) == 1 and res.runs["status"].iloc[0] == "finished", paths
+        assert res.runs["path"].iloc[0] == str(a)
+        assert any("found twice" in n and str(b) in n for n in res.notes)
+    for status in ("diverged", "running"):
+        write_run(tmp_path / status, status=status)
+        assert A.load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0] == status
+    newer = write_run(tmp_path / "c", status="finished")
+    summary = json.loads((newer / "summary.json").read_text())
+    (newer / "summary.json").write_text(json.dumps({**summary, "updated_at": "2026-02-01T00:00:00Z"}))
+    runs = A.load_results(tmp_path / "a", tmp_path / "c").runs
+    assert runs["path"].iloc[0] == str(newer)
 
 
 def test_missing_and_empty_directories_are_clear_errors(tmp_path):
@@ -286,7 +309,8 @@ def test_missing_probes_are_listed(tmp_path):
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
     assert "token_freq.npy missing" in missing
     assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
-    assert "no probe file" in " ".join(A.load_offdiag_cosines(runs).attrs["missing"])
+    assert A.load_offdiag_cosines(runs).attrs["missing"] == ["tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"]
+    assert "no probe at step 7" in " ".join(A.load_token_probes(runs, step=7).attrs["missing"])
 
 
 # ----------------------------------------------------------------------------- theory
@@ -312,6 +336,19 @@ def test_initial_loss_table(sweep):
     r = t.iloc[0]
     assert r["predicted"] == pytest.approx(A.gaussian_logit_loss(r["init_logit_std"], 512)[0])
     assert r["excess"] == pytest.approx(r["init_val_loss"] - r["predicted"])
+
+
+# ----------------------------------------------------------------------------- parameter table
+
+
+def test_parameter_table_counts_every_size():
+    """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
+    t = A.parameter_table().set_index("size")
+    assert list(t.index) == ["nano", "micro", "mini", "small", "medium", "large", "xl"]  # smallest first
+    assert t.loc["small", "total (tied)"] == 124_439_808 and t.loc["small", "total (untied)"] == 163_037_184
+    assert (t["total (untied)"] - t["total (tied)"] == t["head (untied)"]).all()
+    assert (t["head (untied)"] == t["embedding (wte)"]).all()
+    assert A.parameter_table(vocab_size=512).loc[3, "embedding (wte)"] == 512 * 768
 
 
 # ----------------------------------------------------------------------------- W&B

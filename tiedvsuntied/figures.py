@@ -1,11 +1,14 @@
 """DataFrames -> the paper's figures (matplotlib), and ``python -m tiedvsuntied.figures``.
 
-Every figure function takes the tables of :mod:`tiedvsuntied.analysis` and returns a
+Every figure takes the tables of :mod:`tiedvsuntied.analysis` and returns a
 :class:`matplotlib.figure.Figure` in one style: Okabe-Ito colours (colour-blind safe), tied
-always vermillion and untied always blue, sizes for a two-column paper (``FULL_WIDTH``
-inches wide, 8 pt text). Runs a figure leaves out are never dropped silently: they are
-listed in ``fig.skipped`` ("name: reason"), runs drawn apart (running, diverged, failed) in
-``fig.flagged``, and both in a footnote under the figure.
+always vermillion and untied always blue, sized for a two-column paper (8 pt text). Runs a
+figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason") and
+``fig.flagged`` the runs drawn apart (running, diverged, failed); :func:`caption` joins both
+for the log or a caption, and :func:`publish` and the CLI print it. The image carries no such notes.
+
+``REGISTRY`` maps each output name (fig1_val_loss, ..., table_params) to how it is made; the
+CLI and :func:`make_all` iterate it:
 
     python -m tiedvsuntied.figures results/tie_x_init --out figures/
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -41,10 +46,7 @@ REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-
-COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
-FULL_WIDTH = 7.0  # inches: both columns
-
+COLUMN_WIDTH, FULL_WIDTH = 3.4, 7.0  # inches: one column, both columns of a two-column paper
 STYLE = {
     "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
     "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3,
@@ -52,6 +54,38 @@ STYLE = {
     "axes.grid": True, "grid.alpha": 0.25, "grid.linewidth": 0.5, "savefig.dpi": 300,
     "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150,
 }
+
+
+@dataclass
+class Output:
+    """One entry of REGISTRY: what it shows, and ``write(results, out_dir, formats)``, which
+    returns (files written, the figure or None)."""
+
+    description: str
+    write: Callable[[A.Results, Path, Sequence[str]], tuple[list[Path], Figure | None]]
+
+
+REGISTRY: dict[str, Output] = {}
+
+
+def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
+    """Register a figure function as output ``name``; ``uses`` names the Results tables it is
+    called with. The function runs under STYLE without touching the global rcParams."""
+    def register(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def styled(*args, **kwargs) -> Figure:
+            with rc_context(STYLE):
+                fig = func(*args, **kwargs)
+            fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
+            return fig
+
+        def write(results: A.Results, out_dir: Path, formats: Sequence[str]):
+            fig = styled(*(getattr(results, table) for table in uses))
+            return save_figure(fig, out_dir, name, formats), fig
+
+        REGISTRY[name] = Output(description, write)
+        return styled
+    return register
 
 
 def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: float = 2.0,
@@ -63,34 +97,11 @@ def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: fl
     return fig, axes
 
 
-def _rc(func: Callable) -> Callable:
-    """Run a figure function under STYLE without touching the global rcParams."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with rc_context(STYLE):
-            fig = func(*args, **kwargs)
-            _footnote(fig)
-        return fig
-
-    return wrapper
-
-
-def _footnote(fig: Figure, max_lines: int = 4) -> None:
-    """Under the axes (saved with bbox_inches='tight'): runs left out, runs drawn apart."""
-    chars = int(fig.get_figwidth() * 72 / (6 * 0.55))
-    lines = []
-    for attr, head in (("skipped", "Not shown"), ("flagged", "Marked")):
-        items = list(dict.fromkeys(getattr(fig, attr)))
-        setattr(fig, attr, items)
-        if not items:
-            continue
-        part = textwrap.wrap(f"{head}: " + "; ".join(items) + ".", chars)
-        if len(part) > max_lines:
-            part = part[: max_lines - 1] + [f"... ({len(items)} in all; see fig.{attr})"]
-        lines += part
-    if lines:
-        fig.text(0.005, 0, "\n".join(lines), ha="left", va="top", fontsize=6, color="#444444")
+def caption(fig: Figure) -> str:
+    """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
+    parts = [f"{head}: " + "; ".join(items) + "." for head, items in
+             (("Not shown", getattr(fig, "skipped", [])), ("Marked", getattr(fig, "flagged", []))) if items]
+    return " ".join(parts)
 
 
 def _note(ax, text: str) -> None:
@@ -115,8 +126,8 @@ def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _short_variant(variant: str) -> str:
-    """'model.t5_rescale=True, optim.lr=0.001' -> 't5_rescale=True, lr=0.001' for labels."""
-    return ", ".join(part.strip().split(".")[-1] for part in variant.split(",")) if variant else ""
+    """'model.t5_rescale=True, optim.lr=0.001' -> 't5 rescale: True, lr: 0.001' for labels."""
+    return ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
 
 
 def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
@@ -158,38 +169,20 @@ def _check_runs(runs: pd.DataFrame, what: str) -> None:
     A.require_single_data(runs, what)
 
 
-def _plain_log(ax, axis: str = "y") -> None:
-    """Log scale with plain tick labels (20, 50, 100 rather than 2x10^1); 2 and 5 labelled
-    between powers of ten when the axis spans under two decades."""
+def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
+    """Log scale with plain tick labels (20, 50 rather than 2x10^1; 100k, 1M with ``eng``),
+    minor ticks 2 and 5 labelled when the axis spans under two decades. With ``values``: only
+    if their max/min exceeds ``ratio``."""
+    if values is not None:
+        v = pd.to_numeric(pd.Series(list(values)), errors="coerce").replace([np.inf, -np.inf], np.nan).dropna()
+        if not len(v[v > 0]) or v[v > 0].max() / v[v > 0].min() <= ratio:
+            return
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-    a = ax.yaxis if axis == "y" else ax.xaxis
-    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
-    if lo > 0 and hi / lo < 10:
-        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    elif lo > 0 and hi / lo < 100:
-        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
-    else:
-        a.set_minor_formatter(NullFormatter())
-
-
-def _param_axis(ax, values) -> None:
-    """Log x axis of parameter counts, labelled 100k, 1M, 5M, with room around the points."""
-    v = np.asarray(values, dtype=float)
-    lo, hi = v.min() / 1.5, v.max() * 1.5
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    eng = EngFormatter(sep="")
-    ax.xaxis.set_major_formatter(eng)
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, p: eng(x, p) if f"{x:.0e}"[0] in "25" else "")
-                                 if hi / lo < 30 else NullFormatter())
-
-
-def _log_if_wide(ax, values, axis: str = "y", ratio: float = 4.0) -> None:
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
-    v = v[np.isfinite(v) & (v > 0)]
-    if len(v) and v.max() / v.min() > ratio:
-        _plain_log(ax, axis)
+    a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
+    fmt = EngFormatter(sep="") if eng else FuncFormatter(lambda v, _: f"{v:g}")
+    a.set_major_formatter(fmt)
+    a.set_minor_formatter(NullFormatter() if lo <= 0 or hi / lo >= 100 else FuncFormatter(
+        lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else ""))
 
 
 def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
@@ -199,97 +192,78 @@ def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
 
 
 def _mfc(tie: bool) -> str:
-    """Marker face: tied filled, untied open (readable in greyscale too)."""
-    return TIE_COLOR[True] if tie else "white"
-
-
-def _status_handles(statuses) -> list:
-    return [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
-            for s in ("diverged", "failed") if s in set(statuses)]
+    return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
 
 
 # ----------------------------------------------------------------------------- figure 1
 
 
-@_rc
+def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
+    """The t-CI band of an aggregate_history table where at least two runs are averaged."""
+    ok = agg["n"] >= 2
+    if ok.any():
+        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
+                        alpha=alpha, lw=0)
+
+
+@figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "val/loss",
                  confidence: float = 0.95) -> Figure:
     """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
 
     Finished and running runs are averaged over seeds (line: mean; band: t-CI when n ≥ 2).
-    Diverged and failed runs are drawn one by one, ending with × where they stopped.
+    Diverged and failed runs are drawn one by one, dashed, ending with × where they stopped.
     """
     _check_runs(runs, "validation-loss figure")
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(len(models), len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH,
                         row_height=1.9 if len(inits) > 1 else 2.3)
-    has_metric = metric in history.columns and history[metric].notna().any()
-    bad_statuses = set()
-    band_n = set()
-    for i, model in enumerate(models):
-        for j, init in enumerate(inits):
-            ax = axes[i, j]
-            if i == 0:
-                ax.set_title(_init_label(init))
-            if i == len(models) - 1:
-                ax.set_xlabel("training tokens")
-            if j == 0:
-                ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
-            cell = runs[(runs["model"] == model) & (runs["setting"] == init)]
-            if not has_metric:
-                _note(ax, f"no '{metric}' logged in any run")
-                continue
-            h = history[history["run_id"].isin(cell["run_id"])]
-            plotted = []
-            for tie in (True, False):
-                ht = h[h["tie"] == tie]
-                if ht.empty or ht[metric].notna().sum() == 0:
-                    continue
-                agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
-                if not agg.empty:
-                    few = len(agg) <= 20
-                    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if few else None,
-                            ms=2.5, mfc=_mfc(tie))
-                    ok = agg["n"] >= 2
-                    if ok.any():
-                        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"],
-                                        color=TIE_COLOR[tie], alpha=0.2, lw=0)
-                    band_n.update(agg["n"].unique())
-                    plotted.extend(agg["mean"])
-                for run_id, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
-                    hr = hr[hr[metric].notna()]
-                    status = hr["status"].iloc[0] if len(hr) else None
-                    if hr.empty:
-                        continue
-                    ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
-                    ax.plot(hr["tokens"].iloc[-1:], hr[metric].iloc[-1:], color=TIE_COLOR[tie], ls="none",
-                            marker=STATUS_MARKER.get(status, "x"), ms=5, mew=1.2)
-                    bad_statuses.add(status)
-                    plotted.extend(hr[metric])
-            for _, r in cell.iterrows():
-                hr = h[h["run_id"] == r["run_id"]]
-                if hr.empty or hr[metric].notna().sum() == 0:
-                    fig.skipped.append(f"{_run_label(r)}: no {metric} logged (status {r['status']})")
-                elif r["status"] == "running":
-                    fig.flagged.append(f"{_run_label(r)}: running, in the mean up to step {r['step']}")
-                elif r["status"] not in ("finished",):
-                    fig.flagged.append(f"{_run_label(r)}: {r['status']}"
-                                       + (f" at step {r['diverged_at_step']}" if r["status"] == "diverged" else "")
-                                       + ", drawn alone (dashed), not in the mean")
-            if not plotted:
-                _note(ax, "no runs with this init std" if cell.empty else f"no finite {metric}")
-                continue
-            _log_if_wide(ax, plotted)
-            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    history = history[history[metric].notna()] if metric in history else history.iloc[:0].assign(**{metric: 1.0})
+    for _, r in runs.iterrows():
+        if r["run_id"] not in set(history["run_id"]):
+            fig.skipped.append(f"{_run_label(r)}: no {metric} logged (status {r['status']})")
+        elif r["status"] == "running":
+            fig.flagged.append(f"{_run_label(r)}: running, in the mean up to step {r['step']}")
+        elif r["status"] != "finished":
+            at = f" at step {r['diverged_at_step']}" if r["status"] == "diverged" else ""
+            fig.flagged.append(f"{_run_label(r)}: {r['status']}{at}, drawn alone (dashed), not in the mean")
+    ended, band_n = set(), set()
+    for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
+        ax = axes[i, j]
+        ax.set_title(_init_label(init) if i == 0 else "")
+        ax.set_xlabel("training tokens" if i == len(models) - 1 else "")
+        if j == 0:
+            ax.set_ylabel("validation loss (nats)" + (f"\n{_model_label(runs, model)}" if len(models) > 1 else ""))
+        cell = runs[(runs["model"] == model) & (runs["setting"] == init)]
+        h = history[history["run_id"].isin(cell["run_id"])]
+        if h.empty:
+            _note(ax, "no runs with this init std" if cell.empty else f"no {metric} logged")
+            continue
+        for tie in (True, False):
+            ht = h[h["tie"] == tie]
+            agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
+            ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if len(agg) <= 20 else None,
+                    ms=2.5, mfc=_mfc(tie))
+            _band(ax, agg, TIE_COLOR[tie], 0.2)
+            band_n.update(agg["n"])
+            for _, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
+                status = hr["status"].iloc[0]
+                ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
+                ax.plot(hr["tokens"].iloc[-1:], hr[metric].iloc[-1:], color=TIE_COLOR[tie], ls="none",
+                        marker=STATUS_MARKER.get(status, "x"), ms=5, mew=1.2)
+                ended.add(status)
+        _plain_log(ax, "y", h[metric], ratio=4)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
     ns = sorted(int(n) for n in band_n if n >= 2)
     if ns:
-        handles.append(Patch(color="#999999", alpha=0.4,
-                             label=f"{confidence:.0%} t-CI over seeds (n={'–'.join(map(str, [ns[0], ns[-1]])) if len(ns) > 1 else ns[0]})"))
+        n_range = f"{ns[0]}–{ns[-1]}" if ns[-1] != ns[0] else f"{ns[0]}"
+        handles.append(Patch(color="#999999", alpha=0.4, label=f"{confidence:.0%} t-CI over seeds (n={n_range})"))
     elif band_n:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
-    handles += _status_handles(bad_statuses)
+    handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
+                for s in ("diverged", "failed") if s in ended]
     fig.legend(handles=handles, loc="outside upper center", ncols=len(handles))
     return fig
 
@@ -297,7 +271,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
 # ----------------------------------------------------------------------------- figure 2
 
 
-@_rc
+@figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", confidence: float = 0.95) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), across sizes, log x.
 
@@ -306,11 +280,9 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
     """
     _check_runs(runs, "loss-vs-parameters figure")
     fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.5, sharey=True)
-    for _, r in runs.iterrows():
-        if r["status"] != "finished":
-            fig.skipped.append(f"{_run_label(r)}: {r['status']}, no final loss")
-        elif pd.isna(r[value]):
-            fig.skipped.append(f"{_run_label(r)}: no {value} in summary")
+    fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
+                                            else f"no {value} in summary")
+                    for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
     agg = _with_setting(A.aggregate_runs(runs, value, confidence=confidence))
     agg = agg[agg["n"] > 0]
     inits = _init_order(runs)
@@ -327,9 +299,10 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
                 ax.errorbar(a[xcol], a["mean"], yerr=a["ci_half"].where(a["n"] >= 2), color=TIE_COLOR[tie],
                             marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)], capsize=2,
                             ms=4, mfc=_mfc(tie))
-        _param_axis(ax, agg[xcol].dropna())
+        ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
+        _plain_log(ax, "x", eng=True)
         ax.set_xlabel(xlabel)
-        _log_if_wide(ax, agg["mean"])
+        _plain_log(ax, "y", agg["mean"], ratio=4)
     axes[0, 0].set_ylabel("final validation loss (nats)")
     handles = _tie_handles(marker="o")
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
@@ -344,101 +317,96 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
 # ----------------------------------------------------------------------------- figure 3
 
 
-@_rc
-def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
-    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
-
-    Left: measured loss per configuration (dots: seeds), with ln V (dashed) and the loss
-    predicted from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds).
-    Right: measured loss against σ with the Gaussian-logit prediction E[logsumexp(z)]
-    (Monte Carlo over V logits) and its two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
-    """
-    _check_runs(runs, "initial-loss figure")
-    runs = _with_setting(runs)
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
-    ax, ax2 = axes[0, 0], axes[0, 1]
-    have = runs[runs["init_val_loss"].notna()]
-    for _, r in runs[runs["init_val_loss"].isna()].iterrows():
-        fig.skipped.append(f"{_run_label(r)}: no init_val_loss ({r['status']})")
-    if have.empty:
-        _note(ax, "no run has an initial validation loss yet")
-        _note(ax2, "no run has an initial validation loss yet")
-        return fig
-    vocab = int(have["vocab_size"].dropna().iloc[0])
-    ln_v = math.log(vocab)
+def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+    """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
+    with the Gaussian-logit prediction from each run's σ (open diamonds) and ln V."""
     models, inits = _model_order(have), _init_order(have)
-    # left: categories init std x size, tied and untied side by side
-    ticks, labels, x = [], [], 0.0
-    sig_runs = have[have["init_logit_std"].notna()]
+    ticks, labels = [], []
     for init in inits:
         for model in models:
             cell = have[(have["setting"] == init) & (have["model"] == model)]
             if cell.empty:
                 continue
+            x = len(ticks)
             for tie, dx in ((True, -0.18), (False, 0.18)):
                 c = cell[cell["tie"] == tie]
-                if c.empty:
-                    continue
-                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(1)
+                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(len(c))
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
                         mfc=_mfc(tie), alpha=0.9, zorder=3)
                 cs = c[c["init_logit_std"].notna()]
                 if len(cs):
-                    pred = A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab, draws=theory_draws)
-                    ax.plot(np.full(len(cs), x + dx), pred, ls="none", marker="D", ms=4.5, mfc="none",
-                            mec="black", mew=0.7, zorder=4)
+                    ax.plot(np.full(len(cs), x + dx), A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab,
+                            draws=draws), ls="none", marker="D", ms=4.5, mfc="none", mec="black", mew=0.7, zorder=4)
             ticks.append(x)
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
-            x += 1
+    ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     long = max(len(line) for label in labels for line in label.split("\n")) * len(ticks) > 60
-    ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if len(ticks) > 8 else 0,
-                  ha="right" if len(ticks) > 8 else "center")
-    ax.set_xlim(-0.6, x - 0.4)
+    many = len(ticks) > 8
+    ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if many else 0, ha="right" if many else "center")
+    ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
     ax.set_ylabel("initial validation loss (nats)")
     ax.grid(axis="x", visible=False)
-    _log_if_wide(ax, list(have["init_val_loss"]) + [ln_v], ratio=3)
-    fig.legend(handles=_tie_handles(marker="o") + [
-        Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {ln_v:.2f} (V = {vocab:,})"),
-        Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
-               label=r"Gaussian-logit prediction from the run's $\sigma$")],
-        loc="outside upper center", ncols=4)
-    # right: loss vs sigma with the theory curve
+    _plain_log(ax, "y", list(have["init_val_loss"]) + [ln_v], ratio=3)
+
+
+def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+    """Right: measured loss against σ with E[logsumexp z] and its two regimes."""
+    sig_runs, models = have[have["init_logit_std"].notna()], _model_order(have)
     if sig_runs.empty:
-        _note(ax2, "no run recorded init_logit_std")
-    else:
-        for _, r in runs[runs["init_val_loss"].notna() & runs["init_logit_std"].isna()].iterrows():
-            fig.skipped.append(f"{_run_label(r)}: no init_logit_std (right panel)")
-        lo, hi = sig_runs["init_logit_std"].min() / 3, sig_runs["init_logit_std"].max() * 3
-        lo, hi = min(lo, 0.05), max(hi, 3 * math.sqrt(2 * ln_v))
-        grid = np.geomspace(lo, hi, 80)
-        ax2.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=theory_draws), color="black", lw=1.2,
-                 label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
-        small = grid[grid <= 1.6 * math.sqrt(2 * ln_v)]
-        ax2.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2,
-                 label=r"ln V + $\sigma^2$/2")
-        large = grid[grid >= 0.6 * math.sqrt(2 * ln_v)]
-        ax2.plot(large, large * math.sqrt(2 * ln_v), color=OKABE_ITO["purple"], ls="-.", lw=1.2,
-                 label=r"$\sigma\sqrt{2\,\ln V}$")
-        ax2.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-        for k, model in enumerate(models):
-            for tie in (True, False):
-                c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
-                if len(c):
-                    ax2.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
-                             color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
+        return _note(ax, "no run recorded init_logit_std")
+    ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
+    lo = min(sig_runs["init_logit_std"].min() / 3, 0.05)
+    grid = np.geomspace(lo, max(sig_runs["init_logit_std"].max() * 3, 3 * sigma_c), 80)
+    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=draws), color="black", lw=1.2,
+            label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
+    small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
+    ax.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2, label=r"ln V + $\sigma^2$/2")
+    ax.plot(large, large * sigma_c, color=OKABE_ITO["purple"], ls="-.", lw=1.2, label=r"$\sigma\sqrt{2\,\ln V}$")
+    ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
+    for k, model in enumerate(models):
+        for tie in (True, False):
+            c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
+            ax.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
+                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
         if len(models) > 1:
-            for k, model in enumerate(models):
-                ax2.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444",
-                         label=_model_label(have, model))
-        _plain_log(ax2, "x")
-        ymax = max(float(have["init_val_loss"].max()), float(ln_v)) * 1.5
-        ax2.set_ylim(ln_v * 0.85, ymax)
-        _plain_log(ax2, "y")
-        ax2.set_xlabel(r"initial logit std $\sigma$ (nats)")
-        ax2.set_ylabel("initial validation loss (nats)")
-        ax2.legend(loc="upper left", fontsize=6.5)
+            ax.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444", label=_model_label(have, model))
+    _plain_log(ax, "x")
+    ax.set_ylim(ln_v * 0.85, max(float(have["init_val_loss"].max()), ln_v) * 1.5)
+    _plain_log(ax, "y")
+    ax.set_xlabel(r"initial logit std $\sigma$ (nats)")
+    ax.set_ylabel("initial validation loss (nats)")
+    ax.legend(loc="upper left", fontsize=6.5)
+
+
+@figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
+def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
+    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
+
+    Left: measured loss per configuration (dots: seeds), ln V (dashed) and the loss predicted
+    from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds). Right:
+    loss against σ with the prediction E[logsumexp(z)] (Monte Carlo over V logits) and its
+    two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
+    """
+    _check_runs(runs, "initial-loss figure")
+    runs = _with_setting(runs)
+    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
+    have = runs[runs["init_val_loss"].notna()]
+    fig.skipped += [f"{_run_label(r)}: no init_val_loss ({r['status']})" for _, r in runs.drop(have.index).iterrows()]
+    if have.empty:
+        for ax in axes[0]:
+            _note(ax, "no run has an initial validation loss yet")
+        return fig
+    fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
+                    for _, r in have[have["init_logit_std"].isna()].iterrows()]
+    vocab = int(have["vocab_size"].dropna().iloc[0])
+    _initial_loss_by_setting(axes[0, 0], have, vocab, theory_draws)
+    _initial_loss_vs_sigma(axes[0, 1], have, vocab, theory_draws)
+    fig.legend(handles=_tie_handles(marker="o") + [
+        Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
+        Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
+               label=r"Gaussian-logit prediction from the run's $\sigma$")], loc="outside upper center", ncols=4)
     return fig
 
 
@@ -448,149 +416,120 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
 
 
-def _binned_norms(df: pd.DataFrame, col: str, bins_per_decade: int = 4, min_tokens: int = 8) -> pd.DataFrame:
-    """Median and IQR of ``col`` per log-frequency bin; unseen tokens (count 0) get x = UNSEEN_X.
-
-    Bins are 1/bins_per_decade of a decade wide; the most frequent bins, which hold few
-    tokens, are merged downwards until each holds ``min_tokens`` (else the median is noise).
-    """
-    d = df[df["count"].notna() & df[col].notna()]
-    counts = d["count"].astype(float).to_numpy()
-    seen = counts > 0
-    out = []
-    if (~seen).any():
-        v = d.loc[~seen, col].to_numpy()
-        out.append((UNSEEN_X, np.median(v), *np.percentile(v, [25, 75]), len(v)))
-    if seen.any():
-        lg = np.log10(counts[seen])
-        edges = np.arange(0, lg.max() + 1.0 / bins_per_decade, 1.0 / bins_per_decade)
-        idx = np.digitize(lg, edges)
-        members = np.unique(idx)[::-1]
-        acc = 0
-        for b, nxt in zip(members, list(members[1:]) + [None]):  # from the top, merge small bins down
-            acc += int((idx == b).sum())
-            if acc < min_tokens and nxt is not None:
-                idx[idx == b] = nxt
-            else:
-                acc = 0
-        vals = d.loc[seen, col].to_numpy()
-        for b in np.unique(idx):
-            v = vals[idx == b]
-            out.append((float(10 ** np.median(lg[idx == b])), np.median(v), *np.percentile(v, [25, 75]), len(v)))
-    return pd.DataFrame(out, columns=["x", "median", "q25", "q75", "n"])
+def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
+    """Median and IQR of ``col`` per frequency bin: quantile bins of log count, so every bin
+    holds about as many tokens (the few very frequent ones are not a bin of their own);
+    unseen tokens (count 0) sit at x = UNSEEN_X."""
+    d = df[df["count"].notna() & df[col].notna()].astype({"count": float})
+    seen = d[d["count"] > 0]
+    groups = [(UNSEEN_X, d.loc[d["count"] == 0, col])] if (d["count"] == 0).any() else []
+    bins = pd.qcut(np.log10(seen["count"]), n_bins, duplicates="drop") if len(seen) else []
+    groups += [(float(g["count"].median()), g[col]) for _, g in seen.groupby(bins, observed=True)]
+    return pd.DataFrame([(x, v.median(), v.quantile(0.25), v.quantile(0.75), len(v)) for x, v in groups],
+                        columns=["x", "median", "q25", "q75", "n"])
 
 
-@_rc
+def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(a) row norm vs train-split token count: median per log bin (IQR band for the
+    embedding), untied head dashed, the norm at init dotted."""
+    drawn, max_count, init_norm = False, 1.0, None
+    for _, r in cell.iterrows():
+        tp = token_probes[token_probes["run_id"] == r["run_id"]]
+        if tp.empty or tp["count"].isna().all():
+            continue
+        color = TIE_COLOR[bool(r["tie"])]
+        for col, ls in [("emb_norm", "-")] + ([] if r["tie"] else [("head_norm", "--")]):
+            b = _binned_norms(tp, col)
+            ax.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
+            if col == "emb_norm":
+                ax.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
+        drawn, max_count = True, max(max_count, float(tp["count"].max()))
+        if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
+            init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
+    if not drawn:
+        return _note(ax, "no probe arrays with token frequencies for these runs")
+    if init_norm:
+        ax.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("token count in training split")
+    _plain_log(ax, "y", token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
+    n_decades = int(math.ceil(math.log10(max(max_count, 10)))) + 1
+    decades = list(range(n_decades))[:: 2 if n_decades > 5 else 1]
+    ax.set_xticks([UNSEEN_X] + [10.0**k for k in decades], ["0"] + [f"$10^{{{k}}}$" for k in decades])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
+
+
+def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
+    """(b) off-diagonal cosines of E·Eᵀ at the last probe; init (first probe) in grey."""
+    oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
+    if oc.empty:
+        return _note(ax, "no off-diagonal cosines (probes/*.npz) for these runs")
+    lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
+    bins = np.linspace(-lim, lim, 61)
+    first = oc[oc["which"] == "first"]
+    if len(first):
+        ax.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True, color="#cccccc")
+    for _, r in cell.iterrows():
+        last = oc[(oc["run_id"] == r["run_id"]) & (oc["which"] == "last")]
+        if len(last):
+            ax.hist(last["cos"], bins=bins, density=True, histtype="step", lw=1.2, color=TIE_COLOR[bool(r["tie"])])
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    ax.set_xlabel(r"off-diagonal cosine of $E E^\top$")
+
+
+def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(c) untied: cosine between each token's input and output vector, against N(0, 1/d)."""
+    untied = cell[cell["tie"] == False]  # noqa: E712
+    io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
+    if untied.empty or io.empty:
+        return _note(ax, "tied only: input and output vectors are one (cos = 1)" if untied.empty
+                     else "no in_out_cos in the untied run's probes")
+    lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
+    ax.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    d = untied["n_embd"].dropna()
+    if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
+        xs, sd = np.linspace(-lim, lim, 200), 1 / math.sqrt(int(d.iloc[0]))
+        ax.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR, lw=1, ls=":")
+    ax.set_xlabel("cos(input vector, output vector)")
+
+
+@figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
 def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
                            offdiag: pd.DataFrame | None = None) -> Figure:
     """Embedding geometry at the last probe, one column per init std (one run per tie).
 
-    Rows: (a) row norm vs train-split token count (median per log bin, IQR band; embedding
-    solid, untied head dashed; tied head = embedding); (b) off-diagonal cosines of E·Eᵀ
-    (E·Eᵀ = I means all 0), init (first probe) in grey; (c) untied: cosine between each
-    token's input and output vector.
-
-    Without probe tables, the figure shows :func:`analysis.representative_runs` of ``runs``
-    (one per tie and setting, largest size, lowest seed; the others are listed as not
-    shown) and loads their probes. With probe tables (:func:`analysis.load_token_probes`,
-    :func:`analysis.load_offdiag_cosines`), it shows ``runs`` as given.
+    Rows: (a) row norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I
+    means all 0); (c) untied: cosine between each token's input and output vector.
+    Without probe tables, shows :func:`analysis.representative_runs` of ``runs`` (the others
+    are listed as not shown) and loads their probes; with them, shows ``runs`` as given.
     """
     _check_runs(runs, "embedding-geometry figure")
     others = []
     if token_probes is None or offdiag is None:
         shown = A.representative_runs(runs)
-        others = runs[~runs["run_id"].isin(shown["run_id"])]
-        runs = shown
+        others, runs = runs[~runs["run_id"].isin(shown["run_id"])], shown
         token_probes = A.load_token_probes(runs) if token_probes is None else token_probes
         offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
     runs = _with_setting(runs)
     inits = _init_order(runs)
     fig, axes = _figure(3, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.75)
-    for m in list(token_probes.attrs.get("missing", [])) + list(offdiag.attrs.get("missing", [])):
-        fig.skipped.append(m)
+    fig.skipped += token_probes.attrs.get("missing", []) + offdiag.attrs.get("missing", [])
     if len(others):
         fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
     dup = runs[runs.duplicated(["tie", "setting"], keep="first")]
-    for _, r in dup.iterrows():
-        fig.skipped.append(f"{_run_label(r)}: one run per tie and init std is shown")
+    fig.skipped += [f"{_run_label(r)}: one run per tie and init std is shown" for _, r in dup.iterrows()]
     runs = runs.drop(dup.index)
     for j, init in enumerate(inits):
         cell = runs[runs["setting"] == init]
-        ax_n, ax_c, ax_io = axes[0, j], axes[1, j], axes[2, j]
-        ax_n.set_title(_init_label(init))
-        # (a) norms vs frequency
-        drawn, max_count, init_norm = False, 1.0, None
-        for _, r in cell.iterrows():
-            tp = token_probes[token_probes["run_id"] == r["run_id"]]
-            if tp.empty or tp["count"].isna().all():
-                continue
-            color = TIE_COLOR[bool(r["tie"])]
-            for col, ls in (("emb_norm", "-"), ("head_norm", "--")):
-                if col == "head_norm" and r["tie"]:
-                    continue
-                b = _binned_norms(tp, col)
-                ax_n.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
-                if col == "emb_norm":
-                    ax_n.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
-            drawn = True
-            max_count = max(max_count, float(tp["count"].max()))
-            if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
-                init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
-        if drawn:
-            if init_norm:
-                ax_n.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
-            ax_n.set_xscale("log")
-            ax_n.set_xlabel("token count in training split")
-            _log_if_wide(ax_n, token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20)
-            decades = range(0, int(math.ceil(math.log10(max(max_count, 10)))) + 1)
-            step = 2 if len(decades) > 5 else 1
-            ticks = [10.0**k for k in decades][::step]
-            ax_n.set_xticks([UNSEEN_X] + ticks, ["0"] + [f"$10^{{{k}}}$" for k in list(decades)[::step]])
-            ax_n.xaxis.set_minor_formatter(NullFormatter())
-            ax_n.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
-        else:
-            _note(ax_n, "no probe arrays with token frequencies for these runs")
-        # (b) off-diagonal cosines
-        oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
-        if oc.empty:
-            _note(ax_c, "no off-diagonal cosines (probes/*.npz) for these runs")
-        else:
-            lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
-            bins = np.linspace(-lim, lim, 61)
-            first = oc[oc["which"] == "first"]
-            if len(first):
-                ax_c.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True,
-                          color="#cccccc", label="init")
-            for _, r in cell.iterrows():
-                last = oc[(oc["run_id"] == r["run_id"]) & (oc["which"] == "last")]
-                if len(last):
-                    ax_c.hist(last["cos"], bins=bins, density=True, histtype="step", lw=1.2,
-                              color=TIE_COLOR[bool(r["tie"])])
-            ax_c.axvline(0, color="black", lw=0.8, ls="--")
-            ax_c.set_xlabel(r"off-diagonal cosine of $E E^\top$")
-        # (c) input-output cosine (untied)
-        untied = cell[cell["tie"] == False]  # noqa: E712
-        io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
-        if untied.empty:
-            _note(ax_io, "tied only: input and output vectors are one (cos = 1)")
-        elif io.empty:
-            _note(ax_io, "no in_out_cos in the untied run's probes")
-        else:
-            lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
-            ax_io.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
-            ax_io.axvline(0, color="black", lw=0.8, ls="--")
-            d = untied["n_embd"].dropna()
-            if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
-                xs = np.linspace(-lim, lim, 200)
-                sd = 1 / math.sqrt(int(d.iloc[0]))
-                ax_io.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR,
-                           lw=1, ls=":")
-            ax_io.set_xlabel("cos(input vector, output vector)")
-        if j == 0:
-            ax_n.set_ylabel("row norm")
-            ax_c.set_ylabel("density")
-            ax_io.set_ylabel("density (untied)")
+        axes[0, j].set_title(_init_label(init))
+        _norms_panel(axes[0, j], cell, token_probes)
+        _offdiag_panel(axes[1, j], cell, offdiag)
+        _in_out_panel(axes[2, j], cell, token_probes)
+    for ax, label in zip(axes[:, 0], ("row norm", "density", "density (untied)")):
+        ax.set_ylabel(label)
     steps = sorted(token_probes["probe_step"].dropna().unique().astype(int)) if len(token_probes) else []
     handles = _tie_handles() + [
         Line2D([], [], color="#444444", ls="-", label="embedding"),
@@ -600,10 +539,9 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
     ]
-    title = None
-    if steps:
-        shown = cell["model"].iloc[0] if len(cell) else ""
-        title = f"{shown}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{shown}, last probe per run"
+    model = runs["model"].iloc[0] if len(runs) else ""
+    title = (f"{model}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{model}, last probe per run") \
+        if steps else None
     # The title rides on the legend: a suptitle would collide with an outside legend.
     fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
     return fig
@@ -612,80 +550,68 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
 # ----------------------------------------------------------------------------- figure 5
 
 
-@_rc
+@figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False,
                    confidence: float = 0.95) -> Figure:
     """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
 
-    One column per init std; top row: the two norms over training (mean over seeds, solid
-    = input side, dashed = output side); bottom row: their ratio out/in, one line per size.
-    Tied runs only by default (the two parts of one matrix); ``include_untied`` adds the
-    untied runs (wte vs lm_head) in their colour.
+    One column per init std; top: the two norms over training (mean over seeds; solid = input
+    side, dashed = output side); bottom: their ratio out/in, one line per size. Tied runs only
+    by default (the two parts of one matrix); ``include_untied`` adds untied runs (wte vs lm_head).
     """
     _check_runs(runs, "gradient-split figure")
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
-    n_untied = 0 if include_untied else int((runs["tie"] == False).sum())  # noqa: E712
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.8,
                         sharex="col")
-    if not include_untied and n_untied:
-        fig.skipped.append(f"{n_untied} untied run(s) (figure shows tied runs; include_untied=True adds them)")
+    if not include_untied and (runs["tie"] == False).any():  # noqa: E712
+        fig.skipped.append(f"{int((runs['tie'] == False).sum())} untied run(s) "  # noqa: E712
+                           "(figure shows tied runs; include_untied=True adds them)")
     keys = ("train/grad_norm_in", "train/grad_norm_out")
-    missing = [k for k in keys if k not in history.columns or history[k].notna().sum() == 0]
-    h = history[history["tie"].isin(ties)].copy()
-    if not missing:
-        h["ratio"] = h[keys[1]] / h[keys[0]]
-    for _, r in runs[runs["tie"].isin(ties)].iterrows() if not missing else ():
-        hr = history[history["run_id"] == r["run_id"]]
-        if hr.empty or hr[keys[0]].notna().sum() == 0:
-            fig.skipped.append(f"{_run_label(r)}: no gradient norms logged ({r['status']})")
-        elif r["status"] not in ("finished", "running"):
-            fig.skipped.append(f"{_run_label(r)}: {r['status']}, not averaged")
+    if missing := [k for k in keys if k not in history.columns or history[k].isna().all()]:
+        fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
+        for ax in axes.flat:
+            _note(ax, "gradient split not logged")
+        return fig
+    h = history[history["tie"].isin(ties)]
+    h = h.assign(ratio=h[keys[1]] / h[keys[0]])
+    logged = set(h.loc[h[keys[0]].notna(), "run_id"])
+    for _, r in runs[runs["tie"].isin(ties)].iterrows():
+        if r["run_id"] not in logged or r["status"] not in ("finished", "running"):
+            fig.skipped.append(f"{_run_label(r)}: " + (f"{r['status']}, not averaged" if r["run_id"] in logged
+                                                       else f"no gradient norms logged ({r['status']})"))
     for j, init in enumerate(inits):
         ax, axr = axes[0, j], axes[1, j]
         ax.set_title(_init_label(init))
-        if missing:
-            _note(ax, f"not logged: {', '.join(missing)}")
-            _note(axr, "no gradient split")
-            continue
         hc = h[h["setting"] == init]
+        for (k, model), tie in itertools.product(enumerate(models), ties):
+            hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
+            if hm.empty:
+                continue
+            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
+            for key, ls in zip(keys, ("-", "--")):
+                agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
+                ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls, **mk)
+            agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
+            axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
+            _band(axr, agg, TIE_COLOR[tie], 0.15)
         if hc.empty:
             _note(ax, "no runs")
             _note(axr, "no runs")
             continue
-        for tie in ties:
-            for k, model in enumerate(models):
-                hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
-                if hm.empty:
-                    continue
-                mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie)) if len(models) > 1 else {}
-                for key, ls in zip(keys, ("-", "--")):
-                    agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
-                    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls,
-                            markevery=max(1, len(agg) // 6), **mk)
-                agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
-                axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], markevery=max(1, len(agg) // 6), **mk)
-                ok = agg["n"] >= 2
-                if ok.any():
-                    axr.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"],
-                                     color=TIE_COLOR[tie], alpha=0.15, lw=0)
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
-        _log_if_wide(axr, hc["ratio"], ratio=3)
+        _plain_log(axr, "y", hc["ratio"], ratio=3)
         axr.set_xlabel("training tokens")
         axr.xaxis.set_major_formatter(EngFormatter(sep=""))
-        if j == 0:
-            ax.set_ylabel("gradient norm")
-            axr.set_ylabel("output / input side")
-    handles = [Line2D([], [], color="#444444", ls="-", label="input side (lookup)"),
-               Line2D([], [], color="#444444", ls="--", label="output side (head)")]
-    handles = _tie_handles(ties) + handles if include_untied else \
-        [Line2D([], [], color=TIE_COLOR[True], ls="-", label="tied: input side (lookup)"),
-         Line2D([], [], color=TIE_COLOR[True], ls="--", label="tied: output side (head)")]
-    if len(models) > 1:
-        handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
-                           label=_model_label(runs, m)) for k, m in enumerate(models)]
+    axes[0, 0].set_ylabel("gradient norm")
+    axes[1, 0].set_ylabel("output / input side")
+    sides = (("-", "input side (lookup)"), ("--", "output side (head)"))
+    handles = _tie_handles(ties) + [Line2D([], [], color="#444444", ls=ls, label=label) for ls, label in sides] \
+        if include_untied else [Line2D([], [], color=TIE_COLOR[True], ls=ls, label=f"tied: {label}") for ls, label in sides]
+    handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
+                       label=_model_label(runs, m)) for k, m in enumerate(models) if len(models) > 1]
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4))
     return fig
 
@@ -694,140 +620,103 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
 
 
 def param_tables(vocab_size: int = 50257) -> dict[str, str]:
-    """The parameter table of every named size, tied and untied: {"md": ..., "tex": ...}.
-
-    The numbers come from ``tiedvsuntied.model.parameter_table`` (which counts with
-    ``count_parameters`` on meta-device models), so they are the model's own accounting.
-    """
-    try:
-        from tiedvsuntied.model import parameter_table
-    except ImportError as e:
-        raise A.ResultsError(f"parameter table needs tiedvsuntied.model.parameter_table ({e})") from None
-    return {"md": parameter_table("markdown", vocab_size=vocab_size) + "\n",
-            "tex": parameter_table("latex", vocab_size=vocab_size) + "\n"}
+    """:func:`analysis.parameter_table` as {"md": markdown, "tex": LaTeX}, counts with thousands separators."""
+    table = A.parameter_table(vocab_size).rename(columns=lambda c: c.replace("_", " "))
+    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
+    return {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None, name: str = "table_params") -> list[Path]:
-    """Write ``name.md`` and ``name.tex`` (see :func:`param_tables`) into ``out_dir``.
-
-    The vocabulary is the runs' one when they share a single vocab size, else GPT-2's 50257.
-    """
+    """Write ``name.md`` and ``name.tex`` into ``out_dir``, for the runs' vocabulary when they
+    share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
-    tables = param_tables(int(vocab[0]) if len(vocab) == 1 else 50257)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext, text in tables.items():
-        paths.append(out_dir / f"{name}.{ext}")
+    for ext, text in param_tables(int(vocab[0]) if len(vocab) == 1 else 50257).items():
+        paths.append(Path(out_dir, f"{name}.{ext}"))
         paths[-1].write_text(text)
     return paths
 
 
-# ----------------------------------------------------------------------------- saving, CLI
+REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
+                                  lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None))
 
-FIGURES = {
-    "fig1_val_loss": "validation loss vs tokens, per init std",
-    "fig2_loss_vs_params": "final validation loss vs parameters",
-    "fig3_initial_loss": "initial loss vs ln V and the Gaussian-logit prediction",
-    "fig4_embedding_geometry": "norms vs frequency, E·Eᵀ cosines, input-output cosines",
-    "fig5_grad_split": "tied: input- vs output-side gradient norm",
-    "table_params": "parameters of every named size, tied and untied (md, tex)",
-}
+
+# ----------------------------------------------------------------------------- saving, CLI
 
 
 def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
     """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; return the paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    paths = [Path(out_dir, f"{name}.{fmt}") for fmt in formats]
     with rc_context(STYLE):  # some settings (PDF font type, dpi) are read when saving
-        for fmt in formats:
-            path = out_dir / f"{name}.{fmt}"
+        for path in paths:
             fig.savefig(path, bbox_inches="tight", pad_inches=0.03, dpi=STYLE["savefig.dpi"])
-            paths.append(path)
     return paths
+
+
+def _print_notes(skipped: Sequence[str], flagged: Sequence[str], indent: str = "") -> None:
+    for head, items in (("not shown", skipped), ("marked", flagged)):
+        for item in items:
+            print(f"{indent}{head}: {item}")
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
     """Save ``fig`` (see :func:`save_figure`), print where and what it leaves out; return it.
-
     For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
     for path in save_figure(fig, out_dir, name, formats):
         print(f"wrote {path}")
-    for s in getattr(fig, "skipped", []):
-        print(f"not shown: {s}")
-    for s in getattr(fig, "flagged", []):
-        print(f"marked: {s}")
+    _print_notes(fig.skipped, fig.flagged)
     return fig
-
-
-def build_figure(name: str, results: A.Results) -> Figure:
-    """Figure ``name`` (a key of FIGURES other than table_params) from loaded results."""
-    runs, history = results.runs, results.history
-    if name == "fig1_val_loss":
-        return fig_val_loss(runs, history)
-    if name == "fig2_loss_vs_params":
-        return fig_loss_vs_params(runs)
-    if name == "fig3_initial_loss":
-        return fig_initial_loss(runs)
-    if name == "fig4_embedding_geometry":
-        return fig_embedding_geometry(runs)
-    if name == "fig5_grad_split":
-        return fig_grad_split(runs, history)
-    raise KeyError(f"unknown figure {name!r}; valid: {', '.join(FIGURES)}")
 
 
 def make_all(results: A.Results, out_dir: str | Path, formats: Sequence[str] = ("pdf", "png"),
              only: Sequence[str] | None = None) -> dict[str, dict]:
-    """Every figure (and the parameter table) into ``out_dir``.
+    """Every output of REGISTRY (or ``only`` those) into ``out_dir``.
 
-    Returns {name: {"files": [...], "skipped": [...], "flagged": [...], "error": str | None}};
-    one figure failing does not stop the others.
+    Returns {name: {"files", "skipped", "flagged", "error"}}; one failing does not stop the others.
     """
-    out_dir = Path(out_dir)
     report: dict[str, dict] = {}
-    for name in only or FIGURES:
+    for name in only or REGISTRY:
         entry = {"files": [], "skipped": [], "flagged": [], "error": None}
         try:
-            if name == "table_params":
-                entry["files"] = write_param_tables(out_dir, results.runs, name)
-            else:
-                fig = build_figure(name, results)
-                entry["files"] = save_figure(fig, out_dir, name, formats)
-                entry["skipped"], entry["flagged"] = list(fig.skipped), list(fig.flagged)
+            entry["files"], fig = REGISTRY[name].write(results, Path(out_dir), formats)
+            entry["skipped"], entry["flagged"] = list(getattr(fig, "skipped", [])), list(getattr(fig, "flagged", []))
         except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         report[name] = entry
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
         description="Regenerate every figure of the paper from sweep directories (or a W&B project).",
-        epilog="Figures: " + "; ".join(f"{k} ({v})" for k, v in FIGURES.items()),
-    )
+        epilog="Outputs: " + "; ".join(f"{k} ({v.description})" for k, v in REGISTRY.items()))
     ap.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR",
                     help="sweep directories (results/<sweep>/), run directories, or a results directory")
     ap.add_argument("--out", required=True, help="directory for the figure files (created if missing)")
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg (default: pdf,png)")
-    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(FIGURES)}")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(REGISTRY)}")
     ap.add_argument("--data-id", default=None, help="use only runs with this data_id (for mixed sweeps)")
     ap.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
     ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
     args = ap.parse_args(argv)
-
-    formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    bad = [f for f in formats if f not in ("pdf", "png", "svg")]
-    if bad or not formats:
-        ap.error(f"--formats {args.formats!r}: valid formats are pdf, png, svg")
-    only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if only and (unknown := [s for s in only if s not in FIGURES]):
-        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
+    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+    if not args.formats or set(args.formats) - {"pdf", "png", "svg"}:
+        ap.error(f"--formats {','.join(args.formats)!r}: valid formats are pdf, png, svg")
+    args.only = [s.strip() for s in args.only.split(",")] if args.only else None
+    if args.only and (unknown := [s for s in args.only if s not in REGISTRY]):
+        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(REGISTRY)}")
     if bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         ap.error(f"--out {args.out} exists and is not a directory")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
     try:
         results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
@@ -836,19 +725,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in results.runs["status"].value_counts().items()))
     for note in results.notes:
         print(f"note: {note}")
-    report = make_all(results, args.out, formats, only)
-    failed = 0
+    report = make_all(results, args.out, args.formats, args.only)
     for name, entry in report.items():
         if entry["error"]:
-            failed += 1
             print(f"{name}: NOT MADE: {entry['error']}", file=sys.stderr)
             continue
         print(f"{name}: " + ", ".join(str(p) for p in entry["files"]))
-        for s in entry["skipped"]:
-            print(f"    not shown: {s}")
-        for s in entry["flagged"]:
-            print(f"    marked: {s}")
-    return 1 if failed else 0
+        _print_notes(entry["skipped"], entry["flagged"], "    ")
+    return 1 if any(e["error"] for e in report.values()) else 0
 
 
 if __name__ == "__main__":
