@@ -124,6 +124,19 @@ def _peaks(device_name: str) -> dict:
             "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0)}
 
 
+def _run_one(size: str, tie: bool, v: Variant, args) -> dict:
+    """One configuration in a fresh process: isolated peak memory and compilation."""
+    spec = json.dumps({"size": size, "tie": tie, "variant": asdict(v)})
+    cmd = [sys.executable, "-m", "tiedvsuntied.bench", "--_one", spec, "--steps", str(args.steps), "--warmup",
+           str(args.warmup), "--batch-size", str(args.batch_size), "--block-size", str(args.block_size),
+           "--device", args.device]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        return {"size": size, "tie": tie, "variant": v.name, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(line[len("RESULT "):])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tiedvsuntied.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,73 +151,46 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--_one", help=argparse.SUPPRESS)  # internal: run one configuration
     args = p.parse_args(argv)
-
     if args._one:
         spec = json.loads(args._one)
-        out = _measure_one(spec["size"], spec["tie"], Variant(**spec["variant"]), args.steps, args.warmup,
-                           args.batch_size, args.block_size, args.device)
-        print("RESULT " + json.dumps(out))
+        print("RESULT " + json.dumps(_measure_one(spec["size"], spec["tie"], Variant(**spec["variant"]), args.steps,
+                                                   args.warmup, args.batch_size, args.block_size, args.device)))
         return 0
+
+    import pandas as pd
 
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
         model_config(s)  # unknown names fail now, naming the valid ones
-    ties = [t.strip().lower() == "true" for t in args.tie.split(",")]
-    variants = [v for v in VARIANTS if not (args.no_compile and v.compile)]
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
-
+    log = lambda *a: print(*a, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
     peaks = _peaks(args.device)
     log(f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s")
     rows = []
     for size in sizes:
-        for tie in ties:
-            for v in variants:
-                spec = json.dumps({"size": size, "tie": tie, "variant": asdict(v)})
-                cmd = [sys.executable, "-m", "tiedvsuntied.bench", "--_one", spec, "--steps", str(args.steps),
-                       "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
-                       "--block-size", str(args.block_size), "--device", args.device]
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-                line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
-                if proc.returncode != 0 or line is None:
-                    err = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                    log(f"  {size} tie={tie} {v.name}: FAILED ({err})")
-                    rows.append({"size": size, "tie": tie, "variant": v.name, "error": err})
-                    continue
-                r = json.loads(line[len("RESULT "):])
-                r["mfu"] = r["flops_per_token"] * r["tokens_per_s"] / (peaks[r["precision"]] * 1e12)
-                rows.append(r)
-                log(f"  {size} tie={str(tie).lower():5s} {v.name:44s} {r['tokens_per_s']:>10,.0f} tok/s")
-    for size in sizes:
-        for tie in ties:
-            base = next((r for r in rows if r["size"] == size and r["tie"] == tie and r["variant"] == VARIANTS[0].name
-                         and "error" not in r), None)
-            for r in rows:
-                if r["size"] == size and r["tie"] == tie and "error" not in r and base:
-                    r["speedup_vs_baseline"] = r["tokens_per_s"] / base["tokens_per_s"]
-    result = {"peak_tflops": peaks, "steps": args.steps, "warmup": args.warmup, "rows": rows}
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print()
-        print(format_table(result))
-    return 1 if any("error" in r for r in rows) else 0
+        for tie in (t.strip().lower() == "true" for t in args.tie.split(",")):
+            for v in (v for v in VARIANTS if not (args.no_compile and v.compile)):
+                rows.append(_run_one(size, tie, v, args))
+                log(f"  {size} tie={str(tie).lower():5s} {v.name:44s} "
+                    + rows[-1].get("error", f"{rows[-1].get('tokens_per_s', 0):>10,.0f} tok/s"))
+    df = pd.DataFrame(rows)
+    if "tokens_per_s" in df:
+        df["mfu"] = df.flops_per_token * df.tokens_per_s / (df.precision.map(peaks) * 1e12)
+        base = df[df.variant == VARIANTS[0].name].set_index(["size", "tie"]).tokens_per_s
+        df["speedup_vs_baseline"] = df.tokens_per_s / df.set_index(["size", "tie"]).index.map(base)
+    result = {"peak_tflops": peaks, "steps": args.steps, "warmup": args.warmup,
+              "rows": json.loads(df.to_json(orient="records"))}
+    print(json.dumps(result, indent=2) if args.json else "\n" + format_table(df, peaks))
+    return 1 if "error" in df and df["error"].notna().any() else 0
 
 
-def format_table(result: dict) -> str:
-    hdr = "| size | head | variant | tokens/s | x baseline | MFU | peak mem (MiB) | step (ms) |"
-    lines = [hdr, "|---|---|---|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        head = "tied" if r["tie"] else "untied"
-        if "error" in r:
-            lines.append(f"| {r['size']} | {head} | {r['variant']} | failed: {r['error']} | | | | |")
-            continue
-        lines.append(f"| {r['size']} | {head} | {r['variant']} | {r['tokens_per_s']:,.0f} | "
-                     f"{r.get('speedup_vs_baseline', float('nan')):.2f} | {100 * r['mfu']:.1f}% | "
-                     f"{r['peak_mem_mib']:,.0f} | {r['step_ms']:.0f} |")
-    p = result["peak_tflops"]
-    lines.append(f"\nMatmul peak measured in this run: fp32 {p['fp32']:.3f}, bf16 {p['bf16']:.3f} TFLOP/s "
-                 f"(MFU of each row is against the peak of its precision).")
-    return "\n".join(lines)
+def format_table(df, peaks: dict) -> str:
+    cols = {"size": "size", "head": "head", "variant": "variant", "tokens_per_s": "tokens/s",
+            "speedup_vs_baseline": "x baseline", "mfu_pct": "MFU %", "peak_mem_mib": "peak mem (MiB)",
+            "step_ms": "step (ms)"}
+    t = df.assign(head=df.tie.map({True: "tied", False: "untied"}), mfu_pct=100 * df.get("mfu", float("nan")))
+    table = t.reindex(columns=list(cols)).rename(columns=cols).to_markdown(index=False, floatfmt=",.2f")
+    return (f"{table}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, bf16 {peaks['bf16']:.3f} "
+            f"TFLOP/s (MFU of each row is against the peak of its precision).")
 
 
 if __name__ == "__main__":
