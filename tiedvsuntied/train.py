@@ -147,9 +147,6 @@ def check_config(cfg: Config) -> None:
         canonical_init_std(cfg.init_std)
         with torch.device("meta"):  # validates shapes and init stds, allocates nothing
             GPT(cfg.model, tie=cfg.tie, init_std=cfg.init_std)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    try:
         resolve_device(cfg.trainer.device)
     except ValueError as e:
         raise ConfigError(str(e)) from None
