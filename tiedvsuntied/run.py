@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tiedvsuntied import records as R
-from tiedvsuntied.data import DataError
+from tiedvsuntied.data import DataError, DataUnavailableError
 from tiedvsuntied.train import Config, ConfigError, check_config, train
 
 ConfigStore.instance().store(name="base_config", node=Config)
@@ -97,7 +97,11 @@ def main(cfg: DictConfig) -> Optional[float]:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
-    summary = train(config, overrides=overrides)
+    try:
+        summary = train(config, overrides=overrides)
+    except DataUnavailableError as e:  # offline and not cached: raised before the run is created
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 
