@@ -6,7 +6,7 @@
         summary.json     RunSummary: status and headline numbers, rewritten atomically
         metrics.jsonl    one JSON object per logged step: the truth W&B mirrors
         token_freq.npy   train-split token counts; probes/step_*.npz: per-token probe arrays
-        checkpoints/     last.pt (+ prev.pt while a newer one is being written)
+        checkpoints/     last.pt and prev.pt while training; model.pt (weights) once finished
         wandb/           the W&B run (offline runs live here: `wandb sync` uploads them)
 
 A run is identified by its config: ``run_id`` is its name plus a hash of every key that can
@@ -16,6 +16,7 @@ reads through it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -198,29 +199,19 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
 
 def read_index(sweep_dir: Path) -> dict[str, IndexEntry]:
     index = read_json(Path(sweep_dir) / "index.json") or {}
-    out = {}
-    for run_id, e in index.items():
-        try:
-            out[run_id] = IndexEntry(name=e.get("name", run_id), status=Status(e.get("status", "running")),
-                                     path=e.get("path", run_id), updated_at=e.get("updated_at", ""),
-                                     overrides=list(e.get("overrides") or []))
-        except (AttributeError, ValueError):
-            log.warning("%s: unreadable index entry %r", sweep_dir, run_id)
-    return out
+    return {run_id: IndexEntry(**{**e, "status": Status(e["status"])}) for run_id, e in index.items()}
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
     """The lines of ``metrics.jsonl``; a line cut short by a kill is skipped."""
-    out = []
     try:
         lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     except OSError:
-        return out
+        return []
+    out = []
     for line in lines:
-        try:
+        with contextlib.suppress(ValueError):
             out.append(json.loads(line))
-        except ValueError:
-            continue
     return out
 
 
@@ -237,7 +228,7 @@ def read_config(run_dir: Path) -> dict:
 IDENTITY_EXCLUDE = (
     "sweep", "results_dir", "wandb", "trainer.progress", "trainer.log_interval",
     "trainer.ckpt_interval", "trainer.peak_tflops", "trainer.device", "data.cache_dir",
-    "data.num_proc", "data.files",  # files: replaced by the corpus fingerprint (content)
+    "data.num_threads", "data.files",  # files: replaced by the corpus fingerprint (content)
 )
 
 
