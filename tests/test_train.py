@@ -177,6 +177,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp
         assert load_checkpoint(tmp_path, tiny_model(False), build_optimizer(tiny_model(False), OptimConfig()),
                                state) == tmp_path / "prev.pt"
     assert state.step == 2 and str(last) in caplog.text
+    assert (tmp_path / "last.pt.bad").exists() and not last.exists()  # the next save keeps prev.pt
     (tmp_path / "prev.pt").write_bytes(b"not a checkpoint")
     assert load_checkpoint(tmp_path, tiny_model(False), build_optimizer(tiny_model(False), OptimConfig()),
                            TrainState()) is None  # nothing usable: the run starts over

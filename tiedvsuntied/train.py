@@ -212,8 +212,9 @@ def load_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> Opti
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
         except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
-            log.warning("checkpoint %s is unreadable (%s); trying an older one", path,
-                        R.scrub(f"{type(e).__name__}: {e}")[:200])
+            log.warning("checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one", path,
+                        R.scrub(f"{type(e).__name__}: {e}")[:200], path.name)
+            os.replace(path, path.with_suffix(".pt.bad"))  # so the next save cannot rotate it into prev.pt
             continue
         state.load_state_dict(ckpt["train_state"])
         torch.set_rng_state(ckpt["rng_cpu"])
