@@ -454,6 +454,7 @@ def _loop(run: Run) -> None:
     if st.step == 0:
         _evaluate(run, first=True)
     window_s, window_steps = 0.0, 0  # training time only: evaluations and checkpoints excluded
+    saved = st.step if run.resumed_from is not None else None  # the step of the newest checkpoint
     with _sigterm_as_interrupt(), _progress(run):
         try:
             while st.step < tc.max_steps:
@@ -489,8 +490,10 @@ def _loop(run: Run) -> None:
                         raise Diverged(f"non-finite validation loss at step {st.step}")
                 if st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps:
                     save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+                    saved = st.step
         except KeyboardInterrupt:
-            save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+            if saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
+                save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
             raise
 
