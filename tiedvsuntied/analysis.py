@@ -1,18 +1,9 @@
-"""Results -> tidy pandas DataFrames.
+"""Results -> two tidy pandas DataFrames (docs/figures.md lists every column).
 
-Two tables describe a set of runs (docs/figures.md lists every column):
-
-* ``runs``: one row per run: identity (``sweep``, ``run_id``, ``name``, ``status``), config
-  (``tie``, ``init_std``, ``model``, ``n_embd``, ``seed``, ...), parameter counts and the
-  summary values (``init_val_loss``, ``final_val_loss``, ...), as ``summary.json`` holds them.
-* ``history``: one row per run and logged step, one column per metric of ``metrics.jsonl``
-  (``val/loss``, ...; NaN where not logged at that step), plus identity columns so it can be
-  grouped without a join. A diverged run's history ends at its ``diverged_at_step``.
-
-Both come from sweep directories (:func:`load_results`, through :mod:`tiedvsuntied.records`)
-or a W&B project (:func:`load_wandb`); both go through :func:`run_row`, so the columns agree.
-Means over seeds come with a Student-t interval; :func:`paired_differences` pairs tied and
-untied runs that share data, size, init std and seed.
+``runs``: one row per run (identity, config, parameter counts, summary values); ``history``:
+one row per run and logged step, one column per metric, with identity columns so it groups
+without a join. Sweep directories (:func:`load_results`) and W&B (:func:`load_wandb`) both go
+through :func:`run_row`, so the columns agree. Means over seeds carry a Student-t interval.
 """
 from __future__ import annotations
 
@@ -28,16 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tiedvsuntied import model as M
 from tiedvsuntied import records as R
-
-
-def _canonical_init_std(value: Any) -> str:
-    """The init std's one spelling ("1" -> "1.0", "d^-0.5" -> "inv_sqrt_d"), parsed by the model."""
-    try:
-        from tiedvsuntied.model import canonical_init_std  # imported here: the model module loads torch
-    except ImportError:  # until the model branch lands: the same rules
-        return "inv_sqrt_d" if str(value).strip() in ("inv_sqrt_d", "d^-0.5") else repr(float(value))
-    return canonical_init_std(value)
 
 
 RUN_COLUMNS = [
@@ -322,7 +305,7 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
     row["tie"] = _bool(row["tie"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
-        row["init_std"] = _canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
+        row["init_std"] = M.canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
     except (TypeError, ValueError):
         row["init_std"] = str(row["init_std"])
     resolved, params = s.get("init_std_resolved") or {}, s.get("params") or {}
@@ -414,12 +397,11 @@ def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: fl
     return out[cols + (["run_ids"] if "run_id" in df else [])]
 
 
-def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss", *, by: Sequence[str] = GROUP_COLUMNS,
-                   statuses: Sequence[str] = ("finished",), confidence: float = 0.95) -> pd.DataFrame:
-    """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only runs
-    whose status is in ``statuses`` count (a diverged run has no meaningful final loss)."""
-    carry = [c for c in ("n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size") if c not in by]
-    return aggregate(runs[runs["status"].isin(statuses)], by, value, confidence=confidence, carry=carry)
+def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss", *, confidence: float = 0.95) -> pd.DataFrame:
+    """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only
+    finished runs count (a diverged run has no meaningful final loss)."""
+    carry = ["n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size"]
+    return aggregate(runs[runs["status"] == "finished"], GROUP_COLUMNS, value, confidence=confidence, carry=carry)
 
 
 def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
@@ -435,17 +417,16 @@ def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
     return aggregate(h, [*by, "step"], metric, confidence=confidence).merge(tokens, on=[*by, "step"], how="left")
 
 
-def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss", *,
-                       statuses: Sequence[str] = ("finished",)) -> pd.DataFrame:
+def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
     """tied − untied for runs that share data, size, variant, init std and seed.
 
     Columns: PAIR_COLUMNS, ``tied``, ``untied``, ``diff``, ``tied_run_id``, ``untied_run_id``.
-    Runs without a partner (or with a status not in ``statuses``) are listed in
+    Runs without a partner (or not finished) are listed in
     ``.attrs["unpaired"]`` as "name: reason". Two runs claiming one slot (two sweeps with the
     same seeds loaded together) raise :class:`ResultsError`.
     """
     label = lambda r: r["name"] or r["run_id"]  # noqa: E731
-    ok = runs[runs["status"].isin(statuses) & runs["tie"].notna()]
+    ok = runs[(runs["status"] == "finished") & runs["tie"].notna()]
     unpaired = [f"{label(r)}: status {r['status']}" for _, r in runs.drop(ok.index).iterrows()]
     dup = ok[ok.duplicated(PAIR_COLUMNS + ["tie"], keep=False)]
     if not dup.empty:
@@ -577,25 +558,19 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
     return run_row(s, config, source=url or f"wandb:{run_id}")
 
 
-def load_wandb(project: str, entity: str | None = None, *, group: str | None = None,
-               filters: Mapping[str, Any] | None = None, timeout: float = 10.0) -> Results:
+def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0) -> Results:
     """The runs and history tables of a W&B project ("entity/project"; optionally one group =
     one sweep). Needs network and a W&B key: raises :class:`WandbUnavailableError` otherwise."""
     import wandb
 
-    if entity is None and "/" in project:
-        entity, project = project.split("/", 1)
     try:
-        api = wandb.Api(timeout=int(timeout))
-        flt = {**(filters or {}), **({"group": group} if group else {})}
-        wb_runs = list(api.runs(f"{entity}/{project}" if entity else project, filters=flt or None))
+        wb_runs = list(wandb.Api(timeout=int(timeout)).runs(project, filters={"group": group} if group else None))
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(
-            f"cannot read W&B project {project!r} (entity {entity!r}): {e.__class__.__name__}: {e}. Log in with "
-            "`wandb login` (or set WANDB_API_KEY), check the names, or read the sweep directory: load_results(SWEEP_DIR)"
-        ) from None
+            f"cannot read W&B project {project!r}: {e.__class__.__name__}: {e}. Log in with `wandb login` (or set "
+            "WANDB_API_KEY), check the name, or read the sweep directory: load_results(SWEEP_DIR)") from None
     if not wb_runs:
-        raise ResultsError(f"W&B project {entity}/{project} has no runs" + (f" in group {group!r}" if group else ""))
+        raise ResultsError(f"W&B project {project} has no runs" + (f" in group {group!r}" if group else ""))
     loaded = [(wandb_run_row(dict(r.config), dict(r.summary), run_id=r.summary.get("run_id") or r.id, name=r.name,
                              group=r.group, state=r.state, url=r.url), dict(r.config),
                history_from_records(r.scan_history())) for r in wb_runs]
@@ -605,14 +580,13 @@ def load_wandb(project: str, entity: str | None = None, *, group: str | None = N
 # ----------------------------------------------------------------------------- initial loss theory
 
 
-def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8,
-                        seed: int = 0) -> np.ndarray:
+def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8) -> np.ndarray:
     """Expected cross-entropy when the V logits are i.i.d. N(0, σ²) and independent of the target:
     E[logsumexp(z)] (E[z_target] = 0), by Monte Carlo over ``draws`` vectors of V logits, the
     same draws for every σ so the curve is smooth."""
     from scipy.special import logsumexp
 
-    g = np.random.default_rng(seed).standard_normal((draws, int(vocab_size)))
+    g = np.random.default_rng(0).standard_normal((draws, int(vocab_size)))
     return np.array([logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
 
 
@@ -637,9 +611,10 @@ def initial_loss_table(runs: pd.DataFrame, draws: int = 8) -> pd.DataFrame:
     return t.assign(excess=t["init_val_loss"] - t["predicted"])
 
 
-def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished", "running", "diverged")) -> pd.DataFrame:
+def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """One run per (tie, init std, variant) of the largest size with a run in ``statuses``:
     the lowest seed, finished first (for figures that show single runs)."""
+    statuses = ("finished", "running", "diverged")
     if runs.empty:
         return runs
     pool = runs[runs["status"].isin(statuses)]
@@ -655,32 +630,15 @@ def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished
 # ----------------------------------------------------------------------------- parameter table
 
 
-def _count(cfg, tie: bool) -> tuple[dict, float]:
-    """(count_parameters, flops_per_token) of a meta-device model: shapes only, nothing allocated."""
-    import torch
-
-    from tiedvsuntied import model as M
-
-    with torch.device("meta"):
-        try:
-            m = M.GPT(cfg, tie=tie)
-        except TypeError:  # the model API before `tie` became an argument of GPT
-            m = M.GPT(M.ModelConfig(**{**vars(cfg), "tie": tie}))
-    return M.count_parameters(m), M.flops_per_token(m)
-
-
-def parameter_table(vocab_size: int = 50257, conf_dir: str | Path | None = None) -> pd.DataFrame:
+def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
     from omegaconf import OmegaConf
 
-    from tiedvsuntied.model import ModelConfig
-
-    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[1] / "conf"
     rows = []
-    for path in sorted((conf_dir / "model").glob("*.yaml")):
-        cfg = ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
-        (tied, flops), (untied, _) = _count(cfg, True), _count(cfg, False)
+    for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
+        cfg = M.ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
+        tied, untied, flops = M.count_parameters_for(cfg, True), M.count_parameters_for(cfg, False), M.flops_per_token(cfg)
         rows.append({"size": cfg.name, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
                      "block_size": cfg.block_size, "total (tied)": tied["total"], "total (untied)": untied["total"],
                      "non-embedding": tied["non_embedding"], "embedding (wte)": tied["embedding"],
