@@ -33,6 +33,7 @@ RUN_COLUMNS = [
 ]
 HISTORY_ID_COLUMNS = ["run_id", "sweep", "name", "status", "tie", "head", "init_std", "model", "variant", "seed"]
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds share these
+CONFIDENCE = 0.95  # of the t-intervals the figures draw
 PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares these
 
 # Config keys that never make two runs different experiments (bookkeeping, the study's axes,

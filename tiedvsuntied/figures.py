@@ -1,18 +1,10 @@
-"""DataFrames -> the paper's figures (matplotlib), and ``python -m tiedvsuntied.figures``.
+"""DataFrames -> the paper's figures (matplotlib); ``python -m tiedvsuntied.figures SWEEP --out DIR``.
 
-Every figure takes the tables of :mod:`tiedvsuntied.analysis` and returns a
-:class:`matplotlib.figure.Figure` in one style: Okabe-Ito colours (colour-blind safe), tied
-always vermillion and untied always blue, sized for a two-column paper (8 pt text). Runs a
-figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason") and
-``fig.flagged`` the runs drawn apart (running, diverged, failed); :func:`caption` joins both
-for the log or a caption, and :func:`publish` and the CLI print it. The image carries no such notes.
-
-``REGISTRY`` maps each output name (fig1_val_loss, ..., table_params) to how it is made; the
-CLI and :func:`make_all` iterate it:
-
-    python -m tiedvsuntied.figures results/tie_x_init --out figures/
-
-docs/figures.md maps each figure to its function, output name, notebook and experiment.
+Every figure takes :mod:`tiedvsuntied.analysis` tables and returns a Figure in one style
+(Okabe-Ito: tied vermillion, untied blue; 8 pt text for a two-column paper). Runs a figure
+leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
+``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the CLI report
+them, the image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md).
 """
 from __future__ import annotations
 
@@ -43,17 +35,15 @@ OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green":
 TIE_COLOR = {True: OKABE_ITO["vermillion"], False: OKABE_ITO["blue"]}
 TIE_LABEL = {True: "tied", False: "untied"}
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
+THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
 COLUMN_WIDTH, FULL_WIDTH = 3.4, 7.0  # inches: one column, both columns of a two-column paper
-STYLE = {
-    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
-    "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3,
-    "lines.markersize": 4, "axes.spines.top": False, "axes.spines.right": False,
-    "axes.grid": True, "grid.alpha": 0.25, "grid.linewidth": 0.5, "savefig.dpi": 300,
-    "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150,
-}
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+         "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3, "lines.markersize": 4,
+         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
+         "grid.linewidth": 0.5, "savefig.dpi": 300, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150}
 
 
 @dataclass
@@ -207,14 +197,14 @@ def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
 
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
-def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "val/loss",
-                 confidence: float = 0.95) -> Figure:
+def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
 
     Finished and running runs are averaged over seeds (line: mean; band: t-CI when n ≥ 2).
     Diverged and failed runs are drawn one by one, dashed, ending with × where they stopped.
     """
     _check_runs(runs, "validation-loss figure")
+    metric = "val/loss"
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(len(models), len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH,
@@ -242,7 +232,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
             continue
         for tie in (True, False):
             ht = h[h["tie"] == tie]
-            agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
+            agg = A.aggregate_history(ht, metric, by=["tie"])
             ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if len(agg) <= 20 else None,
                     ms=2.5, mfc=_mfc(tie))
             _band(ax, agg, TIE_COLOR[tie], 0.2)
@@ -259,7 +249,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
     ns = sorted(int(n) for n in band_n if n >= 2)
     if ns:
         n_range = f"{ns[0]}–{ns[-1]}" if ns[-1] != ns[0] else f"{ns[0]}"
-        handles.append(Patch(color="#999999", alpha=0.4, label=f"{confidence:.0%} t-CI over seeds (n={n_range})"))
+        handles.append(Patch(color="#999999", alpha=0.4, label=f"{A.CONFIDENCE:.0%} t-CI over seeds (n={n_range})"))
     elif band_n:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
     handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
@@ -272,18 +262,19 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
 
 
 @figure("fig2_loss_vs_params", "final validation loss vs parameters")
-def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", confidence: float = 0.95) -> Figure:
+def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), across sizes, log x.
 
     Colour: tied/untied; marker and line style: init std. Points: mean over seeds with t-CI
     error bars; only finished runs count.
     """
     _check_runs(runs, "loss-vs-parameters figure")
+    value = "final_val_loss"
     fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.5, sharey=True)
     fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
                                             else f"no {value} in summary")
                     for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
-    agg = _with_setting(A.aggregate_runs(runs, value, confidence=confidence))
+    agg = _with_setting(A.aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
     inits = _init_order(runs)
     for ax, xcol, xlabel in ((axes[0, 0], "params_total", "parameters (total, unique)"),
@@ -308,7 +299,7 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
                        label=_init_label(init, short=True)) for k, init in enumerate(inits)]
     n = agg["n"] if not agg.empty else pd.Series([], dtype=int)
-    handles.append(Line2D([], [], color="none", label=f"mean ± {confidence:.0%} t-CI over seeds"
+    handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"
                           if (n >= 2).any() else "one seed per point: no CI"))
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5))
     return fig
@@ -381,7 +372,7 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> No
 
 
 @figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
-def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
+def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
 
     Left: measured loss per configuration (dots: seeds), ln V (dashed) and the loss predicted
@@ -401,8 +392,8 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
     fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
                     for _, r in have[have["init_logit_std"].isna()].iterrows()]
     vocab = int(have["vocab_size"].dropna().iloc[0])
-    _initial_loss_by_setting(axes[0, 0], have, vocab, theory_draws)
-    _initial_loss_vs_sigma(axes[0, 1], have, vocab, theory_draws)
+    _initial_loss_by_setting(axes[0, 0], have, vocab, THEORY_DRAWS)
+    _initial_loss_vs_sigma(axes[0, 1], have, vocab, THEORY_DRAWS)
     fig.legend(handles=_tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
@@ -551,8 +542,7 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
 
 
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
-def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False,
-                   confidence: float = 0.95) -> Figure:
+def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False) -> Figure:
     """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
 
     One column per init std; top: the two norms over training (mean over seeds; solid = input
@@ -591,9 +581,9 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
                 continue
             mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
-                agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
+                agg = A.aggregate_history(hm, key, by=["model"])
                 ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls, **mk)
-            agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
+            agg = A.aggregate_history(hm, "ratio", by=["model"])
             axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
             _band(axr, agg, TIE_COLOR[tie], 0.15)
         if hc.empty:
