@@ -606,33 +606,24 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     return fig
 
 
-# ----------------------------------------------------------------------------- table 6
+# ----------------------------------------------------------------------------- table 6, saving
 
 
-def param_tables(vocab_size: int = 50257) -> dict[str, str]:
-    """:func:`analysis.parameter_table` as {"md": markdown, "tex": LaTeX}, counts with thousands separators."""
-    table = A.parameter_table(vocab_size).rename(columns=lambda c: c.replace("_", " "))
-    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
-    return {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
-
-
-def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None, name: str = "table_params") -> list[Path]:
-    """Write ``name.md`` and ``name.tex`` into ``out_dir``, for the runs' vocabulary when they
-    share one, else GPT-2's 50257."""
+def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
+    """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` in ``out_dir`` (counts
+    with thousands separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
+    table = A.parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257).rename(columns=lambda c: c.replace("_", " "))
+    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
+    texts = {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext, text in param_tables(int(vocab[0]) if len(vocab) == 1 else 50257).items():
-        paths.append(Path(out_dir, f"{name}.{ext}"))
-        paths[-1].write_text(text)
-    return paths
+    for ext, text in texts.items():
+        Path(out_dir, f"table_params.{ext}").write_text(text)
+    return [Path(out_dir, f"table_params.{ext}") for ext in texts]
 
 
 REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
                                   lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None))
-
-
-# ----------------------------------------------------------------------------- saving, CLI
 
 
 def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
@@ -645,8 +636,8 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
     return paths
 
 
-def _print_notes(skipped: Sequence[str], flagged: Sequence[str], indent: str = "") -> None:
-    for head, items in (("not shown", skipped), ("marked", flagged)):
+def _print_notes(fig: Figure | None, indent: str = "") -> None:
+    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
         for item in items:
             print(f"{indent}{head}: {item}")
 
@@ -656,26 +647,8 @@ def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] 
     For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
     for path in save_figure(fig, out_dir, name, formats):
         print(f"wrote {path}")
-    _print_notes(fig.skipped, fig.flagged)
+    _print_notes(fig)
     return fig
-
-
-def make_all(results: A.Results, out_dir: str | Path, formats: Sequence[str] = ("pdf", "png"),
-             only: Sequence[str] | None = None) -> dict[str, dict]:
-    """Every output of REGISTRY (or ``only`` those) into ``out_dir``.
-
-    Returns {name: {"files", "skipped", "flagged", "error"}}; one failing does not stop the others.
-    """
-    report: dict[str, dict] = {}
-    for name in only or REGISTRY:
-        entry = {"files": [], "skipped": [], "flagged": [], "error": None}
-        try:
-            entry["files"], fig = REGISTRY[name].write(results, Path(out_dir), formats)
-            entry["skipped"], entry["flagged"] = list(getattr(fig, "skipped", [])), list(getattr(fig, "flagged", []))
-        except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
-            entry["error"] = f"{type(e).__name__}: {e}"
-        report[name] = entry
-    return report
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -715,15 +688,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in results.runs["status"].value_counts().items()))
     for note in results.notes:
         print(f"note: {note}")
-    report = make_all(results, args.out, args.formats, args.only)
-    for name, entry in report.items():
-        if entry["error"]:
-            print(f"{name}: NOT MADE: {entry['error']}", file=sys.stderr)
+    failed = False
+    for name in args.only or REGISTRY:  # one output failing does not stop the others
+        try:
+            files, fig = REGISTRY[name].write(results, Path(args.out), args.formats)
+        except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
+            print(f"{name}: NOT MADE: {type(e).__name__}: {e}", file=sys.stderr)
+            failed = True
             continue
-        print(f"{name}: " + ", ".join(str(p) for p in entry["files"]))
-        _print_notes(entry["skipped"], entry["flagged"], "    ")
-    return 1 if any(e["error"] for e in report.values()) else 0
-
+        print(f"{name}: " + ", ".join(str(p) for p in files))
+        _print_notes(fig, "    ")
+    return int(failed)
 
 if __name__ == "__main__":
     sys.exit(main())
