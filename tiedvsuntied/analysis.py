@@ -7,6 +7,7 @@ through :func:`run_row`, so the columns agree. Means over seeds carry a Student-
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -82,11 +83,8 @@ class Results:
 
 
 def load_results(*paths: str | Path) -> Results:
-    """Read sweep directories, run directories or results directories holding sweeps.
-
-    A run found more than once keeps its best record: finished > diverged > running > failed,
-    then the newest ``updated_at`` (a failed first attempt never hides the finished rerun).
-    """
+    """Read sweep, run or results directories. A run found twice keeps its best record (STATUS_RANK,
+    then the newest ``updated_at``): a failed first attempt never hides the finished rerun."""
     if not paths:
         raise ResultsError("no results directory given: pass one or more sweep directories")
     notes: list[str] = []
@@ -186,14 +184,14 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last",
                             kind="stable").reset_index(drop=True)
-    history = _history_frame([_attach_identity(h, r) for r, _, h in loaded])
+    history = _history_frame([(r, h) for r, _, h in loaded])
     return Results(runs, history, notes + check_consistency(runs))
 
 
 def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per config: "key=value, ..." for the model/optim/trainer keys whose values differ among
     ``configs`` ("" where none does). A key a config lacks is not counted as a difference."""
-    flat = [{k: v for k, v in flatten(unflatten(c or {})).items()
+    flat = [{k: v for k, v in flatten(c or {}).items()
              if k.startswith(_VARIANT_SECTIONS) and not k.startswith(_NOT_VARIANT)} for c in configs]
     keys = sorted({k for f in flat for k in f})
     differing = [k for k in keys if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1]
@@ -201,12 +199,8 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Logged dicts (``step``, ``tokens``, metrics) -> one row per step, numeric columns.
-
-    Several records for one step merge, later values winning (a resumed run logs the steps
-    after its checkpoint again). W&B's ``_step`` stands in for ``step``; W&B's other
-    ``_``-keys are dropped; "nan"/"inf" strings (how the trainer writes them) become NaN.
-    """
+    """Logged dicts -> one numeric row per step; later records of a step win (a resumed run logs
+    the steps after its checkpoint again); W&B's ``_step`` is ``step``, its other ``_`` keys go."""
     rows = [{k: v for k, v in {"step": rec.get("_step"), **rec}.items() if not k.startswith("_")}
             for rec in records]
     if not rows:
@@ -216,8 +210,10 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return df.groupby("step", sort=True).last().reset_index().replace([np.inf, -np.inf], np.nan)
 
 
-def _history_frame(histories: list[pd.DataFrame]) -> pd.DataFrame:
-    parts = [h for h in histories if not h.empty]
+def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
+    """Identity columns on each run's history; a diverged run's history ends at its divergence."""
+    end = lambda r: r["diverged_at_step"] if r["status"] == "diverged" and pd.notna(r["diverged_at_step"]) else np.inf  # noqa: E731
+    parts = [h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS}) for r, h in histories if not h.empty]
     if not parts:
         return pd.DataFrame(columns=HISTORY_ID_COLUMNS + ["step", "tokens"])
     history = pd.concat(parts, ignore_index=True)
@@ -227,16 +223,6 @@ def _history_frame(histories: list[pd.DataFrame]) -> pd.DataFrame:
     history = history[HISTORY_ID_COLUMNS + ["step", "tokens"] + metrics].astype({"tie": "boolean"})
     history["seed"] = pd.to_numeric(history["seed"], errors="coerce").astype("Int64")
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
-
-
-def _attach_identity(hist: pd.DataFrame, run: Mapping[str, Any]) -> pd.DataFrame:
-    """Identity columns on a run's history; a diverged run's history ends at its divergence."""
-    if hist.empty:
-        return hist
-    div = run.get("diverged_at_step")
-    if run.get("status") == "diverged" and div is not None and not pd.isna(div):
-        hist = hist[hist["step"] <= int(div)]
-    return hist.assign(**{col: run.get(col) for col in HISTORY_ID_COLUMNS})
 
 
 # ----------------------------------------------------------------------------- one row per run
@@ -255,12 +241,9 @@ def data_id(fingerprint: Any = None, config: Mapping[str, Any] | None = None, vo
     return "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
-    return out
+    return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
 
 
 def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,11 +251,7 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in flatten(d).items():
         *parents, leaf = str(k).split(".")
-        cur = out
-        for p in parents:
-            cur = cur.setdefault(p, {})
-        if isinstance(cur, dict):
-            cur[leaf] = v
+        functools.reduce(lambda node, p: node.setdefault(p, {}), parents, out)[leaf] = v
     return out
 
 
@@ -284,12 +263,8 @@ def _bool(value: Any) -> bool | None:
 
 def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
             source: str | None = None) -> dict[str, Any]:
-    """One row of the runs table from a ``summary.json`` dict and the resolved config.
-
-    Summary keys win; the config (nested, or flat with dotted keys) fills what the summary
-    lacks: its ``derived`` section in config.yaml, top-level keys in the W&B config, and the
-    ``model``/``data``/``trainer`` sections.
-    """
+    """One runs-table row from a ``summary.json`` dict; the config (nested, or W&B's dotted keys:
+    ``derived``, top-level keys, the model/data/trainer sections) fills what the summary lacks."""
     s = dict(summary or {})
     config = unflatten(config or {})
     derived = config.get("derived") or {}
@@ -358,7 +333,7 @@ def t_critical(dof: int, confidence: float = 0.95) -> float:
 
 
 def _ci(df: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """Given n, mean, std columns: add sem, the t interval and its label."""
+    """Given n, mean, std columns: add sem, the t interval (NaN for n < 2) and its label."""
     n = df["n"].astype(float)
     df["sem"] = df["std"] / np.sqrt(n)
     df["ci_half"] = stats.t.ppf((1 + confidence) / 2, (n - 1).where(n > 1)) * df["sem"]
@@ -377,12 +352,8 @@ def describe(values: Sequence[float] | pd.Series, confidence: float = 0.95) -> d
 
 def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: float = 0.95,
               carry: Sequence[str] = ()) -> pd.DataFrame:
-    """``value`` over the rows of each group of ``by`` (typically: over seeds).
-
-    Columns: ``*by``, ``n``, ``mean``, ``std``, ``sem``, ``ci_low``, ``ci_high``, ``ci_half``,
-    ``ci_label`` ("95% t-CI, n=3"; n=1: the interval is NaN and the label says "n=1: no CI"),
-    the ``carry`` columns (first value per group) and ``run_ids``.
-    """
+    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the t interval
+    (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1) and ``ci_label``, ``carry`` columns, ``run_ids``."""
     missing = [c for c in [*by, value, *carry] if c not in df.columns]
     if missing:
         raise KeyError(f"columns {missing} not in the table; available: {sorted(map(str, df.columns))}")
@@ -419,13 +390,8 @@ def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
 
 
 def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
-    """tied − untied for runs that share data, size, variant, init std and seed.
-
-    Columns: PAIR_COLUMNS, ``tied``, ``untied``, ``diff``, ``tied_run_id``, ``untied_run_id``.
-    Runs without a partner (or not finished) are listed in
-    ``.attrs["unpaired"]`` as "name: reason". Two runs claiming one slot (two sweeps with the
-    same seeds loaded together) raise :class:`ResultsError`.
-    """
+    """tied − untied (``diff``) of finished runs that share PAIR_COLUMNS; the others are listed in
+    ``.attrs["unpaired"]``. Two runs in one slot (two sweeps, same seeds) raise :class:`ResultsError`."""
     label = lambda r: r["name"] or r["run_id"]  # noqa: E731
     ok = runs[(runs["status"] == "finished") & runs["tie"].notna()]
     unpaired = [f"{label(r)}: status {r['status']}" for _, r in runs.drop(ok.index).iterrows()]
@@ -483,10 +449,8 @@ def _probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[str]):
 
 
 def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFrame:
-    """Per-token probe arrays of each run, long format: ``run_id``, ``probe_step``, ``token``,
-    ``count`` (train-split frequency from ``token_freq.npy``; NA if missing), ``emb_norm``,
-    ``head_norm``, ``in_out_cos`` (NaN for tied runs). ``step``: "last", "first" or a step.
-    What is missing is listed in ``.attrs["missing"]`` as "name: reason"."""
+    """Per-token probe arrays, long: ``count`` is the train-split frequency (NA without
+    ``token_freq.npy``), ``in_out_cos`` NaN for tied runs; gaps in ``.attrs["missing"]``."""
     parts, missing = [], []
     for run, _, probe_step, arrays in _probes(runs, [step], missing):
         label, n = run.get("name") or run["run_id"], len(arrays.get("emb_norm", ()))
@@ -503,16 +467,12 @@ def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFr
             missing.append(f"{label}: token_freq.npy " + ("missing" if freq is None else
                            f"has length {len(freq)}, probes have {n}") + " (norms kept, frequency unknown)")
         parts.append(df)
-    cols = ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"]
-    out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
-    out.attrs["missing"] = missing
-    return out
+    return _long(parts, ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"], missing)
 
 
 def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")) -> pd.DataFrame:
-    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step, long format: ``run_id``,
-    ``probe_step``, ``which`` (the requested step: "first", "last" or the number), ``cos``.
-    What is missing is listed in ``.attrs["missing"]``."""
+    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step (``which``: the requested
+    step), long format; gaps in ``.attrs["missing"]``."""
     parts, missing = [], []
     for run, which, probe_step, arrays in _probes(runs, steps, missing):
         if "offdiag_cos" not in arrays:
@@ -520,7 +480,10 @@ def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("firs
             continue
         parts.append(pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "which": str(which),
                                    "cos": arrays["offdiag_cos"]}))
-    cols = ["run_id", "probe_step", "which", "cos"]
+    return _long(parts, ["run_id", "probe_step", "which", "cos"], missing)
+
+
+def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     out.attrs["missing"] = missing
     return out
@@ -534,13 +497,9 @@ _WANDB_STATES = {"running": "running", "finished": "finished", "crashed": "faile
 
 def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_id: str, name: str | None = None,
                   group: str | None = None, state: str | None = None, url: str | None = None) -> dict[str, Any]:
-    """One runs-table row from what the W&B API holds for a run.
-
-    ``config`` is ``run.config``; ``summary`` is ``run.summary``: the summary.json values the
-    trainer mirrors there (dicts as "params/total") and the last value of every metric, which
-    fill what is missing (``val/loss`` -> ``final_val_loss``, ``_step`` -> ``step``). A
-    crashed run reads as failed, and so does one whose summary says running after W&B saw it stop.
-    """
+    """One runs-table row from a W&B run's config and summary (the summary.json values the
+    trainer mirrors, dicts as "params/total"; last metric values fill gaps). A crashed run is
+    failed, and so is one still "running" after W&B saw it stop."""
     s = {k: v for k, v in summary.items() if not k.startswith("_")}
     for prefix in ("params", "init_std_resolved"):
         sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
@@ -592,8 +551,8 @@ def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draw
 
 
 def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) -> np.ndarray:
-    """The large-V limit of :func:`gaussian_logit_loss` (a random energy model): ln V + σ²/2 up
-    to σ_c = sqrt(2 ln V) (the bulk dominates), σ·sqrt(2 ln V) above (the largest logit does)."""
+    """Large-V limit of :func:`gaussian_logit_loss` (random energy model): ln V + σ²/2 up to
+    σ_c = sqrt(2 ln V) (the bulk dominates), σ·sqrt(2 ln V) above (the largest logit does)."""
     sig, ln_v = np.asarray(sigma, dtype=float), math.log(vocab_size)
     return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * math.sqrt(2 * ln_v))
 
