@@ -18,7 +18,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from omegaconf import OmegaConf
+from scipy import special, stats
 
 from tiedvsuntied import model as M
 from tiedvsuntied import records as R
@@ -48,8 +49,7 @@ _VARIANT_SECTIONS = ("model.", "optim.", "trainer.")
 _SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path")
                  and not c.startswith(("params_", "init_std_resolved_"))]
 _INT_COLUMNS = ["max_steps", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed", "step",
-                "diverged_at_step", "params_total", "params_embedding", "params_position", "params_head",
-                "params_non_embedding"]
+                "diverged_at_step", *(c for c in RUN_COLUMNS if c.startswith("params_"))]
 _FLOAT_COLUMNS = ["init_std_resolved_emb", "init_std_resolved_head", "flops_per_token", "tokens", "init_val_loss",
                   "init_logit_std", "final_val_loss", "best_val_loss", "test_loss", "ln_vocab"]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
@@ -105,12 +105,9 @@ def load(sweep_dirs: str | Path | Sequence[str | Path] = (), *, wandb_project: s
     """What the notebooks call: a W&B project ("entity/project") if given, else sweep
     directories (a list, or one string holding several separated by os.pathsep); with
     ``data_id``, only the runs on that data (for mixed sweeps)."""
-    if wandb_project:
-        results = load_wandb(wandb_project, group=wandb_group or None)
-    else:
-        if isinstance(sweep_dirs, (str, Path)):
-            sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
-        results = load_results(*sweep_dirs)
+    if isinstance(sweep_dirs, (str, Path)):
+        sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+    results = load_wandb(wandb_project, group=wandb_group or None) if wandb_project else load_results(*sweep_dirs)
     if data_id:
         ids = sorted(results.runs["data_id"].dropna().unique())
         if data_id not in ids:
@@ -212,7 +209,9 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     """Identity columns on each run's history; a diverged run's history ends at its divergence."""
-    end = lambda r: r["diverged_at_step"] if r["status"] == "diverged" and pd.notna(r["diverged_at_step"]) else np.inf  # noqa: E731
+    def end(r):
+        return r["diverged_at_step"] if r["status"] == "diverged" and pd.notna(r["diverged_at_step"]) else np.inf
+
     parts = [h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS}) for r, h in histories if not h.empty]
     if not parts:
         return pd.DataFrame(columns=HISTORY_ID_COLUMNS + ["step", "tokens"])
@@ -278,20 +277,17 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
                 s[key] = value
                 break
     row: dict[str, Any] = {c: s.get(c) for c in RUN_COLUMNS}
-    row["tie"] = _bool(row["tie"])
+    row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
         row["init_std"] = M.canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
     except (TypeError, ValueError):
         row["init_std"] = str(row["init_std"])
-    resolved, params = s.get("init_std_resolved") or {}, s.get("params") or {}
-    row["init_std_resolved_emb"], row["init_std_resolved_head"] = resolved.get("emb"), resolved.get("head")
-    for k in ("total", "embedding", "position", "head", "non_embedding"):
-        row[f"params_{k}"] = params.get(k)
+    nested = pd.json_normalize({k: s.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_")  # params_total...
+    row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
     row["status"] = row["status"] or "unknown"
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = data_id(s.get("data_fingerprint"), config, row["vocab_size"])
-    row["t5_rescale"] = _bool(row["t5_rescale"]) if row["t5_rescale"] is not None else None
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 
@@ -544,10 +540,8 @@ def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draw
     """Expected cross-entropy when the V logits are i.i.d. N(0, σ²) and independent of the target:
     E[logsumexp(z)] (E[z_target] = 0), by Monte Carlo over ``draws`` vectors of V logits, the
     same draws for every σ so the curve is smooth."""
-    from scipy.special import logsumexp
-
     g = np.random.default_rng(0).standard_normal((draws, int(vocab_size)))
-    return np.array([logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
+    return np.array([special.logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
 
 
 def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) -> np.ndarray:
@@ -593,8 +587,6 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
-    from omegaconf import OmegaConf
-
     rows = []
     for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
         cfg = M.ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
