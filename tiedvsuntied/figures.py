@@ -78,13 +78,11 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Call
     return register
 
 
-def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: float = 2.0,
-            **kw) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(width, row_height * nrows + 0.5), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    fig.skipped = []  # "name: reason" for every run this figure leaves out
-    fig.flagged = []  # "name: status" for runs drawn apart (running, diverged, failed)
-    return fig, axes
+def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
+    """Both columns of the paper if panels sit side by side, else one."""
+    fig = Figure(figsize=(FULL_WIDTH if ncols > 1 else COLUMN_WIDTH, row_height * nrows + 0.5), layout="constrained")
+    fig.skipped, fig.flagged = [], []  # "name: reason" of runs left out; "name: status" of runs drawn apart
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 def caption(fig: Figure) -> str:
@@ -154,7 +152,7 @@ def _model_label(runs: pd.DataFrame, model: str) -> str:
 
 
 def _check_runs(runs: pd.DataFrame, what: str) -> None:
-    if runs is None or runs.empty:
+    if runs.empty:
         raise A.ResultsError(f"{what}: no runs to plot (the runs table is empty)")
     A.require_single_data(runs, what)
 
@@ -164,8 +162,8 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
     minor ticks 2 and 5 labelled when the axis spans under two decades. With ``values``: only
     if their max/min exceeds ``ratio``."""
     if values is not None:
-        v = pd.to_numeric(pd.Series(list(values)), errors="coerce").replace([np.inf, -np.inf], np.nan).dropna()
-        if not len(v[v > 0]) or v[v > 0].max() / v[v > 0].min() <= ratio:
+        v = np.asarray(list(values), dtype=float)
+        if not (v := v[np.isfinite(v) & (v > 0)]).size or v.max() / v.min() <= ratio:
             return
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
@@ -198,17 +196,14 @@ def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
-    """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
-
-    Finished and running runs are averaged over seeds (line: mean; band: t-CI when n ≥ 2).
-    Diverged and failed runs are drawn one by one, dashed, ending with × where they stopped.
-    """
+    """Validation loss vs training tokens, tied vs untied; a panel per init std and size. Finished
+    and running runs: mean over seeds, t-CI band when n ≥ 2. Diverged and failed runs: drawn
+    alone, dashed, ending with × where they stopped."""
     _check_runs(runs, "validation-loss figure")
     metric = "val/loss"
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
-    fig, axes = _figure(len(models), len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH,
-                        row_height=1.9 if len(inits) > 1 else 2.3)
+    fig, axes = _figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     history = history[history[metric].notna()] if metric in history else history.iloc[:0].assign(**{metric: 1.0})
     for _, r in runs.iterrows():
         if r["run_id"] not in set(history["run_id"]):
@@ -246,9 +241,8 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         _plain_log(ax, "y", h[metric], ratio=4)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
-    ns = sorted(int(n) for n in band_n if n >= 2)
-    if ns:
-        n_range = f"{ns[0]}–{ns[-1]}" if ns[-1] != ns[0] else f"{ns[0]}"
+    if ns := sorted({int(n) for n in band_n if n >= 2}):
+        n_range = "–".join(map(str, dict.fromkeys([ns[0], ns[-1]])))
         handles.append(Patch(color="#999999", alpha=0.4, label=f"{A.CONFIDENCE:.0%} t-CI over seeds (n={n_range})"))
     elif band_n:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
@@ -263,14 +257,11 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
 
 @figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
-    """Final validation loss vs parameters (total | non-embedding), across sizes, log x.
-
-    Colour: tied/untied; marker and line style: init std. Points: mean over seeds with t-CI
-    error bars; only finished runs count.
-    """
+    """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
+    marker and line style: init std; points: mean over finished seeds with t-CI error bars."""
     _check_runs(runs, "loss-vs-parameters figure")
     value = "final_val_loss"
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.5, sharey=True)
+    fig, axes = _figure(1, 2, 2.5, sharey=True)
     fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
                                             else f"no {value} in summary")
                     for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
@@ -298,9 +289,8 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     handles = _tie_handles(marker="o")
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
                        label=_init_label(init, short=True)) for k, init in enumerate(inits)]
-    n = agg["n"] if not agg.empty else pd.Series([], dtype=int)
     handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"
-                          if (n >= 2).any() else "one seed per point: no CI"))
+                          if (agg["n"] >= 2).any() else "one seed per point: no CI"))
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5))
     return fig
 
@@ -382,7 +372,7 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     """
     _check_runs(runs, "initial-loss figure")
     runs = _with_setting(runs)
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
+    fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     have = runs[runs["init_val_loss"].notna()]
     fig.skipped += [f"{_run_label(r)}: no init_val_loss ({r['status']})" for _, r in runs.drop(have.index).iterrows()]
     if have.empty:
@@ -505,7 +495,7 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
     runs = _with_setting(runs)
     inits = _init_order(runs)
-    fig, axes = _figure(3, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.75)
+    fig, axes = _figure(3, len(inits), 1.75)
     fig.skipped += token_probes.attrs.get("missing", []) + offdiag.attrs.get("missing", [])
     if len(others):
         fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
@@ -553,8 +543,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
     inits, models = _init_order(runs), _model_order(runs)
-    fig, axes = _figure(2, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.8,
-                        sharex="col")
+    fig, axes = _figure(2, len(inits), 1.8, sharex="col")
     if not include_untied and (runs["tie"] == False).any():  # noqa: E712
         fig.skipped.append(f"{int((runs['tie'] == False).sum())} untied run(s) "  # noqa: E712
                            "(figure shows tied runs; include_untied=True adds them)")
