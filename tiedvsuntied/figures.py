@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -298,7 +299,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
 # ----------------------------------------------------------------------------- figure 3
 
 
-def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
     """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
     with the Gaussian-logit prediction from each run's σ (open diamonds) and ln V."""
     models, inits = _model_order(have), _init_order(have)
@@ -311,13 +312,12 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> 
             x = len(ticks)
             for tie, dx in ((True, -0.18), (False, 0.18)):
                 c = cell[cell["tie"] == tie]
-                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(len(c))
+                jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
                         mfc=_mfc(tie), alpha=0.9, zorder=3)
-                cs = c[c["init_logit_std"].notna()]
-                if len(cs):
-                    ax.plot(np.full(len(cs), x + dx), A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab,
-                            draws=draws), ls="none", marker="D", ms=4.5, mfc="none", mec="black", mew=0.7, zorder=4)
+                predicted = A.gaussian_logit_loss(c["init_logit_std"].to_numpy(float), vocab, draws=THEORY_DRAWS)
+                ax.plot(np.full(len(c), x + dx), predicted, ls="none", marker="D", ms=4.5, mfc="none", mec="black",
+                        mew=0.7, zorder=4)  # NaN where a run has no init_logit_std: not drawn
             ticks.append(x)
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
     ln_v = math.log(vocab)
@@ -332,7 +332,7 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> 
     _plain_log(ax, "y", list(have["init_val_loss"]) + [ln_v], ratio=3)
 
 
-def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     """Right: measured loss against σ with E[logsumexp z] and its two regimes."""
     sig_runs, models = have[have["init_logit_std"].notna()], _model_order(have)
     if sig_runs.empty:
@@ -340,7 +340,7 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> No
     ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
     lo = min(sig_runs["init_logit_std"].min() / 3, 0.05)
     grid = np.geomspace(lo, max(sig_runs["init_logit_std"].max() * 3, 3 * sigma_c), 80)
-    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=draws), color="black", lw=1.2,
+    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=THEORY_DRAWS), color="black", lw=1.2,
             label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
     small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
     ax.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2, label=r"ln V + $\sigma^2$/2")
@@ -363,13 +363,9 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> No
 
 @figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
 def fig_initial_loss(runs: pd.DataFrame) -> Figure:
-    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
-
-    Left: measured loss per configuration (dots: seeds), ln V (dashed) and the loss predicted
-    from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds). Right:
-    loss against σ with the prediction E[logsumexp(z)] (Monte Carlo over V logits) and its
-    two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
-    """
+    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory. Left: per
+    configuration (dots: seeds; open diamonds: predicted from each run's logit std σ). Right:
+    against σ, with E[logsumexp(z)] and its two regimes, ln V + σ²/2 and σ·sqrt(2 ln V)."""
     _check_runs(runs, "initial-loss figure")
     runs = _with_setting(runs)
     fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
@@ -382,8 +378,8 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
                     for _, r in have[have["init_logit_std"].isna()].iterrows()]
     vocab = int(have["vocab_size"].dropna().iloc[0])
-    _initial_loss_by_setting(axes[0, 0], have, vocab, THEORY_DRAWS)
-    _initial_loss_vs_sigma(axes[0, 1], have, vocab, THEORY_DRAWS)
+    _initial_loss_by_setting(axes[0, 0], have, vocab)
+    _initial_loss_vs_sigma(axes[0, 1], have, vocab)
     fig.legend(handles=_tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
@@ -469,40 +465,26 @@ def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
     ax.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
     ax.axvline(0, color="black", lw=0.8, ls="--")
-    d = untied["n_embd"].dropna()
-    if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
-        xs, sd = np.linspace(-lim, lim, 200), 1 / math.sqrt(int(d.iloc[0]))
-        ax.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR, lw=1, ls=":")
+    xs = np.linspace(-lim, lim, 200)  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
+    ax.plot(xs, stats.norm.pdf(xs, scale=1 / math.sqrt(untied["n_embd"].iloc[0])), color=REF_COLOR, lw=1, ls=":")
     ax.set_xlabel("cos(input vector, output vector)")
 
 
 @figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
-def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
-                           offdiag: pd.DataFrame | None = None) -> Figure:
-    """Embedding geometry at the last probe, one column per init std (one run per tie).
-
-    Rows: (a) row norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I
-    means all 0); (c) untied: cosine between each token's input and output vector.
-    Without probe tables, shows :func:`analysis.representative_runs` of ``runs`` (the others
-    are listed as not shown) and loads their probes; with them, shows ``runs`` as given.
-    """
+def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
+    """Embedding geometry at the last probe of :func:`analysis.representative_runs` (one run per
+    tie and init std; the others are listed as not shown), one column per init std. Rows: (a) row
+    norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I means all 0);
+    (c) untied: cosine between each token's input and output vector."""
     _check_runs(runs, "embedding-geometry figure")
-    others = []
-    if token_probes is None or offdiag is None:
-        shown = A.representative_runs(runs)
-        others, runs = runs[~runs["run_id"].isin(shown["run_id"])], shown
-        token_probes = A.load_token_probes(runs) if token_probes is None else token_probes
-        offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
-    runs = _with_setting(runs)
-    inits = _init_order(runs)
+    shown = _with_setting(A.representative_runs(runs))
+    token_probes, offdiag, inits = A.load_token_probes(shown), A.load_offdiag_cosines(shown), _init_order(shown)
     fig, axes = _figure(3, len(inits), 1.75)
-    fig.skipped += token_probes.attrs.get("missing", []) + offdiag.attrs.get("missing", [])
-    if len(others):
+    fig.skipped += token_probes.attrs["missing"] + offdiag.attrs["missing"]
+    if len(others := runs[~runs["run_id"].isin(shown["run_id"])]):
         fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
-    dup = runs[runs.duplicated(["tie", "setting"], keep="first")]
-    fig.skipped += [f"{_run_label(r)}: one run per tie and init std is shown" for _, r in dup.iterrows()]
-    runs = runs.drop(dup.index)
+    runs = shown
     for j, init in enumerate(inits):
         cell = runs[runs["setting"] == init]
         axes[0, j].set_title(_init_label(init))
@@ -520,9 +502,8 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
     ]
-    model = runs["model"].iloc[0] if len(runs) else ""
-    title = (f"{model}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{model}, last probe per run") \
-        if steps else None
+    model = runs["model"].iloc[0]
+    title = (f"{model}, last probe" + (f" (step {steps[-1]})" if len(steps) == 1 else " per run")) if steps else None
     # The title rides on the legend: a suptitle would collide with an outside legend.
     fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
     return fig
