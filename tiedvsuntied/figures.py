@@ -105,10 +105,8 @@ def _run_label(run) -> str:
 
 
 def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (e.g. model.t5_rescale=True) if any.
-
-    Figures split panels and series by setting, so runs that differ in anything but tie,
-    size and seed are never averaged together."""
+    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
+    figures split by setting, so runs differing in anything but tie, size, seed are never averaged."""
     variant = df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
@@ -159,9 +157,8 @@ def _check_runs(runs: pd.DataFrame, what: str) -> None:
 
 
 def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
-    """Log scale with plain tick labels (20, 50 rather than 2x10^1; 100k, 1M with ``eng``),
-    minor ticks 2 and 5 labelled when the axis spans under two decades. With ``values``: only
-    if their max/min exceeds ``ratio``."""
+    """Log scale with plain tick labels (20, not 2x10^1; 100k with ``eng``), minor ticks 2 and 5
+    labelled under two decades. With ``values``: only if their max/min exceeds ``ratio``."""
     if values is not None:
         v = np.asarray(list(values), dtype=float)
         if not (v := v[np.isfinite(v) & (v > 0)]).size or v.max() / v.min() <= ratio:
@@ -394,9 +391,8 @@ UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the
 
 
 def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
-    """Median and IQR of ``col`` per frequency bin: quantile bins of log count, so every bin
-    holds about as many tokens (the few very frequent ones are not a bin of their own);
-    unseen tokens (count 0) sit at x = UNSEEN_X."""
+    """Median and IQR of ``col`` per quantile bin of log count (each bin holds about as many
+    tokens, so the few very frequent ones are no bin of their own); count 0 sits at UNSEEN_X."""
     d = df[df["count"].notna() & df[col].notna()].astype({"count": float})
     seen = d[d["count"] > 0]
     groups = [(UNSEEN_X, d.loc[d["count"] == 0, col])] if (d["count"] == 0).any() else []
@@ -407,8 +403,7 @@ def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
 
 
 def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
-    """(a) row norm vs train-split token count: median per log bin (IQR band for the
-    embedding), untied head dashed, the norm at init dotted."""
+    """(a) row norm vs train-split count: median per log bin (embedding: IQR band), head dashed."""
     drawn, max_count, init_norm = False, 1.0, None
     for _, r in cell.iterrows():
         tp = token_probes[token_probes["run_id"] == r["run_id"]]
@@ -514,20 +509,16 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
 
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False) -> Figure:
-    """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
-
-    One column per init std; top: the two norms over training (mean over seeds; solid = input
-    side, dashed = output side); bottom: their ratio out/in, one line per size. Tied runs only
-    by default (the two parts of one matrix); ``include_untied`` adds untied runs (wte vs lm_head).
-    """
+    """Input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the embedding, mean
+    over seeds, a column per init std; below, their ratio out/in per size. Tied runs (the two parts
+    of one matrix); ``include_untied`` adds untied runs (wte vs lm_head)."""
     _check_runs(runs, "gradient-split figure")
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), 1.8, sharex="col")
-    if not include_untied and (runs["tie"] == False).any():  # noqa: E712
-        fig.skipped.append(f"{int((runs['tie'] == False).sum())} untied run(s) "  # noqa: E712
-                           "(figure shows tied runs; include_untied=True adds them)")
+    if not include_untied and (n := int((runs["tie"] == False).sum())):  # noqa: E712
+        fig.skipped.append(f"{n} untied run(s) (figure shows tied runs; include_untied=True adds them)")
     keys = ("train/grad_norm_in", "train/grad_norm_out")
     if missing := [k for k in keys if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
@@ -557,8 +548,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
             axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
             _band(axr, agg, TIE_COLOR[tie], 0.15)
         if hc.empty:
-            _note(ax, "no runs")
-            _note(axr, "no runs")
+            [_note(a, "no runs") for a in (ax, axr)]
             continue
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
@@ -669,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: " + ", ".join(str(p) for p in files))
         _print_notes(fig, "    ")
     return int(failed)
+
 
 if __name__ == "__main__":
     sys.exit(main())
