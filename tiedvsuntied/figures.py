@@ -49,8 +49,7 @@ STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labels
 
 @dataclass
 class Output:
-    """One entry of REGISTRY: what it shows, and ``write(results, out_dir, formats)``, which
-    returns (files written, the figure or None)."""
+    """One entry of REGISTRY: ``write(results, out_dir, formats)`` -> (files, the figure or None)."""
 
     description: str
     write: Callable[[A.Results, Path, Sequence[str]], tuple[list[Path], Figure | None]]
@@ -107,22 +106,16 @@ def _run_label(run) -> str:
 def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
     figures split by setting, so runs differing in anything but tie, size, seed are never averaged."""
-    variant = df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
+    variant = df["variant"].fillna("")
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
 
 
-def _short_variant(variant: str) -> str:
-    """'model.t5_rescale=True, optim.lr=0.001' -> 't5 rescale: True, lr: 0.001' for labels."""
-    return ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
-
-
 def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
+    """'0.02 | model.t5_rescale=True, optim.lr=0.001' -> 'init std 0.02\nt5 rescale: True, lr: 0.001'."""
     init, _, variant = str(setting).partition(" | ")
-    label = prefix + (r"$d^{-1/2}$" if init in ("inv_sqrt_d", "d^-0.5") else init)
-    if variant:
-        label += (", " if short else "\n") + _short_variant(variant)
-    return label
+    variant = ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
+    return prefix + (r"$d^{-1/2}$" if init == "inv_sqrt_d" else init) + ((", " if short else "\n") + variant) * bool(variant)
 
 
 def _init_order(runs: pd.DataFrame) -> list[str]:
@@ -495,8 +488,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         Line2D([], [], color=REF_COLOR, ls=(0, (1, 3)), label=r"init norm $\sigma_\mathrm{init}\sqrt{d}$"),
         Patch(color="#cccccc", label="init (first probe)"),
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
-        Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
-    ]
+        Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)")]
     model = runs["model"].iloc[0]
     title = (f"{model}, last probe" + (f" (step {steps[-1]})" if len(steps) == 1 else " per run")) if steps else None
     # The title rides on the legend: a suptitle would collide with an outside legend.
@@ -611,7 +603,7 @@ def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] 
     return fig
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
         description="Regenerate every figure of the paper from sweep directories (or a W&B project).",
@@ -635,11 +627,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         ap.error(f"--out {args.out} exists and is not a directory")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
     try:
         results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
