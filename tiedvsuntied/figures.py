@@ -177,12 +177,14 @@ def _mfc(tie: bool) -> str:
 # ----------------------------------------------------------------------------- figure 1
 
 
-def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
-    """The t-CI band of an aggregate_history table where at least two runs are averaged."""
-    ok = agg["n"] >= 2
-    if ok.any():
-        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
-                        alpha=alpha, lw=0)
+def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
+    """The mean of ``metric`` over seeds vs tokens, with its t-CI band where two runs or more are averaged."""
+    agg = A.aggregate_history(h, metric, by=by)
+    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **kw)
+    if band and (ok := agg["n"] >= 2).any():
+        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=TIE_COLOR[tie],
+                        alpha=band, lw=0)
+    return agg
 
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
@@ -218,11 +220,9 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
             continue
         for tie in (True, False):
             ht = h[h["tie"] == tie]
-            agg = A.aggregate_history(ht, metric, by=["tie"])
-            ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if len(agg) <= 20 else None,
-                    ms=2.5, mfc=_mfc(tie))
-            _band(ax, agg, TIE_COLOR[tie], 0.2)
-            band_n.update(agg["n"])
+            few = ht.loc[ht["status"].isin(["finished", "running"]), "step"].nunique() <= 20  # markers: short curves
+            band_n.update(_mean_line(ax, ht, metric, tie, ["tie"], 0.2, marker="o" if few else None, ms=2.5,
+                                     mfc=_mfc(tie))["n"])
             for _, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
                 status = hr["status"].iloc[0]
                 ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
@@ -534,11 +534,8 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
                 continue
             mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
-                agg = A.aggregate_history(hm, key, by=["model"])
-                ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls, **mk)
-            agg = A.aggregate_history(hm, "ratio", by=["model"])
-            axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
-            _band(axr, agg, TIE_COLOR[tie], 0.15)
+                _mean_line(ax, hm, key, tie, ["model"], ls=ls, **mk)
+            _mean_line(axr, hm, "ratio", tie, ["model"], 0.15, **mk)
         if hc.empty:
             [_note(a, "no runs") for a in (ax, axr)]
             continue
