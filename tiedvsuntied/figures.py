@@ -20,12 +20,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
+from scipy import stats
 
 from tiedvsuntied import analysis as A
 
@@ -87,9 +87,8 @@ def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np
 
 def caption(fig: Figure) -> str:
     """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
-    parts = [f"{head}: " + "; ".join(items) + "." for head, items in
-             (("Not shown", getattr(fig, "skipped", [])), ("Marked", getattr(fig, "flagged", []))) if items]
-    return " ".join(parts)
+    return " ".join(f"{head}: " + "; ".join(items) + "." for head, items in
+                    (("Not shown", fig.skipped), ("Marked", fig.flagged)) if items)
 
 
 def _note(ax, text: str) -> None:
@@ -124,11 +123,8 @@ def _init_order(runs: pd.DataFrame) -> list[str]:
 
     def key(setting):
         init, _, variant = str(setting).partition(" | ")
-        try:
-            value = float(init)
-        except ValueError:
-            value = float(runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median())
-        return (-value, variant)
+        resolved = runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median()
+        return (-float(np.nan_to_num(pd.to_numeric(init, errors="coerce"), nan=resolved)), variant)
 
     return sorted(runs["setting"].dropna().unique(), key=key)
 
@@ -174,7 +170,7 @@ def _mfc(tie: bool) -> str:
     return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
 
 
-# ----------------------------------------------------------------------------- figure 1
+# ----------------------------------------------------------------------------- figures 1-5
 
 
 def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
@@ -243,9 +239,6 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     return fig
 
 
-# ----------------------------------------------------------------------------- figure 2
-
-
 @figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
@@ -284,9 +277,6 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                           if (agg["n"] >= 2).any() else "one seed per point: no CI"))
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5))
     return fig
-
-
-# ----------------------------------------------------------------------------- figure 3
 
 
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
@@ -375,9 +365,6 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
                label=r"Gaussian-logit prediction from the run's $\sigma$")], loc="outside upper center", ncols=4)
     return fig
-
-
-# ----------------------------------------------------------------------------- figure 4
 
 
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
@@ -494,9 +481,6 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     # The title rides on the legend: a suptitle would collide with an outside legend.
     fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
     return fig
-
-
-# ----------------------------------------------------------------------------- figure 5
 
 
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
