@@ -14,7 +14,7 @@ import itertools
 import math
 import sys
 import textwrap
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -47,14 +47,8 @@ STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labels
          "grid.linewidth": 0.5, "savefig.dpi": 300, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150}
 
 
-@dataclass
-class Output:
-    """One entry of REGISTRY: ``write(results, out_dir, formats)`` -> (files, the figure or None)."""
-
-    description: str
-    write: Callable[[A.Results, Path, Sequence[str]], tuple[list[Path], Figure | None]]
-
-
+# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure or None).
+Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
@@ -550,9 +544,10 @@ def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) ->
     tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
     texts = {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    for ext, text in texts.items():
-        Path(out_dir, f"table_params.{ext}").write_text(text)
-    return [Path(out_dir, f"table_params.{ext}") for ext in texts]
+    paths = [Path(out_dir, f"table_params.{ext}") for ext in texts]
+    for path, text in zip(paths, texts.values()):
+        path.write_text(text)
+    return paths
 
 
 REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
