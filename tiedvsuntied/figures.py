@@ -54,12 +54,15 @@ REGISTRY: dict[str, Output] = {}
 
 def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. The function runs under STYLE without touching the global rcParams."""
+    called with. It runs under STYLE (never the global rcParams), on runs of one dataset."""
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
-        def styled(*args, **kwargs) -> Figure:
+        def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
+            if runs.empty:
+                raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
+            A.require_single_data(runs, name)
             with rc_context(STYLE):
-                fig = func(*args, **kwargs)
+                fig = func(runs, *args, **kwargs)
             fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
             return fig
 
@@ -133,12 +136,6 @@ def _model_label(runs: pd.DataFrame, model: str) -> str:
     return f"{model} (d={int(d.iloc[0])})" if len(d) else str(model)
 
 
-def _check_runs(runs: pd.DataFrame, what: str) -> None:
-    if runs.empty:
-        raise A.ResultsError(f"{what}: no runs to plot (the runs table is empty)")
-    A.require_single_data(runs, what)
-
-
 def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
     """Log scale with plain tick labels (20, not 2x10^1; 100k with ``eng``), minor ticks 2 and 5
     labelled under two decades. With ``values``: only if their max/min exceeds ``ratio``."""
@@ -182,7 +179,6 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Validation loss vs training tokens, tied vs untied; a panel per init std and size. Finished
     and running runs: mean over seeds, t-CI band when n ≥ 2. Diverged and failed runs: drawn
     alone, dashed, ending with × where they stopped."""
-    _check_runs(runs, "validation-loss figure")
     metric = "val/loss"
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
@@ -237,7 +233,6 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
     marker and line style: init std; points: mean over finished seeds with t-CI error bars."""
-    _check_runs(runs, "loss-vs-parameters figure")
     value = "final_val_loss"
     fig, axes = _figure(1, 2, 2.5, sharey=True)
     fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
@@ -340,7 +335,6 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory. Left: per
     configuration (dots: seeds; open diamonds: predicted from each run's logit std σ). Right:
     against σ, with E[logsumexp(z)] and its two regimes, ln V + σ²/2 and σ·sqrt(2 ln V)."""
-    _check_runs(runs, "initial-loss figure")
     runs = _with_setting(runs)
     fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     have = runs[runs["init_val_loss"].notna()]
@@ -445,7 +439,6 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     tie and init std; the others are listed as not shown), one column per init std. Rows: (a) row
     norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I means all 0);
     (c) untied: cosine between each token's input and output vector."""
-    _check_runs(runs, "embedding-geometry figure")
     shown = _with_setting(A.representative_runs(runs))
     token_probes, offdiag, inits = A.load_token_probes(shown), A.load_offdiag_cosines(shown), _init_order(shown)
     fig, axes = _figure(3, len(inits), 1.75)
@@ -482,7 +475,6 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     """Input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the embedding, mean
     over seeds, a column per init std; below, their ratio out/in per size. Tied runs (the two parts
     of one matrix); ``include_untied`` adds untied runs (wte vs lm_head)."""
-    _check_runs(runs, "gradient-split figure")
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
     inits, models = _init_order(runs), _model_order(runs)
@@ -571,8 +563,7 @@ def _print_notes(fig: Figure | None, indent: str = "") -> None:
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
-    """Save ``fig`` (see :func:`save_figure`), print where and what it leaves out; return it.
-    For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
+    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
     for path in save_figure(fig, out_dir, name, formats):
         print(f"wrote {path}")
     _print_notes(fig)
