@@ -590,7 +590,8 @@ def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     rows = []
     for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
         cfg = M.ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
-        tied, untied, flops = M.count_parameters_for(cfg, True), M.count_parameters_for(cfg, False), M.flops_per_token(cfg)
+        tied, untied = M.count_parameters_for(cfg, True), M.count_parameters_for(cfg, False)
+        flops = M.flops_per_token(cfg)  # the same tied or not
         rows.append({"size": cfg.name, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
                      "block_size": cfg.block_size, "total (tied)": tied["total"], "total (untied)": untied["total"],
                      "non-embedding": tied["non_embedding"], "embedding (wte)": tied["embedding"],

@@ -29,18 +29,13 @@ from scipy import stats
 
 from tiedvsuntied import analysis as A
 
-# ----------------------------------------------------------------------------- style
-
-OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}
+OKABE_ITO = {"green": "#009E73", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}  # colour-blind safe
 TIE_COLOR = {True: OKABE_ITO["vermillion"], False: OKABE_ITO["blue"]}
-TIE_LABEL = {True: "tied", False: "untied"}
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-COLUMN_WIDTH, FULL_WIDTH = 3.4, 7.0  # inches: one column, both columns of a two-column paper
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
          "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3, "lines.markersize": 4,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
@@ -76,8 +71,8 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Call
 
 
 def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
-    """Both columns of the paper if panels sit side by side, else one."""
-    fig = Figure(figsize=(FULL_WIDTH if ncols > 1 else COLUMN_WIDTH, row_height * nrows + 0.5), layout="constrained")
+    """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
+    fig = Figure(figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained")
     fig.skipped, fig.flagged = [], []  # "name: reason" of runs left out; "name: status" of runs drawn apart
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
@@ -111,7 +106,8 @@ def _init_label(setting: str, short: bool = False, prefix: str = "init std ") ->
     """'0.02 | model.t5_rescale=True, optim.lr=0.001' -> 'init std 0.02\nt5 rescale: True, lr: 0.001'."""
     init, _, variant = str(setting).partition(" | ")
     variant = ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
-    return prefix + (r"$d^{-1/2}$" if init == "inv_sqrt_d" else init) + ((", " if short else "\n") + variant) * bool(variant)
+    init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
+    return prefix + init + ((", " if short else "\n") + variant if variant else "")
 
 
 def _init_order(runs: pd.DataFrame) -> list[str]:
@@ -153,15 +149,12 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
 
 def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
-    return [Line2D([], [], color=TIE_COLOR[t], label=TIE_LABEL[t], marker=marker, ls="-" if marker is None else "none",
+    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, ls="-" if marker is None else "none",
                    mfc=TIE_COLOR[t] if t else "white") for t in ties]
 
 
 def _mfc(tie: bool) -> str:
     return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
-
-
-# ----------------------------------------------------------------------------- figures 1-5
 
 
 def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
@@ -291,8 +284,7 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-    long = max(len(line) for label in labels for line in label.split("\n")) * len(ticks) > 60
-    many = len(ticks) > 8
+    many, long = len(ticks) > 8, max(len(line) for lab in labels for line in lab.split("\n")) * len(ticks) > 60
     ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if many else 0, ha="right" if many else "center")
     ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
@@ -307,8 +299,8 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     if sig_runs.empty:
         return _note(ax, "no run recorded init_logit_std")
     ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
-    lo = min(sig_runs["init_logit_std"].min() / 3, 0.05)
-    grid = np.geomspace(lo, max(sig_runs["init_logit_std"].max() * 3, 3 * sigma_c), 80)
+    sig = sig_runs["init_logit_std"]
+    grid = np.geomspace(min(sig.min() / 3, 0.05), max(sig.max() * 3, 3 * sigma_c), 80)
     ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=THEORY_DRAWS), color="black", lw=1.2,
             label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
     small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
@@ -455,7 +447,6 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         _in_out_panel(axes[2, j], cell, token_probes)
     for ax, label in zip(axes[:, 0], ("row norm", "density", "density (untied)")):
         ax.set_ylabel(label)
-    steps = sorted(token_probes["probe_step"].dropna().unique().astype(int)) if len(token_probes) else []
     handles = _tie_handles() + [
         Line2D([], [], color="#444444", ls="-", label="embedding"),
         Line2D([], [], color="#444444", ls="--", label="head (untied)"),
@@ -463,10 +454,10 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         Patch(color="#cccccc", label="init (first probe)"),
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)")]
-    model = runs["model"].iloc[0]
-    title = (f"{model}, last probe" + (f" (step {steps[-1]})" if len(steps) == 1 else " per run")) if steps else None
-    # The title rides on the legend: a suptitle would collide with an outside legend.
-    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
+    steps = token_probes["probe_step"].unique()  # the title rides on the legend: a suptitle would collide with it
+    title = f"{runs['model'].iloc[0]}, last probe" + (f" (step {steps[0]})" if len(steps) == 1 else " per run")
+    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title if len(steps) else None,
+               title_fontsize=8)
     return fig
 
 
@@ -523,9 +514,6 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
                        label=_model_label(runs, m)) for k, m in enumerate(models) if len(models) > 1]
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4))
     return fig
-
-
-# ----------------------------------------------------------------------------- table 6, saving
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
