@@ -1,10 +1,10 @@
 """DataFrames -> the paper's figures (matplotlib); ``python -m tiedvsuntied.figures SWEEP --out DIR``.
 
-Every figure takes :mod:`tiedvsuntied.analysis` tables and returns a Figure in one style
-(Okabe-Ito: tied vermillion, untied blue; 8 pt text for a two-column paper). Runs a figure
-leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
-``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the CLI report
-them, the image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md).
+Every figure takes :mod:`tiedvsuntied.analysis` tables and returns a Figure in one style (Okabe-Ito:
+tied vermillion, untied blue; 8 pt text for a two-column paper). Runs a figure leaves out are never
+dropped silently: ``fig.skipped`` lists them ("name: reason"), ``fig.flagged`` the runs drawn apart;
+:func:`caption`, :func:`publish` and the CLI report them, the image does not. ``REGISTRY`` maps each
+output name to how it is made (docs/figures.md).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from tiedvsuntied import analysis as A
 
 OKABE_ITO = {"green": "#009E73", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}  # colour-blind safe
 TIE_COLOR = {True: OKABE_ITO["vermillion"], False: OKABE_ITO["blue"]}
+MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -112,8 +113,6 @@ def _init_label(setting: str, short: bool = False, prefix: str = "init std ") ->
 
 def _init_order(runs: pd.DataFrame) -> list[str]:
     """Settings from the largest init std down (inv_sqrt_d placed by its resolved value)."""
-    runs = _with_setting(runs) if "setting" not in runs else runs
-
     def key(setting):
         init, _, variant = str(setting).partition(" | ")
         resolved = runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median()
@@ -149,12 +148,8 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
 
 def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
-    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, ls="-" if marker is None else "none",
-                   mfc=TIE_COLOR[t] if t else "white") for t in ties]
-
-
-def _mfc(tie: bool) -> str:
-    return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
+    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, mfc=MFC[t],
+                   ls="-" if marker is None else "none") for t in ties]
 
 
 def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
@@ -201,7 +196,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
             ht = h[h["tie"] == tie]
             few = ht.loc[ht["status"].isin(["finished", "running"]), "step"].nunique() <= 20  # markers: short curves
             band_n.update(_mean_line(ax, ht, metric, tie, ["tie"], 0.2, marker="o" if few else None, ms=2.5,
-                                     mfc=_mfc(tie))["n"])
+                                     mfc=MFC[tie])["n"])
             for _, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
                 status = hr["status"].iloc[0]
                 ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
@@ -233,7 +228,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                     for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
     agg = _with_setting(A.aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
-    inits = _init_order(runs)
+    inits = _init_order(_with_setting(runs))
     for ax, xcol, xlabel in ((axes[0, 0], "params_total", "parameters (total, unique)"),
                              (axes[0, 1], "params_non_embedding", "parameters (non-embedding)")):
         if agg.empty:
@@ -246,7 +241,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                     continue
                 ax.errorbar(a[xcol], a["mean"], yerr=a["ci_half"].where(a["n"] >= 2), color=TIE_COLOR[tie],
                             marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)], capsize=2,
-                            ms=4, mfc=_mfc(tie))
+                            ms=4, mfc=MFC[tie])
         ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
         _plain_log(ax, "x", eng=True)
         ax.set_xlabel(xlabel)
@@ -276,7 +271,7 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
                 c = cell[cell["tie"] == tie]
                 jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
-                        mfc=_mfc(tie), alpha=0.9, zorder=3)
+                        mfc=MFC[tie], alpha=0.9, zorder=3)
                 predicted = A.gaussian_logit_loss(c["init_logit_std"].to_numpy(float), vocab, draws=THEORY_DRAWS)
                 ax.plot(np.full(len(c), x + dx), predicted, ls="none", marker="D", ms=4.5, mfc="none", mec="black",
                         mew=0.7, zorder=4)  # NaN where a run has no init_logit_std: not drawn
@@ -311,7 +306,7 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
         for tie in (True, False):
             c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
             ax.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
-                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
+                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=MFC[tie])
         if len(models) > 1:
             ax.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444", label=_model_label(have, model))
     _plain_log(ax, "x")
@@ -324,9 +319,8 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
 
 @figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
 def fig_initial_loss(runs: pd.DataFrame) -> Figure:
-    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory. Left: per
-    configuration (dots: seeds; open diamonds: predicted from each run's logit std σ). Right:
-    against σ, with E[logsumexp(z)] and its two regimes, ln V + σ²/2 and σ·sqrt(2 ln V)."""
+    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory: per configuration
+    (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ with E[logsumexp z]."""
     runs = _with_setting(runs)
     fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     have = runs[runs["init_val_loss"].notna()]
@@ -397,8 +391,7 @@ def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
     oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
     if oc.empty:
         return _note(ax, "no off-diagonal cosines (probes/*.npz) for these runs")
-    lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
-    bins = np.linspace(-lim, lim, 61)
+    bins = np.linspace(-1, 1, 61) * (float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0)  # ±99.5th pct
     first = oc[oc["which"] == "first"]
     if len(first):
         ax.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True, color="#cccccc")
@@ -493,12 +486,13 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
             hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
             if hm.empty:
                 continue
-            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
+            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=MFC[tie], markevery=0.2) if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
                 _mean_line(ax, hm, key, tie, ["model"], ls=ls, **mk)
             _mean_line(axr, hm, "ratio", tie, ["model"], 0.15, **mk)
         if hc.empty:
-            [_note(a, "no runs") for a in (ax, axr)]
+            _note(ax, "no runs")
+            _note(axr, "no runs")
             continue
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
@@ -552,8 +546,7 @@ def _print_notes(fig: Figure | None, indent: str = "") -> None:
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
     """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
-    for path in save_figure(fig, out_dir, name, formats):
-        print(f"wrote {path}")
+    print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
     _print_notes(fig)
     return fig
 
