@@ -418,6 +418,6 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens: never the internet
     t0 = time.time()
-    with pytest.raises(A.WandbUnavailableError, match=r"cannot read W&B project 'proj'.*load_results"):
+    with pytest.raises(A.WandbUnavailableError, match=r"cannot read W&B project 'someone/proj'.*load_results"):
         A.load_wandb("someone/proj", timeout=3)
     assert time.time() - t0 < 30

@@ -1,21 +1,13 @@
-"""Results -> tidy pandas DataFrames.
+"""Results -> two tidy pandas DataFrames (docs/figures.md lists every column).
 
-Two tables describe a set of runs (docs/figures.md lists every column):
-
-* ``runs``: one row per run: identity (``sweep``, ``run_id``, ``name``, ``status``), config
-  (``tie``, ``init_std``, ``model``, ``n_embd``, ``seed``, ...), parameter counts and the
-  summary values (``init_val_loss``, ``final_val_loss``, ...), as ``summary.json`` holds them.
-* ``history``: one row per run and logged step, one column per metric of ``metrics.jsonl``
-  (``val/loss``, ...; NaN where not logged at that step), plus identity columns so it can be
-  grouped without a join. A diverged run's history ends at its ``diverged_at_step``.
-
-Both come from sweep directories (:func:`load_results`, through :mod:`tiedvsuntied.records`)
-or a W&B project (:func:`load_wandb`); both go through :func:`run_row`, so the columns agree.
-Means over seeds come with a Student-t interval; :func:`paired_differences` pairs tied and
-untied runs that share data, size, init std and seed.
+``runs``: one row per run (identity, config, parameter counts, summary values); ``history``:
+one row per run and logged step, one column per metric, with identity columns so it groups
+without a join. Sweep directories (:func:`load_results`) and W&B (:func:`load_wandb`) both go
+through :func:`run_row`, so the columns agree. Means over seeds carry a Student-t interval.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -26,18 +18,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from omegaconf import OmegaConf
+from scipy import special, stats
 
+from tiedvsuntied import model as M
 from tiedvsuntied import records as R
-
-
-def _canonical_init_std(value: Any) -> str:
-    """The init std's one spelling ("1" -> "1.0", "d^-0.5" -> "inv_sqrt_d"), parsed by the model."""
-    try:
-        from tiedvsuntied.model import canonical_init_std  # imported here: the model module loads torch
-    except ImportError:  # until the model branch lands: the same rules
-        return "inv_sqrt_d" if str(value).strip() in ("inv_sqrt_d", "d^-0.5") else repr(float(value))
-    return canonical_init_std(value)
 
 
 RUN_COLUMNS = [
@@ -50,6 +35,7 @@ RUN_COLUMNS = [
 ]
 HISTORY_ID_COLUMNS = ["run_id", "sweep", "name", "status", "tie", "head", "init_std", "model", "variant", "seed"]
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds share these
+CONFIDENCE = 0.95  # of the t-intervals the figures draw
 PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares these
 
 # Config keys that never make two runs different experiments (bookkeeping, the study's axes,
@@ -63,8 +49,7 @@ _VARIANT_SECTIONS = ("model.", "optim.", "trainer.")
 _SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path")
                  and not c.startswith(("params_", "init_std_resolved_"))]
 _INT_COLUMNS = ["max_steps", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed", "step",
-                "diverged_at_step", "params_total", "params_embedding", "params_position", "params_head",
-                "params_non_embedding"]
+                "diverged_at_step", *(c for c in RUN_COLUMNS if c.startswith("params_"))]
 _FLOAT_COLUMNS = ["init_std_resolved_emb", "init_std_resolved_head", "flops_per_token", "tokens", "init_val_loss",
                   "init_logit_std", "final_val_loss", "best_val_loss", "test_loss", "ln_vocab"]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
@@ -98,11 +83,8 @@ class Results:
 
 
 def load_results(*paths: str | Path) -> Results:
-    """Read sweep directories, run directories or results directories holding sweeps.
-
-    A run found more than once keeps its best record: finished > diverged > running > failed,
-    then the newest ``updated_at`` (a failed first attempt never hides the finished rerun).
-    """
+    """Read sweep, run or results directories. A run found twice keeps its best record (STATUS_RANK,
+    then the newest ``updated_at``): a failed first attempt never hides the finished rerun."""
     if not paths:
         raise ResultsError("no results directory given: pass one or more sweep directories")
     notes: list[str] = []
@@ -123,12 +105,9 @@ def load(sweep_dirs: str | Path | Sequence[str | Path] = (), *, wandb_project: s
     """What the notebooks call: a W&B project ("entity/project") if given, else sweep
     directories (a list, or one string holding several separated by os.pathsep); with
     ``data_id``, only the runs on that data (for mixed sweeps)."""
-    if wandb_project:
-        results = load_wandb(wandb_project, group=wandb_group or None)
-    else:
-        if isinstance(sweep_dirs, (str, Path)):
-            sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
-        results = load_results(*sweep_dirs)
+    if isinstance(sweep_dirs, (str, Path)):
+        sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+    results = load_wandb(wandb_project, group=wandb_group or None) if wandb_project else load_results(*sweep_dirs)
     if data_id:
         ids = sorted(results.runs["data_id"].dropna().unique())
         if data_id not in ids:
@@ -202,14 +181,14 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last",
                             kind="stable").reset_index(drop=True)
-    history = _history_frame([_attach_identity(h, r) for r, _, h in loaded])
+    history = _history_frame([(r, h) for r, _, h in loaded])
     return Results(runs, history, notes + check_consistency(runs))
 
 
 def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per config: "key=value, ..." for the model/optim/trainer keys whose values differ among
     ``configs`` ("" where none does). A key a config lacks is not counted as a difference."""
-    flat = [{k: v for k, v in flatten(unflatten(c or {})).items()
+    flat = [{k: v for k, v in flatten(c or {}).items()
              if k.startswith(_VARIANT_SECTIONS) and not k.startswith(_NOT_VARIANT)} for c in configs]
     keys = sorted({k for f in flat for k in f})
     differing = [k for k in keys if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1]
@@ -217,12 +196,8 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Logged dicts (``step``, ``tokens``, metrics) -> one row per step, numeric columns.
-
-    Several records for one step merge, later values winning (a resumed run logs the steps
-    after its checkpoint again). W&B's ``_step`` stands in for ``step``; W&B's other
-    ``_``-keys are dropped; "nan"/"inf" strings (how the trainer writes them) become NaN.
-    """
+    """Logged dicts -> one numeric row per step; later records of a step win (a resumed run logs
+    the steps after its checkpoint again); W&B's ``_step`` is ``step``, its other ``_`` keys go."""
     rows = [{k: v for k, v in {"step": rec.get("_step"), **rec}.items() if not k.startswith("_")}
             for rec in records]
     if not rows:
@@ -232,8 +207,12 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return df.groupby("step", sort=True).last().reset_index().replace([np.inf, -np.inf], np.nan)
 
 
-def _history_frame(histories: list[pd.DataFrame]) -> pd.DataFrame:
-    parts = [h for h in histories if not h.empty]
+def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
+    """Identity columns on each run's history; a diverged run's history ends at its divergence."""
+    def end(r):
+        return r["diverged_at_step"] if r["status"] == "diverged" and pd.notna(r["diverged_at_step"]) else np.inf
+
+    parts = [h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS}) for r, h in histories if not h.empty]
     if not parts:
         return pd.DataFrame(columns=HISTORY_ID_COLUMNS + ["step", "tokens"])
     history = pd.concat(parts, ignore_index=True)
@@ -243,16 +222,6 @@ def _history_frame(histories: list[pd.DataFrame]) -> pd.DataFrame:
     history = history[HISTORY_ID_COLUMNS + ["step", "tokens"] + metrics].astype({"tie": "boolean"})
     history["seed"] = pd.to_numeric(history["seed"], errors="coerce").astype("Int64")
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
-
-
-def _attach_identity(hist: pd.DataFrame, run: Mapping[str, Any]) -> pd.DataFrame:
-    """Identity columns on a run's history; a diverged run's history ends at its divergence."""
-    if hist.empty:
-        return hist
-    div = run.get("diverged_at_step")
-    if run.get("status") == "diverged" and div is not None and not pd.isna(div):
-        hist = hist[hist["step"] <= int(div)]
-    return hist.assign(**{col: run.get(col) for col in HISTORY_ID_COLUMNS})
 
 
 # ----------------------------------------------------------------------------- one row per run
@@ -271,12 +240,9 @@ def data_id(fingerprint: Any = None, config: Mapping[str, Any] | None = None, vo
     return "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
-    return out
+    return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
 
 
 def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -284,11 +250,7 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in flatten(d).items():
         *parents, leaf = str(k).split(".")
-        cur = out
-        for p in parents:
-            cur = cur.setdefault(p, {})
-        if isinstance(cur, dict):
-            cur[leaf] = v
+        functools.reduce(lambda node, p: node.setdefault(p, {}), parents, out)[leaf] = v
     return out
 
 
@@ -300,12 +262,8 @@ def _bool(value: Any) -> bool | None:
 
 def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
             source: str | None = None) -> dict[str, Any]:
-    """One row of the runs table from a ``summary.json`` dict and the resolved config.
-
-    Summary keys win; the config (nested, or flat with dotted keys) fills what the summary
-    lacks: its ``derived`` section in config.yaml, top-level keys in the W&B config, and the
-    ``model``/``data``/``trainer`` sections.
-    """
+    """One runs-table row from a ``summary.json`` dict; the config (nested, or W&B's dotted keys:
+    ``derived``, top-level keys, the model/data/trainer sections) fills what the summary lacks."""
     s = dict(summary or {})
     config = unflatten(config or {})
     derived = config.get("derived") or {}
@@ -319,20 +277,17 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
                 s[key] = value
                 break
     row: dict[str, Any] = {c: s.get(c) for c in RUN_COLUMNS}
-    row["tie"] = _bool(row["tie"])
+    row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
-        row["init_std"] = _canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
+        row["init_std"] = M.canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
     except (TypeError, ValueError):
         row["init_std"] = str(row["init_std"])
-    resolved, params = s.get("init_std_resolved") or {}, s.get("params") or {}
-    row["init_std_resolved_emb"], row["init_std_resolved_head"] = resolved.get("emb"), resolved.get("head")
-    for k in ("total", "embedding", "position", "head", "non_embedding"):
-        row[f"params_{k}"] = params.get(k)
+    nested = pd.json_normalize({k: s.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_")  # params_total...
+    row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
     row["status"] = row["status"] or "unknown"
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = data_id(s.get("data_fingerprint"), config, row["vocab_size"])
-    row["t5_rescale"] = _bool(row["t5_rescale"]) if row["t5_rescale"] is not None else None
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 
@@ -374,7 +329,7 @@ def t_critical(dof: int, confidence: float = 0.95) -> float:
 
 
 def _ci(df: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """Given n, mean, std columns: add sem, the t interval and its label."""
+    """Given n, mean, std columns: add sem, the t interval (NaN for n < 2) and its label."""
     n = df["n"].astype(float)
     df["sem"] = df["std"] / np.sqrt(n)
     df["ci_half"] = stats.t.ppf((1 + confidence) / 2, (n - 1).where(n > 1)) * df["sem"]
@@ -393,12 +348,8 @@ def describe(values: Sequence[float] | pd.Series, confidence: float = 0.95) -> d
 
 def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: float = 0.95,
               carry: Sequence[str] = ()) -> pd.DataFrame:
-    """``value`` over the rows of each group of ``by`` (typically: over seeds).
-
-    Columns: ``*by``, ``n``, ``mean``, ``std``, ``sem``, ``ci_low``, ``ci_high``, ``ci_half``,
-    ``ci_label`` ("95% t-CI, n=3"; n=1: the interval is NaN and the label says "n=1: no CI"),
-    the ``carry`` columns (first value per group) and ``run_ids``.
-    """
+    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the t interval
+    (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1) and ``ci_label``, ``carry`` columns, ``run_ids``."""
     missing = [c for c in [*by, value, *carry] if c not in df.columns]
     if missing:
         raise KeyError(f"columns {missing} not in the table; available: {sorted(map(str, df.columns))}")
@@ -414,12 +365,11 @@ def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: fl
     return out[cols + (["run_ids"] if "run_id" in df else [])]
 
 
-def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss", *, by: Sequence[str] = GROUP_COLUMNS,
-                   statuses: Sequence[str] = ("finished",), confidence: float = 0.95) -> pd.DataFrame:
-    """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only runs
-    whose status is in ``statuses`` count (a diverged run has no meaningful final loss)."""
-    carry = [c for c in ("n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size") if c not in by]
-    return aggregate(runs[runs["status"].isin(statuses)], by, value, confidence=confidence, carry=carry)
+def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss", *, confidence: float = 0.95) -> pd.DataFrame:
+    """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only
+    finished runs count (a diverged run has no meaningful final loss)."""
+    carry = ["n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size"]
+    return aggregate(runs[runs["status"] == "finished"], GROUP_COLUMNS, value, confidence=confidence, carry=carry)
 
 
 def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
@@ -435,17 +385,11 @@ def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
     return aggregate(h, [*by, "step"], metric, confidence=confidence).merge(tokens, on=[*by, "step"], how="left")
 
 
-def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss", *,
-                       statuses: Sequence[str] = ("finished",)) -> pd.DataFrame:
-    """tied − untied for runs that share data, size, variant, init std and seed.
-
-    Columns: PAIR_COLUMNS, ``tied``, ``untied``, ``diff``, ``tied_run_id``, ``untied_run_id``.
-    Runs without a partner (or with a status not in ``statuses``) are listed in
-    ``.attrs["unpaired"]`` as "name: reason". Two runs claiming one slot (two sweeps with the
-    same seeds loaded together) raise :class:`ResultsError`.
-    """
+def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
+    """tied − untied (``diff``) of finished runs that share PAIR_COLUMNS; the others are listed in
+    ``.attrs["unpaired"]``. Two runs in one slot (two sweeps, same seeds) raise :class:`ResultsError`."""
     label = lambda r: r["name"] or r["run_id"]  # noqa: E731
-    ok = runs[runs["status"].isin(statuses) & runs["tie"].notna()]
+    ok = runs[(runs["status"] == "finished") & runs["tie"].notna()]
     unpaired = [f"{label(r)}: status {r['status']}" for _, r in runs.drop(ok.index).iterrows()]
     dup = ok[ok.duplicated(PAIR_COLUMNS + ["tie"], keep=False)]
     if not dup.empty:
@@ -501,10 +445,8 @@ def _probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[str]):
 
 
 def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFrame:
-    """Per-token probe arrays of each run, long format: ``run_id``, ``probe_step``, ``token``,
-    ``count`` (train-split frequency from ``token_freq.npy``; NA if missing), ``emb_norm``,
-    ``head_norm``, ``in_out_cos`` (NaN for tied runs). ``step``: "last", "first" or a step.
-    What is missing is listed in ``.attrs["missing"]`` as "name: reason"."""
+    """Per-token probe arrays, long: ``count`` is the train-split frequency (NA without
+    ``token_freq.npy``), ``in_out_cos`` NaN for tied runs; gaps in ``.attrs["missing"]``."""
     parts, missing = [], []
     for run, _, probe_step, arrays in _probes(runs, [step], missing):
         label, n = run.get("name") or run["run_id"], len(arrays.get("emb_norm", ()))
@@ -521,16 +463,12 @@ def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFr
             missing.append(f"{label}: token_freq.npy " + ("missing" if freq is None else
                            f"has length {len(freq)}, probes have {n}") + " (norms kept, frequency unknown)")
         parts.append(df)
-    cols = ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"]
-    out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
-    out.attrs["missing"] = missing
-    return out
+    return _long(parts, ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"], missing)
 
 
 def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")) -> pd.DataFrame:
-    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step, long format: ``run_id``,
-    ``probe_step``, ``which`` (the requested step: "first", "last" or the number), ``cos``.
-    What is missing is listed in ``.attrs["missing"]``."""
+    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step (``which``: the requested
+    step), long format; gaps in ``.attrs["missing"]``."""
     parts, missing = [], []
     for run, which, probe_step, arrays in _probes(runs, steps, missing):
         if "offdiag_cos" not in arrays:
@@ -538,7 +476,10 @@ def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("firs
             continue
         parts.append(pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "which": str(which),
                                    "cos": arrays["offdiag_cos"]}))
-    cols = ["run_id", "probe_step", "which", "cos"]
+    return _long(parts, ["run_id", "probe_step", "which", "cos"], missing)
+
+
+def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     out.attrs["missing"] = missing
     return out
@@ -552,13 +493,9 @@ _WANDB_STATES = {"running": "running", "finished": "finished", "crashed": "faile
 
 def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_id: str, name: str | None = None,
                   group: str | None = None, state: str | None = None, url: str | None = None) -> dict[str, Any]:
-    """One runs-table row from what the W&B API holds for a run.
-
-    ``config`` is ``run.config``; ``summary`` is ``run.summary``: the summary.json values the
-    trainer mirrors there (dicts as "params/total") and the last value of every metric, which
-    fill what is missing (``val/loss`` -> ``final_val_loss``, ``_step`` -> ``step``). A
-    crashed run reads as failed, and so does one whose summary says running after W&B saw it stop.
-    """
+    """One runs-table row from a W&B run's config and summary (the summary.json values the
+    trainer mirrors, dicts as "params/total"; last metric values fill gaps). A crashed run is
+    failed, and so is one still "running" after W&B saw it stop."""
     s = {k: v for k, v in summary.items() if not k.startswith("_")}
     for prefix in ("params", "init_std_resolved"):
         sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
@@ -577,25 +514,19 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
     return run_row(s, config, source=url or f"wandb:{run_id}")
 
 
-def load_wandb(project: str, entity: str | None = None, *, group: str | None = None,
-               filters: Mapping[str, Any] | None = None, timeout: float = 10.0) -> Results:
+def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0) -> Results:
     """The runs and history tables of a W&B project ("entity/project"; optionally one group =
     one sweep). Needs network and a W&B key: raises :class:`WandbUnavailableError` otherwise."""
     import wandb
 
-    if entity is None and "/" in project:
-        entity, project = project.split("/", 1)
     try:
-        api = wandb.Api(timeout=int(timeout))
-        flt = {**(filters or {}), **({"group": group} if group else {})}
-        wb_runs = list(api.runs(f"{entity}/{project}" if entity else project, filters=flt or None))
+        wb_runs = list(wandb.Api(timeout=int(timeout)).runs(project, filters={"group": group} if group else None))
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(
-            f"cannot read W&B project {project!r} (entity {entity!r}): {e.__class__.__name__}: {e}. Log in with "
-            "`wandb login` (or set WANDB_API_KEY), check the names, or read the sweep directory: load_results(SWEEP_DIR)"
-        ) from None
+            f"cannot read W&B project {project!r}: {e.__class__.__name__}: {e}. Log in with `wandb login` (or set "
+            "WANDB_API_KEY), check the name, or read the sweep directory: load_results(SWEEP_DIR)") from None
     if not wb_runs:
-        raise ResultsError(f"W&B project {entity}/{project} has no runs" + (f" in group {group!r}" if group else ""))
+        raise ResultsError(f"W&B project {project} has no runs" + (f" in group {group!r}" if group else ""))
     loaded = [(wandb_run_row(dict(r.config), dict(r.summary), run_id=r.summary.get("run_id") or r.id, name=r.name,
                              group=r.group, state=r.state, url=r.url), dict(r.config),
                history_from_records(r.scan_history())) for r in wb_runs]
@@ -605,20 +536,17 @@ def load_wandb(project: str, entity: str | None = None, *, group: str | None = N
 # ----------------------------------------------------------------------------- initial loss theory
 
 
-def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8,
-                        seed: int = 0) -> np.ndarray:
+def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8) -> np.ndarray:
     """Expected cross-entropy when the V logits are i.i.d. N(0, σ²) and independent of the target:
     E[logsumexp(z)] (E[z_target] = 0), by Monte Carlo over ``draws`` vectors of V logits, the
     same draws for every σ so the curve is smooth."""
-    from scipy.special import logsumexp
-
-    g = np.random.default_rng(seed).standard_normal((draws, int(vocab_size)))
-    return np.array([logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
+    g = np.random.default_rng(0).standard_normal((draws, int(vocab_size)))
+    return np.array([special.logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
 
 
 def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) -> np.ndarray:
-    """The large-V limit of :func:`gaussian_logit_loss` (a random energy model): ln V + σ²/2 up
-    to σ_c = sqrt(2 ln V) (the bulk dominates), σ·sqrt(2 ln V) above (the largest logit does)."""
+    """Large-V limit of :func:`gaussian_logit_loss` (random energy model): ln V + σ²/2 up to
+    σ_c = sqrt(2 ln V) (the bulk dominates), σ·sqrt(2 ln V) above (the largest logit does)."""
     sig, ln_v = np.asarray(sigma, dtype=float), math.log(vocab_size)
     return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * math.sqrt(2 * ln_v))
 
@@ -637,9 +565,10 @@ def initial_loss_table(runs: pd.DataFrame, draws: int = 8) -> pd.DataFrame:
     return t.assign(excess=t["init_val_loss"] - t["predicted"])
 
 
-def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished", "running", "diverged")) -> pd.DataFrame:
+def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """One run per (tie, init std, variant) of the largest size with a run in ``statuses``:
     the lowest seed, finished first (for figures that show single runs)."""
+    statuses = ("finished", "running", "diverged")
     if runs.empty:
         return runs
     pool = runs[runs["status"].isin(statuses)]
@@ -655,32 +584,14 @@ def representative_runs(runs: pd.DataFrame, statuses: Sequence[str] = ("finished
 # ----------------------------------------------------------------------------- parameter table
 
 
-def _count(cfg, tie: bool) -> tuple[dict, float]:
-    """(count_parameters, flops_per_token) of a meta-device model: shapes only, nothing allocated."""
-    import torch
-
-    from tiedvsuntied import model as M
-
-    with torch.device("meta"):
-        try:
-            m = M.GPT(cfg, tie=tie)
-        except TypeError:  # the model API before `tie` became an argument of GPT
-            m = M.GPT(M.ModelConfig(**{**vars(cfg), "tie": tie}))
-    return M.count_parameters(m), M.flops_per_token(m)
-
-
-def parameter_table(vocab_size: int = 50257, conf_dir: str | Path | None = None) -> pd.DataFrame:
+def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
-    from omegaconf import OmegaConf
-
-    from tiedvsuntied.model import ModelConfig
-
-    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[1] / "conf"
     rows = []
-    for path in sorted((conf_dir / "model").glob("*.yaml")):
-        cfg = ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
-        (tied, flops), (untied, _) = _count(cfg, True), _count(cfg, False)
+    for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
+        cfg = M.ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
+        tied, untied = M.count_parameters_for(cfg, True), M.count_parameters_for(cfg, False)
+        flops = M.flops_per_token(cfg)  # the same tied or not
         rows.append({"size": cfg.name, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
                      "block_size": cfg.block_size, "total (tied)": tied["total"], "total (untied)": untied["total"],
                      "non-embedding": tied["non_embedding"], "embedding (wte)": tied["embedding"],

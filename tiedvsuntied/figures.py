@@ -1,18 +1,10 @@
-"""DataFrames -> the paper's figures (matplotlib), and ``python -m tiedvsuntied.figures``.
+"""DataFrames -> the paper's figures (matplotlib); ``python -m tiedvsuntied.figures SWEEP --out DIR``.
 
-Every figure takes the tables of :mod:`tiedvsuntied.analysis` and returns a
-:class:`matplotlib.figure.Figure` in one style: Okabe-Ito colours (colour-blind safe), tied
-always vermillion and untied always blue, sized for a two-column paper (8 pt text). Runs a
-figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason") and
-``fig.flagged`` the runs drawn apart (running, diverged, failed); :func:`caption` joins both
-for the log or a caption, and :func:`publish` and the CLI print it. The image carries no such notes.
-
-``REGISTRY`` maps each output name (fig1_val_loss, ..., table_params) to how it is made; the
-CLI and :func:`make_all` iterate it:
-
-    python -m tiedvsuntied.figures results/tie_x_init --out figures/
-
-docs/figures.md maps each figure to its function, output name, notebook and experiment.
+Every figure takes :mod:`tiedvsuntied.analysis` tables and returns a Figure in one style (Okabe-Ito:
+tied vermillion, untied blue; 8 pt text for a two-column paper). Runs a figure leaves out are never
+dropped silently: ``fig.skipped`` lists them ("name: reason"), ``fig.flagged`` the runs drawn apart;
+:func:`caption`, :func:`publish` and the CLI report them, the image does not. ``REGISTRY`` maps each
+output name to how it is made (docs/figures.md).
 """
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ import itertools
 import math
 import sys
 import textwrap
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,49 +25,40 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
+from scipy import stats
 
 from tiedvsuntied import analysis as A
 
-# ----------------------------------------------------------------------------- style
-
-OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}
+OKABE_ITO = {"green": "#009E73", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}  # colour-blind safe
 TIE_COLOR = {True: OKABE_ITO["vermillion"], False: OKABE_ITO["blue"]}
-TIE_LABEL = {True: "tied", False: "untied"}
+MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
+THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-COLUMN_WIDTH, FULL_WIDTH = 3.4, 7.0  # inches: one column, both columns of a two-column paper
-STYLE = {
-    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
-    "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3,
-    "lines.markersize": 4, "axes.spines.top": False, "axes.spines.right": False,
-    "axes.grid": True, "grid.alpha": 0.25, "grid.linewidth": 0.5, "savefig.dpi": 300,
-    "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150,
-}
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+         "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3, "lines.markersize": 4,
+         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
+         "grid.linewidth": 0.5, "savefig.dpi": 300, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150}
 
 
-@dataclass
-class Output:
-    """One entry of REGISTRY: what it shows, and ``write(results, out_dir, formats)``, which
-    returns (files written, the figure or None)."""
-
-    description: str
-    write: Callable[[A.Results, Path, Sequence[str]], tuple[list[Path], Figure | None]]
-
-
+# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure or None).
+Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
 def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. The function runs under STYLE without touching the global rcParams."""
+    called with. It runs under STYLE (never the global rcParams), on runs of one dataset."""
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
-        def styled(*args, **kwargs) -> Figure:
+        def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
+            if runs.empty:
+                raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
+            A.require_single_data(runs, name)
             with rc_context(STYLE):
-                fig = func(*args, **kwargs)
+                fig = func(runs, *args, **kwargs)
             fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
             return fig
 
@@ -88,20 +71,17 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Call
     return register
 
 
-def _figure(nrows: int, ncols: int, *, width: float = FULL_WIDTH, row_height: float = 2.0,
-            **kw) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(width, row_height * nrows + 0.5), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    fig.skipped = []  # "name: reason" for every run this figure leaves out
-    fig.flagged = []  # "name: status" for runs drawn apart (running, diverged, failed)
-    return fig, axes
+def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
+    """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
+    fig = Figure(figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained")
+    fig.skipped, fig.flagged = [], []  # "name: reason" of runs left out; "name: status" of runs drawn apart
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 def caption(fig: Figure) -> str:
     """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
-    parts = [f"{head}: " + "; ".join(items) + "." for head, items in
-             (("Not shown", getattr(fig, "skipped", [])), ("Marked", getattr(fig, "flagged", []))) if items]
-    return " ".join(parts)
+    return " ".join(f"{head}: " + "; ".join(items) + "." for head, items in
+                    (("Not shown", fig.skipped), ("Marked", fig.flagged)) if items)
 
 
 def _note(ax, text: str) -> None:
@@ -116,39 +96,27 @@ def _run_label(run) -> str:
 
 
 def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (e.g. model.t5_rescale=True) if any.
-
-    Figures split panels and series by setting, so runs that differ in anything but tie,
-    size and seed are never averaged together."""
-    variant = df["variant"].fillna("") if "variant" in df else pd.Series("", index=df.index)
+    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
+    figures split by setting, so runs differing in anything but tie, size, seed are never averaged."""
+    variant = df["variant"].fillna("")
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
 
 
-def _short_variant(variant: str) -> str:
-    """'model.t5_rescale=True, optim.lr=0.001' -> 't5 rescale: True, lr: 0.001' for labels."""
-    return ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
-
-
 def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
+    """'0.02 | model.t5_rescale=True, optim.lr=0.001' -> 'init std 0.02\nt5 rescale: True, lr: 0.001'."""
     init, _, variant = str(setting).partition(" | ")
-    label = prefix + (r"$d^{-1/2}$" if init in ("inv_sqrt_d", "d^-0.5") else init)
-    if variant:
-        label += (", " if short else "\n") + _short_variant(variant)
-    return label
+    variant = ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
+    init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
+    return prefix + init + ((", " if short else "\n") + variant if variant else "")
 
 
 def _init_order(runs: pd.DataFrame) -> list[str]:
     """Settings from the largest init std down (inv_sqrt_d placed by its resolved value)."""
-    runs = _with_setting(runs) if "setting" not in runs else runs
-
     def key(setting):
         init, _, variant = str(setting).partition(" | ")
-        try:
-            value = float(init)
-        except ValueError:
-            value = float(runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median())
-        return (-value, variant)
+        resolved = runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median()
+        return (-float(np.nan_to_num(pd.to_numeric(init, errors="coerce"), nan=resolved)), variant)
 
     return sorted(runs["setting"].dropna().unique(), key=key)
 
@@ -163,19 +131,12 @@ def _model_label(runs: pd.DataFrame, model: str) -> str:
     return f"{model} (d={int(d.iloc[0])})" if len(d) else str(model)
 
 
-def _check_runs(runs: pd.DataFrame, what: str) -> None:
-    if runs is None or runs.empty:
-        raise A.ResultsError(f"{what}: no runs to plot (the runs table is empty)")
-    A.require_single_data(runs, what)
-
-
 def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
-    """Log scale with plain tick labels (20, 50 rather than 2x10^1; 100k, 1M with ``eng``),
-    minor ticks 2 and 5 labelled when the axis spans under two decades. With ``values``: only
-    if their max/min exceeds ``ratio``."""
+    """Log scale with plain tick labels (20, not 2x10^1; 100k with ``eng``), minor ticks 2 and 5
+    labelled under two decades. With ``values``: only if their max/min exceeds ``ratio``."""
     if values is not None:
-        v = pd.to_numeric(pd.Series(list(values)), errors="coerce").replace([np.inf, -np.inf], np.nan).dropna()
-        if not len(v[v > 0]) or v[v > 0].max() / v[v > 0].min() <= ratio:
+        v = np.asarray(list(values), dtype=float)
+        if not (v := v[np.isfinite(v) & (v > 0)]).size or v.max() / v.min() <= ratio:
             return
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
@@ -187,38 +148,29 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
 
 def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
-    return [Line2D([], [], color=TIE_COLOR[t], label=TIE_LABEL[t], marker=marker, ls="-" if marker is None else "none",
-                   mfc=TIE_COLOR[t] if t else "white") for t in ties]
+    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, mfc=MFC[t],
+                   ls="-" if marker is None else "none") for t in ties]
 
 
-def _mfc(tie: bool) -> str:
-    return TIE_COLOR[True] if tie else "white"  # marker face: tied filled, untied open (greyscale-safe)
-
-
-# ----------------------------------------------------------------------------- figure 1
-
-
-def _band(ax, agg: pd.DataFrame, color: str, alpha: float) -> None:
-    """The t-CI band of an aggregate_history table where at least two runs are averaged."""
-    ok = agg["n"] >= 2
-    if ok.any():
-        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
-                        alpha=alpha, lw=0)
+def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
+    """The mean of ``metric`` over seeds vs tokens, with its t-CI band where two runs or more are averaged."""
+    agg = A.aggregate_history(h, metric, by=by)
+    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **kw)
+    if band and (ok := agg["n"] >= 2).any():
+        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=TIE_COLOR[tie],
+                        alpha=band, lw=0)
+    return agg
 
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
-def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "val/loss",
-                 confidence: float = 0.95) -> Figure:
-    """Validation loss vs training tokens, tied vs untied; one panel per init std (one row per size).
-
-    Finished and running runs are averaged over seeds (line: mean; band: t-CI when n ≥ 2).
-    Diverged and failed runs are drawn one by one, dashed, ending with × where they stopped.
-    """
-    _check_runs(runs, "validation-loss figure")
+def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
+    """Validation loss vs training tokens, tied vs untied; a panel per init std and size. Finished
+    and running runs: mean over seeds, t-CI band when n ≥ 2. Diverged and failed runs: drawn
+    alone, dashed, ending with × where they stopped."""
+    metric = "val/loss"
     runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
-    fig, axes = _figure(len(models), len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH,
-                        row_height=1.9 if len(inits) > 1 else 2.3)
+    fig, axes = _figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     history = history[history[metric].notna()] if metric in history else history.iloc[:0].assign(**{metric: 1.0})
     for _, r in runs.iterrows():
         if r["run_id"] not in set(history["run_id"]):
@@ -242,11 +194,9 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
             continue
         for tie in (True, False):
             ht = h[h["tie"] == tie]
-            agg = A.aggregate_history(ht, metric, by=["tie"], confidence=confidence)
-            ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], marker="o" if len(agg) <= 20 else None,
-                    ms=2.5, mfc=_mfc(tie))
-            _band(ax, agg, TIE_COLOR[tie], 0.2)
-            band_n.update(agg["n"])
+            few = ht.loc[ht["status"].isin(["finished", "running"]), "step"].nunique() <= 20  # markers: short curves
+            band_n.update(_mean_line(ax, ht, metric, tie, ["tie"], 0.2, marker="o" if few else None, ms=2.5,
+                                     mfc=MFC[tie])["n"])
             for _, hr in ht[~ht["status"].isin(["finished", "running"])].groupby("run_id"):
                 status = hr["status"].iloc[0]
                 ax.plot(hr["tokens"], hr[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
@@ -256,10 +206,9 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
         _plain_log(ax, "y", h[metric], ratio=4)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
-    ns = sorted(int(n) for n in band_n if n >= 2)
-    if ns:
-        n_range = f"{ns[0]}–{ns[-1]}" if ns[-1] != ns[0] else f"{ns[0]}"
-        handles.append(Patch(color="#999999", alpha=0.4, label=f"{confidence:.0%} t-CI over seeds (n={n_range})"))
+    if ns := sorted({int(n) for n in band_n if n >= 2}):
+        n_range = "–".join(map(str, dict.fromkeys([ns[0], ns[-1]])))
+        handles.append(Patch(color="#999999", alpha=0.4, label=f"{A.CONFIDENCE:.0%} t-CI over seeds (n={n_range})"))
     elif band_n:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
     handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
@@ -268,24 +217,18 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, *, metric: str = "va
     return fig
 
 
-# ----------------------------------------------------------------------------- figure 2
-
-
 @figure("fig2_loss_vs_params", "final validation loss vs parameters")
-def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", confidence: float = 0.95) -> Figure:
-    """Final validation loss vs parameters (total | non-embedding), across sizes, log x.
-
-    Colour: tied/untied; marker and line style: init std. Points: mean over seeds with t-CI
-    error bars; only finished runs count.
-    """
-    _check_runs(runs, "loss-vs-parameters figure")
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.5, sharey=True)
+def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
+    """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
+    marker and line style: init std; points: mean over finished seeds with t-CI error bars."""
+    value = "final_val_loss"
+    fig, axes = _figure(1, 2, 2.5, sharey=True)
     fig.skipped += [f"{_run_label(r)}: " + (f"{r['status']}, no final loss" if r["status"] != "finished"
                                             else f"no {value} in summary")
                     for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
-    agg = _with_setting(A.aggregate_runs(runs, value, confidence=confidence))
+    agg = _with_setting(A.aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
-    inits = _init_order(runs)
+    inits = _init_order(_with_setting(runs))
     for ax, xcol, xlabel in ((axes[0, 0], "params_total", "parameters (total, unique)"),
                              (axes[0, 1], "params_non_embedding", "parameters (non-embedding)")):
         if agg.empty:
@@ -298,7 +241,7 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
                     continue
                 ax.errorbar(a[xcol], a["mean"], yerr=a["ci_half"].where(a["n"] >= 2), color=TIE_COLOR[tie],
                             marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)], capsize=2,
-                            ms=4, mfc=_mfc(tie))
+                            ms=4, mfc=MFC[tie])
         ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
         _plain_log(ax, "x", eng=True)
         ax.set_xlabel(xlabel)
@@ -307,17 +250,13 @@ def fig_loss_vs_params(runs: pd.DataFrame, *, value: str = "final_val_loss", con
     handles = _tie_handles(marker="o")
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
                        label=_init_label(init, short=True)) for k, init in enumerate(inits)]
-    n = agg["n"] if not agg.empty else pd.Series([], dtype=int)
-    handles.append(Line2D([], [], color="none", label=f"mean ± {confidence:.0%} t-CI over seeds"
-                          if (n >= 2).any() else "one seed per point: no CI"))
+    handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"
+                          if (agg["n"] >= 2).any() else "one seed per point: no CI"))
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5))
     return fig
 
 
-# ----------------------------------------------------------------------------- figure 3
-
-
-def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
     """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
     with the Gaussian-logit prediction from each run's σ (open diamonds) and ln V."""
     models, inits = _model_order(have), _init_order(have)
@@ -330,19 +269,17 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> 
             x = len(ticks)
             for tie, dx in ((True, -0.18), (False, 0.18)):
                 c = cell[cell["tie"] == tie]
-                jitter = np.linspace(-0.05, 0.05, len(c)) if len(c) > 1 else np.zeros(len(c))
+                jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
-                        mfc=_mfc(tie), alpha=0.9, zorder=3)
-                cs = c[c["init_logit_std"].notna()]
-                if len(cs):
-                    ax.plot(np.full(len(cs), x + dx), A.gaussian_logit_loss(cs["init_logit_std"].to_numpy(), vocab,
-                            draws=draws), ls="none", marker="D", ms=4.5, mfc="none", mec="black", mew=0.7, zorder=4)
+                        mfc=MFC[tie], alpha=0.9, zorder=3)
+                predicted = A.gaussian_logit_loss(c["init_logit_std"].to_numpy(float), vocab, draws=THEORY_DRAWS)
+                ax.plot(np.full(len(c), x + dx), predicted, ls="none", marker="D", ms=4.5, mfc="none", mec="black",
+                        mew=0.7, zorder=4)  # NaN where a run has no init_logit_std: not drawn
             ticks.append(x)
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-    long = max(len(line) for label in labels for line in label.split("\n")) * len(ticks) > 60
-    many = len(ticks) > 8
+    many, long = len(ticks) > 8, max(len(line) for lab in labels for line in lab.split("\n")) * len(ticks) > 60
     ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if many else 0, ha="right" if many else "center")
     ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
@@ -351,15 +288,15 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int, draws: int) -> 
     _plain_log(ax, "y", list(have["init_val_loss"]) + [ln_v], ratio=3)
 
 
-def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> None:
+def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     """Right: measured loss against σ with E[logsumexp z] and its two regimes."""
     sig_runs, models = have[have["init_logit_std"].notna()], _model_order(have)
     if sig_runs.empty:
         return _note(ax, "no run recorded init_logit_std")
     ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
-    lo = min(sig_runs["init_logit_std"].min() / 3, 0.05)
-    grid = np.geomspace(lo, max(sig_runs["init_logit_std"].max() * 3, 3 * sigma_c), 80)
-    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=draws), color="black", lw=1.2,
+    sig = sig_runs["init_logit_std"]
+    grid = np.geomspace(min(sig.min() / 3, 0.05), max(sig.max() * 3, 3 * sigma_c), 80)
+    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=THEORY_DRAWS), color="black", lw=1.2,
             label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
     small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
     ax.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2, label=r"ln V + $\sigma^2$/2")
@@ -369,7 +306,7 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> No
         for tie in (True, False):
             c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
             ax.plot(c["init_logit_std"], c["init_val_loss"], ls="none", marker=MARKERS[k % len(MARKERS)],
-                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=_mfc(tie))
+                    color=TIE_COLOR[tie], ms=4, alpha=0.9, mfc=MFC[tie])
         if len(models) > 1:
             ax.plot([], [], ls="none", marker=MARKERS[k % len(MARKERS)], color="#444444", label=_model_label(have, model))
     _plain_log(ax, "x")
@@ -381,17 +318,11 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int, draws: int) -> No
 
 
 @figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
-def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
-    """Initial (step 0) validation loss by tie × init std × size, against ln V and theory.
-
-    Left: measured loss per configuration (dots: seeds), ln V (dashed) and the loss predicted
-    from each run's initial logit std σ for i.i.d. Gaussian logits (open diamonds). Right:
-    loss against σ with the prediction E[logsumexp(z)] (Monte Carlo over V logits) and its
-    two regimes, ln V + σ²/2 and σ·sqrt(2 ln V).
-    """
-    _check_runs(runs, "initial-loss figure")
+def fig_initial_loss(runs: pd.DataFrame) -> Figure:
+    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory: per configuration
+    (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ with E[logsumexp z]."""
     runs = _with_setting(runs)
-    fig, axes = _figure(1, 2, width=FULL_WIDTH, row_height=2.6, gridspec_kw={"width_ratios": [1.25, 1]})
+    fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     have = runs[runs["init_val_loss"].notna()]
     fig.skipped += [f"{_run_label(r)}: no init_val_loss ({r['status']})" for _, r in runs.drop(have.index).iterrows()]
     if have.empty:
@@ -401,8 +332,8 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
     fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
                     for _, r in have[have["init_logit_std"].isna()].iterrows()]
     vocab = int(have["vocab_size"].dropna().iloc[0])
-    _initial_loss_by_setting(axes[0, 0], have, vocab, theory_draws)
-    _initial_loss_vs_sigma(axes[0, 1], have, vocab, theory_draws)
+    _initial_loss_by_setting(axes[0, 0], have, vocab)
+    _initial_loss_vs_sigma(axes[0, 1], have, vocab)
     fig.legend(handles=_tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
@@ -410,16 +341,12 @@ def fig_initial_loss(runs: pd.DataFrame, *, theory_draws: int = 4) -> Figure:
     return fig
 
 
-# ----------------------------------------------------------------------------- figure 4
-
-
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
 
 
 def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
-    """Median and IQR of ``col`` per frequency bin: quantile bins of log count, so every bin
-    holds about as many tokens (the few very frequent ones are not a bin of their own);
-    unseen tokens (count 0) sit at x = UNSEEN_X."""
+    """Median and IQR of ``col`` per quantile bin of log count (each bin holds about as many
+    tokens, so the few very frequent ones are no bin of their own); count 0 sits at UNSEEN_X."""
     d = df[df["count"].notna() & df[col].notna()].astype({"count": float})
     seen = d[d["count"] > 0]
     groups = [(UNSEEN_X, d.loc[d["count"] == 0, col])] if (d["count"] == 0).any() else []
@@ -430,8 +357,7 @@ def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
 
 
 def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
-    """(a) row norm vs train-split token count: median per log bin (IQR band for the
-    embedding), untied head dashed, the norm at init dotted."""
+    """(a) row norm vs train-split count: median per log bin (embedding: IQR band), head dashed."""
     drawn, max_count, init_norm = False, 1.0, None
     for _, r in cell.iterrows():
         tp = token_probes[token_probes["run_id"] == r["run_id"]]
@@ -465,8 +391,7 @@ def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
     oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
     if oc.empty:
         return _note(ax, "no off-diagonal cosines (probes/*.npz) for these runs")
-    lim = float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0
-    bins = np.linspace(-lim, lim, 61)
+    bins = np.linspace(-1, 1, 61) * (float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0)  # ±99.5th pct
     first = oc[oc["which"] == "first"]
     if len(first):
         ax.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True, color="#cccccc")
@@ -488,40 +413,25 @@ def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
     ax.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
     ax.axvline(0, color="black", lw=0.8, ls="--")
-    d = untied["n_embd"].dropna()
-    if len(d):  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
-        xs, sd = np.linspace(-lim, lim, 200), 1 / math.sqrt(int(d.iloc[0]))
-        ax.plot(xs, np.exp(-0.5 * (xs / sd) ** 2) / (sd * math.sqrt(2 * math.pi)), color=REF_COLOR, lw=1, ls=":")
+    xs = np.linspace(-lim, lim, 200)  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
+    ax.plot(xs, stats.norm.pdf(xs, scale=1 / math.sqrt(untied["n_embd"].iloc[0])), color=REF_COLOR, lw=1, ls=":")
     ax.set_xlabel("cos(input vector, output vector)")
 
 
 @figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
-def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None = None,
-                           offdiag: pd.DataFrame | None = None) -> Figure:
-    """Embedding geometry at the last probe, one column per init std (one run per tie).
-
-    Rows: (a) row norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I
-    means all 0); (c) untied: cosine between each token's input and output vector.
-    Without probe tables, shows :func:`analysis.representative_runs` of ``runs`` (the others
-    are listed as not shown) and loads their probes; with them, shows ``runs`` as given.
-    """
-    _check_runs(runs, "embedding-geometry figure")
-    others = []
-    if token_probes is None or offdiag is None:
-        shown = A.representative_runs(runs)
-        others, runs = runs[~runs["run_id"].isin(shown["run_id"])], shown
-        token_probes = A.load_token_probes(runs) if token_probes is None else token_probes
-        offdiag = A.load_offdiag_cosines(runs) if offdiag is None else offdiag
-    runs = _with_setting(runs)
-    inits = _init_order(runs)
-    fig, axes = _figure(3, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.75)
-    fig.skipped += token_probes.attrs.get("missing", []) + offdiag.attrs.get("missing", [])
-    if len(others):
+def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
+    """Embedding geometry at the last probe of :func:`analysis.representative_runs` (one run per
+    tie and init std; the others are listed as not shown), one column per init std. Rows: (a) row
+    norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I means all 0);
+    (c) untied: cosine between each token's input and output vector."""
+    shown = _with_setting(A.representative_runs(runs))
+    token_probes, offdiag, inits = A.load_token_probes(shown), A.load_offdiag_cosines(shown), _init_order(shown)
+    fig, axes = _figure(3, len(inits), 1.75)
+    fig.skipped += token_probes.attrs["missing"] + offdiag.attrs["missing"]
+    if len(others := runs[~runs["run_id"].isin(shown["run_id"])]):
         fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
-    dup = runs[runs.duplicated(["tie", "setting"], keep="first")]
-    fig.skipped += [f"{_run_label(r)}: one run per tie and init std is shown" for _, r in dup.iterrows()]
-    runs = runs.drop(dup.index)
+    runs = shown
     for j, init in enumerate(inits):
         cell = runs[runs["setting"] == init]
         axes[0, j].set_title(_init_label(init))
@@ -530,44 +440,31 @@ def fig_embedding_geometry(runs: pd.DataFrame, token_probes: pd.DataFrame | None
         _in_out_panel(axes[2, j], cell, token_probes)
     for ax, label in zip(axes[:, 0], ("row norm", "density", "density (untied)")):
         ax.set_ylabel(label)
-    steps = sorted(token_probes["probe_step"].dropna().unique().astype(int)) if len(token_probes) else []
     handles = _tie_handles() + [
         Line2D([], [], color="#444444", ls="-", label="embedding"),
         Line2D([], [], color="#444444", ls="--", label="head (untied)"),
         Line2D([], [], color=REF_COLOR, ls=(0, (1, 3)), label=r"init norm $\sigma_\mathrm{init}\sqrt{d}$"),
         Patch(color="#cccccc", label="init (first probe)"),
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
-        Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)"),
-    ]
-    model = runs["model"].iloc[0] if len(runs) else ""
-    title = (f"{model}, last probe (step {steps[-1]})" if len(steps) == 1 else f"{model}, last probe per run") \
-        if steps else None
-    # The title rides on the legend: a suptitle would collide with an outside legend.
-    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title, title_fontsize=8)
+        Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)")]
+    steps = token_probes["probe_step"].unique()  # the title rides on the legend: a suptitle would collide with it
+    title = f"{runs['model'].iloc[0]}, last probe" + (f" (step {steps[0]})" if len(steps) == 1 else " per run")
+    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title if len(steps) else None,
+               title_fontsize=8)
     return fig
 
 
-# ----------------------------------------------------------------------------- figure 5
-
-
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
-def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False,
-                   confidence: float = 0.95) -> Figure:
-    """Input-side (lookup) vs output-side (head) gradient norm of the embedding matrix.
-
-    One column per init std; top: the two norms over training (mean over seeds; solid = input
-    side, dashed = output side); bottom: their ratio out/in, one line per size. Tied runs only
-    by default (the two parts of one matrix); ``include_untied`` adds untied runs (wte vs lm_head).
-    """
-    _check_runs(runs, "gradient-split figure")
+def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False) -> Figure:
+    """Input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the embedding, mean
+    over seeds, a column per init std; below, their ratio out/in per size. Tied runs (the two parts
+    of one matrix); ``include_untied`` adds untied runs (wte vs lm_head)."""
     runs, history = _with_setting(runs), _with_setting(history)
     ties = (True, False) if include_untied else (True,)
     inits, models = _init_order(runs), _model_order(runs)
-    fig, axes = _figure(2, len(inits), width=FULL_WIDTH if len(inits) > 1 else COLUMN_WIDTH, row_height=1.8,
-                        sharex="col")
-    if not include_untied and (runs["tie"] == False).any():  # noqa: E712
-        fig.skipped.append(f"{int((runs['tie'] == False).sum())} untied run(s) "  # noqa: E712
-                           "(figure shows tied runs; include_untied=True adds them)")
+    fig, axes = _figure(2, len(inits), 1.8, sharex="col")
+    if not include_untied and (n := int((runs["tie"] == False).sum())):  # noqa: E712
+        fig.skipped.append(f"{n} untied run(s) (figure shows tied runs; include_untied=True adds them)")
     keys = ("train/grad_norm_in", "train/grad_norm_out")
     if missing := [k for k in keys if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
@@ -589,13 +486,10 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
             hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
             if hm.empty:
                 continue
-            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=_mfc(tie), markevery=0.2) if len(models) > 1 else {}
+            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=MFC[tie], markevery=0.2) if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
-                agg = A.aggregate_history(hm, key, by=["model"], confidence=confidence)
-                ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], ls=ls, **mk)
-            agg = A.aggregate_history(hm, "ratio", by=["model"], confidence=confidence)
-            axr.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **mk)
-            _band(axr, agg, TIE_COLOR[tie], 0.15)
+                _mean_line(ax, hm, key, tie, ["model"], ls=ls, **mk)
+            _mean_line(axr, hm, "ratio", tie, ["model"], 0.15, **mk)
         if hc.empty:
             _note(ax, "no runs")
             _note(axr, "no runs")
@@ -616,33 +510,22 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
     return fig
 
 
-# ----------------------------------------------------------------------------- table 6
-
-
-def param_tables(vocab_size: int = 50257) -> dict[str, str]:
-    """:func:`analysis.parameter_table` as {"md": markdown, "tex": LaTeX}, counts with thousands separators."""
-    table = A.parameter_table(vocab_size).rename(columns=lambda c: c.replace("_", " "))
-    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
-    return {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
-
-
-def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None, name: str = "table_params") -> list[Path]:
-    """Write ``name.md`` and ``name.tex`` into ``out_dir``, for the runs' vocabulary when they
-    share one, else GPT-2's 50257."""
+def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
+    """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` in ``out_dir`` (counts
+    with thousands separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
+    table = A.parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257).rename(columns=lambda c: c.replace("_", " "))
+    tex = table.to_latex(index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]})
+    texts = {"md": table.to_markdown(index=False, intfmt=",") + "\n", "tex": tex.replace(",", "{,}")}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext, text in param_tables(int(vocab[0]) if len(vocab) == 1 else 50257).items():
-        paths.append(Path(out_dir, f"{name}.{ext}"))
-        paths[-1].write_text(text)
+    paths = [Path(out_dir, f"table_params.{ext}") for ext in texts]
+    for path, text in zip(paths, texts.values()):
+        path.write_text(text)
     return paths
 
 
 REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
                                   lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None))
-
-
-# ----------------------------------------------------------------------------- saving, CLI
 
 
 def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
@@ -655,40 +538,20 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
     return paths
 
 
-def _print_notes(skipped: Sequence[str], flagged: Sequence[str], indent: str = "") -> None:
-    for head, items in (("not shown", skipped), ("marked", flagged)):
+def _print_notes(fig: Figure | None, indent: str = "") -> None:
+    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
         for item in items:
             print(f"{indent}{head}: {item}")
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
-    """Save ``fig`` (see :func:`save_figure`), print where and what it leaves out; return it.
-    For notebooks: ``F.publish(F.fig_val_loss(runs, history), OUT_DIR, "fig1_val_loss")``."""
-    for path in save_figure(fig, out_dir, name, formats):
-        print(f"wrote {path}")
-    _print_notes(fig.skipped, fig.flagged)
+    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
+    print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
+    _print_notes(fig)
     return fig
 
 
-def make_all(results: A.Results, out_dir: str | Path, formats: Sequence[str] = ("pdf", "png"),
-             only: Sequence[str] | None = None) -> dict[str, dict]:
-    """Every output of REGISTRY (or ``only`` those) into ``out_dir``.
-
-    Returns {name: {"files", "skipped", "flagged", "error"}}; one failing does not stop the others.
-    """
-    report: dict[str, dict] = {}
-    for name in only or REGISTRY:
-        entry = {"files": [], "skipped": [], "flagged": [], "error": None}
-        try:
-            entry["files"], fig = REGISTRY[name].write(results, Path(out_dir), formats)
-            entry["skipped"], entry["flagged"] = list(getattr(fig, "skipped", [])), list(getattr(fig, "flagged", []))
-        except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
-            entry["error"] = f"{type(e).__name__}: {e}"
-        report[name] = entry
-    return report
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
         description="Regenerate every figure of the paper from sweep directories (or a W&B project).",
@@ -712,11 +575,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         ap.error(f"--out {args.out} exists and is not a directory")
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
     try:
         results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
@@ -725,14 +583,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in results.runs["status"].value_counts().items()))
     for note in results.notes:
         print(f"note: {note}")
-    report = make_all(results, args.out, args.formats, args.only)
-    for name, entry in report.items():
-        if entry["error"]:
-            print(f"{name}: NOT MADE: {entry['error']}", file=sys.stderr)
+    failed = False
+    for name in args.only or REGISTRY:  # one output failing does not stop the others
+        try:
+            files, fig = REGISTRY[name].write(results, Path(args.out), args.formats)
+        except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
+            print(f"{name}: NOT MADE: {type(e).__name__}: {e}", file=sys.stderr)
+            failed = True
             continue
-        print(f"{name}: " + ", ".join(str(p) for p in entry["files"]))
-        _print_notes(entry["skipped"], entry["flagged"], "    ")
-    return 1 if any(e["error"] for e in report.values()) else 0
+        print(f"{name}: " + ", ".join(str(p) for p in files))
+        _print_notes(fig, "    ")
+    return int(failed)
 
 
 if __name__ == "__main__":
