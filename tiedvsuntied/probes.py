@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 SAMPLE_ROWS = 2048      # rows of E sampled for the off-diagonal cosines
 SAMPLE_SEED = 0         # the sample is a function of V alone: the same rows at every evaluation
-MAX_OFFDIAG = 100_000   # off-diagonal cosines kept in probe_arrays
+MAX_OFFDIAG = 100_000   # off-diagonal cosines kept in the arrays (probes/step_*.npz)
 
 
 def _matrices(model) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -44,15 +44,6 @@ def _cosine_gram(w: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     x = w if rows is None else w[rows.to(w.device)]
     x = F.normalize(x.float(), dim=1)  # a zero row has cosine 0 with everything
     return x @ x.t()
-
-
-def offdiag_cosines(w: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """Upper-triangle (i < j) entries of the row-normalised W[rows]·W[rows]ᵀ, as a flat tensor.
-
-    That matrix has ones on its diagonal, so these entries are exactly its deviation from I."""
-    gram = _cosine_gram(w, rows)
-    i, j = torch.triu_indices(len(gram), len(gram), offset=1, device=gram.device)
-    return gram[i, j]
 
 
 @lru_cache(maxsize=8)
@@ -81,8 +72,13 @@ def _cos_stats(prefix: str, gram: torch.Tensor) -> dict[str, float]:
 
 @torch.no_grad()
 def probe(model) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(probe_scalars(model), probe_arrays(model)) from one pass: what the trainer calls at
-    every evaluation."""
+    """(scalars, arrays) of one evaluation, from one pass.
+
+    scalars (metrics.jsonl, prefixed "probe/"): emb_norm_{mean,std}, head_norm_{mean,std} (tied:
+    emb's), emb_offdiag_cos_{mean,abs_mean,rms,abs_max} on the fixed row sample; untied also
+    head_offdiag_cos_*, in_out_cos_{mean,std}. arrays (probes/step_*.npz, float32): emb_norm (V),
+    head_norm (V), in_out_cos (V, untied), offdiag_cos (at most MAX_OFFDIAG cosines of the
+    sample, the same pairs every time)."""
     e, h = _matrices(model)
     rows = sample_rows(e.size(0))
     emb_norm = torch.linalg.vector_norm(e, dim=1)
@@ -110,18 +106,3 @@ def probe(model) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     i, j = _kept_pairs(len(emb_gram))
     arrays["offdiag_cos"] = emb_gram[i.to(emb_gram.device), j.to(emb_gram.device)].cpu().numpy().astype(np.float32)
     return scalars, arrays
-
-
-def probe_scalars(model) -> dict[str, float]:
-    """Scalars for metrics.jsonl, keys prefixed "probe/":
-    emb_norm_{mean,std}, head_norm_{mean,std} (tied: equal to emb's),
-    emb_offdiag_cos_{mean,abs_mean,rms,abs_max} on the fixed row sample;
-    untied only: head_offdiag_cos_{mean,abs_mean,rms,abs_max}, in_out_cos_{mean,std}."""
-    return probe(model)[0]
-
-
-def probe_arrays(model) -> dict[str, np.ndarray]:
-    """Per-token arrays for probes/step_*.npz (float32): emb_norm (V), head_norm (V),
-    in_out_cos (V, untied only), offdiag_cos (the sample's off-diagonal cosines of E·Eᵀ,
-    at most MAX_OFFDIAG of them, the same positions every time)."""
-    return probe(model)[1]

@@ -270,7 +270,7 @@ class Run:
     bar: object = None
 
     def write(self, msg: str) -> None:
-        (self.bar.write if self.bar is not None else log.info)(msg)
+        (self.bar.write if self.bar is not None and not self.bar.disable else log.info)(msg)
 
 
 def resolved_config(cfg: Config) -> dict:
@@ -384,14 +384,11 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
     R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml({**config, "derived": derived}))
     np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
     stds = model.init_stds()
-    summary.params, summary.flops_per_token = params, derived["flops_per_token"]
-    summary.init_std_resolved = {"emb": stds["emb"], "head": stds["head"]}
-    summary.device, summary.precision, summary.compiled = str(device), precision.value, compiled
-    summary.step, summary.tokens = state.step, state.tokens
-    summary.resumed_from_step = state.step if used else None
-    for k in ("init_val_loss", "init_logit_std", "best_val_loss"):
-        setattr(summary, k, getattr(state, k))
-    summary.status, summary.error = R.Status.running, None
+    summary.update(params=params, flops_per_token=derived["flops_per_token"], device=str(device),
+                   init_std_resolved={"emb": stds["emb"], "head": stds["head"]}, precision=precision.value,
+                   compiled=compiled, step=state.step, tokens=state.tokens, init_val_loss=state.init_val_loss,
+                   init_logit_std=state.init_logit_std, best_val_loss=state.best_val_loss,
+                   resumed_from_step=state.step if used else None, status=R.Status.running, error=None)
     summary.write(run_dir)
     if used:
         log.info("[%s] resuming from step %d (%s)", summary.name, state.step, used)
@@ -455,7 +452,11 @@ def _loop(run: Run) -> None:
         _evaluate(run, first=True)
     window_s, window_steps = 0.0, 0  # training time only: evaluations and checkpoints excluded
     saved = st.step if run.resumed_from is not None else None  # the step of the newest checkpoint
-    with _sigterm_as_interrupt(), _progress(run):
+    from tqdm.auto import tqdm
+
+    run.bar = tqdm(total=tc.max_steps, initial=st.step, desc=run.summary.name[:48], unit="step",
+                   dynamic_ncols=True, disable=not tc.progress)
+    with _sigterm_as_interrupt(), run.bar:
         try:
             while st.step < tc.max_steps:
                 t0 = time.perf_counter()
@@ -472,8 +473,7 @@ def _loop(run: Run) -> None:
                 run.optimizer.zero_grad(set_to_none=True)
                 st.step, st.tokens = st.step + 1, st.tokens + tokens_per_step
                 window_s, window_steps = window_s + time.perf_counter() - t0, window_steps + 1
-                if run.bar is not None:
-                    run.bar.update(1)
+                run.bar.update(1)
                 if logging:
                     tps = window_steps * tokens_per_step / max(window_s, 1e-9)
                     window_s, window_steps = 0.0, 0
@@ -483,8 +483,7 @@ def _loop(run: Run) -> None:
                         # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
                         "train/grad_norm_in": split["in"].norm().item(),
                         "train/grad_norm_out": split["out"].norm().item()}, st.step)
-                    if run.bar is not None:
-                        run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
+                    run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
                 if st.step % tc.eval_interval == 0 or st.step == tc.max_steps:
                     if not math.isfinite(_evaluate(run)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
@@ -496,21 +495,6 @@ def _loop(run: Run) -> None:
                 save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
             raise
-
-
-@contextlib.contextmanager
-def _progress(run: Run):
-    if run.cfg.trainer.progress:
-        from tqdm.auto import tqdm
-
-        run.bar = tqdm(total=run.cfg.trainer.max_steps, initial=run.state.step, desc=run.summary.name[:48],
-                       unit="step", dynamic_ncols=True)
-    try:
-        yield
-    finally:
-        if run.bar is not None:
-            run.bar.close()
-            run.bar = None
 
 
 def _evaluate(run: Run, first: bool = False) -> float:
@@ -529,8 +513,8 @@ def _evaluate(run: Run, first: bool = False) -> float:
     if math.isfinite(vl):
         st.best_val_loss = vl if st.best_val_loss is None else min(st.best_val_loss, vl)
     st.last_val_loss = vl
-    s.step, s.tokens, s.final_val_loss = st.step, st.tokens, vl
-    s.init_val_loss, s.init_logit_std, s.best_val_loss = st.init_val_loss, st.init_logit_std, st.best_val_loss
+    s.update(step=st.step, tokens=st.tokens, final_val_loss=vl, init_val_loss=st.init_val_loss,
+             init_logit_std=st.init_logit_std, best_val_loss=st.best_val_loss)
     s.write(run.run_dir)
     run.write(f"[{s.name}] step {st.step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.4g} | "
               f"tokens {st.tokens:,}")
