@@ -1,16 +1,12 @@
 """``python -m tiedvsuntied.bench``: training throughput, peak memory and MFU, as ratios.
 
-    python -m tiedvsuntied.bench --sizes micro,mini --steps 10
-    python -m tiedvsuntied.bench --sizes micro --json > bench.json
+    python -m tiedvsuntied.bench --sizes micro,mini --steps 10 [--device cuda] [--json]
 
-For each size it times full training steps (forward, backward, clip, AdamW) of the trainer's
-own pieces, for tied and untied heads, in fp32 and bf16, eager and ``torch.compile``d, with
-the chunked cross-entropy the trainer uses, plus the baseline: eager fp32 with a full-logit
-cross-entropy. In the same run it measures this machine's dense matmul peak for fp32 and bf16,
-so MFU is a ratio to the hardware at hand, and every row also reports its speed-up over the
-baseline. Each configuration runs in its own subprocess so peak memory (max RSS on CPU,
-max allocated on CUDA) and compilation are isolated. Tokens are uniform random ids: the data
-source does not change the cost of a step.
+Times full training steps (forward, backward, clip, AdamW) of the trainer's own pieces, tied
+and untied, fp32 and bf16, eager and compiled, against a baseline (eager fp32, full-logit
+cross-entropy), and measures the machine's matmul peak in the same run: MFU and speed-ups are
+ratios within one run. Each configuration runs in its own process (isolated peak memory and
+compilation); tokens are random ids, since the data does not change a step's cost.
 """
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""The results contract as code: what a run writes, and the readers the analysis uses.
-
-    <results_dir>/<sweep>/index.json          {run_id: IndexEntry}: every run of the sweep
-    <results_dir>/<sweep>/<run_id>/
-        config.yaml      the resolved config (+ "derived": vocab size, params, device, ...)
-        summary.json     RunSummary: status and headline numbers, rewritten atomically
-        metrics.jsonl    one JSON object per logged step: the truth W&B mirrors
-        token_freq.npy   train-split token counts; probes/step_*.npz: per-token probe arrays
-        checkpoints/     last.pt and prev.pt while training; model.pt (weights) once finished
-        wandb/           the W&B run (offline runs live here: `wandb sync` uploads them)
+"""The results contract as code: what a run writes (summary.json, index.json, metrics.jsonl,
+checkpoints) and the readers the analysis uses; docs/ARCHITECTURE.md draws the layout.
 
 A run is identified by its config: ``run_id`` is its name plus a hash of every key that can
 change the result, so the same command run again finds the same directory and resumes it.
-Nothing here imports the trainer: the trainer writes through this module and the analysis
-reads through it.
+The trainer writes through this module and the analysis reads through it; it imports neither.
 """
 from __future__ import annotations
 
