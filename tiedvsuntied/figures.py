@@ -280,8 +280,8 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-    many = len(ticks) > 6  # long rows of labels are turned so they do not overlap
-    ax.set_xticks(ticks, labels, fontsize=6 if many else 7, rotation=30 if many else 0, ha="right" if many else "center")
+    turn = len(ticks) > 6  # a long row of labels is turned so they do not overlap
+    ax.set_xticks(ticks, labels, fontsize=6 if turn else 7, rotation=30 if turn else 0, ha="right" if turn else "center")
     ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
     ax.set_ylabel("initial validation loss (nats)")
