@@ -24,37 +24,23 @@ def sweep(tmp_path):
 # ----------------------------------------------------------------------------- statistics
 
 
-def test_t_critical_matches_tables():
-    for dof, expected in [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)]:
-        assert A.t_critical(dof) == pytest.approx(expected, abs=1e-4)
-    assert A.t_critical(5, 0.99) == pytest.approx(4.0321, abs=1e-4)
-    assert math.isnan(A.t_critical(0))
-
-
 def test_init_std_spellings_read_as_one():
     for given, canonical in ((1, "1.0"), ("1", "1.0"), (0.036, "0.036"), ("d^-0.5", "inv_sqrt_d"),
                              ("inv_sqrt_d", "inv_sqrt_d")):
         assert A.run_row({"init_std": given})["init_std"] == canonical
 
 
-def test_describe_ci_and_single_seed():
-    d = A.describe([1.0, 2.0, 4.0])
-    sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
-    assert d["n"] == 3 and d["mean"] == pytest.approx(7 / 3)
-    assert d["ci_high"] - d["mean"] == pytest.approx(4.3027 * sem, rel=1e-4)
-    assert d["ci_label"] == "95% t-CI, n=3"
-    one = A.describe([5.0, float("nan")])
-    assert one["n"] == 1 and one["mean"] == 5.0
-    assert math.isnan(one["ci_low"]) and math.isnan(one["std"])
-    assert one["ci_label"] == "n=1: no CI"
-
-
-def test_aggregate_groups_and_labels():
-    df = pd.DataFrame({"g": ["a", "a", "b"], "x": [1.0, 3.0, 10.0], "run_id": ["r1", "r2", "r3"]})
+def test_aggregate_t_interval_single_seed_and_labels():
+    df = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "x": [1.0, 2.0, 4.0, 5.0, float("nan")],
+                       "run_id": ["r1", "r2", "r3", "r4", "r5"]})
     out = A.aggregate(df, ["g"], "x").set_index("g")
-    assert out.loc["a", "mean"] == 2.0 and out.loc["a", "n"] == 2
-    assert out.loc["b", "ci_label"] == "n=1: no CI" and math.isnan(out.loc["b", "ci_half"])
-    assert out.loc["a", "run_ids"] == ["r1", "r2"]
+    a, b = out.loc["a"], out.loc["b"]
+    sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
+    assert a["n"] == 3 and a["mean"] == pytest.approx(7 / 3) and a["run_ids"] == ["r1", "r2", "r3"]
+    assert a["ci_high"] - a["mean"] == pytest.approx(4.3027 * sem, rel=1e-4)  # t(0.975, dof=2) from the tables
+    assert a["ci_label"] == "95% t-CI, n=3"
+    assert b["n"] == 1 and b["mean"] == 5.0 and b["ci_label"] == "n=1: no CI"  # the NaN is not a seed
+    assert math.isnan(b["ci_half"]) and math.isnan(b["std"])
     with pytest.raises(KeyError, match="nope"):
         A.aggregate(df, ["g"], "nope")
 

@@ -135,9 +135,7 @@ def test_grad_split_tied_only_and_missing_metrics(results):
     fig = F.fig_grad_split(results.runs, results.history)
     n_untied = int((results.runs["tie"] == False).sum())  # noqa: E712
     assert f"{n_untied} untied run(s)" in " ".join(fig.skipped)
-    assert {to_hex(line.get_color()) for line in _lines(fig)} <= {TIED, to_hex(F.REF_COLOR)}
-    both = F.fig_grad_split(results.runs, results.history, include_untied=True)
-    assert UNTIED in {to_hex(line.get_color()) for line in _lines(both)}
+    assert {to_hex(line.get_color()) for line in _lines(fig)} == {TIED, to_hex(F.REF_COLOR)}
     bare = results.history.drop(columns=["train/grad_norm_in", "train/grad_norm_out"])
     fig = F.fig_grad_split(results.runs, bare)
     assert "gradient split not logged" in _texts(fig)

@@ -1,10 +1,6 @@
-"""Results -> two tidy pandas DataFrames (docs/figures.md lists every column).
-
-``runs``: one row per run (identity, config, parameter counts, summary values); ``history``:
-one row per run and logged step, one column per metric, with identity columns so it groups
-without a join. Sweep directories (:func:`load_results`) and W&B (:func:`load_wandb`) both go
-through :func:`run_row`, so the columns agree. Means over seeds carry a Student-t interval.
-"""
+"""Results -> two tidy pandas DataFrames: ``runs`` (one row per run) and ``history`` (one row per
+run and logged step). Sweep directories and W&B both go through :func:`run_row`, so the columns
+agree (docs/figures.md lists them). Means over seeds carry a Student-t interval."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -48,10 +45,11 @@ _NOT_VARIANT = ("model.name", "model.n_layer", "model.n_head", "model.n_embd", "
 _VARIANT_SECTIONS = ("model.", "optim.", "trainer.")
 _SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path")
                  and not c.startswith(("params_", "init_std_resolved_"))]
-_INT_COLUMNS = ["max_steps", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed", "step",
-                "diverged_at_step", *(c for c in RUN_COLUMNS if c.startswith("params_"))]
-_FLOAT_COLUMNS = ["init_std_resolved_emb", "init_std_resolved_head", "flops_per_token", "tokens", "init_val_loss",
-                  "init_logit_std", "final_val_loss", "best_val_loss", "test_loss", "ln_vocab"]
+# Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
+_TYPES = typing.get_type_hints(R.RunSummary)
+_INT_COLUMNS = [c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")]
+_FLOAT_COLUMNS = [c for c in RUN_COLUMNS if _TYPES.get(c) in (float, float | None)
+                  or c.startswith("init_std_resolved_")] + ["ln_vocab"]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {"finished": 0, "diverged": 1, "running": 2, "failed": 3, "unknown": 4}
 
@@ -80,8 +78,6 @@ class Results:
 
 
 # ----------------------------------------------------------------------------- loading
-
-
 def load_results(*paths: str | Path) -> Results:
     """Read sweep, run or results directories. A run found twice keeps its best record (STATUS_RANK,
     then the newest ``updated_at``): a failed first attempt never hides the finished rerun."""
@@ -102,9 +98,8 @@ def load_results(*paths: str | Path) -> Results:
 
 def load(sweep_dirs: str | Path | Sequence[str | Path] = (), *, wandb_project: str | None = None,
          wandb_group: str | None = None, data_id: str | None = None) -> Results:
-    """What the notebooks call: a W&B project ("entity/project") if given, else sweep
-    directories (a list, or one string holding several separated by os.pathsep); with
-    ``data_id``, only the runs on that data (for mixed sweeps)."""
+    """What the notebooks call: a W&B project if given, else sweep directories (a list, or one string
+    joined by os.pathsep); with ``data_id``, only the runs on that data (for mixed sweeps)."""
     if isinstance(sweep_dirs, (str, Path)):
         sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
     results = load_wandb(wandb_project, group=wandb_group or None) if wandb_project else load_results(*sweep_dirs)
@@ -225,21 +220,6 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- one row per run
-
-
-def data_id(fingerprint: Any = None, config: Mapping[str, Any] | None = None, vocab_size: Any = None) -> str | None:
-    """A short id of the data a run trained on; runs are comparable only when they share it:
-    the trainer's corpus fingerprint, else a hash of the ``data`` config (cache keys left out)."""
-    if fingerprint:
-        return str(fingerprint)[:12]
-    data = (config or {}).get("data")
-    if not isinstance(data, Mapping):
-        return None
-    blob = json.dumps({"data": {k: v for k, v in data.items() if "cache" not in str(k).lower()},
-                       "vocab_size": vocab_size}, sort_keys=True, default=str)
-    return "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
-
-
 def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}."""
     return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
@@ -267,7 +247,7 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
     s = dict(summary or {})
     config = unflatten(config or {})
     derived = config.get("derived") or {}
-    section = lambda name: config.get(name) if isinstance(config.get(name), Mapping) else {}  # noqa: E731
+    section = lambda name: config.get(name) if isinstance(config.get(name), Mapping) else {}
     model, data, trainer = section("model"), section("data"), section("trainer")
     fallbacks = {"model": model.get("name"), "data": data.get("name"), "max_steps": trainer.get("max_steps"),
                  **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size", "t5_rescale")}}
@@ -287,14 +267,17 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
     row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
     row["status"] = row["status"] or "unknown"
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
-    row["data_id"] = data_id(s.get("data_fingerprint"), config, row["vocab_size"])
+    if s.get("data_fingerprint"):  # data_id: runs are comparable only when they share it
+        row["data_id"] = str(s["data_fingerprint"])[:12]
+    elif data:  # no fingerprint: a hash of the data config (cache keys left out)
+        blob = json.dumps({"data": {k: v for k, v in data.items() if "cache" not in str(k).lower()},
+                           "vocab_size": row["vocab_size"]}, sort_keys=True, default=str)
+        row["data_id"] = "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 
 
 # ----------------------------------------------------------------------------- checks
-
-
 def check_consistency(runs: pd.DataFrame) -> list[str]:
     """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
     notes = []
@@ -321,35 +304,9 @@ def require_single_data(runs: pd.DataFrame, what: str = "this comparison") -> No
 
 
 # ----------------------------------------------------------------------------- statistics
-
-
-def t_critical(dof: int, confidence: float = 0.95) -> float:
-    """Two-sided critical value of Student's t (12.706 for dof=1 at 95%); NaN for dof < 1."""
-    return float(stats.t.ppf((1 + confidence) / 2, dof)) if dof >= 1 else math.nan
-
-
-def _ci(df: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """Given n, mean, std columns: add sem, the t interval (NaN for n < 2) and its label."""
-    n = df["n"].astype(float)
-    df["sem"] = df["std"] / np.sqrt(n)
-    df["ci_half"] = stats.t.ppf((1 + confidence) / 2, (n - 1).where(n > 1)) * df["sem"]
-    df["ci_low"], df["ci_high"] = df["mean"] - df["ci_half"], df["mean"] + df["ci_half"]
-    df["ci_label"] = [f"{confidence:.0%} t-CI, n={k}" if k > 1 else ("n=1: no CI" if k == 1 else "no data")
-                      for k in df["n"]]
-    return df
-
-
-def describe(values: Sequence[float] | pd.Series, confidence: float = 0.95) -> dict[str, Any]:
-    """n, mean, std (ddof=1), sem and the t confidence interval of the finite ``values``."""
-    x = pd.to_numeric(pd.Series(values), errors="coerce").replace([np.inf, -np.inf], np.nan).dropna()
-    one = pd.DataFrame({"n": [len(x)], "mean": [x.mean()], "std": [x.std(ddof=1)]})
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in _ci(one, confidence).iloc[0].items()}
-
-
-def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: float = 0.95,
-              carry: Sequence[str] = ()) -> pd.DataFrame:
-    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the t interval
-    (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1) and ``ci_label``, ``carry`` columns, ``run_ids``."""
+def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, carry: Sequence[str] = ()) -> pd.DataFrame:
+    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the CONFIDENCE
+    t interval (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1), ``ci_label``, ``carry``, ``run_ids``."""
     missing = [c for c in [*by, value, *carry] if c not in df.columns]
     if missing:
         raise KeyError(f"columns {missing} not in the table; available: {sorted(map(str, df.columns))}")
@@ -360,35 +317,40 @@ def aggregate(df: pd.DataFrame, by: Sequence[str], value: str, *, confidence: fl
         out = out.join(g[list(carry)].first())
     if "run_id" in df:
         out["run_ids"] = g["run_id"].agg(list)
-    out = _ci(out.reset_index(), confidence)
+    out = out.reset_index()
+    n = out["n"].astype(float)
+    out["sem"] = out["std"] / np.sqrt(n)
+    out["ci_half"] = stats.t.ppf((1 + CONFIDENCE) / 2, (n - 1).where(n > 1)) * out["sem"]
+    out["ci_low"], out["ci_high"] = out["mean"] - out["ci_half"], out["mean"] + out["ci_half"]
+    out["ci_label"] = [f"{CONFIDENCE:.0%} t-CI, n={k}" if k > 1 else ("n=1: no CI" if k == 1 else "no data")
+                       for k in out["n"]]
     cols = [*by, "n", "mean", "std", "sem", "ci_low", "ci_high", "ci_half", "ci_label", *carry]
     return out[cols + (["run_ids"] if "run_id" in df else [])]
 
 
-def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss", *, confidence: float = 0.95) -> pd.DataFrame:
+def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
     """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only
     finished runs count (a diverged run has no meaningful final loss)."""
     carry = ["n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size"]
-    return aggregate(runs[runs["status"] == "finished"], GROUP_COLUMNS, value, confidence=confidence, carry=carry)
+    return aggregate(runs[runs["status"] == "finished"], GROUP_COLUMNS, value, carry=carry)
 
 
 def aggregate_history(history: pd.DataFrame, metric: str = "val/loss", *,
-                      by: Sequence[str] = ("model", "tie", "init_std"),
-                      statuses: Sequence[str] = ("finished", "running"), confidence: float = 0.95) -> pd.DataFrame:
+                      by: Sequence[str] = ("model", "tie", "init_std")) -> pd.DataFrame:
     """Per group and step: mean and CI of ``metric`` over the group's runs (seeds), plus the
     mean ``tokens``. Diverged and failed runs are left out here: plot them one by one."""
     if metric not in history.columns:
         raise KeyError(f"metric {metric!r} not in the history; logged metrics: "
                        f"{sorted(c for c in history.columns if '/' in str(c))}")
-    h = history[history["status"].isin(statuses) & history[metric].notna()]
+    h = history[history["status"].isin(["finished", "running"]) & history[metric].notna()]
     tokens = h.groupby([*by, "step"], dropna=False)["tokens"].mean().reset_index()
-    return aggregate(h, [*by, "step"], metric, confidence=confidence).merge(tokens, on=[*by, "step"], how="left")
+    return aggregate(h, [*by, "step"], metric).merge(tokens, on=[*by, "step"], how="left")
 
 
 def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
     """tied − untied (``diff``) of finished runs that share PAIR_COLUMNS; the others are listed in
     ``.attrs["unpaired"]``. Two runs in one slot (two sweeps, same seeds) raise :class:`ResultsError`."""
-    label = lambda r: r["name"] or r["run_id"]  # noqa: E731
+    label = lambda r: r["name"] or r["run_id"]
     ok = runs[(runs["status"] == "finished") & runs["tie"].notna()]
     unpaired = [f"{label(r)}: status {r['status']}" for _, r in runs.drop(ok.index).iterrows()]
     dup = ok[ok.duplicated(PAIR_COLUMNS + ["tie"], keep=False)]
@@ -398,7 +360,7 @@ def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.
                            + "; select one sweep first")
     side = {t: ok[ok["tie"] == t].set_index(PAIR_COLUMNS)[[value, "run_id"]] for t in (True, False)}
     both = side[True].merge(side[False], how="outer", left_index=True, right_index=True, suffixes=("_t", "_u"))
-    for key, r in both[both["run_id_t"].isna() | both["run_id_u"].isna()].iterrows():
+    for _, r in both[both["run_id_t"].isna() | both["run_id_u"].isna()].iterrows():
         run = runs.set_index("run_id").loc[r["run_id_t"] if pd.notna(r["run_id_t"]) else r["run_id_u"]]
         unpaired.append(f"{run['name'] or run.name}: no {'untied' if run['tie'] else 'tied'} partner "
                         "with the same data, size, variant, init std and seed")
@@ -410,33 +372,25 @@ def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.
     return out
 
 
-def summarize_differences(pairs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def summarize_differences(pairs: pd.DataFrame) -> pd.DataFrame:
     """Mean paired difference (tied − untied) over seeds with its t CI, per data/size/variant/init std."""
-    return aggregate(pairs, ["data_id", "model", "variant", "init_std"], "diff", confidence=confidence)
+    return aggregate(pairs, ["data_id", "model", "variant", "init_std"], "diff")
 
 
 # ----------------------------------------------------------------------------- probe arrays
-
-
-def probe_files(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every ``probes/step_*.npz`` of a run, by step."""
-    found = ((p.stem.removeprefix("step_"), p) for p in Path(run_dir, "probes").glob("step_*.npz"))
-    return sorted((int(s), p) for s, p in found if s.isdigit())
-
-
 def _probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[str]):
     """(run, requested step, probe step, arrays) per run and step that has a probe file;
     "first"/"last" name the run's first/last probe, and a probe is read once per run."""
     for _, run in runs.iterrows():
-        files, seen = (probe_files(run["path"]) if run.get("path") else []), set()
+        found = ((p.stem.removeprefix("step_"), p) for p in Path(run.get("path") or "-", "probes").glob("step_*.npz"))
+        files, seen = sorted((int(s), p) for s, p in found if s.isdigit()), set()
         if not files:
             missing.append(f"{run.get('name') or run['run_id']}: no probes/step_*.npz"
                            + ("" if run.get("path") else " (not a local run directory)"))
             continue
+        by_name = {"first": files[0], "last": files[-1], **{str(s): (s, p) for s, p in files}}
         for which in steps:
-            pick = files[0 if which == "first" else -1] if files and which in ("first", "last") else \
-                next(((s, p) for s, p in files if str(s) == str(which)), None)
-            if pick is None:
+            if (pick := by_name.get(str(which))) is None:
                 missing.append(f"{run.get('name') or run['run_id']}: no probe at step {which}")
             elif pick[0] not in seen:
                 seen.add(pick[0])
@@ -486,16 +440,10 @@ def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.
 
 
 # ----------------------------------------------------------------------------- W&B
-
-_WANDB_STATES = {"running": "running", "finished": "finished", "crashed": "failed", "failed": "failed",
-                 "killed": "failed", "preempted": "failed"}
-
-
 def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_id: str, name: str | None = None,
                   group: str | None = None, state: str | None = None, url: str | None = None) -> dict[str, Any]:
-    """One runs-table row from a W&B run's config and summary (the summary.json values the
-    trainer mirrors, dicts as "params/total"; last metric values fill gaps). A crashed run is
-    failed, and so is one still "running" after W&B saw it stop."""
+    """One runs-table row from a W&B run: the summary.json values the trainer mirrors (dicts as
+    "params/total"), gaps filled from the last metrics. Crashed, or "running" after W&B saw it stop: failed."""
     s = {k: v for k, v in summary.items() if not k.startswith("_")}
     for prefix in ("params", "init_std_resolved"):
         sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
@@ -506,7 +454,8 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
         if s.get(ours) is None and summary.get(theirs) is not None:
             s[ours] = summary[theirs]
     s = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **s}
-    wb_state = _WANDB_STATES.get(str(state or "").lower())
+    wb_state = {"running": "running", "finished": "finished", "crashed": "failed", "failed": "failed",
+                "killed": "failed", "preempted": "failed"}.get(str(state or "").lower())
     if not s.get("status"):
         s["status"] = wb_state or "unknown"
     elif s["status"] == "running" and wb_state in ("failed", "finished"):
@@ -534,12 +483,9 @@ def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0)
 
 
 # ----------------------------------------------------------------------------- initial loss theory
-
-
 def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8) -> np.ndarray:
-    """Expected cross-entropy when the V logits are i.i.d. N(0, σ²) and independent of the target:
-    E[logsumexp(z)] (E[z_target] = 0), by Monte Carlo over ``draws`` vectors of V logits, the
-    same draws for every σ so the curve is smooth."""
+    """Expected loss E[logsumexp(z)] when the V logits are i.i.d. N(0, σ²) and independent of the
+    target; Monte Carlo over ``draws`` logit vectors, the same for every σ so the curve is smooth."""
     g = np.random.default_rng(0).standard_normal((draws, int(vocab_size)))
     return np.array([special.logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
 
@@ -551,7 +497,7 @@ def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) 
     return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * math.sqrt(2 * ln_v))
 
 
-def initial_loss_table(runs: pd.DataFrame, draws: int = 8) -> pd.DataFrame:
+def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run: measured initial loss beside ln V and the Gaussian-logit predictions from its σ
     (``predicted``, ``predicted_approx``), and ``excess`` = measured − predicted."""
     cols = ["run_id", "name", "tie", "init_std", "variant", "model", "seed", "vocab_size", "ln_vocab",
@@ -560,30 +506,24 @@ def initial_loss_table(runs: pd.DataFrame, draws: int = 8) -> pd.DataFrame:
     ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
     for v, g in t[ok].groupby("vocab_size"):
         sigma = g["init_logit_std"].to_numpy(float)
-        t.loc[g.index, "predicted"] = gaussian_logit_loss(sigma, int(v), draws=draws)
+        t.loc[g.index, "predicted"] = gaussian_logit_loss(sigma, int(v))
         t.loc[g.index, "predicted_approx"] = gaussian_logit_loss_approx(sigma, int(v))
     return t.assign(excess=t["init_val_loss"] - t["predicted"])
 
 
 def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """One run per (tie, init std, variant) of the largest size with a run in ``statuses``:
-    the lowest seed, finished first (for figures that show single runs)."""
-    statuses = ("finished", "running", "diverged")
+    """One run per (tie, init std, variant) of the largest size that has a usable run: the
+    lowest seed, finished first (for figures that show single runs)."""
     if runs.empty:
         return runs
-    pool = runs[runs["status"].isin(statuses)]
-    pool = runs if pool.empty else pool
+    rank = runs["status"].map({"finished": 0, "running": 1, "diverged": 1}).fillna(2)  # failed, unknown: last
+    pool = runs[rank < 2] if (rank < 2).any() else runs
     biggest = pool.sort_values(["params_total", "n_embd"], ascending=False, na_position="last").iloc[0]["model"]
-    cand = runs[runs["model"] == biggest].assign(_bad=lambda d: ~d["status"].isin(statuses),
-                                                 _unfinished=lambda d: d["status"] != "finished")
-    cand = cand.sort_values(["_bad", "_unfinished", "seed"], kind="stable")
-    first = cand.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1)
-    return first.drop(columns=["_bad", "_unfinished"])
+    cand = runs.assign(_rank=rank)[runs["model"] == biggest].sort_values(["_rank", "seed"], kind="stable")
+    return cand.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1).drop(columns="_rank")
 
 
 # ----------------------------------------------------------------------------- parameter table
-
-
 def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
@@ -591,10 +531,9 @@ def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
         cfg = M.ModelConfig(**{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size})
         tied, untied = M.count_parameters_for(cfg, True), M.count_parameters_for(cfg, False)
-        flops = M.flops_per_token(cfg)  # the same tied or not
         rows.append({"size": cfg.name, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
                      "block_size": cfg.block_size, "total (tied)": tied["total"], "total (untied)": untied["total"],
                      "non-embedding": tied["non_embedding"], "embedding (wte)": tied["embedding"],
                      "position (wpe)": tied["position"], "head (untied)": untied["head"],
-                     "GFLOPs/token": round(flops / 1e9, 3)})
+                     "GFLOPs/token": round(M.flops_per_token(cfg) / 1e9, 3)})
     return pd.DataFrame(rows).sort_values("total (tied)", ignore_index=True)

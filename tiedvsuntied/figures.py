@@ -1,11 +1,8 @@
-"""DataFrames -> the paper's figures (matplotlib); ``python -m tiedvsuntied.figures SWEEP --out DIR``.
+"""The paper's figures from :mod:`tiedvsuntied.analysis` tables; ``python -m tiedvsuntied.figures SWEEP --out DIR``.
 
-Every figure takes :mod:`tiedvsuntied.analysis` tables and returns a Figure in one style (Okabe-Ito:
-tied vermillion, untied blue; 8 pt text for a two-column paper). Runs a figure leaves out are never
-dropped silently: ``fig.skipped`` lists them ("name: reason"), ``fig.flagged`` the runs drawn apart;
-:func:`caption`, :func:`publish` and the CLI report them, the image does not. ``REGISTRY`` maps each
-output name to how it is made (docs/figures.md).
-"""
+Runs a figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
+``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the CLI report them, the
+image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
 from __future__ import annotations
 
 import argparse
@@ -29,8 +26,7 @@ from scipy import stats
 
 from tiedvsuntied import analysis as A
 
-OKABE_ITO = {"green": "#009E73", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}  # colour-blind safe
-TIE_COLOR = {True: OKABE_ITO["vermillion"], False: OKABE_ITO["blue"]}
+TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
 MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
@@ -50,7 +46,8 @@ REGISTRY: dict[str, Output] = {}
 
 def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. It runs under STYLE (never the global rcParams), on runs of one dataset."""
+    called with. It runs under STYLE (never the global rcParams), on runs of one dataset, and its
+    tables carry a ``setting`` column (:func:`_with_setting`)."""
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
         def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
@@ -58,7 +55,7 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Call
                 raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
             A.require_single_data(runs, name)
             with rc_context(STYLE):
-                fig = func(runs, *args, **kwargs)
+                fig = func(_with_setting(runs), *map(_with_setting, args), **kwargs)
             fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
             return fig
 
@@ -146,10 +143,15 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
         lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else ""))
 
 
-def _tie_handles(ties=(True, False), marker: str | None = None) -> list:
+def _legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
+    """One legend above all panels (a suptitle would collide with it)."""
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
+
+
+def _tie_handles(marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
     return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, mfc=MFC[t],
-                   ls="-" if marker is None else "none") for t in ties]
+                   ls="-" if marker is None else "none") for t in (True, False)]
 
 
 def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
@@ -168,7 +170,6 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     and running runs: mean over seeds, t-CI band when n ≥ 2. Diverged and failed runs: drawn
     alone, dashed, ending with × where they stopped."""
     metric = "val/loss"
-    runs, history = _with_setting(runs), _with_setting(history)
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     history = history[history[metric].notna()] if metric in history else history.iloc[:0].assign(**{metric: 1.0})
@@ -213,7 +214,7 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         handles.append(Line2D([], [], color="none", label="one seed: no CI"))
     handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
                 for s in ("diverged", "failed") if s in ended]
-    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles))
+    _legend(fig, handles, len(handles))
     return fig
 
 
@@ -228,7 +229,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                     for _, r in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()]
     agg = _with_setting(A.aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
-    inits = _init_order(_with_setting(runs))
+    inits = _init_order(runs)
     for ax, xcol, xlabel in ((axes[0, 0], "params_total", "parameters (total, unique)"),
                              (axes[0, 1], "params_non_embedding", "parameters (non-embedding)")):
         if agg.empty:
@@ -252,7 +253,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                        label=_init_label(init, short=True)) for k, init in enumerate(inits)]
     handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"
                           if (agg["n"] >= 2).any() else "one seed per point: no CI"))
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5))
+    _legend(fig, handles, 5)
     return fig
 
 
@@ -279,8 +280,8 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
             labels.append("\n".join([_init_label(init, prefix="")] + ([model] if len(models) > 1 else [])))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
-    many, long = len(ticks) > 8, max(len(line) for lab in labels for line in lab.split("\n")) * len(ticks) > 60
-    ax.set_xticks(ticks, labels, fontsize=6 if long else 7, rotation=30 if many else 0, ha="right" if many else "center")
+    turn = len(ticks) > 6  # a long row of labels is turned so they do not overlap
+    ax.set_xticks(ticks, labels, fontsize=6 if turn else 7, rotation=30 if turn else 0, ha="right" if turn else "center")
     ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_xlabel("init std" + (" / size" if len(models) > 1 else f" ({models[0]}, d={int(have['n_embd'].iloc[0])})"))
     ax.set_ylabel("initial validation loss (nats)")
@@ -298,9 +299,8 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     grid = np.geomspace(min(sig.min() / 3, 0.05), max(sig.max() * 3, 3 * sigma_c), 80)
     ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=THEORY_DRAWS), color="black", lw=1.2,
             label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
-    small, large = grid[grid <= 1.6 * sigma_c], grid[grid >= 0.6 * sigma_c]
-    ax.plot(small, ln_v + small**2 / 2, color=OKABE_ITO["green"], ls=":", lw=1.2, label=r"ln V + $\sigma^2$/2")
-    ax.plot(large, large * sigma_c, color=OKABE_ITO["purple"], ls="-.", lw=1.2, label=r"$\sigma\sqrt{2\,\ln V}$")
+    ax.plot(grid, A.gaussian_logit_loss_approx(grid, vocab), color=REF_COLOR, ls=":", lw=1.2,
+            label=r"large V: ln V + $\sigma^2$/2, then $\sigma\sqrt{2\,\ln V}$")
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     for k, model in enumerate(models):
         for tie in (True, False):
@@ -321,7 +321,6 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
 def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory: per configuration
     (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ with E[logsumexp z]."""
-    runs = _with_setting(runs)
     fig, axes = _figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     have = runs[runs["init_val_loss"].notna()]
     fig.skipped += [f"{_run_label(r)}: no init_val_loss ({r['status']})" for _, r in runs.drop(have.index).iterrows()]
@@ -334,10 +333,10 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     vocab = int(have["vocab_size"].dropna().iloc[0])
     _initial_loss_by_setting(axes[0, 0], have, vocab)
     _initial_loss_vs_sigma(axes[0, 1], have, vocab)
-    fig.legend(handles=_tie_handles(marker="o") + [
+    _legend(fig, _tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
-               label=r"Gaussian-logit prediction from the run's $\sigma$")], loc="outside upper center", ncols=4)
+               label=r"Gaussian-logit prediction from the run's $\sigma$")], 4)
     return fig
 
 
@@ -405,7 +404,7 @@ def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
 
 def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     """(c) untied: cosine between each token's input and output vector, against N(0, 1/d)."""
-    untied = cell[cell["tie"] == False]  # noqa: E712
+    untied = cell[cell["tie"] == False]
     io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
     if untied.empty or io.empty:
         return _note(ax, "tied only: input and output vectors are one (cos = 1)" if untied.empty
@@ -420,16 +419,14 @@ def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
 
 @figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
 def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
-    """Embedding geometry at the last probe of :func:`analysis.representative_runs` (one run per
-    tie and init std; the others are listed as not shown), one column per init std. Rows: (a) row
-    norm vs train-split token count; (b) off-diagonal cosines of E·Eᵀ (E·Eᵀ = I means all 0);
-    (c) untied: cosine between each token's input and output vector."""
-    shown = _with_setting(A.representative_runs(runs))
+    """Embedding geometry at the last probe of one run per tie and init std (a column each): (a) row
+    norm vs token count, (b) off-diagonal cosines of E·Eᵀ, (c) untied: input-output cosine per token."""
+    shown = A.representative_runs(runs)
     token_probes, offdiag, inits = A.load_token_probes(shown), A.load_offdiag_cosines(shown), _init_order(shown)
     fig, axes = _figure(3, len(inits), 1.75)
     fig.skipped += token_probes.attrs["missing"] + offdiag.attrs["missing"]
-    if len(others := runs[~runs["run_id"].isin(shown["run_id"])]):
-        fig.skipped.append(f"{len(others)} other run(s): one run per tie and init std is shown "
+    if n_other := len(runs) - len(shown):
+        fig.skipped.append(f"{n_other} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
     runs = shown
     for j, init in enumerate(inits):
@@ -447,34 +444,30 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         Patch(color="#cccccc", label="init (first probe)"),
         Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
         Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)")]
-    steps = token_probes["probe_step"].unique()  # the title rides on the legend: a suptitle would collide with it
+    steps = token_probes["probe_step"].unique()  # the title rides on the legend
     title = f"{runs['model'].iloc[0]}, last probe" + (f" (step {steps[0]})" if len(steps) == 1 else " per run")
-    fig.legend(handles=handles, loc="outside upper center", ncols=4, title=title if len(steps) else None,
-               title_fontsize=8)
+    _legend(fig, handles, 4, title=title if len(steps) else None, title_fontsize=8)
     return fig
 
 
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
-def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied: bool = False) -> Figure:
-    """Input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the embedding, mean
-    over seeds, a column per init std; below, their ratio out/in per size. Tied runs (the two parts
-    of one matrix); ``include_untied`` adds untied runs (wte vs lm_head)."""
-    runs, history = _with_setting(runs), _with_setting(history)
-    ties = (True, False) if include_untied else (True,)
+def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
+    """Tied runs: input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the one
+    embedding matrix, mean over seeds, a column per init std; below, their ratio out/in per size."""
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), 1.8, sharex="col")
-    if not include_untied and (n := int((runs["tie"] == False).sum())):  # noqa: E712
-        fig.skipped.append(f"{n} untied run(s) (figure shows tied runs; include_untied=True adds them)")
+    if n := int((runs["tie"] == False).sum()):
+        fig.skipped.append(f"{n} untied run(s) (the figure shows tied runs)")
     keys = ("train/grad_norm_in", "train/grad_norm_out")
     if missing := [k for k in keys if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
         for ax in axes.flat:
             _note(ax, "gradient split not logged")
         return fig
-    h = history[history["tie"].isin(ties)]
+    h = history[history["tie"] == True]
     h = h.assign(ratio=h[keys[1]] / h[keys[0]])
     logged = set(h.loc[h[keys[0]].notna(), "run_id"])
-    for _, r in runs[runs["tie"].isin(ties)].iterrows():
+    for _, r in runs[runs["tie"] == True].iterrows():
         if r["run_id"] not in logged or r["status"] not in ("finished", "running"):
             fig.skipped.append(f"{_run_label(r)}: " + (f"{r['status']}, not averaged" if r["run_id"] in logged
                                                        else f"no gradient norms logged ({r['status']})"))
@@ -482,18 +475,18 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
         ax, axr = axes[0, j], axes[1, j]
         ax.set_title(_init_label(init))
         hc = h[h["setting"] == init]
-        for (k, model), tie in itertools.product(enumerate(models), ties):
-            hm = hc[(hc["tie"] == tie) & (hc["model"] == model)]
+        if hc.empty:
+            for a in (ax, axr):
+                _note(a, "no runs")
+            continue
+        for k, model in enumerate(models):
+            hm = hc[hc["model"] == model]
             if hm.empty:
                 continue
-            mk = dict(marker=MARKERS[k % len(MARKERS)], ms=3, mfc=MFC[tie], markevery=0.2) if len(models) > 1 else {}
+            mk = {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
-                _mean_line(ax, hm, key, tie, ["model"], ls=ls, **mk)
-            _mean_line(axr, hm, "ratio", tie, ["model"], 0.15, **mk)
-        if hc.empty:
-            _note(ax, "no runs")
-            _note(axr, "no runs")
-            continue
+                _mean_line(ax, hm, key, True, ["model"], ls=ls, **mk)
+            _mean_line(axr, hm, "ratio", True, ["model"], 0.15, **mk)
         _plain_log(ax, "y")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
         _plain_log(axr, "y", hc["ratio"], ratio=3)
@@ -501,12 +494,11 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, *, include_untied:
         axr.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("gradient norm")
     axes[1, 0].set_ylabel("output / input side")
-    sides = (("-", "input side (lookup)"), ("--", "output side (head)"))
-    handles = _tie_handles(ties) + [Line2D([], [], color="#444444", ls=ls, label=label) for ls, label in sides] \
-        if include_untied else [Line2D([], [], color=TIE_COLOR[True], ls=ls, label=f"tied: {label}") for ls, label in sides]
+    handles = [Line2D([], [], color=TIE_COLOR[True], ls=ls, label=f"tied: {side} side ({part})")
+               for ls, side, part in (("-", "input", "lookup"), ("--", "output", "head"))]
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
                        label=_model_label(runs, m)) for k, m in enumerate(models) if len(models) > 1]
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4))
+    _legend(fig, handles, 4)
     return fig
 
 
@@ -565,16 +557,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
     ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
     args = ap.parse_args(argv)
-    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    if not args.formats or set(args.formats) - {"pdf", "png", "svg"}:
-        ap.error(f"--formats {','.join(args.formats)!r}: valid formats are pdf, png, svg")
-    args.only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if args.only and (unknown := [s for s in args.only if s not in REGISTRY]):
+    formats, only = args.formats.lower().split(","), args.only.split(",") if args.only else list(REGISTRY)
+    if set(formats) - {"pdf", "png", "svg"}:
+        ap.error(f"--formats {args.formats!r}: valid formats are pdf, png, svg")
+    if unknown := [s for s in only if s not in REGISTRY]:
         ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(REGISTRY)}")
     if bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        ap.error(f"--out {args.out} exists and is not a directory")
     try:
         results = A.load(args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (A.ResultsError, A.WandbUnavailableError) as e:
@@ -584,9 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in results.notes:
         print(f"note: {note}")
     failed = False
-    for name in args.only or REGISTRY:  # one output failing does not stop the others
+    for name in only:  # one output failing does not stop the others
         try:
-            files, fig = REGISTRY[name].write(results, Path(args.out), args.formats)
+            files, fig = REGISTRY[name].write(results, Path(args.out), formats)
         except (A.ResultsError, KeyError, ValueError, ImportError, OSError) as e:
             print(f"{name}: NOT MADE: {type(e).__name__}: {e}", file=sys.stderr)
             failed = True
