@@ -235,3 +235,19 @@ def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
     R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.finished, "r"))
     assert R.read_index(tmp_path)["r"].overrides == ["tie=true"]
     assert R.read_index(tmp_path)["r"].status == R.Status.finished
+
+
+def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
+    import os
+    import signal
+
+    from tiedvsuntied.train import _interrupts_held
+
+    model, opt = _trained(True)
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            save_checkpoint(tmp_path, model, opt, TrainState(step=7))
+    assert load_checkpoint(tmp_path, tiny_model(True), build_optimizer(tiny_model(True), OptimConfig()),
+                           state := TrainState()) == tmp_path / "last.pt" and state.step == 7
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -402,6 +402,25 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
 
 
 @contextlib.contextmanager
+def _interrupts_held():
+    """Ctrl-C / SIGTERM while a checkpoint is written would tear it (torch.save turns the
+    KeyboardInterrupt into a zip error): hold them until the write is done, then raise."""
+    held = []
+    try:
+        old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals cannot reach this code anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if held:
+        raise KeyboardInterrupt(f"signal {held[0]}")
+
+
+@contextlib.contextmanager
 def _sigterm_as_interrupt():
     """A scheduler's SIGTERM becomes KeyboardInterrupt, so the loop saves a checkpoint."""
     def handler(signum, frame):
@@ -488,11 +507,13 @@ def _loop(run: Run) -> None:
                     if not math.isfinite(_evaluate(run)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
                 if st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps:
-                    save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
-                    saved = st.step
+                    with _interrupts_held():
+                        save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+                        saved = st.step
         except KeyboardInterrupt:
             if saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
-                save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
+                with _interrupts_held():
+                    save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
             raise
 
