@@ -32,6 +32,7 @@ from tiedvsuntied.data import Corpus, DataConfig, check_data, prepare_data
 from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, resolve_compile,
                                    resolve_device, resolve_precision)
 from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token
+from tiedvsuntied.model import check_config as check_model
 from tiedvsuntied.probes import probe
 
 log = logging.getLogger(__name__)
@@ -144,9 +145,7 @@ def check_config(cfg: Config) -> None:
     if not _SWEEP_NAME.match(cfg.sweep):
         raise ConfigError(f"sweep={cfg.sweep!r} is invalid: use letters, digits, '.', '_' or '-'")
     try:
-        canonical_init_std(cfg.init_std)
-        with torch.device("meta"):  # validates shapes and init stds, allocates nothing
-            GPT(cfg.model, tie=cfg.tie, init_std=cfg.init_std)
+        check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # shapes and init stds, allocates nothing
         resolve_device(cfg.trainer.device)
     except ValueError as e:
         raise ConfigError(str(e)) from None
