@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from tiedvsuntied.hf import from_pretrained, save_pretrained
 from tiedvsuntied.losses import chunked_cross_entropy
@@ -358,6 +359,21 @@ def test_chunked_loss_equals_full_loss_and_gradients(tie):
     with torch.no_grad():
         torch.testing.assert_close(chunked(x, y, loss_chunk=7, return_logits=False)[1], loss_full,
                                    rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [7, 0])
+def test_per_token_losses_are_the_mean_losses_parts(chunk):
+    """reduction="none" (evaluation's per-window losses): chunked or not, the same numbers."""
+    cfg = tiny()
+    x, y = batch(cfg)
+    model = GPT(cfg, seed=0)
+    with torch.no_grad():
+        per_token = model(x, y, loss_chunk=chunk, return_logits=False, reduction="none")[1]
+        logits = model(x)[0]
+    assert per_token.shape == y.shape
+    expected = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+    torch.testing.assert_close(per_token, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(per_token.mean(), model(x, y)[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("off", [None, 0])

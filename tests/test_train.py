@@ -9,6 +9,7 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 
 from conftest import QUICK, REPO, compose
 from tiedvsuntied import records as R
+from tiedvsuntied.data import prepare_data
 from tiedvsuntied.model import GPT, ModelConfig
 from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (ConfigError, OptimConfig, TrainerConfig, TrainState, build_optimizer, check_config,
@@ -251,3 +253,33 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
     assert load_checkpoint(tmp_path, tiny_model(True), build_optimizer(tiny_model(True), OptimConfig()),
                            state := TrainState()) == tmp_path / "last.pt" and state.step == 7
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen_vocabulary(tmp_path):
+    """What the paired, bootstrapped comparisons read: the loss of every fixed window at every
+    evaluation, the test split at each new best validation step and at the end."""
+    cfg = compose("tie=true", "init_std=1.0", *QUICK, "trainer.max_steps=6", "trainer.eval_windows=0",
+                  "optim.grad_clip=1e-6", f"results_dir={tmp_path}")
+    s = train(cfg)
+    run_dir = next((tmp_path / cfg.sweep).glob("tie=*"))
+    metrics = R.read_metrics(run_dir)
+    val = {m["step"]: m["val/loss"] for m in metrics if "val/loss" in m}
+    assert sorted(val) == [0, 2, 4, 6]
+    n_windows = len(prepare_data(cfg.data).tokens("val")) // (cfg.model.block_size + 1)  # all that fit
+    tested = {}
+    for step, loss in val.items():
+        with np.load(run_dir / "probes" / f"step_{step:07d}.npz") as z:
+            assert z["val_window_loss"].shape == (n_windows,)
+            assert float(z["val_window_loss"].mean()) == pytest.approx(loss, rel=1e-5)
+            if "test_window_loss" in z.files:
+                tested[step] = float(z["test_window_loss"].mean())
+    bests = [st for st in sorted(val) if val[st] == min(v for k, v in val.items() if k <= st)]
+    assert sorted(tested) == sorted(set(bests) | {6})  # each new best, and the last step
+    assert s.best_step == bests[-1] and s.best_val_loss == pytest.approx(val[s.best_step])
+    assert s.test_loss_at_best == pytest.approx(tested[s.best_step], rel=1e-5)
+    assert s.test_loss == pytest.approx(tested[6], rel=1e-5)
+    assert s.clip_frac == 1.0 and {m["train/clip_frac"] for m in metrics if "train/clip_frac" in m} == {1.0}
+    assert s.seen_vocab_frac == pytest.approx(float((np.load(run_dir / "token_freq.npy") > 0).mean()))
+    # tied at init std 1: the input token's own logit is about std * d, far above the others
+    assert s.init_self_logit > 0.5 * cfg.model.n_embd and s.init_self_logit > 5 * s.init_logit_std
+    assert s.peak_tflops > 0 and R.read_summary(run_dir).test_loss_at_best == s.test_loss_at_best

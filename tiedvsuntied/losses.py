@@ -79,11 +79,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_x * grad_loss, grad_w * grad_loss, None, None, None
 
 
-def chunked_cross_entropy(x, weight, targets, chunk: int = 1024):
-    """F.cross_entropy(x @ weightᵀ, targets, ignore_index=-1) (mean) without all the logits.
+def chunked_cross_entropy(x, weight, targets, chunk: int = 1024, reduction: str = "mean"):
+    """F.cross_entropy(x @ weightᵀ, targets, ignore_index=-1) without all the logits.
 
-    x (..., d), weight (V, d), targets (...). Used by GPT.forward(..., return_logits=False)."""
+    x (..., d), weight (V, d), targets (...). Used by GPT.forward(..., return_logits=False).
+    reduction "none" (evaluation, no gradient): the per-token losses, shaped like targets."""
+    shape = targets.shape
     x = x.reshape(-1, x.size(-1))
     targets = targets.reshape(-1)
+    if reduction == "none":
+        losses = [F.cross_entropy(F.linear(x[i:i + chunk], weight).float(), targets[i:i + chunk],
+                                  ignore_index=IGNORE_INDEX, reduction="none") for i in range(0, len(x), chunk)]
+        return torch.cat(losses).view(shape)
     compute_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     return _LinearCrossEntropy.apply(x, weight, targets, int(chunk), compute_grad)

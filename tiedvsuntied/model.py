@@ -292,14 +292,15 @@ class GPT(nn.Module):
                     p.copy_(torch.empty(p.shape).normal_(0.0, self._init_stds[std], generator=g))
 
     def forward(self, idx, targets=None, *, loss_chunk: Optional[int] = 1024, return_logits: bool = True,
-                grad_split: Optional[dict] = None):
+                grad_split: Optional[dict] = None, reduction: str = "mean"):
         """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
 
         With targets and return_logits=False the loss is the chunked cross-entropy of
         losses.py, never more than `loss_chunk` rows of logits (logits come back as None);
         loss_chunk None or 0 computes it from all the logits at once instead.
         `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
-        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches."""
+        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
+        reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
         T = idx.size(1)
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds model.block_size={self.config.block_size}")
@@ -316,12 +317,12 @@ class GPT(nn.Module):
         if self.config.t5_rescale:
             x = x * self.config.n_embd ** -0.5  # T5: the tied head sees d^-0.5 * h
         if targets is not None and not return_logits and loss_chunk:
-            return None, chunked_cross_entropy(x, w_out, targets, loss_chunk)
+            return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
         logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
-        return (logits if return_logits else None), loss
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction)
+        return (logits if return_logits else None), loss.view(targets.shape) if reduction == "none" else loss
 
 
 GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:

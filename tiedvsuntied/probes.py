@@ -1,13 +1,17 @@
 """Embedding-geometry probes: scalars for the logs, per-token arrays for figures.
 
 E is the token embedding (wte, V x d), H the head (lm_head, V x d; H is E when tied).
-- row norms of E and H (do they track token frequency?);
-- off-diagonal cosines of the row-normalised E·Eᵀ (is it close to the identity?), on a FIXED
-  sample of rows, because the full V x V matrix is too big; the sample depends on V only;
-- untied: the cosine between each token's input and output rows (do they drift apart?).
+Every statistic is given per vocabulary stratum, because a token that never occurs in training
+behaves differently from one that does: untied, its embedding row never gets a gradient and stays
+at init; tied, the softmax pushes every unseen row the same way and they collapse onto one
+direction. A uniform sample over a 50k BPE vocabulary of which Tiny Shakespeare uses ~20% would
+mostly measure vocabulary coverage. The strata (``vocab_strata``): unseen (count 0 in the train
+split), and the seen tokens split at their median count into rare and frequent halves.
 
-No probe touches the global RNG or autograd. The gradient split lives in the model
-(`model(..., grad_split=dict)`), since it needs the backward pass.
+Per stratum: mean row norms of E and H; off-diagonal cosines of the row-normalised E·Eᵀ (is it
+close to the identity?) on a fixed sample of rows, raw and mean-centred (the stratum sample's
+mean row removed first: anisotropy beyond one common direction); untied also H·Hᵀ and the cosine
+between each token's input and output rows. No probe touches the global RNG or autograd.
 """
 from __future__ import annotations
 
@@ -17,37 +21,32 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-SAMPLE_ROWS = 2048      # rows of E sampled for the off-diagonal cosines
-SAMPLE_SEED = 0         # the sample is a function of V alone: the same rows at every evaluation
-MAX_OFFDIAG = 100_000   # off-diagonal cosines kept in the arrays (probes/step_*.npz)
+STRATA = ("unseen", "rare", "frequent")
+SAMPLE_ROWS = 1024     # rows per stratum for the cosines: the same rows at every evaluation
+SAMPLE_SEED = 0
+MAX_PAIRS = 20_000     # sampled cosines kept per stratum in probes/step_*.npz
 
 
-def _matrices(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(E, H) as detached fp32; H is None when tied. Accepts compiled / DDP-wrapped models."""
-    model = getattr(model, "_orig_mod", model)
-    model = getattr(model, "module", model)
-    e, h = model.transformer.wte.weight, model.lm_head.weight
-    tied = h is e
-    return e.detach().float(), (None if tied else h.detach().float())
+def vocab_strata(freq: np.ndarray) -> dict[str, np.ndarray]:
+    """Token ids per stratum, sorted: unseen (count 0), and the seen tokens ordered by count
+    (ties by id) split into the more frequent half ("frequent") and the rest ("rare")."""
+    freq = np.asarray(freq)
+    seen = np.flatnonzero(freq > 0)
+    by_count = seen[np.argsort(-freq[seen], kind="stable")]
+    half = len(by_count) // 2
+    return {"unseen": np.flatnonzero(freq == 0), "rare": np.sort(by_count[half:]),
+            "frequent": np.sort(by_count[:half])}
 
 
-def sample_rows(n_rows: int, k: int = SAMPLE_ROWS, seed: int = SAMPLE_SEED) -> torch.Tensor:
-    """A fixed, sorted sample of min(k, n_rows) row indices, from a private generator."""
-    if n_rows <= k:
-        return torch.arange(n_rows)
-    g = torch.Generator().manual_seed(seed)
-    return torch.randperm(n_rows, generator=g)[:k].sort().values
+def sample_rows(ids: np.ndarray, k: int = SAMPLE_ROWS, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """A fixed, sorted sample of min(k, len(ids)) of ``ids``, from a private generator."""
+    if len(ids) <= k:
+        return np.asarray(ids, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(ids, size=k, replace=False)).astype(np.int64)
 
 
-def _cosine_gram(w: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """Row-normalised W[rows]·W[rows]ᵀ: the cosines between the sampled rows."""
-    x = w if rows is None else w[rows.to(w.device)]
-    x = F.normalize(x.float(), dim=1)  # a zero row has cosine 0 with everything
-    return x @ x.t()
-
-
-@lru_cache(maxsize=8)
-def _kept_pairs(n: int, k: int = MAX_OFFDIAG) -> tuple[torch.Tensor, torch.Tensor]:
+@lru_cache(maxsize=16)
+def _kept_pairs(n: int, k: int = MAX_PAIRS) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed sample of at most k pairs i < j of n rows (computed once per n)."""
     i, j = torch.triu_indices(n, n, offset=1)
     if len(i) > k:
@@ -56,53 +55,62 @@ def _kept_pairs(n: int, k: int = MAX_OFFDIAG) -> tuple[torch.Tensor, torch.Tenso
     return i, j
 
 
-def _cos_stats(prefix: str, gram: torch.Tensor) -> dict[str, float]:
-    """Statistics of the off-diagonal entries, straight from the (symmetric) matrix."""
-    n = len(gram)
-    off = gram.clone().fill_diagonal_(0.0)
-    count = n * (n - 1)
-    absolute = off.abs()
-    return {
-        f"probe/{prefix}_offdiag_cos_mean": (off.sum() / count).item(),
-        f"probe/{prefix}_offdiag_cos_abs_mean": (absolute.sum() / count).item(),
-        f"probe/{prefix}_offdiag_cos_rms": (torch.linalg.vector_norm(off) / count ** 0.5).item(),
-        f"probe/{prefix}_offdiag_cos_abs_max": absolute.max().item(),
-    }
+def _cosines(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine matrices of the rows of x, raw and after subtracting their mean row; the
+    diagonal is zeroed so sums over the matrix are sums over the off-diagonal pairs."""
+    raw = F.normalize(x, dim=1)  # a zero row has cosine 0 with everything
+    centred = F.normalize(x - x.mean(0), dim=1)
+    return (raw @ raw.t()).fill_diagonal_(0.0), (centred @ centred.t()).fill_diagonal_(0.0)
+
+
+def _matrices(model) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(E, H) as detached fp32; H is None when tied. Accepts compiled / DDP-wrapped models."""
+    model = getattr(model, "_orig_mod", model)
+    model = getattr(model, "module", model)
+    e, h = model.transformer.wte.weight, model.lm_head.weight
+    return e.detach().float(), (None if h is e else h.detach().float())
 
 
 @torch.no_grad()
-def probe(model) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(scalars, arrays) of one evaluation, from one pass.
+def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(scalars, arrays) of one evaluation; ``freq`` is the train-split count of every token.
 
-    scalars (metrics.jsonl, prefixed "probe/"): emb_norm_{mean,std}, head_norm_{mean,std} (tied:
-    emb's), emb_offdiag_cos_{mean,abs_mean,rms,abs_max} on the fixed row sample; untied also
-    head_offdiag_cos_*, in_out_cos_{mean,std}. arrays (probes/step_*.npz, float32): emb_norm (V),
-    head_norm (V), in_out_cos (V, untied), offdiag_cos (at most MAX_OFFDIAG cosines of the
-    sample, the same pairs every time)."""
+    scalars ("probe/..."): emb_norm_{mean,std}, head_norm_{mean,std} over the vocabulary; per
+    stratum s: s/emb_norm_mean, s/head_norm_mean, s/emb_cos_mean, s/emb_cos_abs_mean,
+    s/emb_ccos_abs_mean (centred), untied also s/head_cos_mean, s/head_ccos_abs_mean,
+    s/in_out_cos_mean. arrays (probes/step_*.npz): emb_norm, head_norm, in_out_cos (untied) per
+    token; per stratum cos_s and ccos_s (at most MAX_PAIRS sampled pairs, the same every time)
+    and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines."""
     e, h = _matrices(model)
-    rows = sample_rows(e.size(0))
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
-    emb_gram = _cosine_gram(e, rows)
-
-    scalars = {
-        "probe/emb_norm_mean": emb_norm.mean().item(),
-        "probe/emb_norm_std": emb_norm.std().item(),
-        "probe/head_norm_mean": head_norm.mean().item(),
-        "probe/head_norm_std": head_norm.std().item(),
-        **_cos_stats("emb", emb_gram),
-    }
-    arrays = {
-        "emb_norm": emb_norm.cpu().numpy().astype(np.float32),
-        "head_norm": head_norm.cpu().numpy().astype(np.float32),
-    }
+    scalars = {"probe/emb_norm_mean": emb_norm.mean().item(), "probe/emb_norm_std": emb_norm.std().item(),
+               "probe/head_norm_mean": head_norm.mean().item(), "probe/head_norm_std": head_norm.std().item()}
+    arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
     if h is not None:
         # cos(e_v, h_v) per token, reusing the norms; einsum avoids a (V, d) temporary
-        in_out = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(1e-12)
-        scalars.update(_cos_stats("head", _cosine_gram(h, rows)))
-        scalars["probe/in_out_cos_mean"] = in_out.mean().item()
-        scalars["probe/in_out_cos_std"] = in_out.std().item()
-        arrays["in_out_cos"] = in_out.cpu().numpy().astype(np.float32)
-    i, j = _kept_pairs(len(emb_gram))
-    arrays["offdiag_cos"] = emb_gram[i.to(emb_gram.device), j.to(emb_gram.device)].cpu().numpy().astype(np.float32)
-    return scalars, arrays
+        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(1e-12)
+    for s, ids in vocab_strata(freq).items():
+        if len(ids) < 2:
+            continue
+        ids_t = torch.from_numpy(ids).to(e.device)
+        p = f"probe/{s}/"
+        scalars[p + "emb_norm_mean"] = emb_norm[ids_t].mean().item()
+        scalars[p + "head_norm_mean"] = head_norm[ids_t].mean().item()
+        rows = sample_rows(ids)
+        n_pairs = len(rows) * (len(rows) - 1)
+        i, j = (t.to(e.device) for t in _kept_pairs(len(rows)))
+        for name, w in (("emb", e), ("head", h)):
+            if w is None:
+                continue
+            raw, centred = _cosines(w[torch.from_numpy(rows).to(w.device)])
+            scalars[p + f"{name}_cos_mean"] = (raw.sum() / n_pairs).item()
+            scalars[p + f"{name}_ccos_abs_mean"] = (centred.abs().sum() / n_pairs).item()
+            if name == "emb":
+                scalars[p + "emb_cos_abs_mean"] = (raw.abs().sum() / n_pairs).item()
+                arrays.update({f"cos_{s}": raw[i, j], f"ccos_{s}": centred[i, j]})
+        if h is not None:
+            scalars[p + "in_out_cos_mean"] = arrays["in_out_cos"][ids_t].mean().item()
+        arrays[f"rows_{s}"] = torch.from_numpy(rows)
+    out = {k: v.cpu().numpy().astype(np.int64 if k.startswith("rows_") else np.float32) for k, v in arrays.items()}
+    return scalars, out

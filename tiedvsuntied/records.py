@@ -73,9 +73,15 @@ class RunSummary:
     tokens: int = 0
     init_val_loss: Optional[float] = None
     init_logit_std: Optional[float] = None
+    init_self_logit: Optional[float] = None  # step 0: mean logit of the input token itself
     final_val_loss: Optional[float] = None
     best_val_loss: Optional[float] = None
+    best_step: Optional[int] = None
     test_loss: Optional[float] = None
+    test_loss_at_best: Optional[float] = None  # test split at best_step: early stopping on validation
+    seen_vocab_frac: Optional[float] = None  # of the vocabulary, the part that occurs in the train split
+    clip_frac: Optional[float] = None  # of the optimizer steps, those whose gradient norm was clipped
+    peak_tflops: Optional[float] = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: Optional[int] = None
     resumed_from_step: Optional[int] = None
     wandb_run_id: Optional[str] = None

@@ -63,7 +63,7 @@ class TrainerConfig:
     batch_size: int = 8  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
     eval_interval: int = 100  # also at step 0 (the initial loss is a result) and the last step
-    eval_windows: int = 64  # fixed validation/test windows, the same for every run
+    eval_windows: int = 0  # fixed validation/test windows, the same for every run; 0 = all that fit
     eval_batch_size: int = 16
     log_interval: int = 10
     ckpt_interval: int = 200  # also at the last step and on Ctrl-C / SIGTERM
@@ -102,8 +102,13 @@ class TrainState:
     tokens: int = 0
     init_val_loss: Optional[float] = None
     init_logit_std: Optional[float] = None
+    init_self_logit: Optional[float] = None
     best_val_loss: Optional[float] = None
+    best_step: Optional[int] = None
     last_val_loss: Optional[float] = None
+    test_loss: Optional[float] = None  # at the last step
+    test_loss_at_best: Optional[float] = None  # at best_step
+    clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
 
     def state_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -128,8 +133,9 @@ _RANGES = [
     ("optim.beta1", lambda v: 0 <= v < 1, "in [0, 1)"), ("optim.beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("optim.eps", lambda v: v > 0, "> 0"), ("optim.grad_clip", lambda v: v >= 0, ">= 0 (0 disables)"),
     *((f"trainer.{k}", lambda v: v >= 1, ">= 1") for k in (
-        "max_steps", "batch_size", "grad_accum", "eval_interval", "eval_windows", "eval_batch_size",
-        "log_interval", "ckpt_interval")),
+        "max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batch_size", "log_interval",
+        "ckpt_interval")),
+    ("trainer.eval_windows", lambda v: v >= 0, ">= 0 (0 = the whole split)"),
     ("trainer.loss_chunk", lambda v: v >= 0, ">= 0 (0 = full logits)"),
     ("trainer.peak_tflops", lambda v: v >= 0, ">= 0 (0 = measure)"),
 ]
@@ -229,19 +235,24 @@ def load_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> Opti
 
 
 @torch.no_grad()
-def evaluate(model, tokens, block_size: int, tc: TrainerConfig, device, precision, logit_std=False) -> dict:
-    """Mean loss over the split's fixed windows (the same windows every time, every run)."""
+def evaluate(model, tokens, block_size: int, tc: TrainerConfig, device, precision, first=False) -> dict:
+    """The loss of each of the split's fixed windows (the same windows every time, every run:
+    paired comparisons and bootstrap intervals over them need that) and their mean. ``first``
+    (step 0): also the logits' std and the mean logit of each input token at its own position
+    (tied, h·e_x: at a large init std it dominates the initial loss)."""
     model.eval()
-    total, n, out = 0.0, 0, {}
+    windows, out = [], {}
     for i, (x, y) in enumerate(iter_eval_batches(tokens, block_size, tc.eval_batch_size, tc.eval_windows)):
         x, y = x.to(device), y.to(device)
         with autocast(precision, device):
-            logits, loss = model(x, y, loss_chunk=tc.loss_chunk, return_logits=logit_std and i == 0)
+            logits, loss = model(x, y, loss_chunk=tc.loss_chunk, return_logits=first and i == 0, reduction="none")
         if logits is not None:
-            out["logit_std"] = logits.float().std().item()
-        total, n = total + loss.item() * len(x), n + len(x)
+            out["logit_std"] = logits.std().item()
+            out["self_logit"] = logits.gather(-1, x[..., None]).mean().item()
+        windows.append(loss.float().mean(1))
     model.train()
-    return {**out, "loss": total / n}
+    w = torch.cat(windows).cpu().numpy()
+    return {**out, "loss": float(w.mean()), "windows": w.astype(np.float32)}  # windows are equally long
 
 
 # ---------------------------------------------------------------------------- the run
@@ -263,6 +274,7 @@ class Run:
     state: TrainState
     step_model: torch.nn.Module  # the compiled model, or the model itself
     peak_tflops: float
+    freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
     derived: dict  # values the config implies on this machine (config.yaml's "derived")
     resumed_from: Optional[int] = None
     mlog: Optional[R.MetricsLog] = None
@@ -381,13 +393,14 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
                "compiled": compiled, "peak_tflops": peak, "data_fingerprint": corpus.fingerprint,
                "tokens_per_step": tc.batch_size * tc.grad_accum * cfg.model.block_size}
     R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml({**config, "derived": derived}))
-    np.save(run_dir / "token_freq.npy", corpus.token_freq("train"))
+    freq = corpus.token_freq("train")
+    np.save(run_dir / "token_freq.npy", freq)
     stds = model.init_stds()
     summary.update(params=params, flops_per_token=derived["flops_per_token"], device=str(device),
                    init_std_resolved={"emb": stds["emb"], "head": stds["head"]}, precision=precision.value,
-                   compiled=compiled, step=state.step, tokens=state.tokens, init_val_loss=state.init_val_loss,
-                   init_logit_std=state.init_logit_std, best_val_loss=state.best_val_loss,
+                   compiled=compiled, peak_tflops=peak, seen_vocab_frac=float((freq > 0).mean()),
                    resumed_from_step=state.step if used else None, status=R.Status.running, error=None)
+    _sync(summary, state)
     summary.write(run_dir)
     if used:
         log.info("[%s] resuming from step %d (%s)", summary.name, state.step, used)
@@ -396,7 +409,7 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
              f"{len(train_tokens):,}", peak)
     return Run(cfg=cfg, run_dir=run_dir, summary=summary, model=model, optimizer=optimizer, sampler=sampler,
                corpus=corpus, device=device, precision=precision, state=state,
-               step_model=torch.compile(model) if compiled else model, peak_tflops=peak, derived=derived,
+               step_model=torch.compile(model) if compiled else model, peak_tflops=peak, freq=freq, derived=derived,
                resumed_from=state.step if used else None)
 
 
@@ -468,7 +481,7 @@ def _loop(run: Run) -> None:
     fpt = run.summary.flops_per_token
     if st.step == 0:
         _evaluate(run, first=True)
-    window_s, window_steps = 0.0, 0  # training time only: evaluations and checkpoints excluded
+    window_s, window_steps, window_clipped = 0.0, 0, 0  # training time only: no evaluations, checkpoints
     saved = st.step if run.resumed_from is not None else None  # the step of the newest checkpoint
     from tqdm.auto import tqdm
 
@@ -487,6 +500,8 @@ def _loop(run: Run) -> None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), oc.grad_clip or math.inf).item()
                 if not (math.isfinite(loss) and math.isfinite(grad_norm)):
                     raise Diverged(f"non-finite loss or gradient at step {st.step} (loss {loss}, grad norm {grad_norm})")
+                clipped = int(0 < oc.grad_clip < grad_norm)
+                st.clipped_steps, window_clipped = st.clipped_steps + clipped, window_clipped + clipped
                 run.optimizer.step()
                 run.optimizer.zero_grad(set_to_none=True)
                 st.step, st.tokens = st.step + 1, st.tokens + tokens_per_step
@@ -494,14 +509,15 @@ def _loop(run: Run) -> None:
                 run.bar.update(1)
                 if logging:
                     tps = window_steps * tokens_per_step / max(window_s, 1e-9)
-                    window_s, window_steps = 0.0, 0
                     run.mlog.log({
                         "tokens": st.tokens, "train/loss": loss, "train/lr": lr, "train/tokens_per_s": tps,
                         "train/grad_norm": grad_norm, "train/mfu": fpt * tps / (run.peak_tflops * 1e12),
+                        "train/clip_frac": window_clipped / window_steps,
                         # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
                         "train/grad_norm_in": split["in"].norm().item(),
                         "train/grad_norm_out": split["out"].norm().item()}, st.step)
                     run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
+                    window_s, window_steps, window_clipped = 0.0, 0, 0
                 if st.step % tc.eval_interval == 0 or st.step == tc.max_steps:
                     if not math.isfinite(_evaluate(run)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
@@ -517,24 +533,42 @@ def _loop(run: Run) -> None:
             raise
 
 
+def _sync(s: R.RunSummary, st: TrainState) -> None:
+    """The summary's copy of the loop's numbers."""
+    s.update(step=st.step, tokens=st.tokens, init_val_loss=st.init_val_loss, init_logit_std=st.init_logit_std,
+             init_self_logit=st.init_self_logit, final_val_loss=st.last_val_loss, best_val_loss=st.best_val_loss,
+             best_step=st.best_step, test_loss=st.test_loss, test_loss_at_best=st.test_loss_at_best,
+             clip_frac=st.clipped_steps / st.step if st.step else None)
+
+
 def _evaluate(run: Run, first: bool = False) -> float:
-    """Validation loss and probes at this step, into metrics, probes/ and the summary."""
-    st, s = run.state, run.summary
-    ev = evaluate(run.model, run.corpus.tokens("val"), run.cfg.model.block_size, run.cfg.trainer,
-                  run.device, run.precision, logit_std=first)
+    """Validation loss and probes at this step, into metrics, probes/ and the summary. The test
+    split is evaluated too at a new best validation loss (early stopping's test loss) and at the
+    last step; the per-window losses go beside the probes."""
+    st, s, tc = run.state, run.summary, run.cfg.trainer
+    block = run.cfg.model.block_size
+    ev = evaluate(run.model, run.corpus.tokens("val"), block, tc, run.device, run.precision, first=first)
     vl = ev["loss"]
     metrics = {"tokens": st.tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
+    arrays = {"val_window_loss": ev["windows"]}
     if first:
-        metrics["init/logit_std"] = st.init_logit_std = ev["logit_std"]
-        st.init_val_loss = vl
-    scalars, arrays = probe(run.model)
-    R.atomic_write(run.run_dir / "probes" / f"step_{st.step:07d}.npz", lambda f: np.savez(f, **arrays))
+        st.init_val_loss, st.init_logit_std, st.init_self_logit = vl, ev["logit_std"], ev["self_logit"]
+        metrics.update({"init/logit_std": ev["logit_std"], "init/self_logit": ev["self_logit"]})
+    best = math.isfinite(vl) and (st.best_val_loss is None or vl < st.best_val_loss)
+    if best:
+        st.best_val_loss, st.best_step = vl, st.step
+    if tc.test_eval and (best or st.step >= tc.max_steps):
+        test = evaluate(run.model, run.corpus.tokens("test"), block, tc, run.device, run.precision)
+        arrays["test_window_loss"] = test["windows"]
+        metrics.update({"test/loss": test["loss"], "test/ppl": math.exp(min(test["loss"], 700))})
+        st.test_loss_at_best = test["loss"] if best else st.test_loss_at_best
+        st.test_loss = test["loss"] if st.step >= tc.max_steps else None
+    scalars, probe_arrays = probe(run.model, run.freq)
+    R.atomic_write(run.run_dir / "probes" / f"step_{st.step:07d}.npz",
+                   lambda f: np.savez(f, **arrays, **probe_arrays))
     run.mlog.log({**metrics, **scalars}, st.step)
-    if math.isfinite(vl):
-        st.best_val_loss = vl if st.best_val_loss is None else min(st.best_val_loss, vl)
     st.last_val_loss = vl
-    s.update(step=st.step, tokens=st.tokens, final_val_loss=vl, init_val_loss=st.init_val_loss,
-             init_logit_std=st.init_logit_std, best_val_loss=st.best_val_loss)
+    _sync(s, st)
     s.write(run.run_dir)
     run.write(f"[{s.name}] step {st.step:>6d} | val loss {vl:.4f} | ppl {math.exp(min(vl, 700)):.4g} | "
               f"tokens {st.tokens:,}")
@@ -542,20 +576,21 @@ def _evaluate(run: Run, first: bool = False) -> float:
 
 
 def _finish(run: Run) -> None:
-    """Test loss, status ``finished``, and only the weights kept: resuming is over, so the
-    optimizer state (2/3 of a checkpoint) goes."""
+    """Status ``finished``, and only the weights kept: resuming is over, so the optimizer state
+    (2/3 of a checkpoint) goes. The last evaluation gave the test loss, unless the run was
+    killed between it and here."""
     s, st = run.summary, run.state
-    if run.cfg.trainer.test_eval:
-        s.test_loss = evaluate(run.model, run.corpus.tokens("test"), run.cfg.model.block_size, run.cfg.trainer,
-                               run.device, run.precision)["loss"]
-        run.mlog.log({"tokens": st.tokens, "test/loss": s.test_loss, "test/ppl": math.exp(min(s.test_loss, 700))},
-                     st.step)
-    s.status, s.step, s.tokens = R.Status.finished, st.step, st.tokens
+    if run.cfg.trainer.test_eval and st.test_loss is None:
+        st.test_loss = evaluate(run.model, run.corpus.tokens("test"), run.cfg.model.block_size, run.cfg.trainer,
+                                run.device, run.precision)["loss"]
+        run.mlog.log({"tokens": st.tokens, "test/loss": st.test_loss}, st.step)
+    _sync(s, st)
+    s.status = R.Status.finished
     s.write(run.run_dir)
     ckpt_dir = run.run_dir / "checkpoints"
     weights = {"model": run.model.state_dict(), "train_state": st.state_dict()}
     R.atomic_write(ckpt_dir / "model.pt", lambda f: torch.save(weights, f))
     for name in ("last.pt", "prev.pt"):
         (ckpt_dir / name).unlink(missing_ok=True)
-    log.info("[%s] finished: val %.4f (best %.4f), test %s", s.name, st.last_val_loss, st.best_val_loss,
-             f"{s.test_loss:.4f}" if s.test_loss is not None else "-")
+    log.info("[%s] finished: val %.4f (best %.4f at step %s), test %s", s.name, st.last_val_loss, st.best_val_loss,
+             st.best_step, f"{s.test_loss:.4f}" if s.test_loss is not None else "-")
