@@ -69,6 +69,11 @@ class Documents(str, Enum):
     file = "file"
 
 
+class Vocab(str, Enum):
+    full = "full"  # every token of the encoding (GPT-2: 50,257; a small corpus uses a fraction)
+    seen = "seen"  # only the tokens the corpus contains, renumbered: a closed vocabulary, as word-level LMs had
+
+
 @dataclass
 class DataConfig:
     """The ``data`` node of the Hydra schema (conf/data/<name>.yaml); consumed by prepare_data."""
@@ -86,6 +91,7 @@ class DataConfig:
     test_fraction: float = 0.05
     documents: Documents = Documents.auto    # what an end-of-text token separates
     encoding: str = "gpt2"                   # a tiktoken encoding name, or "bytes" (built in)
+    vocab: Vocab = Vocab.full                # seen: only the corpus's tokens (train, val or test), renumbered
     cache_dir: Optional[str] = None          # None -> $TIEDVSUNTIED_CACHE or ~/.cache/tiedvsuntied
     num_threads: int = 0                     # tokenizer threads; 0 = all available cores
 
@@ -441,10 +447,20 @@ class Corpus:
         self._tokens = {s: np.memmap(corpus_dir / f"{s}.bin", dtype=np.dtype(m["dtype"]), mode="r",
                                      shape=(m["n_tokens"],)) for s, m in metas.items()}
         self._freq = {s: np.load(corpus_dir / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
+        self._new_id = None
+        if cfg.vocab == Vocab.seen:  # renumbered copies in memory; the cache keeps the encoding's ids
+            seen = np.flatnonzero(sum(self._freq.values()))
+            self._new_id = np.zeros(enc.n_vocab, dtype=np.uint16 if len(seen) <= 1 << 16 else np.int32)
+            self._new_id[seen] = np.arange(len(seen))
+            self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
+            self._freq = {s: f[seen] for s, f in self._freq.items()}
 
-    vocab_size = property(lambda self: int(self.encoding.n_vocab))
-    eot_token = property(lambda self: int(self.encoding.eot_token))
-    fingerprint = property(lambda self: self.key[:12], doc="Short id of data + split + tokenizer.")
+    vocab_size = property(lambda self: len(self._freq["train"]))
+    eot_token = property(lambda self: int(self.encoding.eot_token if self._new_id is None
+                                          else self._new_id[self.encoding.eot_token]))
+    fingerprint = property(lambda self: self.key[:12] if self._new_id is None else
+                           hashlib.sha256(f"{self.key}:seen".encode()).hexdigest()[:12],
+                           doc="Short id of data + split + tokenizer (+ vocabulary).")
 
     def _check(self, split: str) -> str:
         if split not in SPLITS:
@@ -466,7 +482,7 @@ class Corpus:
     def info(self) -> dict:
         m = self._meta
         return {"name": self.cfg.name, "fingerprint": self.fingerprint, "encoding": self.encoding.name,
-                "vocab_size": self.vocab_size, "eot_token": self.eot_token,
+                "vocab": Vocab(self.cfg.vocab).value, "vocab_size": self.vocab_size, "eot_token": self.eot_token,
                 "documents": m["train"]["documents"], "source": m["train"]["source"],
                 "cache_dir": str(self.dir), "n_tokens": {s: self.n_tokens(s) for s in SPLITS},
                 **{k: {s: m[s][k] for s in SPLITS} for k in ("n_documents", "tokens_per_s", "num_threads")},
