@@ -106,8 +106,6 @@ class TrainState:
     best_val_loss: Optional[float] = None
     best_step: Optional[int] = None
     last_val_loss: Optional[float] = None
-    test_loss: Optional[float] = None  # at the last step
-    test_loss_at_best: Optional[float] = None  # at best_step
     clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
 
     def state_dict(self) -> dict:
@@ -414,38 +412,27 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
 
 
 @contextlib.contextmanager
-def _interrupts_held():
-    """Ctrl-C / SIGTERM while a checkpoint is written would tear it (torch.save turns the
-    KeyboardInterrupt into a zip error): hold them until the write is done, then raise."""
+def _signals(hold: bool):
+    """hold: Ctrl-C / SIGTERM wait until the block is done, then raise (a checkpoint being
+    written would be torn: torch.save turns a KeyboardInterrupt into a zip error). Otherwise a
+    scheduler's SIGTERM raises KeyboardInterrupt, so the loop saves a checkpoint."""
     held = []
+
+    def handler(signum, frame):
+        if not hold:
+            raise KeyboardInterrupt(f"signal {signum}")
+        held.append(signum)
     try:
-        old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals cannot reach this code anyway
-        yield
-        return
+        old = {s: signal.signal(s, handler) for s in ((signal.SIGINT, signal.SIGTERM) if hold else (signal.SIGTERM,))}
+    except ValueError:  # not the main thread (some launchers): signals cannot reach this code
+        old = {}
     try:
         yield
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        for s, previous in old.items():
+            signal.signal(s, previous)
     if held:
         raise KeyboardInterrupt(f"signal {held[0]}")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """A scheduler's SIGTERM becomes KeyboardInterrupt, so the loop saves a checkpoint."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (some launchers): nothing to restore
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _accumulate(run: Run, grad_split: Optional[dict]) -> float:
@@ -487,7 +474,7 @@ def _loop(run: Run) -> None:
 
     run.bar = tqdm(total=tc.max_steps, initial=st.step, desc=run.summary.name[:48], unit="step",
                    dynamic_ncols=True, disable=not tc.progress)
-    with _sigterm_as_interrupt(), run.bar:
+    with _signals(hold=False), run.bar:
         try:
             while st.step < tc.max_steps:
                 t0 = time.perf_counter()
@@ -522,12 +509,12 @@ def _loop(run: Run) -> None:
                     if not math.isfinite(_evaluate(run)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
                 if st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps:
-                    with _interrupts_held():
+                    with _signals(hold=True):
                         save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
                         saved = st.step
         except KeyboardInterrupt:
             if saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
-                with _interrupts_held():
+                with _signals(hold=True):
                     save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
             raise
@@ -537,35 +524,29 @@ def _sync(s: R.RunSummary, st: TrainState) -> None:
     """The summary's copy of the loop's numbers."""
     s.update(step=st.step, tokens=st.tokens, init_val_loss=st.init_val_loss, init_logit_std=st.init_logit_std,
              init_self_logit=st.init_self_logit, final_val_loss=st.last_val_loss, best_val_loss=st.best_val_loss,
-             best_step=st.best_step, test_loss=st.test_loss, test_loss_at_best=st.test_loss_at_best,
+             best_step=st.best_step,
              clip_frac=st.clipped_steps / st.step if st.step else None)
 
 
 def _evaluate(run: Run, first: bool = False) -> float:
-    """Validation loss and probes at this step, into metrics, probes/ and the summary. The test
-    split is evaluated too at a new best validation loss (early stopping's test loss) and at the
-    last step; the per-window losses go beside the probes."""
+    """Validation loss (per window, beside the probes) and probes at this step, into metrics,
+    probes/ and the summary. A new best keeps its weights (checkpoints/best.pt): _finish takes
+    their test loss, early stopping's, without evaluating the test split during training."""
     st, s, tc = run.state, run.summary, run.cfg.trainer
-    block = run.cfg.model.block_size
-    ev = evaluate(run.model, run.corpus.tokens("val"), block, tc, run.device, run.precision, first=first)
+    ev = evaluate(run.model, run.corpus.tokens("val"), run.cfg.model.block_size, tc, run.device, run.precision,
+                  first=first)
     vl = ev["loss"]
     metrics = {"tokens": st.tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
-    arrays = {"val_window_loss": ev["windows"]}
     if first:
         st.init_val_loss, st.init_logit_std, st.init_self_logit = vl, ev["logit_std"], ev["self_logit"]
         metrics.update({"init/logit_std": ev["logit_std"], "init/self_logit": ev["self_logit"]})
-    best = math.isfinite(vl) and (st.best_val_loss is None or vl < st.best_val_loss)
-    if best:
+    if math.isfinite(vl) and (st.best_val_loss is None or vl < st.best_val_loss):
         st.best_val_loss, st.best_step = vl, st.step
-    if tc.test_eval and (best or st.step >= tc.max_steps):
-        test = evaluate(run.model, run.corpus.tokens("test"), block, tc, run.device, run.precision)
-        arrays["test_window_loss"] = test["windows"]
-        metrics.update({"test/loss": test["loss"], "test/ppl": math.exp(min(test["loss"], 700))})
-        st.test_loss_at_best = test["loss"] if best else st.test_loss_at_best
-        st.test_loss = test["loss"] if st.step >= tc.max_steps else None
-    scalars, probe_arrays = probe(run.model, run.freq)
-    R.atomic_write(run.run_dir / "probes" / f"step_{st.step:07d}.npz",
-                   lambda f: np.savez(f, **arrays, **probe_arrays))
+        if tc.test_eval:
+            weights = {"step": st.step, "model": run.model.state_dict()}
+            R.atomic_write(run.run_dir / "checkpoints" / "best.pt", lambda f: torch.save(weights, f))
+    scalars, arrays = probe(run.model, run.freq)
+    _save_arrays(run, st.step, val_window_loss=ev["windows"], **arrays)
     run.mlog.log({**metrics, **scalars}, st.step)
     st.last_val_loss = vl
     _sync(s, st)
@@ -575,22 +556,45 @@ def _evaluate(run: Run, first: bool = False) -> float:
     return vl
 
 
+def _save_arrays(run: Run, step: int, **arrays) -> None:
+    """Add arrays to probes/step_<step>.npz (written whole, atomically)."""
+    path = run.run_dir / "probes" / f"step_{step:07d}.npz"
+    if path.exists() and "val_window_loss" not in arrays:
+        with np.load(path) as z:
+            arrays = {**{k: z[k] for k in z.files}, **arrays}
+    R.atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def _test(run: Run, step: int) -> float:
+    """The test loss of the model as it is, its windows beside step ``step``'s probes."""
+    ev = evaluate(run.model, run.corpus.tokens("test"), run.cfg.model.block_size, run.cfg.trainer,
+                  run.device, run.precision)
+    _save_arrays(run, step, test_window_loss=ev["windows"])
+    return ev["loss"]
+
+
 def _finish(run: Run) -> None:
-    """Status ``finished``, and only the weights kept: resuming is over, so the optimizer state
-    (2/3 of a checkpoint) goes. The last evaluation gave the test loss, unless the run was
-    killed between it and here."""
-    s, st = run.summary, run.state
-    if run.cfg.trainer.test_eval and st.test_loss is None:
-        st.test_loss = evaluate(run.model, run.corpus.tokens("test"), run.cfg.model.block_size, run.cfg.trainer,
-                                run.device, run.precision)["loss"]
-        run.mlog.log({"tokens": st.tokens, "test/loss": st.test_loss}, st.step)
+    """Test loss of the final weights and of the best ones, status ``finished``, and only the
+    final weights kept: resuming is over, so the optimizer state (2/3 of a checkpoint) goes."""
+    s, st, ckpt_dir = run.summary, run.state, run.run_dir / "checkpoints"
+    if run.cfg.trainer.test_eval:
+        s.test_loss = _test(run, st.step)
+    weights = {"model": run.model.state_dict(), "train_state": st.state_dict()}
+    R.atomic_write(ckpt_dir / "model.pt", lambda f: torch.save(weights, f))  # before best.pt overwrites them
+    if run.cfg.trainer.test_eval:
+        best_path = ckpt_dir / "best.pt"
+        best = torch.load(best_path, map_location="cpu", weights_only=True) if best_path.exists() else {}
+        if st.best_step != st.step and best.get("step") == st.best_step:
+            run.model.load_state_dict(best["model"])
+            s.test_loss_at_best = _test(run, st.best_step)
+        else:  # the last step is the best, or best.pt is not that step's (a resume that diverged from it)
+            s.test_loss_at_best = s.test_loss if st.best_step == st.step else None
+        run.mlog.log({"tokens": st.tokens, "test/loss": s.test_loss, "test/ppl": math.exp(min(s.test_loss, 700)),
+                      "test/loss_at_best": s.test_loss_at_best}, st.step)
     _sync(s, st)
     s.status = R.Status.finished
     s.write(run.run_dir)
-    ckpt_dir = run.run_dir / "checkpoints"
-    weights = {"model": run.model.state_dict(), "train_state": st.state_dict()}
-    R.atomic_write(ckpt_dir / "model.pt", lambda f: torch.save(weights, f))
-    for name in ("last.pt", "prev.pt"):
+    for name in ("last.pt", "prev.pt", "best.pt"):
         (ckpt_dir / name).unlink(missing_ok=True)
-    log.info("[%s] finished: val %.4f (best %.4f at step %s), test %s", s.name, st.last_val_loss, st.best_val_loss,
-             st.best_step, f"{s.test_loss:.4f}" if s.test_loss is not None else "-")
+    log.info("[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)", s.name,
+             st.last_val_loss, st.best_val_loss, st.best_step, s.test_loss, s.test_loss_at_best)
