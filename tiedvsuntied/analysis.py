@@ -27,7 +27,8 @@ RUN_COLUMNS = [
     "init_std_resolved_head", "model", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed",
     "t5_rescale", "data", "data_id", "max_steps", "variant", "params_total", "params_embedding", "params_position",
     "params_head", "params_non_embedding", "flops_per_token", "step", "tokens", "diverged_at_step", "init_val_loss",
-    "init_logit_std", "final_val_loss", "best_val_loss", "test_loss", "ln_vocab", "wandb_run_id", "wandb_mode",
+    "init_logit_std", "init_self_logit", "final_val_loss", "best_val_loss", "best_step", "test_loss",
+    "test_loss_at_best", "lr", "seen_vocab_frac", "clip_frac", "peak_tflops", "ln_vocab", "wandb_run_id", "wandb_mode",
     "started_at", "updated_at", "source", "path",
 ]
 HISTORY_ID_COLUMNS = ["run_id", "sweep", "name", "status", "tie", "head", "init_std", "model", "variant", "seed"]
@@ -43,13 +44,13 @@ _NOT_VARIANT = ("model.name", "model.n_layer", "model.n_head", "model.n_embd", "
                 "trainer.peak_tflops", "trainer.device", "trainer.compile", "trainer.eval_batch_size",
                 "trainer.loss_chunk", "trainer.eval_interval", "trainer.test_eval")
 _VARIANT_SECTIONS = ("model.", "optim.", "trainer.")
-_SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path")
+_SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr")
                  and not c.startswith(("params_", "init_std_resolved_"))]
 # Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
 _TYPES = typing.get_type_hints(R.RunSummary)
 _INT_COLUMNS = [c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")]
 _FLOAT_COLUMNS = [c for c in RUN_COLUMNS if _TYPES.get(c) in (float, float | None)
-                  or c.startswith("init_std_resolved_")] + ["ln_vocab"]
+                  or c.startswith("init_std_resolved_")] + ["ln_vocab", "lr"]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {"finished": 0, "diverged": 1, "running": 2, "failed": 3, "unknown": 4}
 
@@ -273,6 +274,7 @@ def run_row(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None,
         blob = json.dumps({"data": {k: v for k, v in data.items() if "cache" not in str(k).lower()},
                            "vocab_size": row["vocab_size"]}, sort_keys=True, default=str)
         row["data_id"] = "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
+    row["lr"] = section("optim").get("lr")
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 

@@ -1,168 +1,30 @@
 """The paper's figures from :mod:`tiedvsuntied.analysis` tables; ``python -m tiedvsuntied.figures SWEEP --out DIR``.
 
-Runs a figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
-``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the CLI report them, the
-image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
+Every output is an entry of ``REGISTRY`` (tiedvsuntied.plotting); the paired tied − untied
+figure and tables are in tiedvsuntied.paired. docs/figures.md lists them all."""
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import math
 import sys
-import textwrap
-from collections import namedtuple
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
+from matplotlib.ticker import EngFormatter, NullFormatter
 from scipy import stats
 
 from tiedvsuntied import analysis as A
-
-TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
-MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
-REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
-THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-LINESTYLES = ["-", "--", ":", "-."]
-STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
-         "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3, "lines.markersize": 4,
-         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
-         "grid.linewidth": 0.5, "savefig.dpi": 300, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150}
-
-
-# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure or None).
-Output = namedtuple("Output", ["description", "write"])
-REGISTRY: dict[str, Output] = {}
-
-
-def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
-    """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. It runs under STYLE (never the global rcParams), on runs of one dataset, and its
-    tables carry a ``setting`` column (:func:`_with_setting`)."""
-    def register(func: Callable) -> Callable:
-        @functools.wraps(func)
-        def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
-            if runs.empty:
-                raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
-            A.require_single_data(runs, name)
-            with rc_context(STYLE):
-                fig = func(_with_setting(runs), *map(_with_setting, args), **kwargs)
-            fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
-            return fig
-
-        def write(results: A.Results, out_dir: Path, formats: Sequence[str]):
-            fig = styled(*(getattr(results, table) for table in uses))
-            return save_figure(fig, out_dir, name, formats), fig
-
-        REGISTRY[name] = Output(description, write)
-        return styled
-    return register
-
-
-def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
-    """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
-    fig = Figure(figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained")
-    fig.skipped, fig.flagged = [], []  # "name: reason" of runs left out; "name: status" of runs drawn apart
-    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
-
-
-def caption(fig: Figure) -> str:
-    """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
-    return " ".join(f"{head}: " + "; ".join(items) + "." for head, items in
-                    (("Not shown", fig.skipped), ("Marked", fig.flagged)) if items)
-
-
-def _note(ax, text: str) -> None:
-    """Say in the panel itself why it is empty."""
-    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 40)), transform=ax.transAxes, ha="center", va="center",
-            fontsize=7, color="#444444")
-    ax.grid(False)
-
-
-def _run_label(run) -> str:
-    return str(run.get("name") or run.get("run_id"))
-
-
-def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
-    figures split by setting, so runs differing in anything but tie, size, seed are never averaged."""
-    variant = df["variant"].fillna("")
-    init = df["init_std"].astype("string").fillna("?")
-    return df.assign(setting=init.where(variant == "", init + " | " + variant))
-
-
-def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
-    """'0.02 | model.t5_rescale=True, optim.lr=0.001' -> 'init std 0.02\nt5 rescale: True, lr: 0.001'."""
-    init, _, variant = str(setting).partition(" | ")
-    variant = ", ".join(p.strip().split(".")[-1].replace("_", " ").replace("=", ": ") for p in variant.split(",") if p)
-    init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
-    return prefix + init + ((", " if short else "\n") + variant if variant else "")
-
-
-def _init_order(runs: pd.DataFrame) -> list[str]:
-    """Settings from the largest init std down (inv_sqrt_d placed by its resolved value)."""
-    def key(setting):
-        init, _, variant = str(setting).partition(" | ")
-        resolved = runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median()
-        return (-float(np.nan_to_num(pd.to_numeric(init, errors="coerce"), nan=resolved)), variant)
-
-    return sorted(runs["setting"].dropna().unique(), key=key)
-
-
-def _model_order(runs: pd.DataFrame) -> list[str]:
-    sizes = runs.groupby("model")[["params_total", "n_embd"]].max()
-    return list(sizes.sort_values(["params_total", "n_embd"]).index)
-
-
-def _model_label(runs: pd.DataFrame, model: str) -> str:
-    d = runs.loc[runs["model"] == model, "n_embd"].dropna()
-    return f"{model} (d={int(d.iloc[0])})" if len(d) else str(model)
-
-
-def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
-    """Log scale with plain tick labels (20, not 2x10^1; 100k with ``eng``), minor ticks 2 and 5
-    labelled under two decades. With ``values``: only if their max/min exceeds ``ratio``."""
-    if values is not None:
-        v = np.asarray(list(values), dtype=float)
-        if not (v := v[np.isfinite(v) & (v > 0)]).size or v.max() / v.min() <= ratio:
-            return
-    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-    a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
-    fmt = EngFormatter(sep="") if eng else FuncFormatter(lambda v, _: f"{v:g}")
-    a.set_major_formatter(fmt)
-    a.set_minor_formatter(NullFormatter() if lo <= 0 or hi / lo >= 100 else FuncFormatter(
-        lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else ""))
-
-
-def _legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
-    """One legend above all panels (a suptitle would collide with it)."""
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
-
-
-def _tie_handles(marker: str | None = None) -> list:
-    """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
-    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, mfc=MFC[t],
-                   ls="-" if marker is None else "none") for t in (True, False)]
-
-
-def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
-    """The mean of ``metric`` over seeds vs tokens, with its t-CI band where two runs or more are averaged."""
-    agg = A.aggregate_history(h, metric, by=by)
-    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **kw)
-    if band and (ok := agg["n"] >= 2).any():
-        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=TIE_COLOR[tie],
-                        alpha=band, lw=0)
-    return agg
-
+from tiedvsuntied import paired  # noqa: F401  (registers its outputs)
+from tiedvsuntied.plotting import (LINESTYLES, MARKERS, MFC, REF_COLOR, REGISTRY, STATUS_MARKER, THEORY_DRAWS,
+                                   TIE_COLOR, Output, _figure, _init_label, _init_order, _legend, _mean_line,
+                                   _model_label, _model_order, _note, _plain_log, _print_notes, _run_label,
+                                   _tie_handles, _with_setting, caption, figure, publish, save_figure)
 
 @figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
@@ -518,29 +380,6 @@ def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) ->
 
 REGISTRY["table_params"] = Output("parameters of every named size, tied and untied (md, tex)",
                                   lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None))
-
-
-def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
-    """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; return the paths."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    paths = [Path(out_dir, f"{name}.{fmt}") for fmt in formats]
-    with rc_context(STYLE):  # some settings (PDF font type, dpi) are read when saving
-        for path in paths:
-            fig.savefig(path, bbox_inches="tight", pad_inches=0.03, dpi=STYLE["savefig.dpi"])
-    return paths
-
-
-def _print_notes(fig: Figure | None, indent: str = "") -> None:
-    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
-        for item in items:
-            print(f"{indent}{head}: {item}")
-
-
-def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
-    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
-    print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
-    _print_notes(fig)
-    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> int:

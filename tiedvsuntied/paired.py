@@ -1,0 +1,201 @@
+"""Tied − untied, paired, with intervals that include evaluation noise.
+
+A tied run and its untied partner share data, seed and body init (PAIR_COLUMNS), and every
+evaluation covers the same fixed windows of a split, so window i is the same text in both: the
+paired difference can be taken window by window. Its interval is a two-way bootstrap: seeds are
+resampled, and windows are resampled jointly for all seeds (they are one evaluation set). With
+fewer than 3 seeds resampling seeds says nothing, so the interval then covers the evaluation
+windows only, and says so. Neighbouring windows of one text are not independent: the window
+bootstrap is, if anything, narrow. Runs without window losses fall back to their summary values
+(a t-interval over seeds, evaluation noise not included).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from scipy import stats
+
+from tiedvsuntied.analysis import CONFIDENCE, PAIR_COLUMNS
+from tiedvsuntied.plotting import REF_COLOR, REGISTRY, Output, _figure, _init_label, _legend, _note, _run_label, figure
+
+N_BOOT = 4000
+MIN_SEEDS = 3  # below this: no resampling of seeds, no t-interval drawn as a band
+CELL = ["data_id", "model", "variant", "init_std"]
+# where each comparison point reads its numbers: (summary column, split, step of the windows)
+POINTS = {"final": ("test_loss", "test", "step"), "best": ("test_loss_at_best", "test", "best_step"),
+          "final_val": ("final_val_loss", "val", "step")}
+
+
+def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
+    """The per-window losses of ``split`` at the run's ``step_col`` step, or None."""
+    step = run.get(step_col)
+    if not run.get("path") or pd.isna(step):
+        return None
+    path = Path(run["path"], "probes", f"step_{int(step):07d}.npz")
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        key = f"{split}_window_loss"
+        return np.asarray(z[key], dtype=np.float64) if key in z.files else None
+
+
+def bootstrap_mean(d: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, str]:
+    """CONFIDENCE percentile interval of the mean of ``d`` (seeds x windows): windows resampled
+    jointly for all seeds, seeds resampled too when there are at least MIN_SEEDS."""
+    rng = np.random.default_rng(seed)
+    n_seeds, n_windows = d.shape
+    per_seed = d[:, rng.integers(0, n_windows, (n_boot, n_windows))].mean(axis=2)  # (seeds, n_boot)
+    if n_seeds >= MIN_SEEDS:
+        pick = rng.integers(0, n_seeds, (n_boot, n_seeds))
+        boot = per_seed[pick, np.arange(n_boot)[:, None]].mean(axis=1)
+        method = f"bootstrap over {n_seeds} seeds x {n_windows} windows"
+    else:
+        boot = per_seed.mean(axis=0)
+        method = f"bootstrap over {n_windows} windows only ({n_seeds} seed{'s' * (n_seeds > 1)}: seed noise not included)"
+    alpha = (1 - CONFIDENCE) / 2
+    return float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha)), method
+
+
+def _pairs(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Finished tied/untied runs matched on ``keys``: one row per pair, columns suffixed _t / _u."""
+    ok = runs[runs["status"] == "finished"]
+    tied, untied = ok[ok["tie"] == True], ok[ok["tie"] == False]  # noqa: E712 (nullable booleans)
+    return tied.merge(untied, on=list(keys), suffixes=("_t", "_u"))
+
+
+def _interval(pairs: pd.DataFrame, point: str) -> dict:
+    """Mean paired difference of one cell at one comparison point, with its intervals."""
+    col, split, step_col = POINTS[point]
+    diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float)
+    n = len(pairs)
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * diffs.std() / np.sqrt(n) if n > 1 else np.nan
+    out = {"n_seeds": n, "diff": diffs.mean(), "t_low": diffs.mean() - half, "t_high": diffs.mean() + half,
+           "seed_diffs": diffs.tolist()}
+    t = [window_losses(r, split, f"{step_col}_t") for _, r in _side(pairs, "_t").iterrows()]
+    u = [window_losses(r, split, f"{step_col}_u") for _, r in _side(pairs, "_u").iterrows()]
+    if n and all(a is not None and b is not None and len(a) == len(b) == len(t[0]) for a, b in zip(t, u)):
+        d = np.stack(t) - np.stack(u)
+        low, high, method = bootstrap_mean(d)
+        out.update(diff=float(d.mean()), low=low, high=high, n_windows=d.shape[1], method=method)
+    else:
+        out.update(low=out["t_low"], high=out["t_high"], n_windows=0,
+                   method=f"{CONFIDENCE:.0%} t over seeds of summary values (no window losses: evaluation noise not included)")
+    return out
+
+
+def _side(pairs: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    """One side of the pairs with its own columns un-suffixed (path_t -> path, step_t -> step_t kept)."""
+    return pairs.assign(path=pairs[f"path{suffix}"])
+
+
+def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
+    """Per data/size/variant/init std and comparison point ("final": test loss of the final
+    weights; "best": test loss of the weights of the best validation step; "final_val"): the
+    mean paired difference tied − untied, its interval (``low``, ``high``, ``method``), the
+    t-interval over seeds (``t_low``, ``t_high``) and each seed's difference."""
+    pairs = _pairs(runs, PAIR_COLUMNS)
+    rows = [{**dict(zip(CELL, key)), "point": point, **_interval(cell, point)}
+            for key, cell in pairs.groupby(CELL, dropna=False, sort=True) for point in points]
+    return pd.DataFrame(rows, columns=[*CELL, "point", "n_seeds", "n_windows", "diff", "low", "high", "method",
+                                       "t_low", "t_high", "seed_diffs"])
+
+
+def best_lr_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """The classic comparison (Press & Wolf 2017; Inan et al. 2017): each arm at its OWN best
+    learning rate (lowest mean best validation loss over its finished seeds), then tied − untied
+    paired by seed at those rates, for the test loss at the best validation step (early
+    stopping) and at the final step. One row per data/size/init std/other variant keys."""
+    ok = runs[(runs["status"] == "finished") & runs["lr"].notna()]
+    ok = ok.assign(base=ok["variant"].fillna("").map(lambda v: re.sub(r"(, )?optim\.lr=[^,]*", "", v).strip(", ")))
+    keys = ["data_id", "model", "init_std", "base"]
+    rows = []
+    for key, cell in ok.groupby(keys, dropna=False, sort=True):
+        means = cell.groupby(["tie", "lr"])["best_val_loss"].agg(["mean", "count"]).reset_index()
+        best = {t: means[means["tie"] == t].sort_values("mean").iloc[0] for t in (True, False)
+                if (means["tie"] == t).any()}
+        if len(best) < 2:
+            continue
+        chosen = cell[((cell["tie"] == True) & (cell["lr"] == best[True]["lr"]))  # noqa: E712
+                      | ((cell["tie"] == False) & (cell["lr"] == best[False]["lr"]))]  # noqa: E712
+        pairs = _pairs(chosen, ["data_id", "model", "init_std", "base", "seed"])
+        for point in ("best", "final"):
+            rows.append({**dict(zip(keys, key)), "point": point, "lr_tied": best[True]["lr"],
+                         "lr_untied": best[False]["lr"], "lrs": int(means["lr"].nunique()),
+                         "val_tied": best[True]["mean"], "val_untied": best[False]["mean"],
+                         **_interval(pairs, point)})
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A paired table as markdown, numbers rounded, the interval as one column."""
+    t = table.drop(columns=["seed_diffs", "t_low", "t_high"], errors="ignore").copy()
+    t["interval"] = [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(t.pop("low"), t.pop("high"))]
+    return t.round(4).to_markdown(index=False)
+
+
+# ----------------------------------------------------------------------------- outputs
+def _cell_label(row: pd.Series, several_models: bool) -> str:
+    return _init_label(row["setting"], prefix="") + (f"\n{row['model']}" if several_models else "")
+
+
+@figure("fig6_paired_difference", "tied − untied test loss, paired, with bootstrap intervals")
+def fig_paired_difference(runs: pd.DataFrame) -> Figure:
+    """The study's headline: tied − untied test loss per init std (and size), paired by seed, at
+    the final weights and at the best validation step; mean with its interval (seeds x windows,
+    or windows only below MIN_SEEDS seeds), every seed's own difference as a small dot."""
+    table = paired_table(runs, ("final", "best"))
+    fig, axes = _figure(1, 2, 2.4, sharey=True)
+    paired_ids = set(_pairs(runs, PAIR_COLUMNS)[["run_id_t", "run_id_u"]].stack())
+    fig.skipped += [f"{_run_label(r)}: {r['status']}, no partner" if r["status"] == "finished" else
+                    f"{_run_label(r)}: {r['status']}" for _, r in runs[~runs["run_id"].isin(paired_ids)].iterrows()]
+    table = table.assign(setting=table["init_std"].astype("string").where(
+        table["variant"].fillna("") == "", table["init_std"].astype("string") + " | " + table["variant"].fillna("")))
+    several = table["model"].nunique() > 1
+    for ax, point, title in zip(axes[0], ("final", "best"), ("final weights", "best validation step (early stopping)")):
+        t = table[table["point"] == point].reset_index(drop=True)
+        ax.set_title(f"test loss, {title}")
+        ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+        if t.empty:
+            _note(ax, "no tied/untied pair finished")
+            continue
+        for x, row in t.iterrows():
+            seeds = np.asarray(row["seed_diffs"], dtype=float)
+            ax.plot(x + np.linspace(-0.12, 0.12, len(seeds)) * (len(seeds) > 1), seeds, ls="none", marker=".",
+                    color="#777777", ms=4, zorder=2)
+            full = row["n_seeds"] >= MIN_SEEDS and row["n_windows"] > 0
+            ax.errorbar(x, row["diff"], yerr=[[row["diff"] - row["low"]], [row["high"] - row["diff"]]], marker="o",
+                        color="black", mfc="black" if full else "white", capsize=3, ms=5, zorder=3)
+        ax.set_xticks(range(len(t)), [_cell_label(r, several) for _, r in t.iterrows()])
+        ax.set_xlim(-0.6, len(t) - 0.4)
+        ax.grid(axis="x", visible=False)
+        fig.flagged += [f"{_init_label(r['setting'], short=True)} ({r['model']}, {point}): {r['method']}"
+                        for _, r in t.iterrows()]
+    axes[0, 0].set_ylabel("tied − untied (nats)")
+    _legend(fig, [Line2D([], [], color="black", marker="o", label=f"mean, {CONFIDENCE:.0%} bootstrap over seeds × windows"),
+                  Line2D([], [], color="black", marker="o", mfc="white",
+                         label=f"fewer than {MIN_SEEDS} seeds: windows only"),
+                  Line2D([], [], color="#777777", marker=".", ls="none", label="one seed")], 3)
+    return fig
+
+
+def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
+    """``table_paired.md`` (every cell, final and best) and ``table_classic.md`` (each arm at
+    its own best learning rate) in ``out_dir``."""
+    classic = best_lr_comparison(runs)
+    texts = {"table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
+             "table_classic.md": markdown(classic) if len(classic) else
+             "No learning-rate grid in these runs: no arm can be compared at its own best rate."}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        Path(out_dir, name).write_text(text + "\n")
+    return [Path(out_dir, name) for name in texts]
+
+
+REGISTRY["tables_paired"] = Output("tied − untied per cell, and at each arm's best lr (md)",
+                                   lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None))
