@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from tiedvsuntied import records as R
+from tiedvsuntied.probes import vocab_strata
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
 
@@ -28,11 +29,12 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
               status: str = "finished", vocab_size: int = 512, max_steps: int = 20, eval_interval: int = 5,
               log_interval: int = 2, batch_tokens: int = 256, diverged_at_step: int | None = None,
               probes: bool = True, token_freq: bool = True, data_files: str = "input.txt",
-              index: bool = True, t5_rescale: bool = False) -> Path:
+              index: bool = True, t5_rescale: bool = False, lr: float | None = None, floor_shift: float = 0.0,
+              n_windows: int = 40) -> Path:
     """Write one run directory (and its index.json entry); return the run directory."""
     n_layer, n_head, n_embd = SIZES[model]
     name = run_name(tie, init_std, model, seed)
-    run_id = f"{name}-{zlib.crc32(f'{name}{vocab_size}{data_files}{t5_rescale}{max_steps}'.encode()):08x}"
+    run_id = f"{name}-{zlib.crc32(f'{name}{vocab_size}{data_files}{t5_rescale}{max_steps}{lr}'.encode()):08x}"
     run_dir = sweep_dir / run_id
     (run_dir / "probes").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(zlib.crc32(run_id.encode()))
@@ -42,7 +44,7 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
     init_loss = math.log(V) + logit_std**2 / 2 if logit_std < math.sqrt(2 * math.log(V)) else logit_std * math.sqrt(2 * math.log(V))
     if tie and std > 0.2 and not t5_rescale:
         init_loss = std**2 * n_embd  # the input token's own logit dominates
-    floor = 4.5 + (0.15 if tie else 0.0) - 0.3 * math.log2(n_embd / 32) + 0.05 * rng.standard_normal()
+    floor = 4.5 + (0.15 if tie else 0.0) - 0.3 * math.log2(n_embd / 32) + 0.05 * rng.standard_normal() + floor_shift
 
     last_step = {"finished": max_steps, "diverged": diverged_at_step or max_steps // 2,
                  "running": max_steps // 2, "failed": max_steps // 3}[status]
@@ -77,6 +79,18 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
             f.write(json.dumps(rec) + "\n")
 
     val = [r["val/loss"] for r in lines if "val/loss" in r]
+    val_steps = [r["step"] for r in lines if "val/loss" in r]
+    best_step = val_steps[int(np.argmin(val))] if val else None
+    # Per-window losses: a difficulty per window that is a property of the text (the same for every
+    # run on this data), plus run noise; centred so each evaluation's mean is its logged loss.
+    text = np.random.default_rng(zlib.crc32(data_files.encode())).gamma(4.0, 0.25, size=(2, n_windows))
+    windows = {split: text[k] - text[k].mean() for k, split in enumerate(("val", "test"))}
+    def window_loss(split, mean):
+        noise = 0.05 * rng.standard_normal(n_windows)
+        return (mean + windows[split] + noise - noise.mean()).astype(np.float32)
+    test = {best_step: val[val_steps.index(best_step)] + 0.1 if val else None}
+    if status == "finished":
+        test[last_step] = val[-1] + 0.1
     emb = V * n_embd
     params = {"total": 1000 * n_embd * n_layer + emb * (1 if tie else 2), "embedding": emb,
               "position": 64 * n_embd, "head": 0 if tie else emb}
@@ -91,7 +105,8 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
         "init_val_loss": val[0], "init_logit_std": logit_std,
         "final_val_loss": val[-1] if status == "finished" else None,
         "best_val_loss": min(val) if status != "failed" else None,
-        "test_loss": val[-1] if status == "finished" else None,
+        "test_loss": test.get(last_step) if status == "finished" else None,
+        "best_step": best_step, "test_loss_at_best": test.get(best_step) if status == "finished" else None,
         "diverged_at_step": last_step if status == "diverged" else None,
         "data": "text", "data_fingerprint": f"fp{zlib.crc32(f'{data_files}{vocab_size}'.encode()):08x}",
         "t5_rescale": t5_rescale, "max_steps": max_steps,
@@ -104,7 +119,8 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
               "model": {"name": model, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": V,
                         "t5_rescale": t5_rescale},
               "data": {"name": "text", "files": [data_files], "cache_dir": str(sweep_dir / ".cache")},
-              "trainer": {"max_steps": max_steps, "eval_interval": eval_interval}}
+              "trainer": {"max_steps": max_steps, "eval_interval": eval_interval},
+              **({"optim": {"lr": lr}} if lr is not None else {})}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
 
     counts = np.zeros(V, dtype=np.int64)
@@ -113,13 +129,21 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
     if token_freq:
         np.save(run_dir / "token_freq.npy", counts)
     if probes:
-        for step in range(0, last_step + 1, eval_interval):
+        for step in sorted(set(range(0, last_step + 1, eval_interval)) | set(val_steps)):
             grow = step / max_steps
             base = std * math.sqrt(n_embd)
             emb_norm = base * (1 + 0.05 * rng.standard_normal(V)) + grow * 0.3 * np.log1p(counts)
             head_norm = emb_norm if tie else base * (1 + 0.05 * rng.standard_normal(V)) + grow * 0.5 * np.log1p(counts)
-            arrays = {"emb_norm": emb_norm.astype(np.float32), "head_norm": head_norm.astype(np.float32),
-                      "offdiag_cos": (rng.standard_normal(2000) / math.sqrt(n_embd) * (1 + grow) + 0.05 * grow).astype(np.float32)}
+            arrays = {"emb_norm": emb_norm.astype(np.float32), "head_norm": head_norm.astype(np.float32)}
+            for stratum, ids in vocab_strata(counts).items():  # tied, unseen rows collapse onto one direction
+                shift = grow * (0.9 if tie and stratum == "unseen" else 0.05)
+                cos = rng.standard_normal(500) / math.sqrt(n_embd) * (1 - shift) + shift
+                arrays.update({f"cos_{stratum}": cos.astype(np.float32), f"rows_{stratum}": ids[:64],
+                               f"ccos_{stratum}": (rng.standard_normal(500) / math.sqrt(n_embd)).astype(np.float32)})
+            if step in val_steps:
+                arrays["val_window_loss"] = window_loss("val", val[val_steps.index(step)])
+            if step in test and status == "finished":
+                arrays["test_window_loss"] = window_loss("test", test[step])
             if not tie:
                 arrays["in_out_cos"] = np.clip(rng.standard_normal(V) / math.sqrt(n_embd) + grow * 0.3 * np.tanh(np.log1p(counts) / 5), -1, 1).astype(np.float32)
             np.savez(run_dir / "probes" / f"step_{step:07d}.npz", **arrays)

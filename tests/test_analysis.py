@@ -281,8 +281,12 @@ def test_token_probes_and_offdiag(sweep):
     assert tp[~tp["run_id"].isin(tied_ids)]["in_out_cos"].notna().all()
     freq = np.load(sweep / fin["run_id"].iloc[0] / "token_freq.npy")
     assert (tp[tp["run_id"] == fin["run_id"].iloc[0]]["count"].to_numpy() == freq).all()
-    oc = A.load_offdiag_cosines(fin)
-    assert set(oc["which"]) == {"first", "last"} and len(oc) == 2 * 2000 * len(fin)
+    oc = A.load_stratum_cosines(fin)
+    assert set(oc["which"]) == {"first", "last"} and set(oc["kind"]) == {"raw", "centred"}
+    assert set(oc["stratum"]) == {"unseen", "rare", "frequent"} and len(oc) == 2 * 3 * 2 * 500 * len(fin)
+    last_unseen = oc[(oc["which"] == "last") & (oc["stratum"] == "unseen") & (oc["kind"] == "raw")]
+    tied_mean = last_unseen[last_unseen["run_id"].isin(tied_ids)]["cos"].mean()
+    assert tied_mean > 0.5 > last_unseen[~last_unseen["run_id"].isin(tied_ids)]["cos"].mean()  # the fake's collapse
 
 
 def test_missing_probes_are_listed(tmp_path):
@@ -295,7 +299,7 @@ def test_missing_probes_are_listed(tmp_path):
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
     assert "token_freq.npy missing" in missing
     assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
-    assert A.load_offdiag_cosines(runs).attrs["missing"] == ["tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"]
+    assert A.load_stratum_cosines(runs).attrs["missing"] == ["tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"]
     assert "no probe at step 7" in " ".join(A.load_token_probes(runs, step=7).attrs["missing"])
 
 
@@ -308,20 +312,64 @@ def test_gaussian_logit_loss_regimes():
     small = A.gaussian_logit_loss([0.5, 1.0], V)
     assert small == pytest.approx(math.log(V) + np.array([0.125, 0.5]), abs=0.02)
     big = A.gaussian_logit_loss(50.0, V)[0]
-    # below the extreme-value leading term, above ln V + the finite-V max correction
-    assert 0.8 * 50 * math.sqrt(2 * math.log(V)) < big < 50 * math.sqrt(2 * math.log(V))
+    # sigma * E[max] from below (the other logits add a little), far below sigma * sqrt(2 ln V)
+    assert 50 * A.expected_max_normal(V) < big < 1.01 * 50 * A.expected_max_normal(V) < 0.95 * 50 * math.sqrt(2 * math.log(V))
     approx = A.gaussian_logit_loss_approx([0.5, 100.0], V)
     assert approx[0] == pytest.approx(math.log(V) + 0.125)
-    assert approx[1] == pytest.approx(100 * math.sqrt(2 * math.log(V)))
+    assert approx[1] == pytest.approx(100 * A.expected_max_normal(V))
+
+
+def test_expected_max_of_normals_against_monte_carlo():
+    rng = np.random.default_rng(1)
+    for n in (10, 1000):
+        draws = rng.standard_normal((20_000, n)).max(axis=1)
+        assert A.expected_max_normal(n) == pytest.approx(draws.mean(), abs=4 * draws.std() / math.sqrt(len(draws)))
+    assert A.expected_max_normal(50257) == pytest.approx(4.2316, abs=1e-4)  # sqrt(2 ln V) = 4.653 is 10% high
+
+
+def test_gaussian_curve_is_exact_to_a_tenth_of_a_percent_and_unbiased():
+    V, grid = 50257, np.geomspace(0.05, 300, 40)  # the range figure 3 draws
+    value, se = A.gaussian_logit_loss(grid, V, return_se=True)
+    assert np.all(se / value < 1e-3)
+    # against plain Monte Carlo with other draws, at a small V where many draws are cheap
+    g = np.random.default_rng(5).standard_normal((4000, 500))
+    for sigma in (0.5, 3.0, 10.0):
+        plain = np.log(np.exp(sigma * g).sum(axis=1))
+        assert A.gaussian_logit_loss(sigma, 500)[0] == pytest.approx(plain.mean(), abs=4 * plain.std() / 63 + 1e-3)
+
+
+@pytest.mark.parametrize("init_std", [1.0, 0.125])
+def test_tied_initial_loss_prediction_against_a_model_built_here(init_std):
+    """The tied step-0 loss from the logged quantities (own-token logit, logit std, fraction of
+    targets equal to their input) matches a real tied model's, where the Gaussian one does not."""
+    import torch
+    from tiedvsuntied.model import GPT, ModelConfig
+    V, d = 4096, 64
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=d, block_size=64, vocab_size=V), tie=True,
+                init_std=str(init_std), seed=0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.multinomial(1 / torch.arange(1.0, V + 1), 32 * 65, replacement=True, generator=g).view(32, 65)
+    x[:, 1::9] = x[:, 0::9][:, :x[:, 1::9].size(1)]  # some targets repeat their input, as in text
+    inp, tgt = x[:, :-1], x[:, 1:]
+    with torch.no_grad():
+        logits, loss = model(inp, tgt)
+    self_logit = logits.gather(-1, inp[..., None]).mean().item()
+    frac = (inp == tgt).float().mean().item()
+    predicted = A.tied_initial_loss(self_logit, logits.std().item(), V, frac)[0]
+    assert predicted == pytest.approx(loss.item(), rel=0.03)
+    if init_std == 1.0:  # the own-token logit dominates: the i.i.d. theory is far off
+        assert self_logit == pytest.approx(init_std * d, rel=0.25)
+        assert A.gaussian_logit_loss(logits.std().item(), V)[0] < 0.6 * loss.item()
 
 
 def test_initial_loss_table(sweep):
     runs = A.load_results(sweep).runs
     t = A.initial_loss_table(runs)
     assert len(t) == len(runs)
-    r = t.iloc[0]
+    r = t[t["tie"] == False].iloc[0]  # noqa: E712
     assert r["predicted"] == pytest.approx(A.gaussian_logit_loss(r["init_logit_std"], 512)[0])
     assert r["excess"] == pytest.approx(r["init_val_loss"] - r["predicted"])
+    assert t.loc[t["tie"] == True, "predicted_tied"].isna().all()  # noqa: E712 (the fakes log no own-token logit)
 
 
 # ----------------------------------------------------------------------------- parameter table
@@ -407,3 +455,74 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
     with pytest.raises(A.WandbUnavailableError, match=r"cannot read W&B project 'someone/proj'.*load_results"):
         A.load_wandb("someone/proj", timeout=3)
     assert time.time() - t0 < 30
+
+
+# ----------------------------------------------------------------------------- paired, with evaluation noise
+
+
+def test_bootstrap_recovers_a_known_difference_and_narrows_with_more_windows():
+    from tiedvsuntied.paired import bootstrap_mean
+    rng = np.random.default_rng(0)
+    text = rng.gamma(4.0, 0.25, 2000)  # window difficulty: shared by both arms, cancels in the pair
+    d = 0.1 + 0.3 * rng.standard_normal((3, 2000)) + 0.0 * text
+    low, high, method = bootstrap_mean(d)
+    assert low < d.mean() < high and low < 0.1 < high and "3 seeds x 2000 windows" in method
+    narrow = bootstrap_mean(d[:, :2000])[1] - bootstrap_mean(d[:, :2000])[0]
+    wide = bootstrap_mean(d[:, :100])[1] - bootstrap_mean(d[:, :100])[0]
+    assert wide > 3 * narrow  # sqrt(20) ~ 4.5 times fewer windows
+
+
+def test_bootstrap_below_three_seeds_covers_windows_only():
+    from tiedvsuntied.paired import bootstrap_mean
+    rng = np.random.default_rng(1)
+    seeds = np.array([[0.0], [1.0]]) + 0.05 * rng.standard_normal((2, 300))  # seeds far apart
+    low, high, method = bootstrap_mean(seeds)
+    assert "windows only" in method and "seed noise not included" in method
+    assert high - low < 0.05  # the seed spread (1.0) is not in it: the label says so
+    one = bootstrap_mean(seeds[:1])
+    g = np.random.default_rng(7)
+    manual = [seeds[0, g.integers(0, 300, 300)].mean() for _ in range(2000)]  # the textbook bootstrap
+    assert one[1] - one[0] == pytest.approx(np.quantile(manual, 0.975) - np.quantile(manual, 0.025), rel=0.15)
+    three = bootstrap_mean(np.vstack([seeds, [[2.0]] + 0.05 * rng.standard_normal((1, 300))]))
+    assert three[1] - three[0] > 1.0  # with 3 seeds their spread enters the interval
+
+
+def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
+    from tiedvsuntied.paired import paired_table
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    write_run(sweep, tie=True, init_std="1.0", seed=3)  # no untied partner
+    runs = A.load_results(sweep).runs
+    t = paired_table(runs).set_index("point")
+    fin = runs[runs["status"] == "finished"]
+    by_seed = fin.pivot_table(index="seed", columns="tie", values="test_loss")
+    expected = (by_seed[True] - by_seed[False]).dropna()
+    assert t.loc["final", "n_seeds"] == 3 and t.loc["final", "n_windows"] == 40
+    assert t.loc["final", "diff"] == pytest.approx(expected.mean(), abs=1e-5)  # window means are the summary values
+    assert sorted(t.loc["final", "seed_diffs"]) == pytest.approx(sorted(expected.tolist()), abs=1e-5)
+    assert t.loc["final", "low"] < t.loc["final", "diff"] < t.loc["final", "high"]
+    assert "3 seeds x 40 windows" in t.loc["final", "method"]
+    best = runs.pivot_table(index="seed", columns="tie", values="test_loss_at_best").dropna()
+    assert t.loc["best", "diff"] == pytest.approx((best[True] - best[False]).mean(), abs=1e-5)
+
+
+def test_paired_table_without_window_losses_falls_back_to_summary_values(tmp_path):
+    from tiedvsuntied.paired import paired_table
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1), probes=False)
+    t = paired_table(A.load_results(sweep).runs).set_index("point")
+    assert t.loc["final", "n_windows"] == 0 and "no window losses" in t.loc["final", "method"]
+
+
+def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
+    from tiedvsuntied.paired import best_lr_comparison
+    sweep = tmp_path / "classic"
+    shift = {(True, 1e-3): 0.6, (True, 3e-3): 0.0, (False, 1e-3): 0.0, (False, 3e-3): 0.6}  # tied best at 3e-3
+    for (tie, lr), s in shift.items():
+        for seed in (0, 1, 2):
+            write_run(sweep, tie=tie, init_std="0.02", seed=seed, lr=lr, floor_shift=s)
+    runs = A.load_results(sweep).runs
+    assert sorted(runs["lr"].unique()) == [1e-3, 3e-3] and runs["variant"].str.contains("optim.lr").all()
+    t = best_lr_comparison(runs).set_index("point")
+    assert t.loc["best", "lr_tied"] == 3e-3 and t.loc["best", "lr_untied"] == 1e-3
+    pick = lambda tie, lr: runs[(runs["tie"] == tie) & (runs["lr"] == lr)].set_index("seed")["test_loss_at_best"]
+    assert t.loc["best", "diff"] == pytest.approx((pick(True, 3e-3) - pick(False, 1e-3)).mean(), abs=1e-5)
+    assert t.loc["best", "n_seeds"] == 3 and t.loc["best", "lrs"] == 2

@@ -47,9 +47,10 @@ def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
     for name, output in F.REGISTRY.items():
         files, fig = output.write(results, tmp_path, ["png"])
-        assert [p.name for p in files] == ([f"{name}.md", f"{name}.tex"] if fig is None else [f"{name}.png"])
-        if fig is None:
+        if fig is None:  # tables
+            assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
             continue
+        assert [p.name for p in files] == [f"{name}.png"]
         assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
         # what is left out goes to the caption/log, never into the image
         for item in fig.skipped + fig.flagged:
@@ -104,7 +105,7 @@ def test_initial_loss_against_ln_v_and_prediction(results):
     assert any(np.allclose(line.get_ydata(), ln_v) for line in left.get_lines())
     diamonds = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"])
     sigmas = results.runs["init_logit_std"].dropna().unique()
-    for pred in A.gaussian_logit_loss(sigmas, 512, draws=4):
+    for pred in A.gaussian_logit_loss(sigmas, 512):
         assert np.isclose(diamonds, pred).any()
     measured = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"])
     assert sorted(measured) == pytest.approx(sorted(results.runs["init_val_loss"]))
@@ -128,7 +129,7 @@ def test_embedding_geometry_one_run_per_tie_and_setting(results):
     fig = F.fig_embedding_geometry(results.runs)
     assert f"{len(results.runs) - 4} other run(s)" in " ".join(fig.skipped)
     assert "micro" in fig.legends[0].get_title().get_text()  # the title rides on the legend
-    assert len(fig.axes) == 3 * 2
+    assert len(fig.axes) == 4 * 2  # norms, cosines per stratum raw and centred, in/out cosines
 
 
 def test_grad_split_tied_only_and_missing_metrics(results):
@@ -244,3 +245,46 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
         for ext in exts:
             path = out / f"{name}.{ext}"
             assert path.exists() and path.stat().st_size > 0, path
+
+
+def _bands(fig: Figure) -> int:
+    return sum(len(ax.collections) for ax in fig.axes)
+
+
+def test_fewer_than_three_seeds_draw_each_seed_not_a_band(tmp_path):
+    two = A.load_results(write_sweep(tmp_path / "two", init_stds=("1.0",), seeds=(0, 1)))
+    three = A.load_results(write_sweep(tmp_path / "three", init_stds=("1.0",), seeds=(0, 1, 2)))
+    fig2, fig3 = F.fig_val_loss(two.runs, two.history), F.fig_val_loss(three.runs, three.history)
+    assert _bands(fig2) == 0 and _bands(fig3) == 2  # a t-band per arm only with 3 seeds
+    thin = [line for line in _lines(fig2) if line.get_linewidth() < 1]
+    assert len(thin) == 4  # each seed of each arm
+    assert "< 3 seeds: each seed, no CI" in _texts(fig2) and "t-CI over seeds (n=3)" in _texts(fig3)
+    bars = F.fig_loss_vs_params(two.runs)
+    segments = [seg for ax in bars.axes for c in ax.collections for seg in c.get_segments()]
+    assert not any(np.isfinite(seg).all() for seg in segments)  # no error bars at n = 2
+    assert _bands(F.fig_grad_split(two.runs, two.history)) == 0
+
+
+def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
+    res = A.load_results(write_sweep(tmp_path / "sw", ties=(True,), init_stds=("1.0",), seeds=(0, 1, 2)))
+    fig = F.fig_grad_split(res.runs, res.history)
+    h = res.history.assign(r=np.log(res.history["train/grad_norm_out"] / res.history["train/grad_norm_in"]))
+    geo = np.exp(h.dropna(subset=["r"]).groupby("step")["r"].mean())
+    mean_line = fig.axes[1].get_lines()[0].get_ydata()
+    assert mean_line == pytest.approx(geo.to_numpy(), rel=1e-6)
+    assert "pre-clip" in _texts(fig)
+
+
+def test_paired_difference_figure_and_tables(tmp_path):
+    res = A.load_results(write_sweep(tmp_path / "sw", init_stds=("1.0", "0.036"), seeds=(0, 1, 2),
+                                     statuses={(False, "0.036", "nano", 2): "failed"}))
+    fig = F.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
+    assert "tie=true_init=0.036_model=nano_seed=2: finished, no partner" in fig.skipped
+    assert any("3 seeds x 40 windows" in f for f in fig.flagged) and any("windows only" in f for f in fig.flagged)
+    from tiedvsuntied.paired import paired_table
+    t = paired_table(res.runs)
+    errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
+    assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
+    files = F.REGISTRY["tables_paired"].write(res, tmp_path, [])[0]
+    assert "[+" in files[0].read_text() or "[-" in files[0].read_text()
+    assert "No learning-rate grid" in files[1].read_text()

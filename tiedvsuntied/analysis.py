@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
-from scipy import special, stats
+from scipy import integrate, stats
 
 from tiedvsuntied import model as M
 from tiedvsuntied import records as R
@@ -27,13 +27,14 @@ RUN_COLUMNS = [
     "init_std_resolved_head", "model", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed",
     "t5_rescale", "data", "data_id", "max_steps", "variant", "params_total", "params_embedding", "params_position",
     "params_head", "params_non_embedding", "flops_per_token", "step", "tokens", "diverged_at_step", "init_val_loss",
-    "init_logit_std", "init_self_logit", "final_val_loss", "best_val_loss", "best_step", "test_loss",
+    "init_logit_std", "init_self_logit", "init_self_target_frac", "final_val_loss", "best_val_loss", "best_step", "test_loss",
     "test_loss_at_best", "lr", "seen_vocab_frac", "clip_frac", "peak_tflops", "ln_vocab", "wandb_run_id", "wandb_mode",
     "started_at", "updated_at", "source", "path",
 ]
 HISTORY_ID_COLUMNS = ["run_id", "sweep", "name", "status", "tie", "head", "init_std", "model", "variant", "seed"]
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds share these
 CONFIDENCE = 0.95  # of the t-intervals the figures draw
+MIN_BAND_SEEDS = 3  # fewer seeds: figures draw each seed, no interval (n = 2 t-bands are uninformative)
 PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares these
 
 # Config keys that never make two runs different experiments (bookkeeping, the study's axes,
@@ -422,17 +423,20 @@ def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFr
     return _long(parts, ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"], missing)
 
 
-def load_offdiag_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")) -> pd.DataFrame:
-    """The sampled off-diagonal cosines of E·Eᵀ per run and probe step (``which``: the requested
-    step), long format; gaps in ``.attrs["missing"]``."""
+def load_stratum_cosines(runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")) -> pd.DataFrame:
+    """The sampled off-diagonal cosines of E·Eᵀ per run, probe step (``which``: the requested step),
+    vocabulary stratum (unseen / rare / frequent, probes.vocab_strata) and ``kind`` (raw, or centred:
+    the stratum sample's mean row removed), long format. Runs from before the strata have one
+    unstratified sample (stratum "all", raw only); gaps in ``.attrs["missing"]``."""
     parts, missing = [], []
     for run, which, probe_step, arrays in _probes(runs, steps, missing):
-        if "offdiag_cos" not in arrays:
-            missing.append(f"{run.get('name') or run['run_id']}: probe at step {probe_step} has no 'offdiag_cos'")
-            continue
-        parts.append(pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "which": str(which),
-                                   "cos": arrays["offdiag_cos"]}))
-    return _long(parts, ["run_id", "probe_step", "which", "cos"], missing)
+        found = {(k.split("_", 1)[1], "raw" if k.startswith("cos_") else "centred"): v for k, v in arrays.items()
+                 if k.startswith(("cos_", "ccos_"))} or ({("all", "raw"): arrays["offdiag_cos"]} if "offdiag_cos" in arrays else {})
+        if not found:
+            missing.append(f"{run.get('name') or run['run_id']}: probe at step {probe_step} has no cosines")
+        parts += [pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "which": str(which),
+                                "stratum": stratum, "kind": kind, "cos": v}) for (stratum, kind), v in found.items()]
+    return _long(parts, ["run_id", "probe_step", "which", "stratum", "kind", "cos"], missing)
 
 
 def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.DataFrame:
@@ -485,32 +489,80 @@ def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0)
 
 
 # ----------------------------------------------------------------------------- initial loss theory
-def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = 8) -> np.ndarray:
-    """Expected loss E[logsumexp(z)] when the V logits are i.i.d. N(0, σ²) and independent of the
-    target; Monte Carlo over ``draws`` logit vectors, the same for every σ so the curve is smooth."""
-    g = np.random.default_rng(0).standard_normal((draws, int(vocab_size)))
-    return np.array([special.logsumexp(s * g, axis=1).mean() for s in np.atleast_1d(np.asarray(sigma, dtype=float))])
+THEORY_DRAWS = 256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_analysis.py)
+
+
+@functools.lru_cache(maxsize=4)
+def expected_max_normal(n: int) -> float:
+    """E[max of n i.i.d. standard normals], by quadrature: sigma * this is E[logsumexp] at large sigma
+    (sqrt(2 ln n) is its limit, and 10% high at n = 50257)."""
+    density = lambda x: x * n * stats.norm.pdf(x) * np.exp((n - 1) * stats.norm.logcdf(x))
+    return integrate.quad(density, -12, 12, points=[0, 2, 3, 4, 5], limit=200)[0]
+
+
+@functools.lru_cache(maxsize=4)
+def _logit_draws(vocab_size: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed standard-normal logit vectors as (each minus its max, its max)."""
+    g = np.random.default_rng(0).standard_normal((draws, vocab_size), dtype=np.float32)
+    top = g.max(axis=1)
+    return g - top[:, None], top.astype(np.float64)
+
+
+def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, draws: int = THEORY_DRAWS,
+                        return_se: bool = False):
+    """Expected loss E[logsumexp(z)] when the V logits are i.i.d. N(0, sigma^2) and independent of
+    the target. Monte Carlo over ``draws`` fixed logit vectors (the same for every sigma: a smooth
+    curve), with the largest logit as control variate (its mean sigma * E[max] is known exactly),
+    which removes most of the variance where the largest logits dominate."""
+    d, top = _logit_draws(int(vocab_size), int(draws))
+    e_max, est, se = expected_max_normal(int(vocab_size)), [], []
+    for s in np.atleast_1d(np.asarray(sigma, dtype=float)):
+        lse = s * top + np.log(np.exp(np.float32(s) * d).sum(axis=1, dtype=np.float64))
+        c = s * (top - e_max)
+        v = lse - (np.cov(lse, c)[0, 1] / c.var() * c if c.var() > 0 else 0.0)
+        est.append(v.mean())
+        se.append(v.std(ddof=1) / math.sqrt(len(v)))
+    return (np.array(est), np.array(se)) if return_se else np.array(est)
 
 
 def gaussian_logit_loss_approx(sigma: float | Sequence[float], vocab_size: int) -> np.ndarray:
-    """Large-V limit of :func:`gaussian_logit_loss` (random energy model): ln V + σ²/2 up to
-    σ_c = sqrt(2 ln V) (the bulk dominates), σ·sqrt(2 ln V) above (the largest logit does)."""
+    """The two regimes of :func:`gaussian_logit_loss`: ln V + sigma^2/2 while the bulk of the logits
+    dominates (up to sigma_c = sqrt(2 ln V)), sigma * E[max of V normals] once the largest does."""
     sig, ln_v = np.asarray(sigma, dtype=float), math.log(vocab_size)
-    return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * math.sqrt(2 * ln_v))
+    return np.where(sig <= math.sqrt(2 * ln_v), ln_v + sig**2 / 2, sig * expected_max_normal(int(vocab_size)))
+
+
+def tied_initial_loss(self_logit, sigma, vocab_size: int, self_target_frac=0.0) -> np.ndarray:
+    """Tied, the input token's own logit a = h·e_x is not one of V independent logits: after the
+    final LayerNorm it is about sqrt(d)·|e_x|·cos(h, e_x), i.e. about std·d when the embedding
+    dominates the residual stream. With G = E[logsumexp of V−1 N(0, sigma^2) logits], the loss is
+    logaddexp(a, G) where the target is another token (its logit has mean 0), and softplus(G − a)
+    where it is the input token itself (a fraction ``self_target_frac`` of positions: 2.4% of
+    Tiny Shakespeare's). All from the logged step-0 a, sigma and that fraction."""
+    a, p = np.asarray(self_logit, dtype=float), np.nan_to_num(np.asarray(self_target_frac, dtype=float))
+    g = gaussian_logit_loss(sigma, vocab_size - 1)
+    return (1 - p) * np.logaddexp(a, g) + p * np.logaddexp(0.0, g - a)
 
 
 def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run: measured initial loss beside ln V and the Gaussian-logit predictions from its σ
-    (``predicted``, ``predicted_approx``), and ``excess`` = measured − predicted."""
+    """Per run: measured initial loss beside ln V and the predictions from its sigma: ``predicted``
+    (i.i.d. Gaussian logits), ``predicted_tied`` (tied runs with ``init_self_logit``),
+    ``predicted_approx``; ``excess`` = measured − the run's own prediction (tied: the tied one)."""
     cols = ["run_id", "name", "tie", "init_std", "variant", "model", "seed", "vocab_size", "ln_vocab",
-            "init_logit_std", "init_val_loss"]
-    t = runs[cols].assign(predicted=np.nan, predicted_approx=np.nan)
+            "init_logit_std", "init_self_logit", "init_self_target_frac", "init_val_loss"]
+    t = runs[cols].assign(predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan)
     ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
     for v, g in t[ok].groupby("vocab_size"):
         sigma = g["init_logit_std"].to_numpy(float)
         t.loc[g.index, "predicted"] = gaussian_logit_loss(sigma, int(v))
         t.loc[g.index, "predicted_approx"] = gaussian_logit_loss_approx(sigma, int(v))
-    return t.assign(excess=t["init_val_loss"] - t["predicted"])
+        tied = g[(g["tie"] == True) & g["init_self_logit"].notna()]  # noqa: E712 (nullable booleans)
+        if len(tied):
+            t.loc[tied.index, "predicted_tied"] = tied_initial_loss(
+                tied["init_self_logit"].to_numpy(float), tied["init_logit_std"].to_numpy(float), int(v),
+                tied["init_self_target_frac"].to_numpy(float))
+    own = t["predicted_tied"].where(t["tie"] == True, t["predicted"])  # noqa: E712
+    return t.assign(excess=t["init_val_loss"] - own)
 
 
 def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:

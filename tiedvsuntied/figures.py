@@ -21,7 +21,7 @@ from scipy import stats
 
 from tiedvsuntied import analysis as A
 from tiedvsuntied import paired  # noqa: F401  (registers its outputs)
-from tiedvsuntied.plotting import (LINESTYLES, MARKERS, MFC, REF_COLOR, REGISTRY, STATUS_MARKER, THEORY_DRAWS,
+from tiedvsuntied.plotting import (LINESTYLES, MARKERS, MFC, REF_COLOR, REGISTRY, STATUS_MARKER,
                                    TIE_COLOR, Output, _figure, _init_label, _init_order, _legend, _mean_line,
                                    _model_label, _model_order, _note, _plain_log, _print_notes, _run_label,
                                    _tie_handles, _with_setting, caption, figure, publish, save_figure)
@@ -69,11 +69,11 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         _plain_log(ax, "y", h[metric], ratio=4)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     handles = _tie_handles()
-    if ns := sorted({int(n) for n in band_n if n >= 2}):
+    if ns := sorted({int(n) for n in band_n if n >= A.MIN_BAND_SEEDS}):
         n_range = "–".join(map(str, dict.fromkeys([ns[0], ns[-1]])))
         handles.append(Patch(color="#999999", alpha=0.4, label=f"{A.CONFIDENCE:.0%} t-CI over seeds (n={n_range})"))
-    elif band_n:
-        handles.append(Line2D([], [], color="none", label="one seed: no CI"))
+    if any(n < A.MIN_BAND_SEEDS for n in band_n):
+        handles.append(Line2D([], [], color="#999999", lw=0.6, label=f"< {A.MIN_BAND_SEEDS} seeds: each seed, no CI"))
     handles += [Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
                 for s in ("diverged", "failed") if s in ended]
     _legend(fig, handles, len(handles))
@@ -102,9 +102,12 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
                 a = agg[(agg["setting"] == init) & (agg["tie"] == tie)].sort_values(xcol)
                 if a.empty:
                     continue
-                ax.errorbar(a[xcol], a["mean"], yerr=a["ci_half"].where(a["n"] >= 2), color=TIE_COLOR[tie],
-                            marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)], capsize=2,
-                            ms=4, mfc=MFC[tie])
+                yerr = a["ci_half"].where(a["n"] >= A.MIN_BAND_SEEDS)
+                ax.errorbar(a[xcol], a["mean"], yerr=yerr if yerr.notna().any() else None,
+                            color=TIE_COLOR[tie], marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
+                            capsize=2, ms=4, mfc=MFC[tie])
+                few = runs[runs["run_id"].isin(sum(a.loc[a["n"] < A.MIN_BAND_SEEDS, "run_ids"], []))]
+                ax.plot(few[xcol], few[value], ls="none", marker=".", ms=3, color=TIE_COLOR[tie], alpha=0.7)
         ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
         _plain_log(ax, "x", eng=True)
         ax.set_xlabel(xlabel)
@@ -113,15 +116,18 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     handles = _tie_handles(marker="o")
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls=LINESTYLES[k % len(LINESTYLES)],
                        label=_init_label(init, short=True)) for k, init in enumerate(inits)]
-    handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"
-                          if (agg["n"] >= 2).any() else "one seed per point: no CI"))
+    if (agg["n"] >= A.MIN_BAND_SEEDS).any():
+        handles.append(Line2D([], [], color="none", label=f"mean ± {A.CONFIDENCE:.0%} t-CI over seeds"))
+    if (agg["n"] < A.MIN_BAND_SEEDS).any():
+        handles.append(Line2D([], [], color="#444444", marker=".", ls="none", label=f"< {A.MIN_BAND_SEEDS} seeds: each seed, no CI"))
     _legend(fig, handles, 5)
     return fig
 
 
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
     """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
-    with the Gaussian-logit prediction from each run's σ (open diamonds) and ln V."""
+    with the prediction from each run's σ (open diamonds; tied: with its step-0 own-token logit,
+    A.tied_initial_loss) and ln V."""
     models, inits = _model_order(have), _init_order(have)
     ticks, labels = [], []
     for init in inits:
@@ -135,7 +141,7 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
                 jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
                 ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", ms=3.5, color=TIE_COLOR[tie],
                         mfc=MFC[tie], alpha=0.9, zorder=3)
-                predicted = A.gaussian_logit_loss(c["init_logit_std"].to_numpy(float), vocab, draws=THEORY_DRAWS)
+                predicted = A.initial_loss_table(c)["predicted_tied" if tie else "predicted"]
                 ax.plot(np.full(len(c), x + dx), predicted, ls="none", marker="D", ms=4.5, mfc="none", mec="black",
                         mew=0.7, zorder=4)  # NaN where a run has no init_logit_std: not drawn
             ticks.append(x)
@@ -159,10 +165,10 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     ln_v, sigma_c = math.log(vocab), math.sqrt(2 * math.log(vocab))
     sig = sig_runs["init_logit_std"]
     grid = np.geomspace(min(sig.min() / 3, 0.05), max(sig.max() * 3, 3 * sigma_c), 80)
-    ax.plot(grid, A.gaussian_logit_loss(grid, vocab, draws=THEORY_DRAWS), color="black", lw=1.2,
+    ax.plot(grid, A.gaussian_logit_loss(grid, vocab), color="black", lw=1.2,
             label=r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$")
     ax.plot(grid, A.gaussian_logit_loss_approx(grid, vocab), color=REF_COLOR, ls=":", lw=1.2,
-            label=r"large V: ln V + $\sigma^2$/2, then $\sigma\sqrt{2\,\ln V}$")
+            label=r"ln V + $\sigma^2$/2, then $\sigma\,$E[max of V normals]")
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     for k, model in enumerate(models):
         for tie in (True, False):
@@ -198,7 +204,7 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     _legend(fig, _tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
-               label=r"Gaussian-logit prediction from the run's $\sigma$")], 4)
+               label=r"predicted from the run's $\sigma$ (tied: and its own-token logit)")], 4)
     return fig
 
 
@@ -247,21 +253,31 @@ def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
 
 
-def _offdiag_panel(ax, cell: pd.DataFrame, offdiag: pd.DataFrame) -> None:
-    """(b) off-diagonal cosines of E·Eᵀ at the last probe; init (first probe) in grey."""
-    oc = offdiag[offdiag["run_id"].isin(cell["run_id"])]
-    if oc.empty:
-        return _note(ax, "no off-diagonal cosines (probes/*.npz) for these runs")
-    bins = np.linspace(-1, 1, 61) * (float(np.nanpercentile(np.abs(oc["cos"]), 99.5)) * 1.1 or 1.0)  # ±99.5th pct
-    first = oc[oc["which"] == "first"]
-    if len(first):
-        ax.hist(first[first["run_id"] == first["run_id"].iloc[0]]["cos"], bins=bins, density=True, color="#cccccc")
-    for _, r in cell.iterrows():
-        last = oc[(oc["run_id"] == r["run_id"]) & (oc["which"] == "last")]
-        if len(last):
-            ax.hist(last["cos"], bins=bins, density=True, histtype="step", lw=1.2, color=TIE_COLOR[bool(r["tie"])])
-    ax.axvline(0, color="black", lw=0.8, ls="--")
-    ax.set_xlabel(r"off-diagonal cosine of $E E^\top$")
+STRATA = ["unseen", "rare", "frequent", "all"]  # "all": runs probed before the strata existed
+
+
+def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> None:
+    """(b, c) off-diagonal cosines of E·Eᵀ per vocabulary stratum at the last probe: median and
+    interquartile range, tied (filled) beside untied (open); the first probe (init) in grey."""
+    c = cosines[cosines["run_id"].isin(cell["run_id"]) & (cosines["kind"] == kind)]
+    if c.empty:
+        return _note(ax, f"no {kind} cosines per stratum (probes/*.npz) for these runs")
+    strata = [s for s in STRATA if s in set(c["stratum"])]
+    for x, stratum in enumerate(strata):
+        for dx, (which, tie) in zip((-0.25, -0.08, 0.08, 0.25), (("first", True), ("last", True),
+                                                                 ("first", False), ("last", False))):
+            v = c[(c["stratum"] == stratum) & (c["which"] == which)
+                  & c["run_id"].isin(cell.loc[cell["tie"] == tie, "run_id"])]["cos"]
+            if v.empty:
+                continue
+            q = v.quantile([0.25, 0.5, 0.75]).to_numpy()
+            color = TIE_COLOR[tie] if which == "last" else REF_COLOR
+            ax.errorbar(x + dx, q[1], yerr=[[q[1] - q[0]], [q[2] - q[1]]], marker="o", ms=3.5, capsize=2,
+                        color=color, mfc=color if tie else "white")
+    ax.axhline(0, color="black", lw=0.8, ls="--")
+    ax.set_xticks(range(len(strata)), strata)
+    ax.set_xlim(-0.5, len(strata) - 0.5)
+    ax.grid(axis="x", visible=False)
 
 
 def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
@@ -279,43 +295,48 @@ def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     ax.set_xlabel("cos(input vector, output vector)")
 
 
-@figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines, input-output cosines")
+@figure("fig4_embedding_geometry", "norms vs frequency, E·Eᵀ cosines per vocabulary stratum, input-output cosines")
 def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     """Embedding geometry at the last probe of one run per tie and init std (a column each): (a) row
-    norm vs token count, (b) off-diagonal cosines of E·Eᵀ, (c) untied: input-output cosine per token."""
+    norm vs token count, (b) off-diagonal cosines of E·Eᵀ per vocabulary stratum, (c) the same
+    mean-centred, (d) untied: input-output cosine per token. The strata keep apart what a uniform
+    sample mixes: tokens never seen in training (untied: at init; tied: pushed onto one direction)."""
     shown = A.representative_runs(runs)
-    token_probes, offdiag, inits = A.load_token_probes(shown), A.load_offdiag_cosines(shown), _init_order(shown)
-    fig, axes = _figure(3, len(inits), 1.75)
-    fig.skipped += token_probes.attrs["missing"] + offdiag.attrs["missing"]
+    token_probes, cosines, inits = A.load_token_probes(shown), A.load_stratum_cosines(shown), _init_order(shown)
+    fig, axes = _figure(4, len(inits), 1.6)
+    fig.skipped += token_probes.attrs["missing"] + cosines.attrs["missing"]
     if n_other := len(runs) - len(shown):
         fig.skipped.append(f"{n_other} other run(s): one run per tie and init std is shown "
                            f"(largest size, lowest seed, finished first)")
-    runs = shown
+    seen = shown["seen_vocab_frac"].dropna()
+    if len(seen):
+        fig.flagged.append(f"{seen.iloc[0]:.1%} of the vocabulary occurs in the training split (seen_vocab_frac)")
     for j, init in enumerate(inits):
-        cell = runs[runs["setting"] == init]
+        cell = shown[shown["setting"] == init]
         axes[0, j].set_title(_init_label(init))
         _norms_panel(axes[0, j], cell, token_probes)
-        _offdiag_panel(axes[1, j], cell, offdiag)
-        _in_out_panel(axes[2, j], cell, token_probes)
-    for ax, label in zip(axes[:, 0], ("row norm", "density", "density (untied)")):
+        _strata_panel(axes[1, j], cell, cosines, "raw")
+        _strata_panel(axes[2, j], cell, cosines, "centred")
+        _in_out_panel(axes[3, j], cell, token_probes)
+    for ax, label in zip(axes[:, 0], ("row norm", "cos of E·Eᵀ", "centred cos", "density (untied)")):
         ax.set_ylabel(label)
-    handles = _tie_handles() + [
-        Line2D([], [], color="#444444", ls="-", label="embedding"),
+    handles = _tie_handles(marker="o") + [
+        Line2D([], [], color=REF_COLOR, marker="o", label="init (first probe): median, IQR"),
         Line2D([], [], color="#444444", ls="--", label="head (untied)"),
         Line2D([], [], color=REF_COLOR, ls=(0, (1, 3)), label=r"init norm $\sigma_\mathrm{init}\sqrt{d}$"),
-        Patch(color="#cccccc", label="init (first probe)"),
-        Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
-        Line2D([], [], color="black", ls="--", lw=0.8, label=r"cos = 0 ($E E^\top = I$ off the diagonal)")]
+        Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)")]
     steps = token_probes["probe_step"].unique()  # the title rides on the legend
-    title = f"{runs['model'].iloc[0]}, last probe" + (f" (step {steps[0]})" if len(steps) == 1 else " per run")
-    _legend(fig, handles, 4, title=title if len(steps) else None, title_fontsize=8)
+    title = f"{shown['model'].iloc[0]}, last probe" + (f" (step {steps[0]})" if len(steps) == 1 else " per run")
+    _legend(fig, handles, 3, title=title if len(steps) else None, title_fontsize=8)
     return fig
 
 
 @figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Tied runs: input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the one
-    embedding matrix, mean over seeds, a column per init std; below, their ratio out/in per size."""
+    embedding matrix, mean over seeds, a column per init std; below, their ratio out/in per size:
+    geometric mean with a t-interval in log space (below 3 seeds: each seed). The norms are
+    pre-clip; how often clipping acted is noted per init std (clip_frac)."""
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), 1.8, sharex="col")
     if n := int((runs["tie"] == False).sum()):
@@ -348,8 +369,12 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
             mk = {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
             for key, ls in zip(keys, ("-", "--")):
                 _mean_line(ax, hm, key, True, ["model"], ls=ls, **mk)
-            _mean_line(axr, hm, "ratio", True, ["model"], 0.15, **mk)
+            _mean_line(axr, hm, "ratio", True, ["model"], 0.15, log=True, **mk)
         _plain_log(ax, "y")
+        clip = runs.loc[(runs["setting"] == init) & (runs["tie"] == True), "clip_frac"].dropna()  # noqa: E712
+        if len(clip):
+            fig.flagged.append(f"{_init_label(init, short=True)}: gradient clipped on {clip.min():.0%}–{clip.max():.0%} "
+                               "of steps (the norms drawn are before clipping)")
         axr.axhline(1, color=REF_COLOR, ls=":", lw=1)
         _plain_log(axr, "y", hc["ratio"], ratio=3)
         axr.set_xlabel("training tokens")
@@ -360,6 +385,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
                for ls, side, part in (("-", "input", "lookup"), ("--", "output", "head"))]
     handles += [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none",
                        label=_model_label(runs, m)) for k, m in enumerate(models) if len(models) > 1]
+    handles.append(Line2D([], [], color="none", label="pre-clip norms; ratio: geometric mean, log-space CI"))
     _legend(fig, handles, 4)
     return fig
 

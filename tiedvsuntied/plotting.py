@@ -23,7 +23,6 @@ from tiedvsuntied import analysis as A
 TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
 MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
-THEORY_DRAWS = 4  # Monte Carlo draws of V logits for fig 3's prediction: smooth enough, fast
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
@@ -149,13 +148,24 @@ def _tie_handles(marker: str | None = None) -> list:
                    ls="-" if marker is None else "none") for t in (True, False)]
 
 
-def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw) -> pd.DataFrame:
-    """The mean of ``metric`` over seeds vs tokens, with its t-CI band where two runs or more are averaged."""
+def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, log: bool = False,
+               **kw) -> pd.DataFrame:
+    """The mean of ``metric`` over seeds vs tokens. With ``band``: its t-interval where at least
+    A.MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn thin instead (with two
+    seeds a t-band spans tens of nats). ``log``: mean and interval of log(metric), exponentiated
+    (for ratios: a geometric mean, an interval that stays positive)."""
+    h = h.assign(**{metric: np.log(h[metric].where(h[metric] > 0))}) if log else h
     agg = A.aggregate_history(h, metric, by=by)
+    if log:
+        agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
     ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **kw)
-    if band and (ok := agg["n"] >= 2).any():
+    if band and (ok := agg["n"] >= A.MIN_BAND_SEEDS).any():
         ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=TIE_COLOR[tie],
                         alpha=band, lw=0)
+    elif band:
+        for _, run in h[h[metric].notna() & h["status"].isin(["finished", "running"])].groupby("run_id"):
+            ax.plot(run["tokens"], np.exp(run[metric]) if log else run[metric], color=TIE_COLOR[tie], lw=0.6,
+                    alpha=0.6, ls=kw.get("ls", "-"))
     return agg
 
 

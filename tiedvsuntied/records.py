@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, List, Optional
 
+import torch
 import yaml
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class RunSummary:
     init_val_loss: Optional[float] = None
     init_logit_std: Optional[float] = None
     init_self_logit: Optional[float] = None  # step 0: mean logit of the input token itself
+    init_self_target_frac: Optional[float] = None  # validation positions whose target is the input token
     final_val_loss: Optional[float] = None
     best_val_loss: Optional[float] = None
     best_step: Optional[int] = None
@@ -178,6 +180,45 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
             entry.overrides = index.get(run_id, {}).get("overrides", [])
         index[run_id] = {**dataclasses.asdict(entry), "status": Status(entry.status).value}
         write_json(sweep_dir / "index.json", index)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
+    """``last.pt`` (weights, optimizer, ``state.state_dict()``, RNGs); the one it replaces stays as ``prev.pt`` until the next save, so a file cut
+    short (a kill, a full disk) or corrupted later never costs the run more than one interval."""
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+               "train_state": state.state_dict(), "rng_cpu": torch.get_rng_state(),
+               "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    if (ckpt_dir / "last.pt").exists():
+        os.replace(ckpt_dir / "last.pt", ckpt_dir / "prev.pt")
+    atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(ckpt_dir: Path, model, optimizer, state) -> Optional[Path]:
+    """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
+    file used, or None (start over)."""
+    for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
+        if not path.exists():
+            continue
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+        except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
+            log.warning("checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one", path,
+                        scrub(f"{type(e).__name__}: {e}")[:200], path.name)
+            os.replace(path, path.with_suffix(".pt.bad"))  # so the next save cannot rotate it into prev.pt
+            continue
+        state.load_state_dict(ckpt["train_state"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+        if torch.cuda.is_available() and ckpt["rng_cuda"]:
+            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+        return path
+    if any(ckpt_dir.glob("*.pt")):
+        log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
+    return None
 
 
 # ---------------------------------------------------------------------------- reading

@@ -27,6 +27,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tiedvsuntied import records as R
+from tiedvsuntied.records import load_checkpoint, save_checkpoint
 from tiedvsuntied.batches import BatchSampler, iter_eval_batches
 from tiedvsuntied.data import Corpus, DataConfig, check_data, prepare_data
 from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, resolve_compile,
@@ -103,6 +104,7 @@ class TrainState:
     init_val_loss: Optional[float] = None
     init_logit_std: Optional[float] = None
     init_self_logit: Optional[float] = None
+    init_self_target_frac: Optional[float] = None
     best_val_loss: Optional[float] = None
     best_step: Optional[int] = None
     last_val_loss: Optional[float] = None
@@ -190,45 +192,6 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
 
 
-# ---------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> None:
-    """``last.pt``; the one it replaces stays as ``prev.pt`` until the next save, so a file cut
-    short (a kill, a full disk) or corrupted later never costs the run more than one interval."""
-    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-               "train_state": state.state_dict(), "rng_cpu": torch.get_rng_state(),
-               "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    if (ckpt_dir / "last.pt").exists():
-        os.replace(ckpt_dir / "last.pt", ckpt_dir / "prev.pt")
-    R.atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
-
-
-def load_checkpoint(ckpt_dir: Path, model, optimizer, state: TrainState) -> Optional[Path]:
-    """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
-    file used, or None (start over)."""
-    for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
-        if not path.exists():
-            continue
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-        except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
-            log.warning("checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one", path,
-                        R.scrub(f"{type(e).__name__}: {e}")[:200], path.name)
-            os.replace(path, path.with_suffix(".pt.bad"))  # so the next save cannot rotate it into prev.pt
-            continue
-        state.load_state_dict(ckpt["train_state"])
-        torch.set_rng_state(ckpt["rng_cpu"])
-        if torch.cuda.is_available() and ckpt["rng_cuda"]:
-            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
-        return path
-    if any(ckpt_dir.glob("*.pt")):
-        log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
-    return None
-
-
 # ---------------------------------------------------------------------------- evaluation
 
 
@@ -239,7 +202,7 @@ def evaluate(model, tokens, block_size: int, tc: TrainerConfig, device, precisio
     (step 0): also the logits' std and the mean logit of each input token at its own position
     (tied, h·e_x: at a large init std it dominates the initial loss)."""
     model.eval()
-    windows, out = [], {}
+    windows, repeats, out = [], [], {}
     for i, (x, y) in enumerate(iter_eval_batches(tokens, block_size, tc.eval_batch_size, tc.eval_windows)):
         x, y = x.to(device), y.to(device)
         with autocast(precision, device):
@@ -248,8 +211,11 @@ def evaluate(model, tokens, block_size: int, tc: TrainerConfig, device, precisio
             out["logit_std"] = logits.std().item()
             out["self_logit"] = logits.gather(-1, x[..., None]).mean().item()
         windows.append(loss.float().mean(1))
+        repeats.append((x == y).float().mean(1))  # tied: the target is the input token itself
     model.train()
     w = torch.cat(windows).cpu().numpy()
+    if first:
+        out["self_target_frac"] = torch.cat(repeats).mean().item()
     return {**out, "loss": float(w.mean()), "windows": w.astype(np.float32)}  # windows are equally long
 
 
@@ -523,7 +489,7 @@ def _loop(run: Run) -> None:
 def _sync(s: R.RunSummary, st: TrainState) -> None:
     """The summary's copy of the loop's numbers."""
     s.update(step=st.step, tokens=st.tokens, init_val_loss=st.init_val_loss, init_logit_std=st.init_logit_std,
-             init_self_logit=st.init_self_logit, final_val_loss=st.last_val_loss, best_val_loss=st.best_val_loss,
+             init_self_logit=st.init_self_logit, init_self_target_frac=st.init_self_target_frac, final_val_loss=st.last_val_loss, best_val_loss=st.best_val_loss,
              best_step=st.best_step,
              clip_frac=st.clipped_steps / st.step if st.step else None)
 
@@ -539,7 +505,8 @@ def _evaluate(run: Run, first: bool = False) -> float:
     metrics = {"tokens": st.tokens, "val/loss": vl, "val/ppl": math.exp(min(vl, 700))}
     if first:
         st.init_val_loss, st.init_logit_std, st.init_self_logit = vl, ev["logit_std"], ev["self_logit"]
-        metrics.update({"init/logit_std": ev["logit_std"], "init/self_logit": ev["self_logit"]})
+        st.init_self_target_frac = ev["self_target_frac"]
+        metrics.update({f"init/{k}": ev[k] for k in ("logit_std", "self_logit", "self_target_frac")})
     if math.isfinite(vl) and (st.best_val_loss is None or vl < st.best_val_loss):
         st.best_val_loss, st.best_step = vl, st.step
         if tc.test_eval:
