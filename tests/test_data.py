@@ -519,3 +519,23 @@ def test_cli_prepares_and_prints_info(play, corpus):
     proc, _ = run_cli(["text", f"files={play}", "encoding=bytes", "--fresh"], dict(os.environ))
     assert proc.returncode == 0 and json.loads(proc.stdout)["built_now"] == list(SPLITS)
     assert "tokens/s" in proc.stderr
+
+
+def test_seen_vocabulary_renumbers_the_corpus_tokens_and_has_its_own_data_id(tmp_path):
+    """data.vocab=seen: a closed vocabulary of the tokens the corpus has, numbered in the
+    encoding's order; the same text, a different data id, the cache shared with vocab=full."""
+    text = write(tmp_path, "c.txt", play_text(400))
+    full = prepare_data(cfg(str(text), cache_dir=str(tmp_path / "cache")))
+    seen = prepare_data(cfg(str(text), cache_dir=str(tmp_path / "cache"), vocab="seen"))
+    ids = np.flatnonzero(sum(full.token_freq(s) for s in ("train", "val", "test")))
+    assert seen.vocab_size == len(ids) < full.vocab_size == 257 and seen.dir == full.dir
+    for split in ("train", "val", "test"):
+        np.testing.assert_array_equal(ids[seen.tokens(split)], full.tokens(split))
+        np.testing.assert_array_equal(seen.token_freq(split), full.token_freq(split)[ids])
+    assert seen.fingerprint != full.fingerprint
+    assert seen.eot_token is None  # one file, one document: no end-of-text token to renumber
+    full_docs, docs = (prepare_data(cfg(str(text), cache_dir=str(tmp_path / "cache"), vocab=v, documents="paragraph"))
+                       for v in ("full", "seen"))
+    ids = np.flatnonzero(sum(full_docs.token_freq(s) for s in ("train", "val", "test")))
+    assert ids[docs.eot_token] == full_docs.eot_token == 256  # documents: the end-of-text token is renumbered too
+    assert seen.info()["vocab"] == "seen" and seen.info()["vocab_size"] == len(ids)

@@ -285,6 +285,6 @@ def test_paired_difference_figure_and_tables(tmp_path):
     t = paired_table(res.runs)
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
-    files = F.REGISTRY["tables_paired"].write(res, tmp_path, [])[0]
+    files = F.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
     assert "[+" in files[0].read_text() or "[-" in files[0].read_text()
     assert "No learning-rate grid" in files[1].read_text()

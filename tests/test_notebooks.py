@@ -19,6 +19,8 @@ WRITES = {
     "03_embedding_geometry.ipynb": ["fig4_embedding_geometry.pdf", "fig4_embedding_geometry.png"],
     "04_gradient_split.ipynb": ["fig5_grad_split.pdf", "fig5_grad_split.png"],
     "05_parameter_table.ipynb": ["table_params.md", "table_params.tex"],
+    "06_paired_difference.ipynb": ["fig6_paired_difference.pdf", "fig6_paired_difference.png", "table_paired.md",
+                                   "table_classic.md"],
 }
 
 

@@ -453,11 +453,18 @@ class Corpus:
             self._new_id = np.zeros(enc.n_vocab, dtype=np.uint16 if len(seen) <= 1 << 16 else np.int32)
             self._new_id[seen] = np.arange(len(seen))
             self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
+            self._raw_freq = self._freq
             self._freq = {s: f[seen] for s, f in self._freq.items()}
 
     vocab_size = property(lambda self: len(self._freq["train"]))
-    eot_token = property(lambda self: int(self.encoding.eot_token if self._new_id is None
-                                          else self._new_id[self.encoding.eot_token]))
+    @property
+    def eot_token(self) -> Optional[int]:
+        """The end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)."""
+        eot = int(self.encoding.eot_token)
+        if self._new_id is None:
+            return eot
+        return int(self._new_id[eot]) if sum(f[eot] for f in self._raw_freq.values()) else None
+
     fingerprint = property(lambda self: self.key[:12] if self._new_id is None else
                            hashlib.sha256(f"{self.key}:seen".encode()).hexdigest()[:12],
                            doc="Short id of data + split + tokenizer (+ vocabulary).")

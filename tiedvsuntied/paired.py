@@ -197,5 +197,5 @@ def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     return [Path(out_dir, name) for name in texts]
 
 
-REGISTRY["tables_paired"] = Output("tied − untied per cell, and at each arm's best lr (md)",
+REGISTRY["table_paired"] = Output("tied − untied per cell, and at each arm's best lr (md)",
                                    lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None))
