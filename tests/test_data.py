@@ -536,6 +536,6 @@ def test_seen_vocabulary_renumbers_the_corpus_tokens_and_has_its_own_data_id(tmp
     assert seen.eot_token is None  # one file, one document: no end-of-text token to renumber
     full_docs, docs = (prepare_data(cfg(str(text), cache_dir=str(tmp_path / "cache"), vocab=v, documents="paragraph"))
                        for v in ("full", "seen"))
-    ids = np.flatnonzero(sum(full_docs.token_freq(s) for s in ("train", "val", "test")))
-    assert ids[docs.eot_token] == full_docs.eot_token == 256  # documents: the end-of-text token is renumbered too
+    doc_ids = np.flatnonzero(sum(full_docs.token_freq(s) for s in ("train", "val", "test")))
+    assert doc_ids[docs.eot_token] == full_docs.eot_token == 256  # documents: the end-of-text token is renumbered too
     assert seen.info()["vocab"] == "seen" and seen.info()["vocab_size"] == len(ids)
