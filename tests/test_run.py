@@ -239,6 +239,7 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     # The sweep table lists every run with its status, though a job failed.
     table = proc.stdout[proc.stdout.index("Sweep mixed"):]
     assert table.count("diverged") == 1 and table.count("failed") == 2 and table.count("finished") == 1
+    assert table.count("optim.lr=100000.0") == 2  # what tells runs of one name apart is in the table
     # No secret from the environment reached anything the runs wrote.
     for f in (tmp_path / "results").rglob("*"):
         if f.is_file():

@@ -42,8 +42,13 @@ def runs_table(sweep_dir: Path, since: Optional[float] = None) -> pd.DataFrame:
         rows.append({"run": entry.name, "status": (s.status if s else entry.status).value,
                      "params": f"{s.params['total']:,}" if s and s.params else "-",
                      "init val": s and s.init_val_loss, "final val": s and s.final_val_loss,
-                     "test": s and s.test_loss})
-    return pd.DataFrame(rows, columns=["run", "status", "params", "init val", "final val", "test"])
+                     "test": s and s.test_loss, "overrides": set(entry.overrides)})
+    table = pd.DataFrame(rows, columns=["run", "status", "params", "init val", "final val", "test", "overrides"])
+    # what else tells runs apart (optim.lr=..., ...): the overrides that not every run shares
+    shared = set.intersection(*table["overrides"]) if len(table) else set()
+    named = ("tie=", "init_std=", "model=", "seed=")
+    table["also"] = [" ".join(sorted(o for o in ov - shared if not o.startswith(named))) for ov in table.pop("overrides")]
+    return table if table["also"].any() else table.drop(columns="also")
 
 
 class SweepTable(Callback):
