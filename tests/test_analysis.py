@@ -526,3 +526,10 @@ def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
     pick = lambda tie, lr: runs[(runs["tie"] == tie) & (runs["lr"] == lr)].set_index("seed")["test_loss_at_best"]
     assert t.loc["best", "diff"] == pytest.approx((pick(True, 3e-3) - pick(False, 1e-3)).mean(), abs=1e-5)
     assert t.loc["best", "n_seeds"] == 3 and t.loc["best", "lrs"] == 2
+
+
+def test_runs_measured_against_different_mfu_peaks_are_noted(sweep):
+    runs = A.load_results(sweep).runs
+    assert not any("MFU peaks" in n for n in A.check_consistency(runs.assign(peak_tflops=1.5)))
+    notes = A.check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0))
+    assert any(f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes)

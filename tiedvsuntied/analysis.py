@@ -290,6 +290,9 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
             parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
             notes.append(f"mixed sweeps: runs use {len(by_value)} different {what} ({col}): " + "; ".join(parts)
                          + f". Losses are only comparable within one {col}: filter with runs[runs.{col} == ...]")
+    if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
+        notes.append(f"runs used {runs['peak_tflops'].nunique()} different MFU peaks (peak_tflops): compare train/mfu "
+                     "only within one peak, or pin it with trainer.peak_tflops")
     for status, g in runs[runs["status"] != "finished"].groupby("status"):
         notes.append(f"{len(g)} run(s) {status}: " + ", ".join(map(str, g["name"].fillna(g["run_id"]))))
     return notes
