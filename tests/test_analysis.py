@@ -428,8 +428,10 @@ def test_wandb_row_from_metrics_only():
     config = {"tie": False, "init_std": "inv_sqrt_d", "seed": 3, "sweep": "s",
               "model": {"name": "micro", "n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 50257},
               "data": {"name": "wikitext2"}}
-    summary = {"val/loss": 4.2, "test/loss": 4.3, "_step": 2000, "init/logit_std": 1.0}
+    summary = {"val/loss": 4.2, "test/loss": 4.3, "_step": 2000, "init/logit_std": 1.0, "test/loss_at_best": 4.25,
+               "init/self_logit": 0.5}
     row = A.wandb_run_row(config, summary, run_id="abc", name="n", group="s", state="crashed")
+    assert row["test_loss_at_best"] == 4.25 and row["init_self_logit"] == 0.5
     assert row["status"] == "failed"  # crashed in W&B
     stale = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="finished")
     assert stale["status"] == "failed"  # stopped without recording an end

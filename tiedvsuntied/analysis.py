@@ -459,7 +459,8 @@ def wandb_run_row(config: Mapping[str, Any], summary: Mapping[str, Any], *, run_
         if sub and not isinstance(s.get(prefix), Mapping):
             s[prefix] = sub
     for ours, theirs in (("final_val_loss", "val/loss"), ("test_loss", "test/loss"), ("step", "_step"),
-                         ("init_logit_std", "init/logit_std")):
+                         ("test_loss_at_best", "test/loss_at_best"), ("init_logit_std", "init/logit_std"),
+                         ("init_self_logit", "init/self_logit")):
         if s.get(ours) is None and summary.get(theirs) is not None:
             s[ours] = summary[theirs]
     s = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **s}
