@@ -5,7 +5,9 @@ Shared by the trainer and the benchmark, so both make the same choices on the sa
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import tempfile
 import time
 from enum import Enum
 from typing import Optional
@@ -22,11 +24,34 @@ class Precision(str, Enum):
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
-        raise ValueError(f"trainer.device={name!r} is invalid: use auto, cpu, cuda or cuda:N")
+    if not re.fullmatch(r"cpu|cuda(:\d+|:free)?", name):
+        raise ValueError(f"trainer.device={name!r} is invalid: use auto, cpu, cuda, cuda:N or cuda:free")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"trainer.device={name} but CUDA is not available here: use trainer.device=cpu or auto")
-    return torch.device(name)
+    return torch.device(f"cuda:{claim_gpu(torch.cuda.device_count())}" if name == "cuda:free" else name)
+
+
+_claimed: dict = {}
+
+
+def claim_gpu(n_gpus: int) -> int:
+    """``cuda:free``: the first of this machine's GPUs that no other process has claimed (a lock
+    file per GPU, held until this process exits). A joblib launcher's workers live for the whole
+    sweep, so with hydra.launcher.n_jobs = number of GPUs each worker keeps one GPU of its own."""
+    from filelock import FileLock, Timeout
+
+    for i in range(n_gpus) if "gpu" not in _claimed else ():
+        lock = FileLock(os.path.join(tempfile.gettempdir(), f"tiedvsuntied-cuda{i}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        _claimed.update(gpu=i, lock=lock)
+        break
+    if "gpu" not in _claimed:
+        raise ValueError(f"trainer.device=cuda:free but all {n_gpus} GPUs are claimed by other jobs: "
+                         f"run at most {n_gpus} at once (hydra.launcher.n_jobs={n_gpus})")
+    return _claimed["gpu"]
 
 
 def cpu_has_fast_bf16() -> bool:

@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from tiedvsuntied import dist as D
 from tiedvsuntied import records as R
 from tiedvsuntied.data import DataError, DataUnavailableError
 from tiedvsuntied.train import Config, ConfigError, check_config, train
@@ -94,6 +95,7 @@ def check_overrides(overrides: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     overrides = list(HydraConfig.get().overrides.task)
+    D.adopt_submitit()
     try:  # a user's mistake: one line, exit 2, nothing written
         check_overrides(overrides)
         config = OmegaConf.to_object(cfg)

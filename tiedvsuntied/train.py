@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from tiedvsuntied import dist as D
 from tiedvsuntied import records as R
 from tiedvsuntied.records import load_checkpoint, save_checkpoint
 from tiedvsuntied.batches import BatchSampler, iter_eval_batches
@@ -34,6 +35,7 @@ from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, r
                                    resolve_device, resolve_precision)
 from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token
 from tiedvsuntied.model import check_config as check_model
+from tiedvsuntied.optim import OptimConfig, build_optimizer, lr_at
 from tiedvsuntied.probes import probe
 
 log = logging.getLogger(__name__)
@@ -41,21 +43,6 @@ log = logging.getLogger(__name__)
 
 class ConfigError(ValueError):
     """A config a run cannot start with; the message is one line naming the key."""
-
-
-@dataclass
-class OptimConfig:
-    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
-
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    decay_embeddings: bool = False  # also decay wte/lm_head (the shared matrix when tied)
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
 
 
 @dataclass
@@ -70,7 +57,7 @@ class TrainerConfig:
     ckpt_interval: int = 200  # also at the last step and on Ctrl-C / SIGTERM
     precision: Precision = Precision.auto
     compile: Optional[bool] = None  # null: on CUDA, and on CPU for runs of >= 500 steps
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | cuda:free (a GPU no other job holds)
     loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits
     test_eval: bool = True
     peak_tflops: float = 0.0  # MFU denominator; 0 measures this machine's matmul peak at start
@@ -152,9 +139,12 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"sweep={cfg.sweep!r} is invalid: use letters, digits, '.', '_' or '-'")
     try:
         check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # shapes and init stds, allocates nothing
-        resolve_device(cfg.trainer.device)
+        resolve_device(D.device(cfg.trainer.device))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.trainer.batch_size % D.world_size():
+        raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} does not split over {D.world_size()} "
+                          f"processes (torchrun): use a multiple of {D.world_size()}")
     check_data(cfg.data)
     _check_writable(Path(cfg.results_dir))
 
@@ -164,32 +154,6 @@ def _check_writable(path: Path) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"results_dir={str(path)!r} is not writable ({existing} is not a writable "
                           f"directory): choose another results_dir")
-
-
-# ---------------------------------------------------------------------------- optimizer
-
-
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """Two groups; ``named_parameters`` lists a tied matrix once, so it is one parameter of
-    one group. Embeddings and head are decayed only with ``decay_embeddings``."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
-        (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
-    try:  # one fused kernel per step where this torch has it for the device
-        return torch.optim.AdamW(groups, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(groups, **kwargs)
-
-
-def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
-    min_lr = cfg.lr * cfg.min_lr_ratio
-    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -262,19 +226,28 @@ def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
     from filelock import FileLock, Timeout
 
     check_config(cfg)
-    corpus = prepare_data(cfg.data)
+    D.init(resolve_device(D.device(cfg.trainer.device)))
+    corpus = prepare_data(cfg.data)  # under torchrun one rank builds the cache, the others wait
     config = resolved_config(cfg)
     name = R.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed)
     run_id = R.run_id(config, name, corpus.fingerprint)
     sweep_dir = Path(cfg.results_dir) / cfg.sweep
     run_dir = sweep_dir / run_id
+    summary = R.RunSummary(
+        run_id=run_id, name=name, sweep=cfg.sweep, tie=cfg.tie, init_std=config["init_std"],
+        model=cfg.model.name, seed=cfg.seed, n_layer=cfg.model.n_layer, n_head=cfg.model.n_head,
+        n_embd=cfg.model.n_embd, vocab_size=corpus.vocab_size, block_size=cfg.model.block_size,
+        t5_rescale=cfg.model.t5_rescale, data=cfg.data.name, data_fingerprint=corpus.fingerprint,
+        max_steps=cfg.trainer.max_steps)
+    if not D.is_main():  # rank 0 decides whether the run trains; the others follow it
+        return _train_worker(cfg, corpus, config, summary, run_dir) if D.from_main(None) else None
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(run_dir / ".lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
         log.warning("[%s] is being trained by another process; skipping", name)
-        return R.read_summary(run_dir)
+        return D.from_main(False) or R.read_summary(run_dir)
     try:
         previous = R.read_summary(run_dir)
         entry = R.IndexEntry(name=name, status=R.Status.running, path=run_id, overrides=list(overrides or []))
@@ -283,16 +256,18 @@ def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
                      name, previous.status.value, previous.step, run_dir)
             entry.status = previous.status
             R.update_index(sweep_dir, run_id, entry)
-            return previous
-        summary = R.RunSummary(
-            run_id=run_id, name=name, sweep=cfg.sweep, tie=cfg.tie, init_std=config["init_std"],
-            model=cfg.model.name, seed=cfg.seed, n_layer=cfg.model.n_layer, n_head=cfg.model.n_head,
-            n_embd=cfg.model.n_embd, vocab_size=corpus.vocab_size, block_size=cfg.model.block_size,
-            t5_rescale=cfg.model.t5_rescale, data=cfg.data.name, data_fingerprint=corpus.fingerprint,
-            max_steps=cfg.trainer.max_steps, started_at=previous.started_at if previous else R.now())
+            return D.from_main(False) or previous
+        summary.started_at = previous.started_at if previous else summary.started_at
+        D.from_main(True)
         return _train_run(cfg, corpus, config, summary, run_dir, entry)
     finally:
         lock.release()
+
+
+def _train_worker(cfg, corpus, config, summary, run_dir) -> None:
+    """Ranks > 0 of a torchrun job: rank 0's set-up and steps, without records (rank 0 keeps them)."""
+    with contextlib.suppress(Diverged):  # rank 0 records it
+        _loop(_setup(cfg, corpus, config, summary, run_dir))
 
 
 def _train_run(cfg, corpus, config, summary, run_dir, entry) -> R.RunSummary:
@@ -336,8 +311,10 @@ def _train_run(cfg, corpus, config, summary, run_dir, entry) -> R.RunSummary:
 
 def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run_dir: Path) -> Run:
     tc = cfg.trainer
-    device = resolve_device(tc.device)
+    device, main = resolve_device(D.device(tc.device)), D.is_main()
     precision = resolve_precision(tc.precision, device)
+    if device.type == "cuda":  # TF32 for the fp32 matmuls autocast leaves (and all of them in fp32 runs)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     train_tokens = corpus.tokens("train")
     sampler = BatchSampler(train_tokens, cfg.model.block_size, tc.batch_size, cfg.seed)
     for split in ("val", "test") if tc.test_eval else ("val",):  # a short split fails now, named
@@ -347,7 +324,11 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
     model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, seed=cfg.seed).to(device)
     optimizer = build_optimizer(model, cfg.optim)
     state = TrainState()
-    used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state)
+    used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state) if main else None
+    D.from_main(None)  # the other ranks read the checkpoint after rank 0 has set a bad one aside
+    if not main:
+        used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state)
+        torch.manual_seed(cfg.seed + 1_000_003 * D.rank() + state.step)  # its own dropout stream
     compiled = resolve_compile(tc.compile, device, tc.max_steps)
     peak = tc.peak_tflops or measure_matmul_tflops(
         device, torch.bfloat16 if precision == Precision.bf16 else torch.float32)
@@ -356,16 +337,18 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
                "init_std_resolved": model.init_stds(), "device": str(device), "precision": precision.value,
                "compiled": compiled, "peak_tflops": peak, "data_fingerprint": corpus.fingerprint,
                "tokens_per_step": tc.batch_size * tc.grad_accum * cfg.model.block_size}
-    R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml({**config, "derived": derived}))
     freq = corpus.token_freq("train")
-    np.save(run_dir / "token_freq.npy", freq)
+    if main:
+        R.atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml({**config, "derived": derived}))
+        np.save(run_dir / "token_freq.npy", freq)
     stds = model.init_stds()
     summary.update(params=params, flops_per_token=derived["flops_per_token"], device=str(device),
                    init_std_resolved={"emb": stds["emb"], "head": stds["head"]}, precision=precision.value,
                    compiled=compiled, peak_tflops=peak, seen_vocab_frac=float((freq > 0).mean()),
                    resumed_from_step=state.step if used else None, status=R.Status.running, error=None)
     _sync(summary, state)
-    summary.write(run_dir)
+    if main:
+        summary.write(run_dir)
     if used:
         log.info("[%s] resuming from step %d (%s)", summary.name, state.step, used)
     log.info("[%s] %s params (non-embedding %s), %s %s, %s train tokens, peak %.2f TFLOP/s", summary.name,
@@ -373,23 +356,27 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
              f"{len(train_tokens):,}", peak)
     return Run(cfg=cfg, run_dir=run_dir, summary=summary, model=model, optimizer=optimizer, sampler=sampler,
                corpus=corpus, device=device, precision=precision, state=state,
-               step_model=torch.compile(model) if compiled else model, peak_tflops=peak, freq=freq, derived=derived,
+               step_model=D.wrap(torch.compile(model) if compiled else model), peak_tflops=peak, freq=freq, derived=derived,
                resumed_from=state.step if used else None)
 
 
 @contextlib.contextmanager
 def _signals(hold: bool):
-    """hold: Ctrl-C / SIGTERM wait until the block is done, then raise (a checkpoint being
-    written would be torn: torch.save turns a KeyboardInterrupt into a zip error). Otherwise a
-    scheduler's SIGTERM raises KeyboardInterrupt, so the loop saves a checkpoint."""
-    held = []
+    """Otherwise SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or
+    preemption, as submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint;
+    the exception's ``then`` hands the signal on to the handler it replaced (submitit's requeues
+    the job). hold: Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the
+    handler they would have met (a checkpoint being written would be torn otherwise)."""
+    held, sigs = [], (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if hold else (signal.SIGTERM, signal.SIGUSR2)
 
     def handler(signum, frame):
-        if not hold:
-            raise KeyboardInterrupt(f"signal {signum}")
-        held.append(signum)
+        if hold:
+            return held.append(signum)
+        e, before = KeyboardInterrupt(f"signal {signum}"), old.get(signum)
+        e.then = (lambda: before(signum, frame)) if callable(before) and signum == signal.SIGUSR2 else None
+        raise e
     try:
-        old = {s: signal.signal(s, handler) for s in ((signal.SIGINT, signal.SIGTERM) if hold else (signal.SIGTERM,))}
+        old = {s: signal.signal(s, handler) for s in sigs}
     except ValueError:  # not the main thread (some launchers): signals cannot reach this code
         old = {}
     try:
@@ -398,29 +385,34 @@ def _signals(hold: bool):
         for s, previous in old.items():
             signal.signal(s, previous)
     if held:
+        if callable(before := old.get(held[0])):
+            before(held[0], None)
         raise KeyboardInterrupt(f"signal {held[0]}")
 
 
-def _accumulate(run: Run, grad_split: Optional[dict]) -> float:
-    """Forward and backward over the step's micro-batches; the mean loss. A compilation
-    failure (it shows on the first call) falls back to eager once, with a warning."""
-    tc = run.cfg.trainer
+def _accumulate(run: Run, grad_split: Optional[dict]) -> torch.Tensor:
+    """Forward and backward over the step's micro-batches; the mean loss, a tensor (reading it
+    waits for the GPU: the loop does that once per step). A compilation failure (it shows on
+    the first call) falls back to eager once, with a warning."""
+    tc, pin = run.cfg.trainer, run.device.type == "cuda"  # pinned: the copy overlaps with compute
     try:
-        total = 0.0
-        for micro in range(tc.grad_accum):
-            x, y = (t.to(run.device, non_blocking=True) for t in run.sampler.get(run.state.step, micro))
-            with autocast(run.precision, run.device):
-                _, loss = run.step_model(x, y, loss_chunk=tc.loss_chunk, return_logits=False,
-                                         grad_split=grad_split)
-            (loss / tc.grad_accum).backward()
-            total += loss.item()
-        return total / tc.grad_accum
+        total = torch.zeros((), device=run.device)
+        for micro in range(tc.grad_accum):  # this rank's share of the global micro-batch
+            x, y = ((D.shard(t).pin_memory() if pin else D.shard(t)).to(run.device, non_blocking=True)
+                    for t in run.sampler.get(run.state.step, micro))
+            with D.no_sync(run.step_model, last=micro == tc.grad_accum - 1):
+                with autocast(run.precision, run.device):
+                    _, loss = run.step_model(x, y, loss_chunk=tc.loss_chunk, return_logits=False,
+                                             grad_split=grad_split)
+                (loss / tc.grad_accum).backward()
+            total += loss.detach().float()
+        return D.mean_(total / tc.grad_accum)
     except Exception as e:
-        if run.step_model is run.model:
+        if not run.summary.compiled:
             raise
         log.warning("[%s] torch.compile failed (%s); continuing eagerly", run.summary.name,
                     R.scrub(f"{type(e).__name__}: {e}")[:300])
-        run.step_model = run.model
+        run.step_model = D.wrap(run.model)
         run.summary.compiled = False
         run.optimizer.zero_grad(set_to_none=True)
         if grad_split is not None:
@@ -431,15 +423,15 @@ def _accumulate(run: Run, grad_split: Optional[dict]) -> float:
 def _loop(run: Run) -> None:
     tc, oc, st = run.cfg.trainer, run.cfg.optim, run.state
     tokens_per_step = tc.batch_size * tc.grad_accum * run.cfg.model.block_size
-    fpt = run.summary.flops_per_token
-    if st.step == 0:
+    fpt, main = run.summary.flops_per_token, D.is_main()
+    if st.step == 0 and main:
         _evaluate(run, first=True)
     window_s, window_steps, window_clipped = 0.0, 0, 0  # training time only: no evaluations, checkpoints
     saved = st.step if run.resumed_from is not None else None  # the step of the newest checkpoint
     from tqdm.auto import tqdm
 
     run.bar = tqdm(total=tc.max_steps, initial=st.step, desc=run.summary.name[:48], unit="step",
-                   dynamic_ncols=True, disable=not tc.progress)
+                   dynamic_ncols=True, disable=not (tc.progress and main))
     with _signals(hold=False), run.bar:
         try:
             while st.step < tc.max_steps:
@@ -450,7 +442,10 @@ def _loop(run: Run) -> None:
                 logging = (st.step + 1) % tc.log_interval == 0 or st.step + 1 == tc.max_steps
                 split = {} if logging else None  # two (V, d) buffers: only on steps that log them
                 loss = _accumulate(run, split)
-                grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), oc.grad_clip or math.inf).item()
+                for side in split or ():  # each rank tapped its share: the global split is their mean
+                    D.mean_(split[side])
+                grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), oc.grad_clip or math.inf)
+                loss, grad_norm = torch.stack([loss, grad_norm.float()]).tolist()  # the step's one GPU sync
                 if not (math.isfinite(loss) and math.isfinite(grad_norm)):
                     raise Diverged(f"non-finite loss or gradient at step {st.step} (loss {loss}, grad norm {grad_norm})")
                 clipped = int(0 < oc.grad_clip < grad_norm)
@@ -460,11 +455,11 @@ def _loop(run: Run) -> None:
                 st.step, st.tokens = st.step + 1, st.tokens + tokens_per_step
                 window_s, window_steps = window_s + time.perf_counter() - t0, window_steps + 1
                 run.bar.update(1)
-                if logging:
+                if logging and main:
                     tps = window_steps * tokens_per_step / max(window_s, 1e-9)
                     run.mlog.log({
                         "tokens": st.tokens, "train/loss": loss, "train/lr": lr, "train/tokens_per_s": tps,
-                        "train/grad_norm": grad_norm, "train/mfu": fpt * tps / (run.peak_tflops * 1e12),
+                        "train/grad_norm": grad_norm, "train/mfu": fpt * tps / (run.peak_tflops * 1e12 * D.world_size()),
                         "train/clip_frac": window_clipped / window_steps,
                         # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
                         "train/grad_norm_in": split["in"].norm().item(),
@@ -472,17 +467,19 @@ def _loop(run: Run) -> None:
                     run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
                     window_s, window_steps, window_clipped = 0.0, 0, 0
                 if st.step % tc.eval_interval == 0 or st.step == tc.max_steps:
-                    if not math.isfinite(_evaluate(run)):
+                    if not math.isfinite(D.from_main(_evaluate(run) if main else None)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
-                if st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps:
+                if main and (st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps):
                     with _signals(hold=True):
                         save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
                         saved = st.step
-        except KeyboardInterrupt:
-            if saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
+        except KeyboardInterrupt as e:
+            if main and saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
                 with _signals(hold=True):
                     save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
+            if getattr(e, "then", None):  # saved: now submitit may requeue the job, which resumes here
+                e.then()
             raise
 
 

@@ -1,0 +1,99 @@
+"""Several processes training one run (``torchrun --nproc_per_node=N -m tiedvsuntied.run ...``).
+
+torch.distributed with DistributedDataParallel, nothing home-made. ``trainer.batch_size`` and
+``trainer.grad_accum`` describe the global step: rank r takes its contiguous share of each
+micro-batch, which is still the pure function of (seed, step, micro) that one process would
+draw, so a run's identity and (without dropout) its losses do not depend on the number of
+processes. Rank 0 alone evaluates and writes records, checkpoints and W&B; every rank resumes
+from the same checkpoint. In one process every function here is a no-op.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", 0))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def device(name: str) -> str:
+    """Under torchrun with CUDA, each process takes the GPU of its LOCAL_RANK."""
+    if world_size() > 1 and name in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{os.environ.get('LOCAL_RANK', 0)}"
+    return name
+
+
+def adopt_submitit() -> None:
+    """A submitit job of several tasks (``hydra.launcher.tasks_per_node=N``, one per GPU) is one
+    DDP run: export the variables torchrun would set, from submitit's view of the job."""
+    if os.environ.get("SUBMITIT_EXECUTOR") and "RANK" not in os.environ:
+        import submitit
+
+        if submitit.JobEnvironment().num_tasks > 1:
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
+
+def init(dev: torch.device) -> None:
+    """Join the process group once per process: NCCL on CUDA, gloo on CPU."""
+    if world_size() == 1 or dist.is_initialized():
+        return
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    atexit.register(dist.destroy_process_group)
+    if not is_main():  # one copy of the run's log lines: rank 0's
+        logging.getLogger("tiedvsuntied").setLevel(logging.WARNING)
+
+
+def shard(x: torch.Tensor) -> torch.Tensor:
+    """This rank's contiguous rows of a global (micro-)batch."""
+    n = x.size(0) // world_size()
+    return x[rank() * n:(rank() + 1) * n]
+
+
+def mean_(t: torch.Tensor) -> torch.Tensor:
+    """In place: the mean of ``t`` over the ranks."""
+    if world_size() > 1:
+        dist.all_reduce(t)
+        t /= world_size()
+    return t
+
+
+def from_main(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def wrap(model: torch.nn.Module) -> torch.nn.Module:
+    """DDP around the (compiled) model; the tied matrix stays one parameter."""
+    if world_size() == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    dev = next(model.parameters()).device
+    return DistributedDataParallel(model, device_ids=[dev] if dev.type == "cuda" else None)
+
+
+def no_sync(model: torch.nn.Module, last: bool):
+    """No gradient all-reduce on the micro-batches before the last one of a step."""
+    import contextlib
+
+    return model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()

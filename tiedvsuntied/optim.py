@@ -1,0 +1,45 @@
+"""The optimizer every run uses: AdamW in two groups and its learning-rate schedule."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class OptimConfig:
+    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
+
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    decay_embeddings: bool = False  # also decay wte/lm_head (the shared matrix when tied)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    """Two groups; ``named_parameters`` lists a tied matrix once, so it is one parameter of
+    one group. Embeddings and head are decayed only with ``decay_embeddings``."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
+        (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    try:  # one fused kernel per step where this torch has it for the device
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, **kwargs)
+
+
+def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
