@@ -386,6 +386,28 @@ def test_offline_hub_uses_the_datasets_cache_and_fails_at_once_without_it(tmp_pa
     assert "data=text data.files=PATH" in proc.stderr
 
 
+def test_prepare_where_the_network_is_then_train_on_a_node_without_it(tmp_path):
+    """Clusters: `python -m tiedvsuntied.data` fills the token cache once (login node); a compute
+    node with the Hub offline and no datasets cache of its own trains from the token cache alone."""
+    cache = tmp_path / "shared_cache"
+    login = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(_fabricate_hub_cache(tmp_path)),
+             "HF_HOME": str(tmp_path / "home"), "TIEDVSUNTIED_CACHE": str(cache)}
+    data = ["path=someorg/wikimini", "config=mini-raw", "documents=wikitext", "encoding=bytes"]
+    proc, _ = run_cli(["hub", *data], login)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    node = {**login, "HF_DATASETS_CACHE": str(tmp_path / "empty"), "HF_HOME": str(tmp_path / "home2")}
+    run = subprocess.run([sys.executable, "-m", "tiedvsuntied.run", "data=hub", *(f"data.{d}" for d in data),
+                          "model=nano", "model.block_size=32", "trainer.max_steps=2", "trainer.eval_interval=2",
+                          "trainer.batch_size=2", "trainer.progress=false", "wandb.mode=disabled",
+                          f"results_dir={tmp_path / 'results'}"], cwd=REPO, env=node, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (summary,) = (tmp_path / "results" / "default").glob("*/summary.json")
+    assert json.loads(summary.read_text())["status"] == "finished"
+    proc, _ = run_cli(["hub", *data, f"cache_dir={tmp_path / 'elsewhere'}"], node)  # without the token cache:
+    assert proc.returncode == 2 and "HF_DATASETS_CACHE" in proc.stderr         # the offline error, at once
+
+
 # ---------------------------------------------------------------------------- checks, before any work
 
 @pytest.mark.parametrize("kw, match", [
