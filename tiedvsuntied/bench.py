@@ -155,9 +155,15 @@ def main(argv=None) -> int:
 
     import pandas as pd
 
+    from tiedvsuntied.hardware import resolve_device
+
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     for s in sizes:
         model_config(s)  # unknown names fail now, naming the valid ones
+    try:
+        resolve_device(args.device)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}".replace("trainer.device", "--device").replace("trainer.", "--")) from None
     log = lambda *a: print(*a, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
     peaks = _peaks(args.device)
     log(f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s")
