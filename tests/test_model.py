@@ -560,3 +560,72 @@ def test_config_from_a_mapping_rejects_unknown_keys():
     assert GPT(OmegaConf.structured(tiny()), seed=0).config == tiny()
     with pytest.raises(ModelConfigError, match="n_layers"):
         GPT({"n_layers": 2})
+
+
+# ----------------------------------------------------------------------------- fine-tuning a head
+
+def _one_step(model: GPT, trainable: str, x, y) -> None:
+    from tiedvsuntied.model import set_trainable
+    from tiedvsuntied.optim import OptimConfig, build_optimizer
+
+    set_trainable(model, trainable)
+    opt = build_optimizer(model, OptimConfig(lr=1e-2, weight_decay=0.0))
+    model(x, y, return_logits=False)[1].backward()
+    opt.step()
+
+
+def test_untie_by_copy_keeps_the_function_and_fresh_draws_an_untied_models_head():
+    cfg = tiny()
+    x, _ = batch(cfg)
+    tied = GPT(cfg, tie=True, init_std="0.5", seed=3)
+    before = tied(x)[0]
+    tied.untie("copy")
+    assert not tied.tie and tied.lm_head.weight is not tied.transformer.wte.weight
+    torch.testing.assert_close(tied(x)[0], before, rtol=0, atol=1e-6)
+    fresh = GPT(cfg, tie=True, init_std="0.5", seed=3)
+    fresh.untie("fresh")
+    assert (fresh(x)[0] - before).abs().max() > 1.0  # a random head: another function
+    untied = GPT(cfg, tie=False, init_std="0.5", seed=3)
+    assert torch.equal(fresh.lm_head.weight, untied.lm_head.weight)  # the head an untied run of this seed has
+    assert count_parameters(fresh)["head"] == cfg.vocab_size * cfg.n_embd
+    with pytest.raises(ModelConfigError, match="already untied; valid only from a tied start"):
+        untied.untie("copy")
+
+
+def test_training_only_the_head_of_a_tied_model_moves_every_embedding_row():
+    cfg = tiny()
+    x, y = batch(cfg)
+    x, y = x % 40, y % 40  # tokens 40..96 never occur
+    tied = GPT(cfg, tie=True, seed=0)
+    start = tied.transformer.wte.weight.detach().clone()
+    _one_step(tied, "head", x, y)
+    moved = (tied.transformer.wte.weight.detach() != start).any(dim=1)
+    assert moved[40:].all() and moved.all()  # absent tokens too: the softmax reaches every row
+    assert not tied.transformer.h[0].attn.c_attn.weight.requires_grad
+
+
+def test_training_only_the_head_after_untie_by_copy_leaves_the_embedding_bit_for_bit():
+    cfg = tiny()
+    x, y = batch(cfg)
+    model = GPT(cfg, tie=True, seed=0)
+    model.untie("copy")
+    emb, head = model.transformer.wte.weight.detach().clone(), model.lm_head.weight.detach().clone()
+    _one_step(model, "head", x, y)
+    assert torch.equal(model.transformer.wte.weight, emb)
+    assert not torch.equal(model.lm_head.weight, head)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_trainable_sets_partition_the_parameters(tie):
+    from tiedvsuntied.model import TRAINABLE, set_trainable
+
+    model = GPT(tiny(), tie=tie, seed=0)
+    total, parts = count_parameters(model)["total"], count_parameters(model)
+    counts = {w: set_trainable(model, w) for w in TRAINABLE}
+    assert all(c["trainable"] + c["frozen"] == total for c in counts.values())
+    assert counts["all"]["frozen"] == 0
+    assert counts["body"]["trainable"] == parts["non_embedding"]
+    assert counts["head"]["trainable"] == (parts["embedding"] if tie else parts["head"])
+    assert counts["embedding"]["trainable"] == parts["embedding"] + parts["position"]
+    with pytest.raises(ModelConfigError, match="finetune.trainable='lm_head' is invalid: use one of all, head"):
+        set_trainable(model, "lm_head")

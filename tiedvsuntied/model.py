@@ -269,6 +269,23 @@ class GPT(nn.Module):
             self.lm_head.to_empty(device=device, recurse=recurse)
         return self
 
+    def untie(self, head: str = "copy") -> None:
+        """Give the head a matrix of its own, e.g. to fine-tune it alone. ``copy``: a copy of the
+        embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
+        the same seed (init std "head"): the random head of a common fine-tuning mistake."""
+        if not self.tie:
+            raise ModelConfigError("finetune.untie: the model is already untied; valid only from a tied start")
+        if head not in ("copy", "fresh"):
+            raise ModelConfigError(f"finetune.untie={head!r} is invalid: use keep, copy or fresh")
+        w = self.transformer.wte.weight.detach()
+        if head == "copy":
+            new = w.clone()
+        else:  # on the CPU from the tensor's own generator, as init_weights draws it
+            g = torch.Generator().manual_seed(_tensor_seed(self.init_seed or 0, "lm_head.weight"))
+            new = torch.empty(w.shape).normal_(0.0, self._init_stds["head"], generator=g).to(w)
+        self.lm_head.weight = nn.Parameter(new)
+        self.tie = False
+
     def init_stds(self) -> dict[str, float]:
         """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
         return dict(self._init_stds)
@@ -359,6 +376,26 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     total = sum(p.numel() for p in m.parameters())
     assert sum(parts.values()) == total, (parts, total)
     return {"total": total, **parts}
+
+
+TRAINABLE = ("all", "head", "body", "embedding")
+
+
+def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
+    """Freeze all but ``which``: ``head`` (the output matrix: tied, that is the one shared matrix,
+    the embedding included), ``embedding`` (wte and wpe; tied: the head too), ``body`` (all but
+    those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
+    m = _unwrap(model)
+    if which not in TRAINABLE:
+        raise ModelConfigError(f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}")
+    emb = {id(m.transformer.wte.weight), id(m.transformer.wpe.weight)}
+    chosen = {"all": lambda p: True, "head": lambda p: p is m.lm_head.weight, "embedding": lambda p: id(p) in emb,
+              "body": lambda p: id(p) not in emb and p is not m.lm_head.weight}[which]
+    counts = {"trainable": 0, "frozen": 0}
+    for p in m.parameters():  # a tied matrix comes once
+        p.requires_grad_(chosen(p))
+        counts["trainable" if p.requires_grad else "frozen"] += p.numel()
+    return counts
 
 
 def count_parameters_for(cfg: ModelConfig, tie: bool = True) -> dict[str, int]:

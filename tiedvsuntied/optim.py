@@ -27,6 +27,8 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
     one group. Embeddings and head are decayed only with ``decay_embeddings``."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # frozen (finetune.trainable): not the optimizer's
+            continue
         is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
         (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
