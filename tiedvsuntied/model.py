@@ -325,7 +325,8 @@ class GPT(nn.Module):
         if grad_split is not None and torch.is_grad_enabled():
             # Tied, each side gets its own view of the one matrix, so autograd keeps the two
             # gradients apart until it sums them into .grad.
-            w_in, w_out = _tap(w_in, grad_split, "in"), _tap(w_out, grad_split, "out")
+            w_in, w_out = (_tap(w, grad_split, side) if w.requires_grad else w  # frozen: no gradient to split
+                           for w, side in ((w_in, "in"), (w_out, "out")))
         pos = torch.arange(T, device=idx.device)
         x = self.transformer.drop(F.embedding(idx, w_in) + self.transformer.wpe(pos))
         for block in self.transformer.h:

@@ -114,3 +114,23 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
         arrays[f"rows_{s}"] = torch.from_numpy(rows)
     out = {k: v.cpu().numpy().astype(np.int64 if k.startswith("rows_") else np.float32) for k, v in arrays.items()}
     return scalars, out
+
+
+@torch.no_grad()
+def drift(model, start: dict[str, torch.Tensor], freq: np.ndarray) -> dict[str, float]:
+    """Fine-tuning: how far the rows of E ("emb") and H ("head") moved from their step-0 values
+    ``start``, for tokens seen and unseen in the training split: the mean cosine of each row to
+    its start, and the mean relative change of its norm."""
+    m = getattr(model, "_orig_mod", model)
+    now = {"emb": m.transformer.wte.weight, "head": m.lm_head.weight}
+    seen = torch.from_numpy(np.asarray(freq) > 0)
+    out = {}
+    for side, w0 in start.items():
+        w, w0 = now[side].float(), w0.float()
+        cos, rel = F.cosine_similarity(w, w0, dim=1).cpu(), (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu()
+        for name, mask in (("seen", seen), ("unseen", ~seen)):
+            if mask.any():
+                out[f"drift/{side}_cos_{name}"] = cos[mask].mean().item()
+                out[f"drift/{side}_norm_{name}"] = rel[mask].mean().item()
+    return out
+

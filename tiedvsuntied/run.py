@@ -99,14 +99,15 @@ def main(cfg: DictConfig) -> Optional[float]:
     try:  # a user's mistake: one line, exit 2, nothing written
         check_overrides(overrides)
         config = OmegaConf.to_object(cfg)
-        check_config(config)
+        check_config(config, overrides)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
     try:
         summary = train(config, overrides=overrides)
-    except DataUnavailableError as e:  # offline and not cached: raised before the run is created
+    except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of another tokenizer:
+        # raised before the run is created
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     return summary.final_val_loss if summary else None  # for sweepers that optimise

@@ -20,13 +20,14 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 
 from tiedvsuntied import dist as D
+from tiedvsuntied import finetune as FT
 from tiedvsuntied import records as R
 from tiedvsuntied.records import load_checkpoint, save_checkpoint
 from tiedvsuntied.batches import BatchSampler, iter_eval_batches
@@ -36,7 +37,7 @@ from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, r
 from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token
 from tiedvsuntied.model import check_config as check_model
 from tiedvsuntied.optim import OptimConfig, build_optimizer, lr_at
-from tiedvsuntied.probes import probe
+from tiedvsuntied.probes import drift, probe
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class Config:
     seed: int = 0  # model init, batch order, dropout: tied and untied share it
     sweep: str = "default"  # results/<sweep>/ and the W&B group
     results_dir: str = "results"
+    init_from: Optional[str] = None  # fine-tune: a finished run (or its sweep) or a Hugging Face GPT-2 dir
+    finetune: FT.FinetuneConfig = field(default_factory=FT.FinetuneConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -128,8 +131,10 @@ _RANGES = [
 ]
 
 
-def check_config(cfg: Config) -> None:
-    """Refuse a config no run can start with, before any data is read or directory made."""
+def check_config(cfg: Config, overrides: Sequence[str] = ()) -> None:
+    """Refuse a config no run can start with, before any data is read or directory made. With
+    ``init_from``, the config takes the start's shapes and tying (``overrides``: what the user
+    set, which must not contradict them)."""
     tree = OmegaConf.structured(cfg)
     for key, ok, valid in _RANGES:
         value = OmegaConf.select(tree, key)
@@ -138,6 +143,8 @@ def check_config(cfg: Config) -> None:
     if not _SWEEP_NAME.match(cfg.sweep):
         raise ConfigError(f"sweep={cfg.sweep!r} is invalid: use letters, digits, '.', '_' or '-'")
     try:
+        if cfg.init_from:
+            FT.adopt(cfg, FT.read_start(cfg.init_from), list(overrides))
         check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # shapes and init stds, allocates nothing
         resolve_device(D.device(cfg.trainer.device))
     except ValueError as e:
@@ -205,6 +212,8 @@ class Run:
     freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
     derived: dict  # values the config implies on this machine (config.yaml's "derived")
     resumed_from: Optional[int] = None
+    start_rows: Optional[dict] = None  # fine-tuning: E (and H) at step 0, for drift
+    retain: Optional[Corpus] = None  # fine-tuning from a run of this harness: its data (retention)
     mlog: Optional[R.MetricsLog] = None
     bar: object = None
 
@@ -225,9 +234,13 @@ def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
     recording it."""
     from filelock import FileLock, Timeout
 
-    check_config(cfg)
+    check_config(cfg, overrides or ())
     D.init(resolve_device(D.device(cfg.trainer.device)))
     corpus = prepare_data(cfg.data)  # under torchrun one rank builds the cache, the others wait
+    if cfg.init_from and corpus.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(f"init_from={cfg.init_from} has {cfg.model.vocab_size:,} tokens but data.encoding="
+                          f"{cfg.data.encoding} data.vocab={cfg.data.vocab.value} gives {corpus.vocab_size:,}: "
+                          "fine-tune with the start's tokenizer")
     config = resolved_config(cfg)
     name = R.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed)
     run_id = R.run_id(config, name, corpus.fingerprint)
@@ -321,7 +334,10 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
         next(iter_eval_batches(corpus.tokens(split), cfg.model.block_size, 1, 1))
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.vocab_size)
     torch.manual_seed(cfg.seed)  # dropout; the init has its own per-tensor generators
-    model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, seed=cfg.seed).to(device)
+    start = FT.read_start(cfg.init_from) if cfg.init_from else None
+    model = (FT.build(start, cfg, cfg.seed) if start else GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std,
+                                                              seed=cfg.seed)).to(device)
+    rows = FT.start_rows(model) if start else None  # before a resume changes them
     optimizer = build_optimizer(model, cfg.optim)
     state = TrainState()
     used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state) if main else None
@@ -332,7 +348,7 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
     compiled = resolve_compile(tc.compile, device, tc.max_steps)
     peak = tc.peak_tflops or measure_matmul_tflops(
         device, torch.bfloat16 if precision == Precision.bf16 else torch.float32)
-    params = count_parameters(model)
+    params = {**count_parameters(model), "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
     derived = {"vocab_size": corpus.vocab_size, "params": params, "flops_per_token": flops_per_token(model),
                "init_std_resolved": model.init_stds(), "device": str(device), "precision": precision.value,
                "compiled": compiled, "peak_tflops": peak, "data_fingerprint": corpus.fingerprint,
@@ -357,7 +373,8 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
     return Run(cfg=cfg, run_dir=run_dir, summary=summary, model=model, optimizer=optimizer, sampler=sampler,
                corpus=corpus, device=device, precision=precision, state=state,
                step_model=D.wrap(torch.compile(model) if compiled else model), peak_tflops=peak, freq=freq, derived=derived,
-               resumed_from=state.step if used else None)
+               resumed_from=state.step if used else None, start_rows=rows,
+               retain=prepare_data(FT.retain_data(start)) if start and start.data and main else None)
 
 
 @contextlib.contextmanager
@@ -462,8 +479,7 @@ def _loop(run: Run) -> None:
                         "train/grad_norm": grad_norm, "train/mfu": fpt * tps / (run.peak_tflops * 1e12 * D.world_size()),
                         "train/clip_frac": window_clipped / window_steps,
                         # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
-                        "train/grad_norm_in": split["in"].norm().item(),
-                        "train/grad_norm_out": split["out"].norm().item()}, st.step)
+                        **{f"train/grad_norm_{side}": g.norm().item() for side, g in split.items()}}, st.step)
                     run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tps:,.0f}")
                     window_s, window_steps, window_clipped = 0.0, 0, 0
                 if st.step % tc.eval_interval == 0 or st.step == tc.max_steps:
@@ -510,6 +526,11 @@ def _evaluate(run: Run, first: bool = False) -> float:
             weights = {"step": st.step, "model": run.model.state_dict()}
             R.atomic_write(run.run_dir / "checkpoints" / "best.pt", lambda f: torch.save(weights, f))
     scalars, arrays = probe(run.model, run.freq)
+    if run.start_rows is not None:
+        scalars.update(drift(run.model, run.start_rows, run.freq))
+    if run.retain is not None:  # the start's own validation split
+        scalars["retain/loss"] = evaluate(run.model, run.retain.tokens("val"), run.cfg.model.block_size, tc,
+                                          run.device, run.precision)["loss"]
     _save_arrays(run, st.step, val_window_loss=ev["windows"], **arrays)
     run.mlog.log({**metrics, **scalars}, st.step)
     st.last_val_loss = vl

@@ -1,0 +1,90 @@
+"""Fine-tuning from a finished run: the facts the study rests on, measured through the trainer
+(real runs, real checkpoints), and the starts it refuses in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import QUICK, USE_GPT2, compose, generated_corpus
+from tiedvsuntied.train import ConfigError, train
+
+STEPS = ["trainer.max_steps=4", "trainer.eval_interval=2", "trainer.test_eval=false"]
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory):
+    """A finished tied nano run on the shared corpus, and a second corpus to fine-tune on."""
+    root = tmp_path_factory.mktemp("ft")
+    over = [*QUICK, f"results_dir={root}", "sweep=pre"]
+    summary = train(compose(*over), overrides=over)
+    assert summary.status.value == "finished"
+    other = generated_corpus(root / "other.txt", seed=7)
+    data = ["data=text", f"data.files={other}", *([] if USE_GPT2 else ["data.encoding=bytes"])]
+    return root, root / "pre" / summary.run_id, summary, data
+
+
+def _finetune(root, start_dir, data, *extra):
+    over = [*QUICK, *data, *STEPS, f"init_from='{start_dir}'", f"results_dir={root}", "sweep=ft", *extra]
+    s = train(compose(*over), overrides=over)
+    run_dir = root / "ft" / s.run_id
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    weights = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
+    return s, run_dir, [m for m in metrics if "val/loss" in m], weights
+
+
+def _start_weights(start_dir):
+    return torch.load(start_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
+
+
+def test_tied_head_training_moves_embedding_rows_of_tokens_absent_from_the_new_data(start):
+    root, start_dir, pre, data = start
+    s, run_dir, evals, w = _finetune(root, start_dir, data, "finetune.trainable=head")
+    assert s.status.value == "finished" and s.params["trainable"] == s.params["embedding"]  # the one matrix
+    unseen = np.load(run_dir / "token_freq.npy") == 0
+    moved = (w["transformer.wte.weight"] != _start_weights(start_dir)["transformer.wte.weight"]).any(1).numpy()
+    assert unseen.any() and moved[unseen].all()
+    assert evals[-1]["drift/emb_cos_unseen"] < 1.0 and "drift/head_cos_seen" not in evals[-1]
+    assert evals[0]["retain/loss"] == pytest.approx(pre.final_val_loss, abs=1e-4)  # step 0: the start itself
+
+
+def test_untied_by_copy_head_training_leaves_the_embedding_bit_for_bit(start):
+    root, start_dir, pre, data = start
+    s, run_dir, evals, w = _finetune(root, start_dir, data, "finetune.untie=copy", "finetune.trainable=head")
+    sw = _start_weights(start_dir)
+    assert torch.equal(w["transformer.wte.weight"], sw["transformer.wte.weight"])
+    assert not torch.equal(w["lm_head.weight"], sw["transformer.wte.weight"])
+    assert s.tie is True and s.params["head"] == s.params["embedding"] == s.params["trainable"]
+    assert all(e["drift/emb_cos_seen"] == pytest.approx(1.0, abs=1e-6) for e in evals)
+    assert evals[-1]["drift/head_cos_seen"] < 1.0
+    assert evals[0]["val/loss"] == pytest.approx(_finetune(root, start_dir, data)[2][0]["val/loss"], abs=1e-5)
+    assert evals[0]["probe/frequent/in_out_cos_mean"] == pytest.approx(1.0, abs=1e-6)  # step 0: head = embedding
+    fresh = _finetune(root, start_dir, data, "finetune.untie=fresh", "finetune.trainable=head")[2]
+    assert abs(fresh[0]["probe/frequent/in_out_cos_mean"]) < 0.05  # a random head: unrelated to the embedding
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["init_from=/nonexistent/run"], "init_from=/nonexistent/run: no finished run of this harness"),
+    (["model.n_embd=128"], "model.n_embd=128 conflicts with init_from (its n_embd is 64)"),
+    (["tie=false"], "tie=false conflicts with init_from (tie=true): to untie a tied start use finetune.untie=copy"),
+    (["data.encoding=bytes" if USE_GPT2 else "data.encoding=gpt2"], "fine-tune with the start's tokenizer"),
+])
+def test_starts_that_cannot_be_fine_tuned_are_refused_in_one_line(start, extra, says):
+    root, start_dir, _, data = start
+    over = [*QUICK, *data, *STEPS, f"init_from='{start_dir}'", f"results_dir={root / 'bad'}", *extra]
+    with pytest.raises(ConfigError, match=None) as e:
+        train(compose(*over), overrides=over)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert not (root / "bad").exists()
+
+
+def test_untie_from_an_untied_start_is_refused(start, tmp_path):
+    root, _, _, data = start
+    over = [*QUICK, "tie=false", f"results_dir={tmp_path}", "sweep=pre"]
+    untied = train(compose(*over), overrides=over)
+    over = [*QUICK, *data, *STEPS, f"init_from='{tmp_path / 'pre' / untied.run_id}'", "finetune.untie=copy",
+            f"results_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match="finetune.untie=copy needs a tied start; init_from is untied"):
+        train(compose(*over), overrides=over)

@@ -1,0 +1,161 @@
+"""Fine-tuning: start from a finished run or Hugging Face GPT-2 (``init_from``), untie the head
+the right way (``finetune.untie``), choose what trains (``finetune.trainable``).
+
+The question users ask first: "to fine-tune GPT-2's lm_head, must I fine-tune wte too?" Tied,
+the head IS the embedding: training "only the head" moves every embedding row, seen in the new
+data or not. Untying must copy the embedding into the new head (the function is unchanged at
+step 0); a fresh head is random, the broken default kept here as a control. The trainer records
+at every evaluation how far the embedding and head moved from their step-0 values (probes.drift)
+and, for a start from this harness, the loss on the start's own data (retention).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from tiedvsuntied import records as R
+from tiedvsuntied.data import DataConfig
+from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
+
+log = logging.getLogger(__name__)
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "t5_rescale")
+
+
+class Untie(str, Enum):
+    keep = "keep"    # the start's tying as it is
+    copy = "copy"    # tied start: the head becomes a copy of the embedding (same function at step 0)
+    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
+
+
+class Trainable(str, Enum):
+    all = "all"
+    head = "head"            # the output matrix (tied: the shared matrix, embedding included)
+    body = "body"            # all but wte, wpe and the head
+    embedding = "embedding"  # wte and wpe (tied: the head too)
+
+
+@dataclass
+class FinetuneConfig:
+    """The ``finetune`` node; it applies when ``init_from`` is set."""
+    untie: Untie = Untie.keep
+    trainable: Trainable = Trainable.all
+
+
+@dataclass
+class Start:
+    """The model a fine-tuning run starts from."""
+    source: str
+    model: ModelConfig
+    tie: bool
+    data: Optional[dict]  # a run of this harness: its data config (retention); Hugging Face: None
+    weights: Optional[Path] = None  # checkpoints/model.pt of a run; None: a Hugging Face directory
+
+
+def _run_dir(path: Path) -> Optional[Path]:
+    """A run directory, or the one finished run of a sweep directory; None if neither."""
+    if (path / "config.yaml").is_file():
+        return path
+    finished = [p.parent for p in sorted(path.glob("*/summary.json"))
+                if (s := R.read_summary(p.parent)) and s.status == R.Status.finished]
+    if len(finished) > 1:
+        raise ModelConfigError(f"init_from={path} is a sweep with {len(finished)} finished runs: name one of "
+                               + ", ".join(p.name for p in finished))
+    return finished[0] if finished else None
+
+
+def read_start(init_from: str) -> Start:
+    """What ``init_from`` names, without loading its weights; one clear line if it cannot start a run."""
+    path = Path(init_from).expanduser()
+    if path.is_dir() and (run := _run_dir(path)) is not None:
+        cfg, summary, weights = R.read_config(run), R.read_summary(run), run / "checkpoints" / "model.pt"
+        if not summary or summary.status != R.Status.finished or not weights.is_file():
+            raise ModelConfigError(f"init_from={run}: not a finished run (status "
+                                   f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
+                                   f"{'present' if weights.is_file() else 'missing'})")
+        model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
+        return Start(str(run), ModelConfig(**model), bool(cfg["tie"]), cfg["data"], weights)
+    if path.is_dir() and (path / "config.json").is_file():
+        import json
+
+        from tiedvsuntied.hf import _config_from_hf
+
+        hf = json.loads((path / "config.json").read_text())
+        return Start(str(path), _config_from_hf(hf, str(path)), bool(hf.get("tie_word_embeddings", True)), None)
+    raise ModelConfigError(f"init_from={init_from}: no finished run of this harness (config.yaml, "
+                           "checkpoints/model.pt) and no Hugging Face GPT-2 directory (config.json) there")
+
+
+def adopt(cfg, start: Start, overrides: list[str]) -> None:
+    """The run takes the start's shapes and tying (in place, before its identity is made); an
+    override that contradicts the start is refused, as is untying an untied head. block_size
+    may be given smaller than the start's (wpe is cropped)."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    for key in SHAPE_KEYS:
+        ours, theirs = getattr(cfg.model, key), getattr(start.model, key)
+        if key == "vocab_size" or (key == "block_size" and ours < theirs):  # the tokenizer is checked with the data
+            continue
+        if ("model" in given or f"model.{key}" in given) and ours != theirs:
+            raise ModelConfigError(f"model.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
+                                   "the start's shapes are used; drop the override")
+    if "tie" in given and cfg.tie != start.tie:
+        raise ModelConfigError(f"tie={str(cfg.tie).lower()} conflicts with init_from (tie={str(start.tie).lower()}): "
+                               "to untie a tied start use finetune.untie=copy")
+    if cfg.finetune.untie != Untie.keep and not start.tie:
+        raise ModelConfigError(f"finetune.untie={Untie(cfg.finetune.untie).value} needs a tied start; init_from is "
+                               "untied: use finetune.untie=keep")
+    block = min(cfg.model.block_size, start.model.block_size) if "model.block_size" in given else start.model.block_size
+    cfg.model = dataclasses.replace(cfg.model, **{k: getattr(start.model, k) for k in SHAPE_KEYS},
+                                    name=start.model.name)
+    cfg.model.block_size = block
+    cfg.tie = start.tie
+
+
+def build(start: Start, cfg, seed: int) -> GPT:
+    """The start's model with the run's dropout, untied as asked, only ``trainable`` training."""
+    if start.weights is None:
+        from tiedvsuntied.hf import from_pretrained
+
+        model = from_pretrained(start.source, tie=start.tie, dropout=cfg.model.dropout, block_size=cfg.model.block_size)
+    else:
+        with torch.device("meta"):  # every tensor is about to be loaded
+            model = GPT(dataclasses.replace(start.model, dropout=cfg.model.dropout, block_size=cfg.model.block_size),
+                        tie=start.tie, init_std=cfg.init_std)
+        model.to_empty(device="cpu")
+        sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
+        sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][:cfg.model.block_size]
+        model.load_state_dict(sd)
+    model.init_seed = seed  # a fresh head is drawn as an untied model of this seed would draw it
+    if cfg.finetune.untie != Untie.keep:
+        model.untie(cfg.finetune.untie.value)
+    counts = set_trainable(model, cfg.finetune.trainable.value)
+    if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):
+        log.warning("finetune.trainable=%s on a tied model trains the one shared matrix: the embedding (and "
+                    "every token's row) moves too; finetune.untie=copy trains a separate head",
+                    cfg.finetune.trainable.value)
+    if counts["trainable"] == 0:
+        raise ModelConfigError(f"finetune.trainable={cfg.finetune.trainable.value} leaves nothing to train")
+    return model
+
+
+def retain_data(start: Start) -> Optional[DataConfig]:
+    """The start's own data (a run of this harness): its validation loss is the retention."""
+    if start.data is None:
+        return None
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), start.data))
+
+
+def start_rows(model: GPT) -> dict[str, torch.Tensor]:
+    """The step-0 rows drift is measured from: E, and H when it is a matrix of its own."""
+    rows = {"emb": model.transformer.wte.weight.detach().clone()}
+    if not model.tie:
+        rows["head"] = model.lm_head.weight.detach().clone()
+    return rows
+
