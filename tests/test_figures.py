@@ -51,6 +51,9 @@ def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
             assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
             continue
         assert [p.name for p in files] == [f"{name}.png"]
+        if name == "fig7_finetune":  # these runs are not fine-tuned: the panels say so
+            assert "not fine-tuning runs: no retain/loss" in _texts(fig)
+            continue
         assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
         # what is left out goes to the caption/log, never into the image
         for item in fig.skipped + fig.flagged:
@@ -291,3 +294,22 @@ def test_paired_difference_figure_and_tables(tmp_path):
     files = F.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
     assert "[+" in files[0].read_text() or "[-" in files[0].read_text()
     assert "No learning-rate grid" in files[1].read_text()
+
+
+def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and_retention():
+    import pandas as pd
+
+    modes = [("keep", "head"), ("copy", "head"), ("fresh", "all")]
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(4)], "name": ["ft"] * 4, "seed": [0, 0, 0, 1],
+                         "status": "finished", "tie": True, "init_std": "0.02", "model": "nano", "vocab_size": 97,
+                         "data_id": "d", "variant": [f"finetune.trainable={t}, finetune.untie={u}"
+                                                     for u, t in modes + [modes[0]]]})
+    history = pd.DataFrame([{"run_id": f"r{i}", "step": step, "val/loss": 5 - step / 10, "retain/loss": 4 + step / 10,
+                             "drift/emb_cos_seen": 1 - step / 100, "drift/emb_cos_unseen": 1 - step / 200,
+                             "init_std": "0.02", "variant": runs["variant"][i]} for i in range(4) for step in (0, 1, 2)])
+    fig = F.fig_finetune(runs, history)
+    retention, drift = fig.axes[0], fig.axes[1]
+    assert len(retention.get_lines()) == 3 and len(drift.get_lines()) == 6  # seen and unseen per mode
+    assert [list(line.get_ydata()) for line in retention.get_lines()][0] == [4.0, 4.1, 4.2]
+    assert fig.skipped == ["ft: another seed of a mode shown"]
+

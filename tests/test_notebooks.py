@@ -21,6 +21,7 @@ WRITES = {
     "05_parameter_table.ipynb": ["table_params.md", "table_params.tex"],
     "06_paired_difference.ipynb": ["fig6_paired_difference.pdf", "fig6_paired_difference.png", "table_paired.md",
                                    "table_classic.md"],
+    "07_finetune.ipynb": ["fig7_finetune.pdf", "fig7_finetune.png"],
 }
 
 

@@ -44,7 +44,7 @@ _NOT_VARIANT = ("model.name", "model.n_layer", "model.n_head", "model.n_embd", "
                 "model.vocab_size", "trainer.progress", "trainer.log_interval", "trainer.ckpt_interval",
                 "trainer.peak_tflops", "trainer.device", "trainer.compile", "trainer.eval_batch_size",
                 "trainer.loss_chunk", "trainer.eval_interval", "trainer.test_eval")
-_VARIANT_SECTIONS = ("model.", "optim.", "trainer.")
+_VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from")
 _SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr")
                  and not c.startswith(("params_", "init_std_resolved_"))]
 # Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
