@@ -88,3 +88,38 @@ def test_untie_from_an_untied_start_is_refused(start, tmp_path):
             f"results_dir={tmp_path}"]
     with pytest.raises(ConfigError, match="finetune.untie=copy needs a tied start; init_from is untied"):
         train(compose(*over), overrides=over)
+
+
+def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_path, monkeypatch):
+    import tiedvsuntied.train as T
+
+    _, start_dir, _, data = start
+    extra = ("finetune.untie=copy", "finetune.trainable=head", "trainer.ckpt_interval=2")
+    ref = _finetune(tmp_path / "ref", start_dir, data, *extra)[2]
+    real, calls = T.save_checkpoint, []
+
+    def save_then_interrupt(*args):
+        real(*args)
+        calls.append(1)
+        if len(calls) == 1:  # Ctrl-C right after the step-2 checkpoint
+            raise KeyboardInterrupt("test")
+    monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        _finetune(tmp_path / "run", start_dir, data, *extra)
+    monkeypatch.setattr(T, "save_checkpoint", real)
+    s, _, evals, _ = _finetune(tmp_path / "run", start_dir, data, *extra)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    assert evals[-1]["step"] == 4 and evals[-1] == pytest.approx(ref[-1], rel=0, abs=1e-6)  # drift from step 0, not 2
+
+
+def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path):
+    from conftest import VOCAB
+    from tiedvsuntied.hf import save_pretrained
+    from tiedvsuntied.model import GPT, ModelConfig
+
+    _, _, _, data = start
+    save_pretrained(GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=VOCAB), seed=0),
+                    tmp_path / "gpt2-like")
+    s, run_dir, evals, w = _finetune(tmp_path, tmp_path / "gpt2-like", data, "finetune.untie=copy")
+    assert s.status.value == "finished" and s.tie is True and "lm_head.weight" in w
+    assert "retain/loss" not in evals[0]  # no data of its own to retain
