@@ -123,3 +123,15 @@ def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path)
     s, run_dir, evals, w = _finetune(tmp_path, tmp_path / "gpt2-like", data, "finetune.untie=copy")
     assert s.status.value == "finished" and s.tie is True and "lm_head.weight" in w
     assert "retain/loss" not in evals[0]  # no data of its own to retain
+
+
+def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
+    from tiedvsuntied import records as R
+
+    before = {"tie": True, "init_std": "0.02", "seed": 0, "model": {"n_embd": 64}, "optim": {"lr": 1e-3}}
+    now = {**before, "init_from": None, "finetune": {"untie": "keep", "trainable": "all"},
+           "model": {"n_embd": 64, "logit_scale": "1", "emb_scale": "1"}}
+    assert R.run_id(now, "n", "fp") == R.run_id(before, "n", "fp")  # a rerun finds the old run
+    for changed in ({"init_from": "results/pre"}, {"finetune": {"untie": "copy", "trainable": "all"}},
+                    {"model": {"n_embd": 64, "logit_scale": "0.5", "emb_scale": "1"}}):
+        assert R.run_id({**now, **changed}, "n", "fp") != R.run_id(before, "n", "fp")

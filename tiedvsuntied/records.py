@@ -274,6 +274,12 @@ IDENTITY_EXCLUDE = (
 )
 
 
+# Keys added after results existed, at the values that change nothing: left out of the hash, so
+# runs made before a key existed keep their identity (a rerun still skips or resumes them).
+NEUTRAL = {"init_from": None, "finetune": {"untie": "keep", "trainable": "all"},
+           "model.logit_scale": "1", "model.emb_scale": "1"}
+
+
 def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
     return f"tie={str(tie).lower()}_init={init_std.replace('/', '_')}_model={model}_seed={seed}"
 
@@ -285,6 +291,11 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
     for key in IDENTITY_EXCLUDE:
         node, _, leaf = key.partition(".")
         (tree.get(node, {}) if leaf else tree).pop(leaf or node, None)
+    for key, neutral in NEUTRAL.items():
+        node, _, leaf = key.partition(".")
+        parent = tree.get(node, {}) if leaf else tree
+        if (leaf or node) in parent and parent[leaf or node] == neutral:
+            del parent[leaf or node]
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
