@@ -535,7 +535,7 @@ def test_flops_per_token():
     ("model.body_init_std", dict(body_init_std=0.0), "> 0"),
     ("init_std", dict(init_std="0"), "> 0"),
     ("init_std", dict(init_std="big"), "inv_sqrt_d"),
-    ("model.head_init_std", dict(head_init_std="nan", tie=False), "> 0"),
+    ("model.head_init_std", dict(head_init_std="nan", tie=False), ">= 0"),
     ("tie", dict(tie="false"), "true or false"),
     ("model.emb_init_std", dict(emb_init_std="1.0", head_init_std="0.02"), "tie=true shares one matrix"),
 ])
@@ -629,3 +629,35 @@ def test_trainable_sets_partition_the_parameters(tie):
     assert counts["embedding"]["trainable"] == parts["embedding"] + parts["position"]
     with pytest.raises(ModelConfigError, match="finetune.trainable='lm_head' is invalid: use one of all, head"):
         set_trainable(model, "lm_head")
+
+
+# ----------------------------------------------------------------------------- scales and head init
+
+def test_a_zero_init_untied_head_starts_at_exactly_ln_v():
+    cfg = tiny(head_init_std="0")
+    x, y = batch(cfg)
+    model = GPT(cfg, tie=False, init_std="0.02", seed=0)
+    logits, loss = model(x, y)
+    assert torch.count_nonzero(logits) == 0 and loss.item() == pytest.approx(math.log(cfg.vocab_size), abs=1e-6)
+    assert model.init_stds()["head"] == 0.0 and model.transformer.wte.weight.std() > 0.01
+    with pytest.raises(ModelConfigError, match=r"model.emb_init_std='0' is invalid: give a finite number > 0"):
+        GPT(tiny(emb_init_std="0"), tie=False)
+
+
+def test_logit_scale_generalises_the_t5_rescale_and_scales_the_logits():
+    x, _ = batch(tiny())
+    base = GPT(tiny(), tie=True, seed=1)(x)[0]
+    t5 = GPT(tiny(t5_rescale=True), tie=True, seed=1)(x)[0]
+    torch.testing.assert_close(GPT(tiny(logit_scale="inv_sqrt_d"), tie=True, seed=1)(x)[0], t5)
+    torch.testing.assert_close(GPT(tiny(logit_scale="2"), tie=True, seed=1)(x)[0], 2 * base)
+    with pytest.raises(ModelConfigError, match="model.logit_scale='big' is invalid: give a number > 0, inv_sqrt_d"):
+        GPT(tiny(logit_scale="big"))
+
+
+def test_emb_scale_multiplies_the_token_embedding_on_the_way_in_only():
+    x, _ = batch(tiny())
+    scaled = GPT(tiny(emb_scale="sqrt_d"), tie=False, seed=2)
+    plain = GPT(tiny(), tie=False, seed=2)
+    with torch.no_grad():
+        plain.transformer.wte.weight.mul_(32 ** 0.5)  # d = 32: the same input, an unchanged head
+    torch.testing.assert_close(scaled(x)[0], plain(x)[0])

@@ -24,7 +24,7 @@ from tiedvsuntied.data import DataConfig
 from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
 
 log = logging.getLogger(__name__)
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "t5_rescale")
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "t5_rescale", "logit_scale", "emb_scale")
 
 
 class Untie(str, Enum):

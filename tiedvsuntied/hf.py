@@ -138,8 +138,9 @@ def save_pretrained(model: GPT, directory) -> None:
     from safetensors.torch import save_file
 
     c = model.config
-    if not c.bias or c.t5_rescale:
-        raise ValueError("GPT2LMHeadModel has biases and no T5 rescale: cannot export bias=false or t5_rescale=true")
+    if not c.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
+        raise ValueError("GPT2LMHeadModel has biases and no logit or embedding scale: cannot export bias=false, "
+                         "t5_rescale=true, logit_scale or emb_scale != 1")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}

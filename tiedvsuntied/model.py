@@ -26,6 +26,7 @@ from tiedvsuntied.losses import IGNORE_INDEX, chunked_cross_entropy
 
 LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
+ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V
 
 
 # ----------------------------------------------------------------------------- config
@@ -45,6 +46,8 @@ class ModelConfig:
     emb_init_std: Optional[str] = None   # overrides init_std for wte (untied only)
     head_init_std: Optional[str] = None  # overrides init_std for lm_head (untied only)
     t5_rescale: bool = False     # multiply final hidden state by n_embd ** -0.5 before the head
+    logit_scale: str = "1"       # multiplies the logits: a number, or inv_sqrt_d (t5_rescale is that)
+    emb_scale: str = "1"         # multiplies the token embedding on the way in: a number, or sqrt_d (Gemma)
     body_init_std: float = 0.02  # GPT-2 body init; residual projections / sqrt(2 n_layer)
 
 
@@ -63,10 +66,10 @@ def canonical_init_std(value, key: str = "init_std") -> str:
         std = float(text)
     except ValueError:
         std = float("nan")
-    if not (math.isfinite(std) and std > 0):
+    if not (math.isfinite(std) and (std > 0 or (std == 0 and key in ZERO_OK))):
         raise ModelConfigError(
-            f"{key}={value!r} is invalid: give a finite number > 0 such as 0.02 or 1.0, "
-            f"or inv_sqrt_d (also d^-0.5) for n_embd ** -0.5")
+            f"{key}={value!r} is invalid: give a finite number {'>= 0' if key in ZERO_OK else '> 0'} such as "
+            f"0.02 or 1.0, or inv_sqrt_d (also d^-0.5) for n_embd ** -0.5")
     return repr(std)
 
 
@@ -74,6 +77,23 @@ def resolve_init_std(value, n_embd: int, key: str = "init_std") -> float:
     """'0.02' (or 0.02) -> 0.02; 'inv_sqrt_d' or 'd^-0.5' -> n_embd ** -0.5 (follows the width)."""
     spelling = canonical_init_std(value, key)
     return float(n_embd) ** -0.5 if spelling == "inv_sqrt_d" else float(spelling)
+
+
+def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
+    """(logit scale, embedding scale) as numbers; t5_rescale multiplies the logit scale by d^-0.5."""
+    named = {"inv_sqrt_d": cfg.n_embd ** -0.5, "sqrt_d": cfg.n_embd ** 0.5}
+    out = []
+    for key in ("logit_scale", "emb_scale"):
+        text = str(getattr(cfg, key)).strip()
+        try:
+            v = named[text] if text in named else float(text)
+        except ValueError:
+            v = float("nan")
+        if not (math.isfinite(v) and v > 0):
+            raise ModelConfigError(f"model.{key}={getattr(cfg, key)!r} is invalid: give a number > 0, "
+                                   "inv_sqrt_d or sqrt_d")
+        out.append(v)
+    return out[0] * (cfg.n_embd ** -0.5 if cfg.t5_rescale else 1.0), out[1]
 
 
 def _as_config(cfg) -> ModelConfig:
@@ -111,6 +131,7 @@ def check_config(cfg: ModelConfig, *, tie: bool = True, init_std="0.02") -> dict
         raise ModelConfigError(
             f"model.emb_init_std={cfg.emb_init_std!r} and model.head_init_std={cfg.head_init_std!r} "
             f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, or use tie=false")
+    resolve_scales(cfg)
     return {"emb": emb, "head": head, "body": cfg.body_init_std,
             "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer)}
 
@@ -241,6 +262,7 @@ class GPT(nn.Module):
         cfg = _as_config(cfg)
         self._init_stds = check_config(cfg, tie=tie, init_std=init_std)  # before allocating
         self.config, self.tie, self.init_std = cfg, tie, init_std
+        self.logit_scale, self.emb_scale = resolve_scales(cfg)
         device = torch.get_default_device()  # honours `with torch.device(...)`
         # Built on the meta device and then allocated empty: PyTorch's default per-module inits
         # would waste time, draw from the global RNG (more draws untied than tied, shifting
@@ -328,12 +350,13 @@ class GPT(nn.Module):
             w_in, w_out = (_tap(w, grad_split, side) if w.requires_grad else w  # frozen: no gradient to split
                            for w, side in ((w_in, "in"), (w_out, "out")))
         pos = torch.arange(T, device=idx.device)
-        x = self.transformer.drop(F.embedding(idx, w_in) + self.transformer.wpe(pos))
+        tok = F.embedding(idx, w_in)
+        x = self.transformer.drop((tok * self.emb_scale if self.emb_scale != 1.0 else tok) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        if self.config.t5_rescale:
-            x = x * self.config.n_embd ** -0.5  # T5: the tied head sees d^-0.5 * h
+        if self.logit_scale != 1.0:  # on h rather than on the logits: the same, and the chunked loss needs it
+            x = x * self.logit_scale  # T5: the tied head sees d^-0.5 * h
         if targets is not None and not return_logits and loss_chunk:
             return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
         logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
