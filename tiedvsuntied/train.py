@@ -379,11 +379,11 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
 
 @contextlib.contextmanager
 def _signals(hold: bool):
-    """Otherwise SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or
-    preemption, as submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint;
-    the exception's ``then`` hands the signal on to the handler it replaced (submitit's requeues
-    the job). hold: Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the
-    handler they would have met (a checkpoint being written would be torn otherwise)."""
+    """SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or preemption, as
+    submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint; the exception's
+    ``then`` hands SIGUSR2 on to the handler it replaced (submitit's requeues the job). hold:
+    Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the handler they would
+    have met (a checkpoint being written would be torn otherwise)."""
     held, sigs = [], (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if hold else (signal.SIGTERM, signal.SIGUSR2)
 
     def handler(signum, frame):
