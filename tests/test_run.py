@@ -250,6 +250,7 @@ BAD = [  # one of each kind: schema (type, choice, unknown key), relation, value
     (["tie=maybe"], "tie"), (["tie=1"], "tie=1"), (["model=huge"], "model"), (["trainer.max_step=5"], "max_step"),
     (["trainer.precision=fp8"], "trainer.precision"), (["model.n_head=3"], "n_head"), (["optim.lr=0"], "optim.lr"),
     (["init_std=abc"], "init_std"), (["data.files=/no/such.txt"], "data.files"),
+    (["tie=false", "untie_at=0.5"], "untie_at"),
 ]
 
 

@@ -245,11 +245,11 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
     import os
     import signal
 
-    from tiedvsuntied.train import _signals
+    from tiedvsuntied.dist import signals
 
     model, opt = _trained(True)
     with pytest.raises(KeyboardInterrupt):
-        with _signals(hold=True):
+        with signals(hold=True):
             os.kill(os.getpid(), signal.SIGINT)
             save_checkpoint(tmp_path, model, opt, TrainState(step=7))
     assert load_checkpoint(tmp_path, tiny_model(True), build_optimizer(tiny_model(True), OptimConfig()),

@@ -25,7 +25,7 @@ from tiedvsuntied import records as R
 RUN_COLUMNS = [
     "sweep", "run_id", "name", "status", "error", "tie", "head", "init_std", "init_std_resolved_emb",
     "init_std_resolved_head", "model", "n_layer", "n_embd", "n_head", "vocab_size", "block_size", "seed",
-    "t5_rescale", "data", "data_id", "max_steps", "variant", "params_total", "params_embedding", "params_position",
+    "t5_rescale", "data", "data_id", "max_steps", "untie_step", "variant", "params_total", "params_embedding", "params_position",
     "params_head", "params_non_embedding", "flops_per_token", "step", "tokens", "diverged_at_step", "init_val_loss",
     "init_logit_std", "init_self_logit", "init_self_target_frac", "final_val_loss", "best_val_loss", "best_step", "test_loss",
     "test_loss_at_best", "lr", "seen_vocab_frac", "clip_frac", "peak_tflops", "ln_vocab", "wandb_run_id", "wandb_mode",
@@ -44,7 +44,7 @@ _NOT_VARIANT = ("model.name", "model.n_layer", "model.n_head", "model.n_embd", "
                 "model.vocab_size", "trainer.progress", "trainer.log_interval", "trainer.ckpt_interval",
                 "trainer.peak_tflops", "trainer.device", "trainer.compile", "trainer.eval_batch_size",
                 "trainer.loss_chunk", "trainer.eval_interval", "trainer.test_eval")
-_VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from")
+_VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from", "untie_at")
 _SUMMARY_KEYS = [c for c in RUN_COLUMNS if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr")
                  and not c.startswith(("params_", "init_std_resolved_"))]
 # Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).

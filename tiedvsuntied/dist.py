@@ -10,8 +10,10 @@ from the same checkpoint. In one process every function here is a no-op.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
+import signal
 from typing import Any
 
 import torch
@@ -97,3 +99,33 @@ def no_sync(model: torch.nn.Module, last: bool):
     import contextlib
 
     return model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def signals(hold: bool):
+    """SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or preemption, as
+    submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint; the exception's
+    ``then`` hands SIGUSR2 on to the handler it replaced (submitit's requeues the job). hold:
+    Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the handler they would
+    have met (a checkpoint being written would be torn otherwise)."""
+    held, sigs = [], (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if hold else (signal.SIGTERM, signal.SIGUSR2)
+
+    def handler(signum, frame):
+        if hold:
+            return held.append(signum)
+        e, before = KeyboardInterrupt(f"signal {signum}"), old.get(signum)
+        e.then = (lambda: before(signum, frame)) if callable(before) and signum == signal.SIGUSR2 else None
+        raise e
+    try:
+        old = {s: signal.signal(s, handler) for s in sigs}
+    except ValueError:  # not the main thread (some launchers): signals cannot reach this code
+        old = {}
+    try:
+        yield
+    finally:
+        for s, previous in old.items():
+            signal.signal(s, previous)
+    if held:
+        if callable(before := old.get(held[0])):
+            before(held[0], None)
+        raise KeyboardInterrupt(f"signal {held[0]}")

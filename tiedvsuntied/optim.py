@@ -1,8 +1,10 @@
-"""The optimizer every run uses: AdamW in two groups and its learning-rate schedule."""
+"""The optimizer every run uses: AdamW in two groups, its learning-rate schedule, and the
+switch of scheduled untying (``untie_at``)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -45,3 +47,28 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
     min_lr = cfg.lr * cfg.min_lr_ratio
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+
+
+def untie_step(untie_at: Optional[float], max_steps: int) -> Optional[int]:
+    """``untie_at`` as a step: a fraction of training (< 1) or a step (a whole number >= 1).
+    Raises ValueError, naming the key, where that is not a step inside training."""
+    if untie_at is None:
+        return None
+    step = round(untie_at * max_steps) if untie_at < 1 else int(untie_at)
+    if untie_at <= 0 or (untie_at >= 1 and untie_at != step) or not 1 <= step < max_steps:
+        raise ValueError(f"untie_at={untie_at} is invalid: use a fraction in (0, 1) or a whole step in "
+                         f"[1, trainer.max_steps={max_steps}) (here it gives step {step})")
+    return step
+
+
+def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Scheduled untying, as speedrun records do it: the head becomes a copy of the tied matrix
+    (the function is unchanged at the switch) and a parameter of its own, in a group with the
+    embedding's hyperparameters, starting from a copy of the embedding's Adam moments and step
+    count, so neither side restarts its bias correction."""
+    wte = model.transformer.wte.weight
+    group = next(g for g in optimizer.param_groups if any(p is wte for p in g["params"]))
+    model.untie("copy")
+    head = model.lm_head.weight
+    optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": [head]})
+    optimizer.state[head] = {k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state.get(wte, {}).items()}

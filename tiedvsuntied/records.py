@@ -69,6 +69,9 @@ class RunSummary:
     data_fingerprint: str = ""
     max_steps: int = 0
     params: dict = field(default_factory=dict)  # model.count_parameters
+    untie_at: Optional[float] = None  # scheduled untying: the config's value
+    untie_step: Optional[int] = None  # ... as a step
+    params_untied: Optional[dict] = None  # model.count_parameters after the switch (or a resume past it)
     flops_per_token: Optional[float] = None
     step: int = 0
     tokens: int = 0
@@ -196,14 +199,17 @@ def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
     atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
 
 
-def load_checkpoint(ckpt_dir: Path, model, optimizer, state) -> Optional[Path]:
+def load_checkpoint(ckpt_dir: Path, model, optimizer, state, layout=None) -> Optional[Path]:
     """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
-    file used, or None (start over)."""
+    file used, or None (start over). ``layout(ckpt)`` may first reshape model and optimizer to
+    the checkpoint's (a run untied on schedule)."""
     for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
         if not path.exists():
             continue
         try:
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            if layout is not None:
+                layout(ckpt)
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
         except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
@@ -276,7 +282,7 @@ IDENTITY_EXCLUDE = (
 
 # Keys added after results existed, at the values that change nothing: left out of the hash, so
 # runs made before a key existed keep their identity (a rerun still skips or resumes them).
-NEUTRAL = {"init_from": None, "finetune": {"untie": "keep", "trainable": "all"},
+NEUTRAL = {"init_from": None, "untie_at": None, "finetune": {"untie": "keep", "trainable": "all"},
            "model.logit_scale": "1", "model.emb_scale": "1"}
 
 

@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import re
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from tiedvsuntied.hardware import (Precision, autocast, measure_matmul_tflops, r
                                    resolve_device, resolve_precision)
 from tiedvsuntied.model import GPT, ModelConfig, canonical_init_std, count_parameters, flops_per_token
 from tiedvsuntied.model import check_config as check_model
-from tiedvsuntied.optim import OptimConfig, build_optimizer, lr_at
+from tiedvsuntied.optim import OptimConfig, build_optimizer, lr_at, untie, untie_step
 from tiedvsuntied.probes import drift, probe
 
 log = logging.getLogger(__name__)
@@ -72,6 +71,7 @@ class Config:
     architecture only."""
 
     tie: bool = True  # lm_head.weight is wte.weight
+    untie_at: Optional[float] = None  # tied until this step (>= 1) or fraction of training (< 1), then a copy
     init_std: str = "0.02"  # std of wte and the untied head: a number, or inv_sqrt_d (= n_embd^-0.5)
     seed: int = 0  # model init, batch order, dropout: tied and untied share it
     sweep: str = "default"  # results/<sweep>/ and the W&B group
@@ -146,6 +146,8 @@ def check_config(cfg: Config, overrides: Sequence[str] = ()) -> None:
         if cfg.init_from:
             FT.adopt(cfg, FT.read_start(cfg.init_from), list(overrides))
         check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # shapes and init stds, allocates nothing
+        if untie_step(cfg.untie_at, cfg.trainer.max_steps) and not (cfg.tie and not cfg.init_from):
+            raise ValueError(f"untie_at={cfg.untie_at} needs tie=true and no init_from (finetune.untie unties a start)")
         resolve_device(D.device(cfg.trainer.device))
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -251,7 +253,8 @@ def train(cfg: Config, overrides: Optional[list] = None) -> R.RunSummary:
         model=cfg.model.name, seed=cfg.seed, n_layer=cfg.model.n_layer, n_head=cfg.model.n_head,
         n_embd=cfg.model.n_embd, vocab_size=corpus.vocab_size, block_size=cfg.model.block_size,
         t5_rescale=cfg.model.t5_rescale, data=cfg.data.name, data_fingerprint=corpus.fingerprint,
-        max_steps=cfg.trainer.max_steps)
+        max_steps=cfg.trainer.max_steps, untie_at=cfg.untie_at,
+        untie_step=untie_step(cfg.untie_at, cfg.trainer.max_steps))
     if not D.is_main():  # rank 0 decides whether the run trains; the others follow it
         return _train_worker(cfg, corpus, config, summary, run_dir) if D.from_main(None) else None
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -339,16 +342,20 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
                                                               seed=cfg.seed)).to(device)
     rows = FT.start_rows(model) if start else None  # before a resume changes them
     optimizer = build_optimizer(model, cfg.optim)
-    state = TrainState()
-    used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state) if main else None
+    params = {**count_parameters(model), "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    state, switch = TrainState(), untie_step(cfg.untie_at, tc.max_steps)
+
+    def layout(ckpt):  # a checkpoint from after the switch holds an untied model and its optimizer
+        if switch and model.tie and ckpt["train_state"]["step"] >= switch:
+            untie(model, optimizer)
+    used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state, layout) if main else None
     D.from_main(None)  # the other ranks read the checkpoint after rank 0 has set a bad one aside
     if not main:
-        used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state)
+        used = load_checkpoint(run_dir / "checkpoints", model, optimizer, state, layout)
         torch.manual_seed(cfg.seed + 1_000_003 * D.rank() + state.step)  # its own dropout stream
     compiled = resolve_compile(tc.compile, device, tc.max_steps)
     peak = tc.peak_tflops or measure_matmul_tflops(
         device, torch.bfloat16 if precision == Precision.bf16 else torch.float32)
-    params = {**count_parameters(model), "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
     derived = {"vocab_size": corpus.vocab_size, "params": params, "flops_per_token": flops_per_token(model),
                "init_std_resolved": model.init_stds(), "device": str(device), "precision": precision.value,
                "compiled": compiled, "peak_tflops": peak, "data_fingerprint": corpus.fingerprint,
@@ -361,7 +368,8 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
     summary.update(params=params, flops_per_token=derived["flops_per_token"], device=str(device),
                    init_std_resolved={"emb": stds["emb"], "head": stds["head"]}, precision=precision.value,
                    compiled=compiled, peak_tflops=peak, seen_vocab_frac=float((freq > 0).mean()),
-                   resumed_from_step=state.step if used else None, status=R.Status.running, error=None)
+                   resumed_from_step=state.step if used else None, status=R.Status.running, error=None,
+                   params_untied=count_parameters(model) if switch and not model.tie else None)
     _sync(summary, state)
     if main:
         summary.write(run_dir)
@@ -375,36 +383,6 @@ def _setup(cfg: Config, corpus: Corpus, config: dict, summary: R.RunSummary, run
                step_model=D.wrap(torch.compile(model) if compiled else model), peak_tflops=peak, freq=freq, derived=derived,
                resumed_from=state.step if used else None, start_rows=rows,
                retain=prepare_data(FT.retain_data(start)) if start and start.data and main else None)
-
-
-@contextlib.contextmanager
-def _signals(hold: bool):
-    """SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or preemption, as
-    submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint; the exception's
-    ``then`` hands SIGUSR2 on to the handler it replaced (submitit's requeues the job). hold:
-    Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the handler they would
-    have met (a checkpoint being written would be torn otherwise)."""
-    held, sigs = [], (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if hold else (signal.SIGTERM, signal.SIGUSR2)
-
-    def handler(signum, frame):
-        if hold:
-            return held.append(signum)
-        e, before = KeyboardInterrupt(f"signal {signum}"), old.get(signum)
-        e.then = (lambda: before(signum, frame)) if callable(before) and signum == signal.SIGUSR2 else None
-        raise e
-    try:
-        old = {s: signal.signal(s, handler) for s in sigs}
-    except ValueError:  # not the main thread (some launchers): signals cannot reach this code
-        old = {}
-    try:
-        yield
-    finally:
-        for s, previous in old.items():
-            signal.signal(s, previous)
-    if held:
-        if callable(before := old.get(held[0])):
-            before(held[0], None)
-        raise KeyboardInterrupt(f"signal {held[0]}")
 
 
 def _accumulate(run: Run, grad_split: Optional[dict]) -> torch.Tensor:
@@ -449,7 +427,7 @@ def _loop(run: Run) -> None:
 
     run.bar = tqdm(total=tc.max_steps, initial=st.step, desc=run.summary.name[:48], unit="step",
                    dynamic_ncols=True, disable=not (tc.progress and main))
-    with _signals(hold=False), run.bar:
+    with D.signals(hold=False), run.bar:
         try:
             while st.step < tc.max_steps:
                 t0 = time.perf_counter()
@@ -470,6 +448,8 @@ def _loop(run: Run) -> None:
                 run.optimizer.step()
                 run.optimizer.zero_grad(set_to_none=True)
                 st.step, st.tokens = st.step + 1, st.tokens + tokens_per_step
+                if st.step == untie_step(run.cfg.untie_at, tc.max_steps):
+                    _untie(run)
                 window_s, window_steps = window_s + time.perf_counter() - t0, window_steps + 1
                 run.bar.update(1)
                 if logging and main:
@@ -486,17 +466,28 @@ def _loop(run: Run) -> None:
                     if not math.isfinite(D.from_main(_evaluate(run) if main else None)):
                         raise Diverged(f"non-finite validation loss at step {st.step}")
                 if main and (st.step % tc.ckpt_interval == 0 or st.step == tc.max_steps):
-                    with _signals(hold=True):
+                    with D.signals(hold=True):
                         save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
                         saved = st.step
         except KeyboardInterrupt as e:
             if main and saved != st.step:  # a second copy of this step would rotate the older one out of prev.pt
-                with _signals(hold=True):
+                with D.signals(hold=True):
                     save_checkpoint(run.run_dir / "checkpoints", run.model, run.optimizer, st)
             run.summary.step, run.summary.tokens = st.step, st.tokens
             if getattr(e, "then", None):  # saved: now submitit may requeue the job, which resumes here
                 e.then()
             raise
+
+
+def _untie(run: Run) -> None:
+    """The scheduled switch: from here on the head is a parameter of its own."""
+    untie(run.model, run.optimizer)
+    run.step_model = D.wrap(torch.compile(run.model) if run.summary.compiled else run.model)
+    run.summary.params_untied = count_parameters(run.model)
+    if D.is_main():
+        log.info("[%s] untied at step %d: %s parameters", run.summary.name, run.state.step,
+                 f"{run.summary.params_untied['total']:,}")
+        run.mlog.log({f"params/{k}": v for k, v in run.summary.params_untied.items()}, run.state.step)
 
 
 def _sync(s: R.RunSummary, st: TrainState) -> None:

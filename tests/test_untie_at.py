@@ -1,0 +1,69 @@
+"""Scheduled untying (``untie_at``): tied until the switch, then two parameters that start equal,
+each with a copy of the shared matrix's Adam moments; a run interrupted after the switch resumes
+to the numbers of one that was not."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import QUICK, compose
+from tiedvsuntied.train import ConfigError, check_config, train
+
+STEPS = ["trainer.max_steps=4", "trainer.eval_interval=1", "trainer.test_eval=false", "trainer.log_interval=1"]
+
+
+def _run(root, *extra):
+    over = [*QUICK, *STEPS, f"results_dir={root}", "sweep=u", *extra]
+    s = train(compose(*over), overrides=over)
+    run_dir = root / "u" / s.run_id
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return s, run_dir, {m["step"]: m["val/loss"] for m in metrics if "val/loss" in m}
+
+
+def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes(tmp_path, monkeypatch):
+    import tiedvsuntied.train as T
+
+    _, _, tied = _run(tmp_path / "tied")
+    ref, _, untied = _run(tmp_path / "ref", "untie_at=0.5")
+    assert ref.status.value == "finished" and ref.untie_step == 2
+    # The function is unchanged at the switch: the same losses as the tied run up to it.
+    assert [untied[s] for s in (0, 1, 2)] == pytest.approx([tied[s] for s in (0, 1, 2)], abs=1e-6)
+    assert untied[4] != pytest.approx(tied[4], abs=1e-6)  # then they part
+    d = ref.params["embedding"]
+    assert ref.params_untied["total"] == ref.params["total"] + d and ref.params_untied["head"] == d
+
+    real, calls = T.save_checkpoint, []
+
+    def save_then_interrupt(*args):
+        real(*args)
+        calls.append(1)
+        raise KeyboardInterrupt("test")  # Ctrl-C right after the first checkpoint: the switch's
+    monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
+    ckpt = torch.load(next((tmp_path / "run" / "u").glob("*/checkpoints/last.pt")), weights_only=True)
+    assert ckpt["train_state"]["step"] == 2
+    w = ckpt["model"]
+    assert torch.equal(w["transformer.wte.weight"], w["lm_head.weight"])  # equal at the switch...
+    groups, state = ckpt["optimizer"]["param_groups"], ckpt["optimizer"]["state"]
+    wte_id = next(i for g in groups[:2] for i in g["params"] if state[i]["exp_avg"].shape == w["lm_head.weight"].shape)
+    head_id = groups[2]["params"][0]  # ...a parameter of its own, in the group the embedding is in
+    assert groups[2]["weight_decay"] == next(g["weight_decay"] for g in groups if wte_id in g["params"])
+    for k in ("exp_avg", "exp_avg_sq", "step"):
+        assert torch.equal(state[head_id][k], state[wte_id][k])
+
+    monkeypatch.setattr(T, "save_checkpoint", real)
+    s, run_dir, resumed = _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
+    assert s.status.value == "finished" and s.resumed_from_step == 2 and s.params_untied == ref.params_untied
+    assert resumed[4] == pytest.approx(untied[4], abs=1e-6)  # as if never interrupted
+    final = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
+    assert not torch.equal(final["transformer.wte.weight"], final["lm_head.weight"])  # ...and apart after it
+
+
+@pytest.mark.parametrize("extra", [["untie_at=4"], ["untie_at=1.5"], ["untie_at=0"], ["tie=false", "untie_at=0.5"]])
+def test_an_untie_at_outside_training_or_on_an_untied_run_is_refused_in_one_line(extra):
+    with pytest.raises(ConfigError, match="untie_at") as e:
+        check_config(compose(*QUICK, *STEPS, *extra))
+    assert "\n" not in str(e.value)
