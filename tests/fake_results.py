@@ -66,6 +66,11 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
             rec["val/ppl"] = math.exp(min(rec["val/loss"], 700))
             if step == 0:
                 rec["init/logit_std"] = logit_std
+            grow = step / max_steps  # anisotropy grows with training, more for the tied matrix
+            rec["probe/frequent/emb_cos_mean"] = 0.01 + grow * (0.3 if tie else 0.1)
+            rec["probe/frequent/emb_ccos_abs_mean"] = 0.07 + grow * (0.1 if tie else 0.05)
+            if not tie:
+                rec["probe/frequent/head_cos_mean"], rec["probe/frequent/head_ccos_abs_mean"] = 0.01 + grow * 0.2, 0.07 + grow * 0.08
         if len(rec) > 2:
             lines.append(rec)
     if status == "diverged":
@@ -140,6 +145,14 @@ def write_run(sweep_dir: Path, *, tie: bool = True, init_std: str = "0.02", mode
                 cos = rng.standard_normal(500) / math.sqrt(n_embd) * (1 - shift) + shift
                 arrays.update({f"cos_{stratum}": cos.astype(np.float32), f"rows_{stratum}": ids[:64],
                                f"ccos_{stratum}": (rng.standard_normal(500) / math.sqrt(n_embd)).astype(np.float32)})
+            # seen rows for CKA: an input-side and an output-side structure shared by a tied run and its
+            # untied partner (same seed and data); the tied matrix is mostly the output one
+            pair = np.random.default_rng([seed, vocab_size, step, n_embd])
+            ins, outs = (pair.standard_normal((64, n_embd)) for _ in range(2))
+            mix = (0.3 * ins + outs) if tie else ins
+            arrays.update(rows_seen=np.arange(64), emb_seen=(mix + 0.3 * rng.standard_normal((64, n_embd))).astype(np.float16))
+            if not tie:
+                arrays["head_seen"] = (outs + 0.3 * rng.standard_normal((64, n_embd))).astype(np.float16)
             if step in val_steps:
                 arrays["val_window_loss"] = window_loss("val", val[val_steps.index(step)])
             if step in test and status == "finished":

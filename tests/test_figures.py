@@ -313,3 +313,37 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
     assert [list(line.get_ydata()) for line in retention.get_lines()][0] == [4.0, 4.1, 4.2]
     assert fig.skipped == ["ft: another seed of a mode shown"]
 
+
+
+def test_linear_cka_is_one_up_to_rotation_and_scale_and_near_zero_for_unrelated_rows():
+    from tiedvsuntied.similarity import linear_cka
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((500, 32))
+    q, _ = np.linalg.qr(rng.standard_normal((32, 32)))
+    assert linear_cka(x, 3.0 * x @ q) == pytest.approx(1.0, abs=1e-9)
+    assert linear_cka(x, rng.standard_normal((500, 32))) < 0.1
+    assert linear_cka(x, x + 5.0) == pytest.approx(1.0)  # a common offset is removed first
+
+
+def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(tmp_path):
+    from tiedvsuntied.similarity import pair_cka
+
+    sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1, 2))
+    write_run(tmp_path / "sw", tie=True, init_std="0.02", seed=3)  # no partner: not a pair
+    runs = A.load_results(sweep).runs.assign(setting="0.02")
+    cka = pair_cka(runs)
+    assert sorted(cka["seed"].unique()) == [0, 1, 2] and len(cka) == 3 * 5  # probes at 0, 5, ..., 20
+    # by construction of the fake runs the tied matrix is the output one, mostly
+    assert (cka["cka_out"] > cka["cka_in"] + 0.3).all() and (cka["cka_untied"] < 0.5).all()  # 64 rows: biased up
+    fig = F.REGISTRY["fig8_cka"].write(A.load_results(sweep), tmp_path, ["png"])[1]
+    assert sum(len(ax.collections) for ax in fig.axes) == 3  # 3 seeds: a t-band per side
+
+
+def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
+    from tiedvsuntied.similarity import fig_anisotropy
+
+    fig = fig_anisotropy(results.runs, results.history)
+    colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in _lines(fig)}
+    assert {(TIED, "-"), (UNTIED, "-"), (UNTIED, "--")} <= colours
+    assert "rare and unseen strata" in F.caption(fig)

@@ -83,8 +83,19 @@ def test_tied_has_no_head_only_keys_and_typed_arrays():
     assert "in_out_cos" not in a and not any("in_out" in k or "head_cos" in k for k in s)
     np.testing.assert_array_equal(a["head_norm"], a["emb_norm"])
     assert all(k.startswith("probe/") and isinstance(v, float) for k, v in s.items())
-    assert set(a) == {"emb_norm", "head_norm", *(f"{p}_{st}" for p in ("cos", "ccos", "rows") for st in STRATA)}
-    assert all(v.dtype == (np.int64 if k.startswith("rows_") else np.float32) for k, v in a.items())
+    assert set(a) == {"emb_norm", "head_norm", "rows_seen", "emb_seen",
+                      *(f"{p}_{st}" for p in ("cos", "ccos", "rows") for st in STRATA)}
+    assert all(v.dtype == (np.int64 if k.startswith("rows_") else np.float16 if k == "emb_seen" else np.float32)
+               for k, v in a.items())
+
+
+def test_seen_rows_are_the_rare_and_frequent_samples_of_both_matrices():
+    e, h = torch.randn(30, 8), torch.randn(30, 8)
+    freq = np.arange(30) % 3  # 10 unseen, 20 seen
+    _, a = probe(model_with(e, h), freq)
+    np.testing.assert_array_equal(a["rows_seen"], np.flatnonzero(freq > 0))
+    np.testing.assert_allclose(a["emb_seen"], e[freq > 0].numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(a["head_seen"], h[freq > 0].numpy(), rtol=1e-3, atol=1e-3)
 
 
 def test_fixed_sample_and_no_global_rng_or_autograd():

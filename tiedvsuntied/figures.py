@@ -20,7 +20,7 @@ from matplotlib.ticker import EngFormatter, NullFormatter
 from scipy import stats
 
 from tiedvsuntied import analysis as A
-from tiedvsuntied import paired  # noqa: F401  (registers its outputs)
+from tiedvsuntied import paired, similarity  # noqa: F401  (register their outputs)
 from tiedvsuntied.plotting import (LINESTYLES, MARKERS, MFC, REF_COLOR, REGISTRY, STATUS_MARKER,
                                    TIE_COLOR, Output, _figure, _init_label, _init_order, _legend, _mean_line,
                                    _model_label, _model_order, _note, _plain_log, _print_notes, _run_label,

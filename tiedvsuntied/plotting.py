@@ -155,16 +155,16 @@ def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band:
     seeds a t-band spans tens of nats). ``log``: mean and interval of log(metric), exponentiated
     (for ratios: a geometric mean, an interval that stays positive)."""
     h = h.assign(**{metric: np.log(h[metric].where(h[metric] > 0))}) if log else h
-    agg = A.aggregate_history(h, metric, by=by)
+    agg, color = A.aggregate_history(h, metric, by=by), kw.pop("color", TIE_COLOR[tie])
     if log:
         agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
-    ax.plot(agg["tokens"], agg["mean"], color=TIE_COLOR[tie], **kw)
+    ax.plot(agg["tokens"], agg["mean"], color=color, **kw)
     if band and (ok := agg["n"] >= A.MIN_BAND_SEEDS).any():
-        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=TIE_COLOR[tie],
+        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
                         alpha=band, lw=0)
     elif band:
         for _, run in h[h[metric].notna() & h["status"].isin(["finished", "running"])].groupby("run_id"):
-            ax.plot(run["tokens"], np.exp(run[metric]) if log else run[metric], color=TIE_COLOR[tie], lw=0.6,
+            ax.plot(run["tokens"], np.exp(run[metric]) if log else run[metric], color=color, lw=0.6,
                     alpha=0.6, ls=kw.get("ls", "-"))
     return agg
 

@@ -80,7 +80,9 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     s/emb_ccos_abs_mean (centred), untied also s/head_cos_mean, s/head_ccos_abs_mean,
     s/in_out_cos_mean. arrays (probes/step_*.npz): emb_norm, head_norm, in_out_cos (untied) per
     token; per stratum cos_s and ccos_s (at most MAX_PAIRS sampled pairs, the same every time)
-    and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines."""
+    and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines.
+    emb_seen (and untied head_seen): the rows of the rare and frequent samples (rows_seen), in
+    fp16, for similarities between runs (linear CKA of a tied and an untied run of one seed)."""
     e, h = _matrices(model)
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
@@ -112,7 +114,12 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
         if h is not None:
             scalars[p + "in_out_cos_mean"] = arrays["in_out_cos"][ids_t].mean().item()
         arrays[f"rows_{s}"] = torch.from_numpy(rows)
-    out = {k: v.cpu().numpy().astype(np.int64 if k.startswith("rows_") else np.float32) for k, v in arrays.items()}
+    if parts := [arrays[f"rows_{s}"] for s in ("rare", "frequent") if f"rows_{s}" in arrays]:
+        seen = torch.cat(parts).sort().values
+        arrays.update(rows_seen=seen, emb_seen=e[seen.to(e.device)],
+                      **({} if h is None else {"head_seen": h[seen.to(h.device)]}))
+    dtype = lambda k: np.int64 if k.startswith("rows_") else np.float16 if k.endswith("_seen") else np.float32
+    out = {k: v.cpu().numpy().astype(dtype(k)) for k, v in arrays.items()}
     return scalars, out
 
 
