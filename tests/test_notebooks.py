@@ -22,6 +22,7 @@ WRITES = {
     "06_paired_difference.ipynb": ["fig6_paired_difference.pdf", "fig6_paired_difference.png", "table_paired.md",
                                    "table_classic.md"],
     "07_finetune.ipynb": ["fig7_finetune.pdf", "fig7_finetune.png"],
+    "08_geometry_over_training.ipynb": ["fig8_cka.pdf", "fig8_cka.png", "fig9_anisotropy.pdf", "fig9_anisotropy.png"],
 }
 
 
