@@ -67,3 +67,16 @@ def test_an_untie_at_outside_training_or_on_an_untied_run_is_refused_in_one_line
     with pytest.raises(ConfigError, match="untie_at") as e:
         check_config(compose(*QUICK, *STEPS, *extra))
     assert "\n" not in str(e.value)
+
+
+def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_it_ended_as(tmp_path):
+    from tiedvsuntied import finetune as FT
+
+    s, run_dir, _ = _run(tmp_path, "untie_at=0.5")
+    start = FT.read_start(str(run_dir))
+    assert start.tie is False  # its config says tie=true, but it ended with a head of its own
+    over = [*QUICK, f"init_from='{run_dir}'"]
+    model = FT.build(start, compose(*over), seed=0)
+    saved = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
+    assert torch.equal(model.lm_head.weight, saved["lm_head.weight"])
+    assert torch.equal(model.transformer.wte.weight, saved["transformer.wte.weight"])

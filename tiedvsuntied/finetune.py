@@ -79,7 +79,8 @@ def read_start(init_from: str) -> Start:
                                    f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
                                    f"{'present' if weights.is_file() else 'missing'})")
         model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
-        return Start(str(run), ModelConfig(**model), bool(cfg["tie"]), cfg["data"], weights)
+        tie = bool(cfg["tie"]) and cfg.get("untie_at") is None  # untie_at: it finished untied
+        return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights)
     if path.is_dir() and (path / "config.json").is_file():
         import json
 
