@@ -31,16 +31,18 @@ def _only_run(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tie", [True, False])
-def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_cache, tie):
-    one = _run([sys.executable, *RUN, f"tie={str(tie).lower()}"], tmp_path / "one", session_cache)
-    two = _run([*TORCHRUN, *RUN, f"tie={str(tie).lower()}"], tmp_path / "two", session_cache)
+@pytest.mark.parametrize("head", [["tie=true"], ["tie=false"], ["tie=true", "untie_at=3"]], ids=" ".join)
+def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_cache, head):
+    """Also across scheduled untying, where every rank swaps the head in and wraps DDP anew."""
+    one = _run([sys.executable, *RUN, *head], tmp_path / "one", session_cache)
+    two = _run([*TORCHRUN, *RUN, *head], tmp_path / "two", session_cache)
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     (id1, s1, m1), (id2, s2, m2) = _only_run(tmp_path / "one"), _only_run(tmp_path / "two")
     assert id1 == id2  # the number of processes is not part of a run's identity
     assert s2["status"] == "finished" and s2["step"] == 6
-    assert s1["params"] == s2["params"]
+    assert s1["params"] == s2["params"] and s1["params_untied"] == s2["params_untied"]
+    assert (s2["params_untied"] is not None) == ("untie_at=3" in head)  # the switch happened, in both
     for key in ("train/loss", "val/loss", "train/grad_norm", "train/grad_norm_in", "train/grad_norm_out"):
         a = [(r["step"], r[key]) for r in m1 if key in r]
         b = [(r["step"], r[key]) for r in m2 if key in r]
