@@ -7,7 +7,9 @@ evaluation with linear CKA (Kornblith et al. 2019) on the seen-token rows the pr
 (probes: emb_seen, head_seen). CKA is invariant to rotations and isotropic scaling of the
 d-dimensional space, which two independently trained models are free to differ by; it is not a
 distance, and with about 2k rows of d columns it is biased upwards for large d (a reference line:
-the untied run's own input vs output matrix).
+the untied run's own input vs output matrix). At step 0 the tied matrix *is* its partner's input
+matrix (one seed, one draw), so the input-side CKA starts at 1: what the figure shows is how far
+training moves the tied matrix from there towards the output side.
 """
 from __future__ import annotations
 
@@ -20,11 +22,16 @@ from matplotlib.lines import Line2D
 
 from tiedvsuntied import analysis as A
 from tiedvsuntied.plotting import (MARKERS, REF_COLOR, TIE_COLOR, _figure, _init_label, _init_order, _legend,
-                                   _mean_line, _model_order, _note, _run_label, figure)
+                                   _mean_line, _model_label, _model_order, _note, _run_label, figure)
 
 SIDES = {"cka_in": ("tied vs untied input (wte)", TIE_COLOR[False], "-"),
          "cka_out": ("tied vs untied output (lm_head)", TIE_COLOR[True], "-"),
          "cka_untied": ("untied: input vs output", REF_COLOR, ":")}
+
+
+def _size_handles(runs: pd.DataFrame, models: list[str]) -> list:
+    return [Line2D([], [], color="#444444", marker=MARKERS[k % len(MARKERS)], ls="none", label=_model_label(runs, m))
+            for k, m in enumerate(models) if len(models) > 1]
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -87,14 +94,15 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
         if cell.empty:
             _note(ax, "no tied/untied pairs with probe rows (emb_seen): runs made before them, or unpaired")
             continue
-        for k, model in enumerate(m for m in models if m in set(cell["model"])):
+        for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
             mk = {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
             for side, (_, color, ls) in SIDES.items():
                 _mean_line(ax, cell[cell["model"] == model], side, True, ["model"], 0.15, ls=ls, color=color, **mk)
         ax.set_xlabel("training tokens")
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
-    _legend(fig, [Line2D([], [], color=c, ls=ls, label=label) for label, c, ls in SIDES.values()], 3)
+    _legend(fig, [Line2D([], [], color=c, ls=ls, label=label) for label, c, ls in SIDES.values()]
+            + _size_handles(runs, models), 3)
     return fig
 
 
@@ -133,5 +141,5 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     handles = [Line2D([], [], color=TIE_COLOR[True], label="tied"),
                Line2D([], [], color=TIE_COLOR[False], label="untied input (wte)"),
                Line2D([], [], color=TIE_COLOR[False], ls="--", label="untied output (lm_head)")]
-    _legend(fig, handles, 3)
+    _legend(fig, handles + _size_handles(runs, models), 3)
     return fig
