@@ -347,3 +347,14 @@ def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
     colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in _lines(fig)}
     assert {(TIED, "-"), (UNTIED, "-"), (UNTIED, "--")} <= colours
     assert "rare and unseen strata" in F.caption(fig)
+
+
+def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_panel(results):
+    from tiedvsuntied.similarity import fig_anisotropy, fig_cka
+
+    history = results.history.assign(**{"drift/emb_cos_seen": 0.99})  # what fine-tuning runs log
+    fig = fig_anisotropy(results.runs, history)
+    assert len(fig.axes) == 1 and "their embedding drift is figure 7" in _texts(fig)
+    assert len(fig.skipped) == len(results.runs)
+    tied_only = results.runs[results.runs["tie"] == True]  # noqa: E712 (no partners: no pairs)
+    assert len(fig_cka(tied_only).axes) == 1

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
 
 from tiedvsuntied import analysis as A
 from tiedvsuntied.plotting import (MARKERS, REF_COLOR, TIE_COLOR, _figure, _init_label, _init_order, _legend,
@@ -84,21 +85,22 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     and output (lm_head) matrices, on the seen tokens the probes sample; the untied run's input vs
     output as a reference. A column per init std; mean over seeds with a t-band from 3 seeds
     (fewer: each seed drawn thin), a marker per size."""
-    inits, models = _init_order(runs), _model_order(runs)
+    cka, models = pair_cka(runs), _model_order(runs)
+    inits = [i for i in _init_order(runs) if i in set(cka["setting"])] or ["none"]
     fig, axes = _figure(1, len(inits), 2.4, sharey=True)
-    cka = pair_cka(runs)
     fig.skipped += cka.attrs["missing"]
     for j, init in enumerate(inits):
         ax, cell = axes[0, j], cka[cka["setting"] == init]
-        ax.set_title(_init_label(init))
         if cell.empty:
             _note(ax, "no tied/untied pairs with probe rows (emb_seen): runs made before them, or unpaired")
             continue
+        ax.set_title(_init_label(init))
         for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
             mk = {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
             for side, (_, color, ls) in SIDES.items():
                 _mean_line(ax, cell[cell["model"] == model], side, True, ["model"], 0.15, ls=ls, color=color, **mk)
         ax.set_xlabel("training tokens")
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
     _legend(fig, [Line2D([], [], color=c, ls=ls, label=label) for label, c, ls in SIDES.values()]
@@ -118,9 +120,18 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     anisotropy beyond it), over training: tied (its one matrix), untied input (solid) and untied
     output (dashed). A column per init std, a marker per size; the rare and unseen strata are in
     the logs (probe/rare/..., probe/unseen/...)."""
+    key = "drift/emb_cos_seen"  # fine-tuning runs log it
+    tuned = runs["run_id"].isin(history.loc[history[key].notna(), "run_id"] if key in history else [])
+    skipped = [f"{_run_label(r)}: a fine-tuning run (its embedding drift is figure 7)" for _, r in runs[tuned].iterrows()]
+    if tuned.all():
+        fig, axes = _figure(1, 1, 1.8)
+        fig.skipped += skipped
+        _note(axes[0, 0], "only fine-tuning runs: their embedding drift is figure 7")
+        return fig
+    runs = runs[~tuned]
     inits, models = _init_order(runs), _model_order(runs)
     fig, axes = _figure(2, len(inits), 1.8, sharex="col")
-    fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
+    fig.skipped += [*skipped, "rare and unseen strata (logged as probe/rare/*, probe/unseen/*)"]
     if ANISOTROPY["emb"][0] not in history.columns:
         for ax in axes.flat:
             _note(ax, "no stratified probes logged (probe/frequent/emb_cos_mean)")
@@ -136,6 +147,7 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
                     if not hs.empty:
                         _mean_line(ax, hs, ANISOTROPY[side][row], tie, ["model"], 0.15, ls=ls, **mk)
         axes[1, j].set_xlabel("training tokens")
+        axes[1, j].xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
     handles = [Line2D([], [], color=TIE_COLOR[True], label="tied"),
