@@ -358,3 +358,25 @@ def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_pane
     assert len(fig.skipped) == len(results.runs)
     tied_only = results.runs[results.runs["tie"] == True]  # noqa: E712 (no partners: no pairs)
     assert len(fig_cka(tied_only).axes) == 1
+
+
+def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp_path, capsys):
+    write_sweep(tmp_path / "a", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=512)
+    write_sweep(tmp_path / "b", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=4096, data_files="b.txt")
+    runs = A.load_results(tmp_path / "a", tmp_path / "b").runs
+    fig = F.REGISTRY["fig11_crossover"].write(A.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"])[1]
+    points = sorted((line.get_xdata()[0], line.get_ydata()[0]) for line in _lines(fig) if line.get_marker() == "o")
+    from tiedvsuntied.paired import paired_table
+    expected = []
+    for vocab in (512, 4096):
+        r = runs[runs["vocab_size"] == vocab]
+        tied = r[r["tie"] == True].iloc[0]  # noqa: E712
+        diff = paired_table(r, ("final",))["diff"].iloc[0]
+        expected.append((100 * tied["params_embedding"] / tied["params_total"],
+                         100 * diff / r.loc[r["tie"] == False, "test_loss"].mean()))  # noqa: E712
+    assert len(points) == 2 and np.ravel(points) == pytest.approx(np.ravel(sorted(expected)))
+    assert points[0][0] < points[1][0]  # the larger vocabulary holds the larger share
+    assert any("3 seeds x 40 windows" in f for f in fig.flagged)
+    # the CLI makes it from mixed sweeps; the single-dataset figures say to pick one
+    args = [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--formats", "png"]
+    assert F.main(args + ["--only", "fig11_crossover"]) == 0 and (tmp_path / "o" / "fig11_crossover.png").exists()

@@ -20,9 +20,10 @@ WRITES = {
     "04_gradient_split.ipynb": ["fig5_grad_split.pdf", "fig5_grad_split.png"],
     "05_parameter_table.ipynb": ["table_params.md", "table_params.tex"],
     "06_paired_difference.ipynb": ["fig6_paired_difference.pdf", "fig6_paired_difference.png", "table_paired.md",
-                                   "table_classic.md"],
+                                   "table_classic.md", "table_arms.md"],
     "07_finetune.ipynb": ["fig7_finetune.pdf", "fig7_finetune.png"],
     "08_geometry_over_training.ipynb": ["fig8_cka.pdf", "fig8_cka.png", "fig9_anisotropy.pdf", "fig9_anisotropy.png"],
+    "09_study_axes.ipynb": ["fig10_arms.pdf", "fig10_arms.png", "fig11_crossover.pdf", "fig11_crossover.png"],
 }
 
 

@@ -80,3 +80,29 @@ def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_i
     saved = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
     assert torch.equal(model.lm_head.weight, saved["lm_head.weight"])
     assert torch.equal(model.transformer.wte.weight, saved["transformer.wte.weight"])
+
+
+def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tied_one_by_seed(tmp_path):
+    from tiedvsuntied import analysis as A
+    from tiedvsuntied import paired as P
+
+    test = ["trainer.test_eval=true", "trainer.max_steps=6", "trainer.eval_interval=2"]
+    for seed in (0, 1):
+        for arm in ([], ["untie_at=0.5"], ["tie=false"]):
+            _run(tmp_path, *test, f"seed={seed}", *arm)
+    runs = A.load_results(tmp_path / "u").runs
+    table = P.arms_table(runs, ("final",)).set_index("arm")
+    assert set(table.index) == {"untied at step 3", "untied"} and (table["reference"] == "tied").all()
+    by = lambda **kw: runs[(runs["tie"] == kw["tie"]) & (runs["untie_step"].isna() != kw["sched"])].sort_values("seed")
+    tied = by(tie=True, sched=False)["test_loss"].to_numpy()
+    for arm, rows in (("untied at step 3", by(tie=True, sched=True)), ("untied", by(tie=False, sched=False))):
+        assert table.loc[arm, "seed_diffs"] == pytest.approx(rows["test_loss"].to_numpy() - tied, abs=1e-5)
+    assert table.loc["untied at step 3", "share"] == pytest.approx(table.loc["untied at step 3", "diff"]
+                                                                   / table.loc["untied", "diff"])
+    fig = P.fig_arms(runs, A.load_results(tmp_path / "u").history)
+    curves, diffs = fig.axes
+    assert [line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")] == \
+        ["tied", "untied at step 3", "untied"]
+    switch = [line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2]
+    assert len(switch) == 1  # the switch, dotted, at the tokens of step 3
+    assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]

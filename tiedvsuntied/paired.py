@@ -12,6 +12,7 @@ bootstrap is, if anything, narrow. Runs without window losses fall back to their
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +23,8 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from tiedvsuntied.analysis import CONFIDENCE, PAIR_COLUMNS
-from tiedvsuntied.plotting import REF_COLOR, REGISTRY, Output, _figure, _init_label, _legend, _note, _run_label, figure
+from tiedvsuntied.plotting import (REF_COLOR, REGISTRY, TIE_COLOR, Output, _figure, _init_label, _legend, _mean_line,
+                                   _note, _run_label, figure)
 
 N_BOOT = 4000
 MIN_SEEDS = 3  # below this: no resampling of seeds, no t-interval drawn as a band
@@ -184,13 +186,164 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     return fig
 
 
+# ----------------------------------------------------------------------------- arms vs the tied arm
+ARM_KEYS = ["data_id", "model", "init_std", "seed"]  # an arm's run and its tied reference share these
+ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito, after the tie colours
+
+
+def _arm(run: pd.Series) -> str:
+    """'tied', 'untied' or 'untied at step N', then the run's other variant keys (head init,
+    scales) except those at None (a tied run's head_init_std: it has no head of its own)."""
+    rest = re.sub(r"(, )?untie_at=[^,]*", "", str(run["variant"] or "")).strip(", ")
+    rest = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in
+                     (p.strip().partition("=") for p in rest.split(",") if p.strip()) if v != "None")
+    base = f"untied at step {int(run['untie_step'])}" if pd.notna(run["untie_step"]) else \
+        ("tied" if run["tie"] else "untied")
+    return base + (f" ({rest})" if rest else "")
+
+
+def _with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Finished runs with an ``arm`` column, and the reference arm: the tied runs' one arm (None
+    when the tied runs have no arm or several: then nothing has one reference to pair with)."""
+    ok = runs[runs["status"] == "finished"]
+    ok = ok.assign(arm=[_arm(r) for _, r in ok.iterrows()]) if len(ok) else ok.assign(arm=pd.Series(dtype=str))
+    tied = ok.loc[(ok["tie"] == True) & ok["untie_step"].isna(), "arm"].unique()  # noqa: E712
+    return ok, (tied[0] if len(tied) == 1 else None)
+
+
+def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
+    """Every arm of a sweep (tie x untie_at x head init, scales ...) against the tied arm of the
+    same seed, data, size and init std: mean difference arm − tied with its interval (as in
+    :func:`paired_table`), and for scheduled untying, ``share``: the part of the untied arm's
+    difference that untying at that step reached (1: all of it; NaN without an untied arm)."""
+    ok, ref = _with_arms(runs)
+    cols = ["model", "init_std", "data_id", "arm", "reference", "point", "n_seeds", "n_windows", "diff", "low",
+            "high", "method", "t_low", "t_high", "seed_diffs", "share"]
+    if ref is None:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (arm, *_), cell in ok[ok["arm"] != ref].groupby(["arm", "model", "init_std", "data_id"], sort=True):
+        pairs = cell.merge(ok[ok["arm"] == ref], on=ARM_KEYS, suffixes=("_t", "_u"))
+        rows += [{"model": cell["model"].iloc[0], "init_std": cell["init_std"].iloc[0], "data_id": cell["data_id"].iloc[0],
+                  "arm": arm, "reference": ref, "point": point, **_interval(pairs, point)}
+                 for point in points if len(pairs)]
+    table = pd.DataFrame(rows, columns=cols[:-1])
+    untied = table[table["arm"] == "untied"].set_index(["model", "init_std", "data_id", "point"])["diff"]
+    full = table.join(untied.rename("untied_diff"), on=["model", "init_std", "data_id", "point"])
+    scheduled = table["arm"].str.startswith("untied at step")
+    return table.assign(share=(full["diff"] / full["untied_diff"]).where(scheduled))
+
+
+def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> None:
+    """Validation loss per arm (mean over seeds, t-band from MIN_BAND_SEEDS), each switch marked."""
+    for arm, color in colors.items():
+        ids = runs.loc[runs["arm"] == arm, "run_id"]
+        h = history[history["run_id"].isin(ids) & history["val/loss"].notna()]
+        _mean_line(ax, h.assign(arm=arm), "val/loss", True, ["arm"], 0.2, color=color, label=arm)
+        for step in runs.loc[runs["arm"] == arm, "untie_step"].dropna().unique():
+            at = history.loc[history["run_id"].isin(ids) & (history["step"] == step), "tokens"]
+            if len(at):
+                ax.axvline(at.mean(), color=color, ls=":", lw=1)
+    late = history.loc[history["run_id"].isin(runs["run_id"]) & (history["step"] >= history["step"].max() / 4),
+                       "val/loss"].dropna()
+    if len(late):  # the first quarter (from ln V down) would flatten the part where arms differ
+        pad = 0.1 * (late.max() - late.min()) + 1e-3
+        ax.set_ylim(late.min() - pad, late.max() + pad)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats)")
+
+
+@figure("fig10_arms", "every arm (scheduled untying, head init ...) against the tied arm, paired",
+        uses=("runs", "history"))
+def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
+    """Sweeps with more than two arms (tied, untied, untie_at, untied head inits): (a) validation
+    loss per arm over training, the switch of scheduled untying dotted; (b) test loss of the
+    final weights, arm − tied, paired by seed, with :func:`arms_table`'s interval, each seed as a
+    dot. One cell (size, init std, data); runs of the others are listed as not shown."""
+    fig, axes = _figure(1, 2, 2.6)
+    ok, ref = _with_arms(runs)
+    fig.skipped += [f"{_run_label(r)}: {r['status']}" for _, r in runs[runs["status"] != "finished"].iterrows()]
+    if ref is None or ok.empty:
+        for ax in axes[0]:
+            _note(ax, "needs finished tied runs of one arm (the reference); here: "
+                  + (", ".join(sorted(ok.loc[ok["tie"] == True, "arm"].unique())) or "none"))  # noqa: E712
+        return fig
+    first = ok.sort_values(["model", "init_std"]).iloc[0]
+    cell = ok[(ok["model"] == first["model"]) & (ok["init_std"] == first["init_std"])]
+    fig.skipped += [f"{_run_label(r)}: another size or init std (one cell per figure)"
+                    for _, r in ok.drop(cell.index).iterrows()]
+    others = sorted(set(cell["arm"]) - {ref, "untied"}, key=lambda a: (not a.startswith("untied at"), a))
+    colors = {ref: TIE_COLOR[True], **dict(zip(others, ARM_COLORS)),
+              **({"untied": TIE_COLOR[False]} if "untied" in set(cell["arm"]) else {})}
+    _arm_curves(axes[0, 0], cell, history, colors)
+    axes[0, 0].set_title(f"{first['model']}, {_init_label(first['init_std'], short=True)}")
+    ax, table = axes[0, 1], arms_table(cell, ("final",))
+    ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+    for x, row in table.set_index("arm").reindex([a for a in colors if a != ref]).dropna(subset=["diff"]).reset_index().iterrows():
+        seeds = np.asarray(row["seed_diffs"], dtype=float)
+        ax.plot(x + np.linspace(-0.12, 0.12, len(seeds)) * (len(seeds) > 1), seeds, ls="none", marker=".",
+                color="#777777", ms=4)
+        ax.errorbar(x, row["diff"], yerr=[[row["diff"] - row["low"]], [row["high"] - row["diff"]]], marker="o",
+                    color=colors[row["arm"]], capsize=3, ms=5)
+        fig.flagged.append(f"{row['arm']}: {row['method']}")
+    labels = [a for a in colors if a != ref and a in set(table["arm"])]
+    ax.set_xticks(range(len(labels)), ["\n".join(textwrap.wrap(a, 16)) for a in labels])
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_ylabel(f"test loss, final weights: arm − {ref} (nats)")
+    ax.grid(axis="x", visible=False)
+    _legend(fig, [Line2D([], [], color=c, label=a) for a, c in colors.items()]
+            + [Line2D([], [], color="#777777", marker=".", ls="none", label="one seed")], min(len(colors) + 1, 4))
+    return fig
+
+
+@figure("fig11_crossover", "tied − untied relative to the untied loss vs the embedding's share of parameters",
+        mixed_data=True)
+def fig_crossover(runs: pd.DataFrame) -> Figure:
+    """Where tying stops paying: tied − untied test loss (final weights) as a percentage of the
+    untied arm's, against the share of the tied model's parameters in its embedding, one point per
+    vocabulary, size and init std (other variants are listed as not shown). A ratio because losses
+    per token of different tokenizations are in different units; on one text both arms share the
+    tokens-per-byte factor, so the ratio is the same per token and per byte."""
+    fig, axes = _figure(1, 1, 2.8)
+    ax = axes[0, 0]
+    table = paired_table(runs[runs["variant"].fillna("") == ""], ("final",))
+    fig.skipped += [f"{_run_label(r)}: variant {r['variant']} (only runs without one are compared)"
+                    for _, r in runs[runs["variant"].fillna("") != ""].iterrows()]
+    tied = runs[(runs["tie"] == True) & runs["params_total"].notna()]  # noqa: E712
+    share = (tied["params_embedding"] / tied["params_total"]).groupby([tied[c] for c in ("data_id", "model")]).first()
+    untied = runs[(runs["tie"] == False) & (runs["status"] == "finished")]  # noqa: E712
+    base = untied.groupby(["data_id", "model", "init_std"])["test_loss"].mean()
+    ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+    for _, row in table.iterrows():
+        key = (row["data_id"], row["model"])
+        if key not in share.index or (*key, row["init_std"]) not in base.index:
+            continue
+        scale, x = 100 / base[(*key, row["init_std"])], 100 * share[key]
+        vocab = runs.loc[runs["data_id"] == row["data_id"], "vocab_size"].iloc[0]
+        full = row["n_seeds"] >= MIN_SEEDS and row["n_windows"] > 0
+        ax.errorbar(x, row["diff"] * scale, yerr=[[(row["diff"] - row["low"]) * scale], [(row["high"] - row["diff"]) * scale]],
+                    marker="o", color="black", mfc="black" if full else "white", capsize=3, ms=5)
+        ax.annotate(f"V={vocab:,}, {row['model']}\n{_init_label(row['init_std'], short=True)}", (x, row["diff"] * scale),
+                    textcoords="offset points", xytext=(6, 4), fontsize=6)
+        fig.flagged.append(f"V={vocab}, {row['model']}, init {row['init_std']}: {row['method']}")
+    if not ax.lines[1:]:
+        _note(ax, "no finished tied/untied pair")
+    ax.set_xlabel("embedding share of the tied model's parameters (%)")
+    ax.set_ylabel("(tied − untied) / untied test loss (%)")
+    ax.set_xlim(0, 100)
+    _legend(fig, [Line2D([], [], color="black", marker="o", label=f"mean, {CONFIDENCE:.0%} bootstrap over seeds × windows"),
+                  Line2D([], [], color="black", marker="o", mfc="white", label=f"< {MIN_SEEDS} seeds: windows only")], 1)
+    return fig
+
+
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
-    """``table_paired.md`` (every cell, final and best) and ``table_classic.md`` (each arm at
-    its own best learning rate) in ``out_dir``."""
-    classic = best_lr_comparison(runs)
+    """``table_paired.md`` (every cell, final and best), ``table_classic.md`` (each arm at its
+    own best learning rate) and ``table_arms.md`` (every arm against the tied one) in ``out_dir``."""
+    classic, arms = best_lr_comparison(runs), arms_table(runs)
     texts = {"table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
              "table_classic.md": markdown(classic) if len(classic) else
-             "No learning-rate grid in these runs: no arm can be compared at its own best rate."}
+             "No learning-rate grid in these runs: no arm can be compared at its own best rate.",
+             "table_arms.md": markdown(arms) if len(arms) else "No tied arm to compare the other arms with."}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
         Path(out_dir, name).write_text(text + "\n")

@@ -37,16 +37,18 @@ Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
-def figure(name: str, description: str, uses: Sequence[str] = ("runs",)) -> Callable:
+def figure(name: str, description: str, uses: Sequence[str] = ("runs",), mixed_data: bool = False) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. It runs under STYLE (never the global rcParams), on runs of one dataset, and its
-    tables carry a ``setting`` column (:func:`_with_setting`)."""
+    called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
+    ``mixed_data``: it compares across them itself), and its tables carry a ``setting`` column
+    (:func:`_with_setting`)."""
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
         def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
             if runs.empty:
                 raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
-            A.require_single_data(runs, name)
+            if not mixed_data:
+                A.require_single_data(runs, name)
             with rc_context(STYLE):
                 fig = func(_with_setting(runs), *map(_with_setting, args), **kwargs)
             fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
