@@ -380,3 +380,13 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
     # the CLI makes it from mixed sweeps; the single-dataset figures say to pick one
     args = [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--formats", "png"]
     assert F.main(args + ["--only", "fig11_crossover"]) == 0 and (tmp_path / "o" / "fig11_crossover.png").exists()
+
+
+def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_log_sigma_axis(results):
+    runs = results.runs.copy()
+    zero = runs.index[runs["tie"] == False][0]  # noqa: E712
+    runs.loc[zero, ["init_logit_std", "init_val_loss"]] = 0.0, math.log(int(runs.loc[zero, "vocab_size"]))
+    fig = F.fig_initial_loss(runs)
+    assert f"{runs.loc[zero, 'name']}: σ = 0 (zero head), left panel only" in fig.skipped
+    points = [x for line in fig.axes[1].get_lines() if line.get_linestyle() == "None" for x in line.get_xdata()]
+    assert points and min(points) > 0  # the runs' points: nothing at σ = 0 on the log axis

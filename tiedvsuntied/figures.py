@@ -198,9 +198,11 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
         return fig
     fig.skipped += [f"{_run_label(r)}: no init_logit_std (right panel)"
                     for _, r in have[have["init_logit_std"].isna()].iterrows()]
+    zero = have["init_logit_std"] <= 0  # a zero-init head: loss exactly ln V, no place on a log σ axis
+    fig.skipped += [f"{_run_label(r)}: σ = 0 (zero head), left panel only" for _, r in have[zero].iterrows()]
     vocab = int(have["vocab_size"].dropna().iloc[0])
     _initial_loss_by_setting(axes[0, 0], have, vocab)
-    _initial_loss_vs_sigma(axes[0, 1], have, vocab)
+    _initial_loss_vs_sigma(axes[0, 1], have[~zero], vocab)
     _legend(fig, _tie_handles(marker="o") + [
         Line2D([], [], color=REF_COLOR, ls="--", label=f"ln V = {math.log(vocab):.2f} (V = {vocab:,})"),
         Line2D([], [], ls="none", marker="D", mfc="none", mec="black",
