@@ -86,7 +86,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     from tiedvsuntied import analysis as A
     from tiedvsuntied import paired as P
 
-    test = ["trainer.test_eval=true", "trainer.max_steps=6", "trainer.eval_interval=2"]
+    test = ["trainer.test_eval=true", "trainer.max_steps=6", "trainer.eval_interval=2", "trainer.log_interval=2"]
     for seed in (0, 1):
         for arm in ([], ["untie_at=0.5"], ["tie=false"]):
             _run(tmp_path, *test, f"seed={seed}", *arm)
@@ -104,5 +104,9 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     assert [line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")] == \
         ["tied", "untied at step 3", "untied"]
     switch = [line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2]
-    assert len(switch) == 1  # the switch, dotted, at the tokens of step 3
+    history = A.load_results(tmp_path / "u").history
+    at_switch = history.loc[history["step"] == 3, "tokens"]
+    assert at_switch.isna().all()  # the switch's own record (params/*) carries no tokens: interpolated
+    per_step = history.loc[history["step"] == 2, "tokens"].iloc[0] / 2
+    assert len(switch) == 1 and switch[0].get_xdata()[0] == pytest.approx(3 * per_step)
     assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]

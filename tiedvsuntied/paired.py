@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
 from scipy import stats
 
 from tiedvsuntied.analysis import CONFIDENCE, PAIR_COLUMNS
@@ -199,7 +200,7 @@ def _arm(run: pd.Series) -> str:
                      (p.strip().partition("=") for p in rest.split(",") if p.strip()) if v != "None")
     base = f"untied at step {int(run['untie_step'])}" if pd.notna(run["untie_step"]) else \
         ("tied" if run["tie"] else "untied")
-    return base + (f" ({rest})" if rest else "")
+    return base + (f" ({rest.replace('inv_sqrt_d', 'd^-1/2')})" if rest else "")
 
 
 def _with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -240,15 +241,16 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
         ids = runs.loc[runs["arm"] == arm, "run_id"]
         h = history[history["run_id"].isin(ids) & history["val/loss"].notna()]
         _mean_line(ax, h.assign(arm=arm), "val/loss", True, ["arm"], 0.2, color=color, label=arm)
+        steps = history[history["run_id"].isin(ids)].groupby("step")["tokens"].mean().dropna()
         for step in runs.loc[runs["arm"] == arm, "untie_step"].dropna().unique():
-            at = history.loc[history["run_id"].isin(ids) & (history["step"] == step), "tokens"]
-            if len(at):
-                ax.axvline(at.mean(), color=color, ls=":", lw=1)
+            if len(steps):  # the switch need not be a logged step
+                ax.axvline(np.interp(step, steps.index, steps.to_numpy()), color=color, ls=":", lw=1)
     late = history.loc[history["run_id"].isin(runs["run_id"]) & (history["step"] >= history["step"].max() / 4),
                        "val/loss"].dropna()
     if len(late):  # the first quarter (from ln V down) would flatten the part where arms differ
         pad = 0.1 * (late.max() - late.min()) + 1e-3
         ax.set_ylim(late.min() - pad, late.max() + pad)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_xlabel("training tokens")
     ax.set_ylabel("validation loss (nats)")
 
