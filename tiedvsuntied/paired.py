@@ -11,6 +11,7 @@ bootstrap is, if anything, narrow. Runs without window losses fall back to their
 """
 from __future__ import annotations
 
+import itertools
 import re
 import textwrap
 from pathlib import Path
@@ -23,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 from scipy import stats
 
+from tiedvsuntied import records as R
 from tiedvsuntied.analysis import CONFIDENCE, PAIR_COLUMNS
 from tiedvsuntied.plotting import (REF_COLOR, REGISTRY, TIE_COLOR, Output, _figure, _init_label, _legend, _mean_line,
                                    _note, _run_label, figure)
@@ -194,22 +196,23 @@ ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"] 
 
 def _arm(run: pd.Series) -> str:
     """'tied', 'untied' or 'untied at step N', then the run's other variant keys (head init,
-    scales) except those at None (a tied run's head_init_std: it has no head of its own)."""
-    rest = re.sub(r"(, )?untie_at=[^,]*", "", str(run["variant"] or "")).strip(", ")
-    rest = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in
-                     (p.strip().partition("=") for p in rest.split(",") if p.strip()) if v != "None")
+    scales) except those at a value that changes nothing (None: a tied run's head_init_std;
+    records.NEUTRAL: logit and embedding scale 1)."""
+    parts = [p.strip().partition("=") for p in str(run["variant"] or "").split(",") if p.strip()]
+    rest = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in parts
+                     if k != "untie_at" and v != "None" and str(R.NEUTRAL.get(k)) != v)
     base = f"untied at step {int(run['untie_step'])}" if pd.notna(run["untie_step"]) else \
         ("tied" if run["tie"] else "untied")
-    return base + (f" ({rest.replace('inv_sqrt_d', 'd^-1/2')})" if rest else "")
+    return base + (f" ({rest.replace('inv_sqrt_d', 'd^-1/2').replace('sqrt_d', 'd^1/2')})" if rest else "")
 
 
 def _with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    """Finished runs with an ``arm`` column, and the reference arm: the tied runs' one arm (None
-    when the tied runs have no arm or several: then nothing has one reference to pair with)."""
+    """Finished runs with an ``arm`` column, and the reference arm: plain 'tied', else the tied
+    runs' one arm (None when there is no tied arm, or several and none plain)."""
     ok = runs[runs["status"] == "finished"]
     ok = ok.assign(arm=[_arm(r) for _, r in ok.iterrows()]) if len(ok) else ok.assign(arm=pd.Series(dtype=str))
     tied = ok.loc[(ok["tie"] == True) & ok["untie_step"].isna(), "arm"].unique()  # noqa: E712
-    return ok, (tied[0] if len(tied) == 1 else None)
+    return ok, ("tied" if "tied" in tied else tied[0] if len(tied) == 1 else None)
 
 
 def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
@@ -267,7 +270,7 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     fig.skipped += [f"{_run_label(r)}: {r['status']}" for _, r in runs[runs["status"] != "finished"].iterrows()]
     if ref is None or ok.empty:
         for ax in axes[0]:
-            _note(ax, "needs finished tied runs of one arm (the reference); here: "
+            _note(ax, "needs a tied arm to compare with: plain tied runs, or tied runs of one variant; here: "
                   + (", ".join(sorted(ok.loc[ok["tie"] == True, "arm"].unique())) or "none"))  # noqa: E712
         return fig
     first = ok.sort_values(["model", "init_std"]).iloc[0]
@@ -275,7 +278,7 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     fig.skipped += [f"{_run_label(r)}: another size or init std (one cell per figure)"
                     for _, r in ok.drop(cell.index).iterrows()]
     others = sorted(set(cell["arm"]) - {ref, "untied"}, key=lambda a: (not a.startswith("untied at"), a))
-    colors = {ref: TIE_COLOR[True], **dict(zip(others, ARM_COLORS)),
+    colors = {ref: TIE_COLOR[True], **dict(zip(others, itertools.cycle(ARM_COLORS))),
               **({"untied": TIE_COLOR[False]} if "untied" in set(cell["arm"]) else {})}
     _arm_curves(axes[0, 0], cell, history, colors)
     axes[0, 0].set_title(f"{first['model']}, {_init_label(first['init_std'], short=True)}")
@@ -289,7 +292,11 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
                     color=colors[row["arm"]], capsize=3, ms=5)
         fig.flagged.append(f"{row['arm']}: {row['method']}")
     labels = [a for a in colors if a != ref and a in set(table["arm"])]
-    ax.set_xticks(range(len(labels)), ["\n".join(textwrap.wrap(a, 16)) for a in labels])
+    if len(labels) > 4:  # long names would overlap: the colours name the arms, as in the legend
+        ax.set_xticks(range(len(labels)), [""] * len(labels))
+        ax.set_xlabel("arm (colour as in the legend)")
+    else:
+        ax.set_xticks(range(len(labels)), ["\n".join(textwrap.wrap(a, 16)) for a in labels])
     ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.set_ylabel(f"test loss, final weights: arm − {ref} (nats)")
     ax.grid(axis="x", visible=False)
