@@ -6,6 +6,7 @@ encoding from its tiktoken cache. Without it (a fresh clone elsewhere) they use 
 tiktoken can load it (its normal download), else a corpus generated here with the built-in
 byte-level encoding (V = 257): every pipeline test still runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,29 +37,62 @@ from tiedvsuntied.data import gpt2_available  # noqa: E402  (after TIKTOKEN_CACH
 def generated_corpus(path: Path, n_words: int = 60_000, seed: int = 0) -> Path:
     """A text with word frequencies roughly Zipfian and line/paragraph structure, made here."""
     rng = random.Random(seed)
-    words = ["".join(rng.choice("etaoinshrdlucmfwypvbgk") for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    words = [
+        "".join(rng.choice("etaoinshrdlucmfwypvbgk") for _ in range(rng.randint(1, 8)))
+        for _ in range(3000)
+    ]
     weights = [1 / (i + 1) for i in range(len(words))]
-    lines = [" ".join(rng.choices(words, weights, k=rng.randint(4, 14))).capitalize() + "."
-             for _ in range(n_words // 9)]
-    path.write_text("\n".join(line + ("\n" if i % 7 == 6 else "") for i, line in enumerate(lines)) + "\n")
+    lines = [
+        " ".join(rng.choices(words, weights, k=rng.randint(4, 14))).capitalize() + "."
+        for _ in range(n_words // 9)
+    ]
+    path.write_text(
+        "\n".join(line + ("\n" if i % 7 == 6 else "") for i, line in enumerate(lines)) + "\n"
+    )
     return path
 
 
 USE_GPT2 = SHAKESPEARE.exists() and gpt2_available()
-CORPUS = SHAKESPEARE if USE_GPT2 else generated_corpus(Path(tempfile.mkdtemp(prefix="tvu-corpus-")) / "corpus.txt")
-CORPUS_OVERRIDES = ["data=text", f"data.files={CORPUS}", *([] if USE_GPT2 else ["data.encoding=bytes"])]
+CORPUS = (
+    SHAKESPEARE
+    if USE_GPT2
+    else generated_corpus(Path(tempfile.mkdtemp(prefix="tvu-corpus-")) / "corpus.txt")
+)
+CORPUS_OVERRIDES = [
+    "data=text",
+    f"data.files={CORPUS}",
+    *([] if USE_GPT2 else ["data.encoding=bytes"]),
+]
 VOCAB = 50257 if USE_GPT2 else 257
 
 # The user's command on a tiny model: 2 x 2 runs, real Hydra multirun, real offline W&B.
 TINY_SWEEP_OVERRIDES = [
-    "tie=true,false", "init_std=1.0,0.036", "model=nano", *CORPUS_OVERRIDES,
-    "trainer.max_steps=12", "trainer.batch_size=4", "trainer.eval_interval=6", "trainer.eval_windows=8",
-    "trainer.log_interval=2", "trainer.ckpt_interval=6", "trainer.progress=false", "wandb.mode=offline",
+    "tie=true,false",
+    "init_std=1.0,0.036",
+    "model=nano",
+    *CORPUS_OVERRIDES,
+    "trainer.max_steps=12",
+    "trainer.batch_size=4",
+    "trainer.eval_interval=6",
+    "trainer.eval_windows=8",
+    "trainer.log_interval=2",
+    "trainer.ckpt_interval=6",
+    "trainer.progress=false",
+    "wandb.mode=offline",
     "sweep=tiny",
 ]
 # A few quick steps of any config, for in-process runs.
-QUICK = ["model=nano", *CORPUS_OVERRIDES, "trainer.max_steps=4", "trainer.batch_size=2", "trainer.eval_interval=2",
-         "trainer.eval_windows=2", "trainer.log_interval=2", "trainer.progress=false", "wandb.mode=disabled"]
+QUICK = [
+    "model=nano",
+    *CORPUS_OVERRIDES,
+    "trainer.max_steps=4",
+    "trainer.batch_size=2",
+    "trainer.eval_interval=2",
+    "trainer.eval_windows=2",
+    "trainer.log_interval=2",
+    "trainer.progress=false",
+    "wandb.mode=disabled",
+]
 
 
 def compose(*overrides: str):
@@ -86,18 +120,29 @@ def _isolated_cache(monkeypatch, session_cache):
 
 def run_cli(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: int = 900):
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "tiedvsuntied.run", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tiedvsuntied.run", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory, session_cache) -> Path:
     """Run the user's command once per session on a tiny model; return the sweep directory."""
     root = tmp_path_factory.mktemp("tiny_sweep")
-    proc = run_cli(["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"], cwd=root,
-                   env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)})
+    proc = run_cli(
+        ["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"],
+        cwd=root,
+        env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)},
+    )
     if proc.returncode != 0:
-        raise AssertionError(f"tiny sweep failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"tiny sweep failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
     return root / "results" / "tiny"
 
 
@@ -105,7 +150,9 @@ def tiny_sweep(tmp_path_factory, session_cache) -> Path:
 def shared_data() -> Path:
     """``../shared/data``; tests that are about those very files skip without it."""
     if not SHAKESPEARE.exists():
-        pytest.skip(f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)")
+        pytest.skip(
+            f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
+        )
     return SHARED_DATA
 
 

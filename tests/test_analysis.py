@@ -1,4 +1,5 @@
 """tiedvsuntied.analysis on hand-built results directories (tests/fake_results.py)."""
+
 from __future__ import annotations
 
 import json
@@ -16,30 +17,50 @@ from tiedvsuntied import analysis as A
 @pytest.fixture
 def sweep(tmp_path):
     """2 ties x 2 inits x 2 seeds on nano; one diverged, one running, one failed run."""
-    return write_sweep(tmp_path / "sw", seeds=(0, 1), statuses={
-        (True, "1.0", "nano", 1): "diverged", (False, "0.036", "nano", 1): "running",
-        (False, "1.0", "nano", 1): "failed"})
+    return write_sweep(
+        tmp_path / "sw",
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "nano", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- statistics
 
 
 def test_init_std_spellings_read_as_one():
-    for given, canonical in ((1, "1.0"), ("1", "1.0"), (0.036, "0.036"), ("d^-0.5", "inv_sqrt_d"),
-                             ("inv_sqrt_d", "inv_sqrt_d")):
+    for given, canonical in (
+        (1, "1.0"),
+        ("1", "1.0"),
+        (0.036, "0.036"),
+        ("d^-0.5", "inv_sqrt_d"),
+        ("inv_sqrt_d", "inv_sqrt_d"),
+    ):
         assert A.run_row({"init_std": given})["init_std"] == canonical
 
 
 def test_aggregate_t_interval_single_seed_and_labels():
-    df = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "x": [1.0, 2.0, 4.0, 5.0, float("nan")],
-                       "run_id": ["r1", "r2", "r3", "r4", "r5"]})
+    df = pd.DataFrame(
+        {
+            "g": ["a", "a", "a", "b", "b"],
+            "x": [1.0, 2.0, 4.0, 5.0, float("nan")],
+            "run_id": ["r1", "r2", "r3", "r4", "r5"],
+        }
+    )
     out = A.aggregate(df, ["g"], "x").set_index("g")
     a, b = out.loc["a"], out.loc["b"]
     sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
     assert a["n"] == 3 and a["mean"] == pytest.approx(7 / 3) and a["run_ids"] == ["r1", "r2", "r3"]
-    assert a["ci_high"] - a["mean"] == pytest.approx(4.3027 * sem, rel=1e-4)  # t(0.975, dof=2) from the tables
+    assert a["ci_high"] - a["mean"] == pytest.approx(
+        4.3027 * sem, rel=1e-4
+    )  # t(0.975, dof=2) from the tables
     assert a["ci_label"] == "95% t-CI, n=3"
-    assert b["n"] == 1 and b["mean"] == 5.0 and b["ci_label"] == "n=1: no CI"  # the NaN is not a seed
+    assert (
+        b["n"] == 1 and b["mean"] == 5.0 and b["ci_label"] == "n=1: no CI"
+    )  # the NaN is not a seed
     assert math.isnan(b["ci_half"]) and math.isnan(b["std"])
     with pytest.raises(KeyError, match="nope"):
         A.aggregate(df, ["g"], "nope")
@@ -53,8 +74,12 @@ def test_runs_table_one_row_per_run_with_summary_values(sweep):
     runs = res.runs
     assert list(runs.columns) == A.RUN_COLUMNS
     assert len(runs) == 8 and runs["run_id"].is_unique
-    assert sorted(runs["status"].value_counts().items()) == [("diverged", 1), ("failed", 1), ("finished", 5),
-                                                             ("running", 1)]
+    assert sorted(runs["status"].value_counts().items()) == [
+        ("diverged", 1),
+        ("failed", 1),
+        ("finished", 5),
+        ("running", 1),
+    ]
     row = runs[(runs["tie"] == True) & (runs["init_std"] == "0.036") & (runs["seed"] == 0)].iloc[0]  # noqa: E712
     summary = json.loads((sweep / row["run_id"] / "summary.json").read_text())
     assert row["final_val_loss"] == summary["final_val_loss"]
@@ -74,8 +99,19 @@ def test_history_is_one_row_per_run_and_step(sweep):
     res = A.load_results(sweep)
     h = res.history
     assert not h.duplicated(["run_id", "step"]).any()
-    assert {"run_id", "step", "tokens", "val/loss", "train/loss", "train/grad_norm_in", "tie", "init_std",
-            "model", "seed", "status"} <= set(h.columns)
+    assert {
+        "run_id",
+        "step",
+        "tokens",
+        "val/loss",
+        "train/loss",
+        "train/grad_norm_in",
+        "tie",
+        "init_std",
+        "model",
+        "seed",
+        "status",
+    } <= set(h.columns)
     finished = res.runs[res.runs["status"] == "finished"].iloc[0]
     hr = h[h["run_id"] == finished["run_id"]]
     assert hr["step"].is_monotonic_increasing
@@ -89,14 +125,21 @@ def test_diverged_history_ends_at_divergence(sweep):
     res = A.load_results(sweep)
     run = res.runs[res.runs["status"] == "diverged"].iloc[0]
     hr = res.history[res.history["run_id"] == run["run_id"]]
-    raw_steps = [json.loads(line)["step"] for line in (sweep / run["run_id"] / "metrics.jsonl").read_text().splitlines()]
+    raw_steps = [
+        json.loads(line)["step"]
+        for line in (sweep / run["run_id"] / "metrics.jsonl").read_text().splitlines()
+    ]
     assert max(raw_steps) > run["diverged_at_step"]  # the file has a line past the divergence...
     assert hr["step"].max() == run["diverged_at_step"]  # ...which the history leaves out
-    assert hr["train/loss"].iloc[-1] != hr["train/loss"].iloc[-1]  # "nan" written as a string -> NaN
+    assert (
+        hr["train/loss"].iloc[-1] != hr["train/loss"].iloc[-1]
+    )  # "nan" written as a string -> NaN
 
 
 def test_running_run_with_half_written_line(sweep):
-    run_dir = next(p for p in sweep.iterdir() if p.name.startswith("tie=false_init=0.036_model=nano_seed=1"))
+    run_dir = next(
+        p for p in sweep.iterdir() if p.name.startswith("tie=false_init=0.036_model=nano_seed=1")
+    )
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"step": 99, "tokens": 1, "train/lo')  # the trainer is mid-write
     res = A.load_results(sweep)
@@ -107,17 +150,27 @@ def test_running_run_with_half_written_line(sweep):
 
 
 def test_resumed_run_later_lines_win(tmp_path):
-    recs = [{"step": 0, "tokens": 0, "val/loss": 10.0}, {"step": 2, "tokens": 8, "train/loss": 9.0},
-            {"step": 2, "tokens": 8, "train/loss": 8.5, "val/loss": 8.7}]
+    recs = [
+        {"step": 0, "tokens": 0, "val/loss": 10.0},
+        {"step": 2, "tokens": 8, "train/loss": 9.0},
+        {"step": 2, "tokens": 8, "train/loss": 8.5, "val/loss": 8.7},
+    ]
     h = A.history_from_records(recs)
     assert list(h["step"]) == [0, 2]
-    assert h.set_index("step").loc[2, "train/loss"] == 8.5 and h.set_index("step").loc[2, "val/loss"] == 8.7
+    assert (
+        h.set_index("step").loc[2, "train/loss"] == 8.5
+        and h.set_index("step").loc[2, "val/loss"] == 8.7
+    )
 
 
 def test_run_in_index_without_directory(tmp_path):
     sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), ties=(True,))
     index = json.loads((sweep / "index.json").read_text())
-    index["ghost-123"] = {"name": "tie=false_init=0.02_model=nano_seed=0", "status": "failed", "path": "ghost-123"}
+    index["ghost-123"] = {
+        "name": "tie=false_init=0.02_model=nano_seed=0",
+        "status": "failed",
+        "path": "ghost-123",
+    }
     (sweep / "index.json").write_text(json.dumps(index))
     res = A.load_results(sweep)
     ghost = res.runs.set_index("run_id").loc["ghost-123"]
@@ -140,7 +193,11 @@ def test_a_run_found_twice_keeps_its_best_record(tmp_path):
     a = write_run(tmp_path / "a", status="finished")
     b = write_run(tmp_path / "b", status="failed")
     assert a.name == b.name
-    for paths in ((tmp_path / "a", tmp_path / "b"), (tmp_path / "b", tmp_path / "a"), (tmp_path / "b", a)):
+    for paths in (
+        (tmp_path / "a", tmp_path / "b"),
+        (tmp_path / "b", tmp_path / "a"),
+        (tmp_path / "b", a),
+    ):
         res = A.load_results(*paths)
         assert len(res.runs) == 1 and res.runs["status"].iloc[0] == "finished", paths
         assert res.runs["path"].iloc[0] == str(a)
@@ -150,7 +207,9 @@ def test_a_run_found_twice_keeps_its_best_record(tmp_path):
         assert A.load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0] == status
     newer = write_run(tmp_path / "c", status="finished")
     summary = json.loads((newer / "summary.json").read_text())
-    (newer / "summary.json").write_text(json.dumps({**summary, "updated_at": "2026-02-01T00:00:00Z"}))
+    (newer / "summary.json").write_text(
+        json.dumps({**summary, "updated_at": "2026-02-01T00:00:00Z"})
+    )
     runs = A.load_results(tmp_path / "a", tmp_path / "c").runs
     assert runs["path"].iloc[0] == str(newer)
 
@@ -173,14 +232,18 @@ def test_mixed_vocab_sizes_are_noted_and_refused_by_comparisons(tmp_path):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="other.txt")
     res = A.load_results(tmp_path / "a", tmp_path / "b")
-    assert any("mixed sweeps" in n and "vocab_size" in n and "512" in n and "1024" in n for n in res.notes)
+    assert any(
+        "mixed sweeps" in n and "vocab_size" in n and "512" in n and "1024" in n for n in res.notes
+    )
     with pytest.raises(A.ResultsError, match=r"vocab_size .*512.*1024"):
         A.require_single_data(res.runs, "figure X")
     one = res.select(res.runs["vocab_size"] == 512)
     A.require_single_data(one.runs)
     assert set(one.history["run_id"]) == set(one.runs["run_id"])
     data_id = one.runs["data_id"].iloc[0]
-    assert set(A.load([tmp_path / "a", tmp_path / "b"], data_id=data_id).runs["vocab_size"]) == {512}
+    assert set(A.load([tmp_path / "a", tmp_path / "b"], data_id=data_id).runs["vocab_size"]) == {
+        512
+    }
     with pytest.raises(A.ResultsError, match="matches no run; data_ids present"):
         A.load([tmp_path / "a"], data_id="zzz")
 
@@ -192,7 +255,10 @@ def test_variant_separates_runs_that_differ_in_config(tmp_path):
     assert set(runs["variant"]) == {"model.t5_rescale=False", "model.t5_rescale=True"}
     agg = A.aggregate_runs(runs)
     assert len(agg) == 4  # tie x variant, never averaged together
-    assert A.variants([{"model": {"lr": 1}}, {"model": {}}]) == ["", ""]  # a missing key is no difference
+    assert A.variants([{"model": {"lr": 1}}, {"model": {}}]) == [
+        "",
+        "",
+    ]  # a missing key is no difference
 
 
 def test_load_string_with_several_dirs(tmp_path):
@@ -214,11 +280,17 @@ def test_paired_differences(sweep):
     assert sorted(zip(pairs["init_std"], pairs["seed"])) == [("0.036", 0), ("1.0", 0)]
     p = pairs.iloc[0]
     by_id = runs.set_index("run_id")
-    assert p["diff"] == pytest.approx(by_id.loc[p["tied_run_id"], "final_val_loss"]
-                                      - by_id.loc[p["untied_run_id"], "final_val_loss"])
+    assert p["diff"] == pytest.approx(
+        by_id.loc[p["tied_run_id"], "final_val_loss"]
+        - by_id.loc[p["untied_run_id"], "final_val_loss"]
+    )
     assert by_id.loc[p["tied_run_id"], "tie"] == True  # noqa: E712
     unpaired = " ".join(pairs.attrs["unpaired"])
-    assert "status diverged" in unpaired and "status running" in unpaired and "status failed" in unpaired
+    assert (
+        "status diverged" in unpaired
+        and "status running" in unpaired
+        and "status failed" in unpaired
+    )
     assert "tie=true_init=0.036_model=nano_seed=1: no untied partner" in unpaired
     summary = A.summarize_differences(pairs)
     assert (summary["n"] == 1).all() and (summary["ci_label"] == "n=1: no CI").all()
@@ -255,8 +327,12 @@ def test_aggregate_history_over_seeds(sweep):
 
 
 def test_representative_runs_largest_size_lowest_finished_seed(tmp_path):
-    sweep = write_sweep(tmp_path / "sw", models=("nano", "micro"), seeds=(0, 1),
-                        statuses={(True, "1.0", "micro", 0): "failed"})
+    sweep = write_sweep(
+        tmp_path / "sw",
+        models=("nano", "micro"),
+        seeds=(0, 1),
+        statuses={(True, "1.0", "micro", 0): "failed"},
+    )
     runs = A.load_results(sweep).runs
     rep = A.representative_runs(runs)
     assert len(rep) == 4 and set(rep["model"]) == {"micro"}
@@ -283,10 +359,14 @@ def test_token_probes_and_offdiag(sweep):
     assert (tp[tp["run_id"] == fin["run_id"].iloc[0]]["count"].to_numpy() == freq).all()
     oc = A.load_stratum_cosines(fin)
     assert set(oc["which"]) == {"first", "last"} and set(oc["kind"]) == {"raw", "centred"}
-    assert set(oc["stratum"]) == {"unseen", "rare", "frequent"} and len(oc) == 2 * 3 * 2 * 500 * len(fin)
+    assert set(oc["stratum"]) == {"unseen", "rare", "frequent"} and len(
+        oc
+    ) == 2 * 3 * 2 * 500 * len(fin)
     last_unseen = oc[(oc["which"] == "last") & (oc["stratum"] == "unseen") & (oc["kind"] == "raw")]
     tied_mean = last_unseen[last_unseen["run_id"].isin(tied_ids)]["cos"].mean()
-    assert tied_mean > 0.5 > last_unseen[~last_unseen["run_id"].isin(tied_ids)]["cos"].mean()  # the fake's collapse
+    assert (
+        tied_mean > 0.5 > last_unseen[~last_unseen["run_id"].isin(tied_ids)]["cos"].mean()
+    )  # the fake's collapse
 
 
 def test_missing_probes_are_listed(tmp_path):
@@ -299,7 +379,9 @@ def test_missing_probes_are_listed(tmp_path):
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
     assert "token_freq.npy missing" in missing
     assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
-    assert A.load_stratum_cosines(runs).attrs["missing"] == ["tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"]
+    assert A.load_stratum_cosines(runs).attrs["missing"] == [
+        "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"
+    ]
     assert "no probe at step 7" in " ".join(A.load_token_probes(runs, step=7).attrs["missing"])
 
 
@@ -313,7 +395,12 @@ def test_gaussian_logit_loss_regimes():
     assert small == pytest.approx(math.log(V) + np.array([0.125, 0.5]), abs=0.02)
     big = A.gaussian_logit_loss(50.0, V)[0]
     # sigma * E[max] from below (the other logits add a little), far below sigma * sqrt(2 ln V)
-    assert 50 * A.expected_max_normal(V) < big < 1.01 * 50 * A.expected_max_normal(V) < 0.95 * 50 * math.sqrt(2 * math.log(V))
+    assert (
+        50 * A.expected_max_normal(V)
+        < big
+        < 1.01 * 50 * A.expected_max_normal(V)
+        < 0.95 * 50 * math.sqrt(2 * math.log(V))
+    )
     approx = A.gaussian_logit_loss_approx([0.5, 100.0], V)
     assert approx[0] == pytest.approx(math.log(V) + 0.125)
     assert approx[1] == pytest.approx(100 * A.expected_max_normal(V))
@@ -323,8 +410,12 @@ def test_expected_max_of_normals_against_monte_carlo():
     rng = np.random.default_rng(1)
     for n in (10, 1000):
         draws = rng.standard_normal((20_000, n)).max(axis=1)
-        assert A.expected_max_normal(n) == pytest.approx(draws.mean(), abs=4 * draws.std() / math.sqrt(len(draws)))
-    assert A.expected_max_normal(50257) == pytest.approx(4.2316, abs=1e-4)  # sqrt(2 ln V) = 4.653 is 10% high
+        assert A.expected_max_normal(n) == pytest.approx(
+            draws.mean(), abs=4 * draws.std() / math.sqrt(len(draws))
+        )
+    assert A.expected_max_normal(50257) == pytest.approx(
+        4.2316, abs=1e-4
+    )  # sqrt(2 ln V) = 4.653 is 10% high
 
 
 def test_gaussian_curve_is_exact_to_a_tenth_of_a_percent_and_unbiased():
@@ -335,7 +426,9 @@ def test_gaussian_curve_is_exact_to_a_tenth_of_a_percent_and_unbiased():
     g = np.random.default_rng(5).standard_normal((4000, 500))
     for sigma in (0.5, 3.0, 10.0):
         plain = np.log(np.exp(sigma * g).sum(axis=1))
-        assert A.gaussian_logit_loss(sigma, 500)[0] == pytest.approx(plain.mean(), abs=4 * plain.std() / 63 + 1e-3)
+        assert A.gaussian_logit_loss(sigma, 500)[0] == pytest.approx(
+            plain.mean(), abs=4 * plain.std() / 63 + 1e-3
+        )
 
 
 @pytest.mark.parametrize("init_std", [1.0, 0.125])
@@ -343,13 +436,21 @@ def test_tied_initial_loss_prediction_against_a_model_built_here(init_std):
     """The tied step-0 loss from the logged quantities (own-token logit, logit std, fraction of
     targets equal to their input) matches a real tied model's, where the Gaussian one does not."""
     import torch
+
     from tiedvsuntied.model import GPT, ModelConfig
+
     V, d = 4096, 64
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=d, block_size=64, vocab_size=V), tie=True,
-                init_std=str(init_std), seed=0)
+    model = GPT(
+        ModelConfig(n_layer=2, n_head=2, n_embd=d, block_size=64, vocab_size=V),
+        tie=True,
+        init_std=str(init_std),
+        seed=0,
+    )
     g = torch.Generator().manual_seed(0)
-    x = torch.multinomial(1 / torch.arange(1.0, V + 1), 32 * 65, replacement=True, generator=g).view(32, 65)
-    x[:, 1::9] = x[:, 0::9][:, :x[:, 1::9].size(1)]  # some targets repeat their input, as in text
+    x = torch.multinomial(
+        1 / torch.arange(1.0, V + 1), 32 * 65, replacement=True, generator=g
+    ).view(32, 65)
+    x[:, 1::9] = x[:, 0::9][:, : x[:, 1::9].size(1)]  # some targets repeat their input, as in text
     inp, tgt = x[:, :-1], x[:, 1:]
     with torch.no_grad():
         logits, loss = model(inp, tgt)
@@ -378,8 +479,19 @@ def test_initial_loss_table(sweep):
 def test_parameter_table_counts_every_size():
     """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
     t = A.parameter_table().set_index("size")
-    assert list(t.index) == ["nano", "micro", "mini", "small", "medium", "large", "xl"]  # smallest first
-    assert t.loc["small", "total (tied)"] == 124_439_808 and t.loc["small", "total (untied)"] == 163_037_184
+    assert list(t.index) == [
+        "nano",
+        "micro",
+        "mini",
+        "small",
+        "medium",
+        "large",
+        "xl",
+    ]  # smallest first
+    assert (
+        t.loc["small", "total (tied)"] == 124_439_808
+        and t.loc["small", "total (untied)"] == 163_037_184
+    )
     assert (t["total (untied)"] - t["total (tied)"] == t["head (untied)"]).all()
     assert (t["head (untied)"] == t["embedding (wte)"]).all()
     assert A.parameter_table(vocab_size=512).loc[3, "embedding (wte)"] == 512 * 768
@@ -396,16 +508,25 @@ def _as_wandb(run_dir):
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    config.update({"run_id": summary["run_id"], "name": summary["name"], "vocab_size": summary["vocab_size"],
-                   "params": summary["params"], "init_std_resolved": summary["init_std_resolved"],
-                   "data_fingerprint": summary["data_fingerprint"]})
+    config.update(
+        {
+            "run_id": summary["run_id"],
+            "name": summary["name"],
+            "vocab_size": summary["vocab_size"],
+            "params": summary["params"],
+            "init_std_resolved": summary["init_std_resolved"],
+            "data_fingerprint": summary["data_fingerprint"],
+        }
+    )
     wb_summary = {}
     for k, v in summary.items():
         if isinstance(v, dict):
             wb_summary.update({f"{k}/{kk}": vv for kk, vv in v.items()})
         else:
             wb_summary[k] = v
-    wb_summary.update({"val/loss": summary["final_val_loss"], "_step": summary["step"], "_runtime": 12.5})
+    wb_summary.update(
+        {"val/loss": summary["final_val_loss"], "_step": summary["step"], "_runtime": 12.5}
+    )
     return config, wb_summary
 
 
@@ -414,26 +535,60 @@ def test_wandb_row_has_the_same_columns_as_the_directory_row(sweep):
     for _, row in res.runs.iterrows():
         config, wb_summary = _as_wandb(sweep / row["run_id"])
         state = {"diverged": "finished", "failed": "crashed"}.get(row["status"], row["status"])
-        wb = A.wandb_run_row(config, wb_summary, run_id="tvu-abc", name=row["name"], group="sw", state=state)
+        wb = A.wandb_run_row(
+            config, wb_summary, run_id="tvu-abc", name=row["name"], group="sw", state=state
+        )
         assert list(wb) == A.RUN_COLUMNS
-        for col in ["run_id", "name", "sweep", "status", "tie", "head", "init_std", "init_std_resolved_emb",
-                    "model", "n_embd", "seed", "vocab_size", "data_id", "params_total", "params_non_embedding",
-                    "init_val_loss", "final_val_loss", "test_loss", "diverged_at_step", "ln_vocab"]:
+        for col in [
+            "run_id",
+            "name",
+            "sweep",
+            "status",
+            "tie",
+            "head",
+            "init_std",
+            "init_std_resolved_emb",
+            "model",
+            "n_embd",
+            "seed",
+            "vocab_size",
+            "data_id",
+            "params_total",
+            "params_non_embedding",
+            "init_val_loss",
+            "final_val_loss",
+            "test_loss",
+            "diverged_at_step",
+            "ln_vocab",
+        ]:
             a, b = row[col], wb[col]
             assert (pd.isna(a) and pd.isna(b)) or a == b, (col, a, b)
 
 
 def test_wandb_row_from_metrics_only():
     """A run whose summary holds only W&B's last metrics (no mirrored summary.json keys)."""
-    config = {"tie": False, "init_std": "inv_sqrt_d", "seed": 3, "sweep": "s",
-              "model": {"name": "micro", "n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 50257},
-              "data": {"name": "wikitext2"}}
-    summary = {"val/loss": 4.2, "test/loss": 4.3, "_step": 2000, "init/logit_std": 1.0, "test/loss_at_best": 4.25,
-               "init/self_logit": 0.5}
+    config = {
+        "tie": False,
+        "init_std": "inv_sqrt_d",
+        "seed": 3,
+        "sweep": "s",
+        "model": {"name": "micro", "n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 50257},
+        "data": {"name": "wikitext2"},
+    }
+    summary = {
+        "val/loss": 4.2,
+        "test/loss": 4.3,
+        "_step": 2000,
+        "init/logit_std": 1.0,
+        "test/loss_at_best": 4.25,
+        "init/self_logit": 0.5,
+    }
     row = A.wandb_run_row(config, summary, run_id="abc", name="n", group="s", state="crashed")
     assert row["test_loss_at_best"] == 4.25 and row["init_self_logit"] == 0.5
     assert row["status"] == "failed"  # crashed in W&B
-    stale = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="finished")
+    stale = A.wandb_run_row(
+        config, {**summary, "status": "running"}, run_id="abc", state="finished"
+    )
     assert stale["status"] == "failed"  # stopped without recording an end
     live = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="running")
     assert live["status"] == "running"
@@ -443,7 +598,9 @@ def test_wandb_row_from_metrics_only():
     assert row["ln_vocab"] == pytest.approx(math.log(50257))
     assert row["data_id"].startswith("cfg-")
     # a dotted flat config reads the same
-    flat = A.wandb_run_row(A.flatten(config), summary, run_id="abc", name="n", group="s", state="finished")
+    flat = A.wandb_run_row(
+        A.flatten(config), summary, run_id="abc", name="n", group="s", state="finished"
+    )
     assert flat["model"] == "micro" and flat["n_embd"] == 128 and flat["status"] == "finished"
 
 
@@ -452,9 +609,13 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no wandb settings
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens: never the internet
+    monkeypatch.setenv(
+        "WANDB_BASE_URL", "http://127.0.0.1:9"
+    )  # nothing listens: never the internet
     t0 = time.time()
-    with pytest.raises(A.WandbUnavailableError, match=r"cannot read W&B project 'someone/proj'.*load_results"):
+    with pytest.raises(
+        A.WandbUnavailableError, match=r"cannot read W&B project 'someone/proj'.*load_results"
+    ):
         A.load_wandb("someone/proj", timeout=3)
     assert time.time() - t0 < 30
 
@@ -463,7 +624,8 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
 
 
 def test_bootstrap_recovers_a_known_difference_and_narrows_with_more_windows():
-    from tiedvsuntied.paired import bootstrap_mean
+    from tiedvsuntied.figures.paired import bootstrap_mean
+
     rng = np.random.default_rng(0)
     text = rng.gamma(4.0, 0.25, 2000)  # window difficulty: shared by both arms, cancels in the pair
     d = 0.1 + 0.3 * rng.standard_normal((3, 2000)) + 0.0 * text
@@ -475,7 +637,8 @@ def test_bootstrap_recovers_a_known_difference_and_narrows_with_more_windows():
 
 
 def test_bootstrap_below_three_seeds_covers_windows_only():
-    from tiedvsuntied.paired import bootstrap_mean
+    from tiedvsuntied.figures.paired import bootstrap_mean
+
     rng = np.random.default_rng(1)
     seeds = np.array([[0.0], [1.0]]) + 0.05 * rng.standard_normal((2, 300))  # seeds far apart
     low, high, method = bootstrap_mean(seeds)
@@ -483,14 +646,19 @@ def test_bootstrap_below_three_seeds_covers_windows_only():
     assert high - low < 0.05  # the seed spread (1.0) is not in it: the label says so
     one = bootstrap_mean(seeds[:1])
     g = np.random.default_rng(7)
-    manual = [seeds[0, g.integers(0, 300, 300)].mean() for _ in range(2000)]  # the textbook bootstrap
-    assert one[1] - one[0] == pytest.approx(np.quantile(manual, 0.975) - np.quantile(manual, 0.025), rel=0.15)
+    manual = [
+        seeds[0, g.integers(0, 300, 300)].mean() for _ in range(2000)
+    ]  # the textbook bootstrap
+    assert one[1] - one[0] == pytest.approx(
+        np.quantile(manual, 0.975) - np.quantile(manual, 0.025), rel=0.15
+    )
     three = bootstrap_mean(np.vstack([seeds, [[2.0]] + 0.05 * rng.standard_normal((1, 300))]))
     assert three[1] - three[0] > 1.0  # with 3 seeds their spread enters the interval
 
 
 def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
-    from tiedvsuntied.paired import paired_table
+    from tiedvsuntied.figures.paired import paired_table
+
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
     write_run(sweep, tie=True, init_std="1.0", seed=3)  # no untied partner
     runs = A.load_results(sweep).runs
@@ -499,8 +667,12 @@ def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
     by_seed = fin.pivot_table(index="seed", columns="tie", values="test_loss")
     expected = (by_seed[True] - by_seed[False]).dropna()
     assert t.loc["final", "n_seeds"] == 3 and t.loc["final", "n_windows"] == 40
-    assert t.loc["final", "diff"] == pytest.approx(expected.mean(), abs=1e-5)  # window means are the summary values
-    assert sorted(t.loc["final", "seed_diffs"]) == pytest.approx(sorted(expected.tolist()), abs=1e-5)
+    assert t.loc["final", "diff"] == pytest.approx(
+        expected.mean(), abs=1e-5
+    )  # window means are the summary values
+    assert sorted(t.loc["final", "seed_diffs"]) == pytest.approx(
+        sorted(expected.tolist()), abs=1e-5
+    )
     assert t.loc["final", "low"] < t.loc["final", "diff"] < t.loc["final", "high"]
     assert "3 seeds x 40 windows" in t.loc["final", "method"]
     best = runs.pivot_table(index="seed", columns="tie", values="test_loss_at_best").dropna()
@@ -508,25 +680,39 @@ def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
 
 
 def test_paired_table_without_window_losses_falls_back_to_summary_values(tmp_path):
-    from tiedvsuntied.paired import paired_table
+    from tiedvsuntied.figures.paired import paired_table
+
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1), probes=False)
     t = paired_table(A.load_results(sweep).runs).set_index("point")
     assert t.loc["final", "n_windows"] == 0 and "no window losses" in t.loc["final", "method"]
 
 
 def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
-    from tiedvsuntied.paired import best_lr_comparison
+    from tiedvsuntied.figures.paired import best_lr_comparison
+
     sweep = tmp_path / "classic"
-    shift = {(True, 1e-3): 0.6, (True, 3e-3): 0.0, (False, 1e-3): 0.0, (False, 3e-3): 0.6}  # tied best at 3e-3
+    shift = {
+        (True, 1e-3): 0.6,
+        (True, 3e-3): 0.0,
+        (False, 1e-3): 0.0,
+        (False, 3e-3): 0.6,
+    }  # tied best at 3e-3
     for (tie, lr), s in shift.items():
         for seed in (0, 1, 2):
             write_run(sweep, tie=tie, init_std="0.02", seed=seed, lr=lr, floor_shift=s)
     runs = A.load_results(sweep).runs
-    assert sorted(runs["lr"].unique()) == [1e-3, 3e-3] and runs["variant"].str.contains("optim.lr").all()
+    assert (
+        sorted(runs["lr"].unique()) == [1e-3, 3e-3]
+        and runs["variant"].str.contains("optim.lr").all()
+    )
     t = best_lr_comparison(runs).set_index("point")
     assert t.loc["best", "lr_tied"] == 3e-3 and t.loc["best", "lr_untied"] == 1e-3
-    pick = lambda tie, lr: runs[(runs["tie"] == tie) & (runs["lr"] == lr)].set_index("seed")["test_loss_at_best"]
-    assert t.loc["best", "diff"] == pytest.approx((pick(True, 3e-3) - pick(False, 1e-3)).mean(), abs=1e-5)
+    pick = lambda tie, lr: runs[(runs["tie"] == tie) & (runs["lr"] == lr)].set_index("seed")[
+        "test_loss_at_best"
+    ]
+    assert t.loc["best", "diff"] == pytest.approx(
+        (pick(True, 3e-3) - pick(False, 1e-3)).mean(), abs=1e-5
+    )
     assert t.loc["best", "n_seeds"] == 3 and t.loc["best", "lrs"] == 2
 
 
@@ -534,4 +720,6 @@ def test_runs_measured_against_different_mfu_peaks_are_noted(sweep):
     runs = A.load_results(sweep).runs
     assert not any("MFU peaks" in n for n in A.check_consistency(runs.assign(peak_tflops=1.5)))
     notes = A.check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0))
-    assert any(f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes)
+    assert any(
+        f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes
+    )

@@ -4,6 +4,7 @@ Pipeline tests use the built-in byte-level encoding (``encoding=bytes``: token =
 text they generate, so they need no download and no shared data. Only the tests about the GPT-2
 encoding itself need its files (TIKTOKEN_CACHE_DIR) and are skipped without them.
 """
+
 from __future__ import annotations
 
 import glob
@@ -23,23 +24,31 @@ import pytest
 import torch
 
 from tiedvsuntied import data as D
-from tiedvsuntied.batches import BatchSampler, eval_window_starts, iter_eval_batches
 from tiedvsuntied.data import DataConfig, DataError, prepare_data
+from tiedvsuntied.data.batches import BatchSampler, eval_window_starts, iter_eval_batches
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TIEDVSUNTIED_SHARED_DATA", REPO.parent / "shared" / "data"))
-needs_gpt2 = pytest.mark.skipif(not D.gpt2_available(), reason="GPT-2 tokenizer files not available "
-                                "(set TIKTOKEN_CACHE_DIR to a folder holding them, or allow the download)")
-needs_shared = pytest.mark.skipif(not (SHARED / "tinyshakespeare" / "input.txt").is_file(),
-                                  reason=f"shared corpora not found at {SHARED}")
+needs_gpt2 = pytest.mark.skipif(
+    not D.gpt2_available(),
+    reason="GPT-2 tokenizer files not available "
+    "(set TIKTOKEN_CACHE_DIR to a folder holding them, or allow the download)",
+)
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "tinyshakespeare" / "input.txt").is_file(),
+    reason=f"shared corpora not found at {SHARED}",
+)
 SPLITS = ("train", "val", "test")
 
 
 # ---------------------------------------------------------------------------- generated text
 
+
 def words(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(["the", "tied", "head", "König", "naïve", "数据", "🙂", "loss", "x=1,", "it's"])
-                    for _ in range(n))
+    return " ".join(
+        rng.choice(["the", "tied", "head", "König", "naïve", "数据", "🙂", "loss", "x=1,", "it's"])
+        for _ in range(n)
+    )
 
 
 def wiki_text(n_articles: int = 12, seed: int = 0) -> str:
@@ -47,7 +56,13 @@ def wiki_text(n_articles: int = 12, seed: int = 0) -> str:
     a formula row ' = 1 ... k = ' inside an article do not."""
     rng, out = random.Random(seed), [" \n"]
     for a in range(n_articles):
-        out += [f" = Article {a} = \n", " \n", f" {words(rng, 30)} \n", " = = Section = = \n", " \n"]
+        out += [
+            f" = Article {a} = \n",
+            " \n",
+            f" {words(rng, 30)} \n",
+            " = = Section = = \n",
+            " \n",
+        ]
         out += [f" {words(rng, 40)} \n" for _ in range(rng.randint(3, 8))]
         out += [" = 1 + k = \n", f" {words(rng, 10)} \n", " \n"]
     return "".join(out)
@@ -56,7 +71,10 @@ def wiki_text(n_articles: int = 12, seed: int = 0) -> str:
 def play_text(n_lines: int = 3000, seed: int = 1) -> str:
     """Tiny-Shakespeare-like: speaker lines and paragraphs separated by blank lines."""
     rng = random.Random(seed)
-    return "".join(f"Speaker {i % 7}:\n{words(rng, 8)}\n" + ("\n" if i % 3 == 2 else "") for i in range(n_lines))
+    return "".join(
+        f"Speaker {i % 7}:\n{words(rng, 8)}\n" + ("\n" if i % 3 == 2 else "")
+        for i in range(n_lines)
+    )
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -81,7 +99,9 @@ def joined(docs: list[str], eot: int = 256) -> list[int]:
 
 
 def build_events(corpus_dir: Path) -> list[str]:
-    return [json.loads(line)["event"] for line in (corpus_dir / "builds.log").read_text().splitlines()]
+    return [
+        json.loads(line)["event"] for line in (corpus_dir / "builds.log").read_text().splitlines()
+    ]
 
 
 @pytest.fixture
@@ -96,23 +116,31 @@ def corpus(play):
 
 # ---------------------------------------------------------------------------- tokenization
 
+
 def test_bytes_encoding_is_a_tiktoken_encoding_that_round_trips_any_utf8():
     enc = D.load_encoding("bytes")
     text = "naïve 数据 🙂\x00\n\t ' x" + "".join(map(chr, range(32, 1000)))
     assert enc.n_vocab == 257 and enc.eot_token == 256
-    assert enc.encode_ordinary(text) == enc_bytes(text) and enc.decode(enc.encode_ordinary(text)) == text
+    assert (
+        enc.encode_ordinary(text) == enc_bytes(text)
+        and enc.decode(enc.encode_ordinary(text)) == text
+    )
     assert enc.encode("<|endoftext|>", allowed_special="all") == [256]
 
 
 def test_text_file_split_into_contiguous_blocks_tokenized_exactly(corpus, play):
     raw = play.read_text()
     ranges = [corpus.meta(s)["char_range"] for s in SPLITS]
-    assert ranges[0][0] == 0 and ranges[0][1] == ranges[1][0] and ranges[1][1] == ranges[2][0] == ranges[2][0]
+    assert (
+        ranges[0][0] == 0
+        and ranges[0][1] == ranges[1][0]
+        and ranges[1][1] == ranges[2][0] == ranges[2][0]
+    )
     assert ranges[2][1] == len(raw)
-    assert all(raw[a - 1] == "\n" for a, _ in ranges[1:])                  # cut at line boundaries
+    assert all(raw[a - 1] == "\n" for a, _ in ranges[1:])  # cut at line boundaries
     for a, b in ranges[1:]:
         assert abs((b - a) / len(raw) - 0.05) < 0.005
-    for split, (a, b) in zip(SPLITS, ranges):                             # one document each, no EOT
+    for split, (a, b) in zip(SPLITS, ranges):  # one document each, no EOT
         toks = corpus.tokens(split)
         assert isinstance(toks, np.memmap) and toks.dtype == np.uint16
         assert np.asarray(toks).tolist() == enc_bytes(raw[a:b])
@@ -128,7 +156,9 @@ def test_vocab_eot_token_freq_and_info(corpus):
     assert info["n_tokens"] == {s: corpus.n_tokens(s) for s in SPLITS}
     assert info["fingerprint"] == corpus.fingerprint and len(corpus.fingerprint) == 12
     assert all(v > 0 for v in info["tokens_per_s"].values())
-    with pytest.raises(DataError, match=r"unknown split 'validation'; valid splits: \['train', 'val', 'test'\]"):
+    with pytest.raises(
+        DataError, match=r"unknown split 'validation'; valid splits: \['train', 'val', 'test'\]"
+    ):
         corpus.tokens("validation")
 
 
@@ -143,21 +173,34 @@ def wikitext_articles(text: str) -> list[str]:
     return [d for d in docs + ["".join(cur)] if not d.isspace()]
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("wikitext", wikitext_articles),
-    ("paragraph", lambda t: [p for p in re.split(r"\n\n+", t.replace("\n \n", "\n\n")) if p.strip()]),
-    ("row", lambda t: [line for line in t.splitlines(keepends=True) if line.strip()]),
-    ("file", lambda t: [t]),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("wikitext", wikitext_articles),
+        (
+            "paragraph",
+            lambda t: [p for p in re.split(r"\n\n+", t.replace("\n \n", "\n\n")) if p.strip()],
+        ),
+        ("row", lambda t: [line for line in t.splitlines(keepends=True) if line.strip()]),
+        ("file", lambda t: [t]),
+    ],
+)
 def test_end_of_text_separates_documents_as_configured(tmp_path, mode, expected):
-    text = wiki_text() if mode == "wikitext" else play_text(300).replace("\n\nSpeaker 5", "\n \n  Speaker 5")
-    files = {"train": str(write(tmp_path, "a.txt", text)), "validation": str(write(tmp_path, "b.txt", text)),
-             "test": str(write(tmp_path, "c.txt", text))}
+    text = (
+        wiki_text()
+        if mode == "wikitext"
+        else play_text(300).replace("\n\nSpeaker 5", "\n \n  Speaker 5")
+    )
+    files = {
+        "train": str(write(tmp_path, "a.txt", text)),
+        "validation": str(write(tmp_path, "b.txt", text)),
+        "test": str(write(tmp_path, "c.txt", text)),
+    }
     corpus = prepare_data(cfg(files, documents=mode))
     docs = expected(text)
     assert corpus.meta("val")["n_documents"] == len(docs) and (mode == "file" or len(docs) > 10)
     assert np.asarray(corpus.tokens("val")).tolist() == joined(docs)
-    if mode == "wikitext":   # every document starts with its title; formula rows are not titles
+    if mode == "wikitext":  # every document starts with its title; formula rows are not titles
         text_back = corpus.encoding.decode(corpus.tokens("val").tolist())
         assert all(d.startswith(" = Article") for d in text_back.split("<|endoftext|>"))
 
@@ -168,7 +211,7 @@ def test_several_files_for_one_split_are_separate_documents(tmp_path):
     toks = np.asarray(corpus.tokens("train")).tolist()
     assert corpus.meta("train")["n_documents"] == 2 and toks.count(256) == 1
     assert toks[: toks.index(256)] == enc_bytes(a.read_text())
-    assert corpus.meta("val")["n_documents"] == corpus.meta("test")["n_documents"] == 1   # tail of b
+    assert corpus.meta("val")["n_documents"] == corpus.meta("test")["n_documents"] == 1  # tail of b
 
 
 @needs_gpt2
@@ -189,23 +232,42 @@ def test_gpt2_tiny_shakespeare_is_338025_tokens_tokenized_exactly():
 @needs_shared
 def test_gpt2_wikitext2_test_split_has_60_articles():
     wt = SHARED / "wikitext-2"
-    corpus = prepare_data(DataConfig(name="wt2", source="text", documents="wikitext",
-                                     files={"train": str(wt / "valid.txt"), "validation": str(wt / "test.txt")}))
+    corpus = prepare_data(
+        DataConfig(
+            name="wt2",
+            source="text",
+            documents="wikitext",
+            files={"train": str(wt / "valid.txt"), "validation": str(wt / "test.txt")},
+        )
+    )
     assert corpus.meta("val")["n_documents"] == 60
-    assert corpus.encoding.decode(corpus.tokens("val").tolist()).split("<|endoftext|>")[1].startswith(" = ")
+    assert (
+        corpus.encoding.decode(corpus.tokens("val").tolist())
+        .split("<|endoftext|>")[1]
+        .startswith(" = ")
+    )
 
 
 def test_missing_tokenizer_files_fail_fast_naming_the_cache(tmp_path, play):
     (tmp_path / "empty").mkdir()
-    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"), "TIEDVSUNTIED_CACHE": str(tmp_path),
-           "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}   # no download
+    env = {
+        **os.environ,
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
+        "TIEDVSUNTIED_CACHE": str(tmp_path),
+        "https_proxy": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+    }  # no download
     proc, seconds = run_cli(["text", f"files={play}", "encoding=gpt2"], env)
     assert proc.returncode == 2
-    assert "tiktoken encoding 'gpt2'" in proc.stderr and f"TIKTOKEN_CACHE_DIR={tmp_path / 'empty'}" in proc.stderr
+    assert (
+        "tiktoken encoding 'gpt2'" in proc.stderr
+        and f"TIKTOKEN_CACHE_DIR={tmp_path / 'empty'}" in proc.stderr
+    )
     assert "data.encoding=bytes" in proc.stderr and seconds < 30
 
 
 # ---------------------------------------------------------------------------- cache
+
 
 def test_second_prepare_reuses_the_cache(play, corpus):
     again = prepare_data(cfg(str(play), num_threads=1))
@@ -213,7 +275,9 @@ def test_second_prepare_reuses_the_cache(play, corpus):
     assert np.array_equal(again.tokens("train"), corpus.tokens("train"))
 
 
-def test_fingerprint_tracks_content_fractions_and_tokenizer_not_name_or_mtime(play, corpus, tmp_path):
+def test_fingerprint_tracks_content_fractions_and_tokenizer_not_name_or_mtime(
+    play, corpus, tmp_path
+):
     assert prepare_data(cfg(str(play), name="other")).fingerprint == corpus.fingerprint
     assert prepare_data(cfg(str(play), val_fraction=0.1)).fingerprint != corpus.fingerprint
     copy = tmp_path / "elsewhere" / "copy.txt"
@@ -223,7 +287,9 @@ def test_fingerprint_tracks_content_fractions_and_tokenizer_not_name_or_mtime(pl
     assert prepare_data(cfg(str(copy))).fingerprint == corpus.fingerprint
     copy.write_text(play.read_text().replace("Speaker", "Speakes", 1))
     changed = prepare_data(cfg(str(copy)))
-    assert changed.fingerprint != corpus.fingerprint and changed.n_tokens("train") == corpus.n_tokens("train")
+    assert changed.fingerprint != corpus.fingerprint and changed.n_tokens(
+        "train"
+    ) == corpus.n_tokens("train")
     if D.gpt2_available():
         assert prepare_data(cfg(str(play), encoding="gpt2")).fingerprint != corpus.fingerprint
 
@@ -235,11 +301,11 @@ def test_relative_paths_resolve_against_the_working_directory(play, corpus, monk
 
 def test_deleting_the_cache_does_not_break_a_running_job(play, corpus):
     expected = {s: np.array(corpus.tokens(s)) for s in SPLITS}
-    shutil.rmtree(corpus.dir)                      # e.g. rm -rf of the cache while a sweep runs
-    for s in SPLITS:                               # every split was opened before prepare returned
+    shutil.rmtree(corpus.dir)  # e.g. rm -rf of the cache while a sweep runs
+    for s in SPLITS:  # every split was opened before prepare returned
         assert np.array_equal(np.array(corpus.tokens(s)), expected[s])
         assert corpus.token_freq(s).sum() == len(expected[s])
-    again = prepare_data(cfg(str(play)))           # the next run simply re-tokenizes
+    again = prepare_data(cfg(str(play)))  # the next run simply re-tokenizes
     assert again.built == list(SPLITS) and np.array_equal(again.tokens("test"), expected["test"])
 
 
@@ -258,24 +324,45 @@ print(json.dumps({"dir": str(c.dir), "built": c.built, **{s: c.tokens(s).tolist(
 
 def test_concurrent_preparations_tokenize_once_and_agree(play, corpus, tmp_path):
     go, n = tmp_path / "go", 3
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(go), str(play), str(tmp_path / "cache"),
-                               str(tmp_path / f"ready{i}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _WORKER,
+                str(go),
+                str(play),
+                str(tmp_path / "cache"),
+                str(tmp_path / f"ready{i}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     deadline = time.time() + 60
     while not all((tmp_path / f"ready{i}").exists() for i in range(n)):
-        assert time.time() < deadline and all(p.poll() is None for p in procs), "workers did not start"
+        assert time.time() < deadline and all(p.poll() is None for p in procs), (
+            "workers did not start"
+        )
         time.sleep(0.01)
-    go.touch()                                     # all start preparing at the same moment
+    go.touch()  # all start preparing at the same moment
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err[-3000:]
         outs.append(json.loads(out))
-    assert sorted(len(o["built"]) for o in outs) == [0] * (n - 1) + [3]      # one tokenized, others waited
+    assert sorted(len(o["built"]) for o in outs) == [0] * (n - 1) + [
+        3
+    ]  # one tokenized, others waited
     assert len({o["dir"] for o in outs}) == 1
     assert build_events(Path(outs[0]["dir"])) == ["start", "done"]
-    assert all(o["train"] == corpus.tokens("train").tolist() and o["test"] == corpus.tokens("test").tolist()
-               for o in outs)
+    assert all(
+        o["train"] == corpus.tokens("train").tolist()
+        and o["test"] == corpus.tokens("test").tolist()
+        for o in outs
+    )
 
 
 _SLOW_WORKER = r"""
@@ -287,71 +374,115 @@ prepare_data(DataConfig(name="killed", source="text", files=sys.argv[1], cache_d
 
 def test_kill_during_tokenization_leaves_nothing_trusted_and_rebuilds(play, corpus, tmp_path):
     cache = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WORKER, str(play), str(cache)],
-                            env={**os.environ, D.DEBUG_SLEEP_ENV: "120"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_WORKER, str(play), str(cache)],
+        env={**os.environ, D.DEBUG_SLEEP_ENV: "120"},
+    )
     try:
         deadline = time.time() + 60
         while not glob.glob(str(cache / "tokens" / "*" / ".train.bin.tmp*")):
             assert proc.poll() is None and time.time() < deadline, "worker never reached the hook"
             time.sleep(0.02)
-        time.sleep(0.3)                            # written and fsynced; sleeping before the rename
+        time.sleep(0.3)  # written and fsynced; sleeping before the rename
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     (corpus_dir,) = (cache / "tokens").iterdir()
-    assert glob.glob(str(corpus_dir / ".*.tmp*"))                         # debris of the killed build ...
+    assert glob.glob(str(corpus_dir / ".*.tmp*"))  # debris of the killed build ...
     assert not list(corpus_dir.glob("*.bin")) and not list(corpus_dir.glob("train.json"))
-    rebuilt = prepare_data(cfg(str(play), name="killed", cache_dir=str(cache)))   # ... neither trusted nor
-    assert rebuilt.dir == corpus_dir and rebuilt.built == list(SPLITS)            # tripped over (lock died)
-    assert not glob.glob(str(corpus_dir / ".*.tmp*")) and build_events(corpus_dir) == ["start", "start", "done"]
+    rebuilt = prepare_data(
+        cfg(str(play), name="killed", cache_dir=str(cache))
+    )  # ... neither trusted nor
+    assert rebuilt.dir == corpus_dir and rebuilt.built == list(SPLITS)  # tripped over (lock died)
+    assert not glob.glob(str(corpus_dir / ".*.tmp*")) and build_events(corpus_dir) == [
+        "start",
+        "start",
+        "done",
+    ]
     assert all(np.array_equal(rebuilt.tokens(s), corpus.tokens(s)) for s in SPLITS)
 
 
 def test_entry_without_metadata_or_with_wrong_size_is_rebuilt(play, corpus, tmp_path):
     first = prepare_data(cfg(str(play), cache_dir=str(tmp_path / "c")))
-    (first.dir / "val.json").unlink()                                     # tokens present, metadata missing
-    (first.dir / "test.bin").write_bytes(b"\x00" * (2 * first.n_tokens("test") - 2))   # truncated
+    (first.dir / "val.json").unlink()  # tokens present, metadata missing
+    (first.dir / "test.bin").write_bytes(b"\x00" * (2 * first.n_tokens("test") - 2))  # truncated
     again = prepare_data(cfg(str(play), cache_dir=str(tmp_path / "c")))
-    assert again.built == ["val", "test"]                                 # train was intact and is kept
+    assert again.built == ["val", "test"]  # train was intact and is kept
     assert all(np.array_equal(again.tokens(s), corpus.tokens(s)) for s in SPLITS)
 
 
 # ---------------------------------------------------------------------------- Hub code path
 
+
 def test_hub_branch_holds_out_missing_validation_and_matches_the_text_branch(tmp_path):
-    folder = tmp_path / "wt_local"                 # a local dataset folder: train + test, no validation
+    folder = tmp_path / "wt_local"  # a local dataset folder: train + test, no validation
     folder.mkdir()
-    train, test = write(folder, "train.txt", wiki_text(20)), write(folder, "test.txt", wiki_text(5, seed=3))
-    hub = prepare_data(DataConfig(name="h", source="hub", path=str(folder), config=None, encoding="bytes",
-                                  documents="wikitext"))
+    train, test = (
+        write(folder, "train.txt", wiki_text(20)),
+        write(folder, "test.txt", wiki_text(5, seed=3)),
+    )
+    hub = prepare_data(
+        DataConfig(
+            name="h",
+            source="hub",
+            path=str(folder),
+            config=None,
+            encoding="bytes",
+            documents="wikitext",
+        )
+    )
     assert hub.meta("train")["row_range"][0] == 0
-    assert hub.meta("val")["row_range"][0] == hub.meta("train")["row_range"][1]   # val = tail of train
+    assert (
+        hub.meta("val")["row_range"][0] == hub.meta("train")["row_range"][1]
+    )  # val = tail of train
     # rows come without line breaks; documents are rebuilt exactly: same tokens as the text branch
     text = prepare_data(cfg({"train": str(train), "test": str(test)}, documents="wikitext"))
-    assert np.array_equal(hub.tokens("test"), text.tokens("test")) and hub.meta("test")["n_documents"] == 5
+    assert (
+        np.array_equal(hub.tokens("test"), text.tokens("test"))
+        and hub.meta("test")["n_documents"] == 5
+    )
     with pytest.raises(DataError, match=r"text_column='content'.*columns: \['text'\]"):
-        prepare_data(DataConfig(source="hub", path=str(folder), config=None, text_column="content", encoding="bytes"))
+        prepare_data(
+            DataConfig(
+                source="hub", path=str(folder), config=None, text_column="content", encoding="bytes"
+            )
+        )
     with pytest.raises(DataError, match=r"val_split='dev2'.*available: \['train', 'test'\]"):
-        prepare_data(DataConfig(source="hub", path=str(folder), config=None, val_split="dev2", encoding="bytes"))
+        prepare_data(
+            DataConfig(
+                source="hub", path=str(folder), config=None, val_split="dev2", encoding="bytes"
+            )
+        )
 
 
 def test_hub_records_are_row_documents_and_a_non_text_column_is_refused(tmp_path):
-    folder = tmp_path / "records"                  # a local dataset of JSON records, one split
+    folder = tmp_path / "records"  # a local dataset of JSON records, one split
     folder.mkdir()
     records = [{"text": f"record {i}: {words(random.Random(i), 20)}", "n": i} for i in range(60)]
     (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     corpus = prepare_data(DataConfig(source="hub", path=str(folder), config=None, encoding="bytes"))
-    assert corpus.info()["documents"] == "row"     # auto: not a wikitext path
+    assert corpus.info()["documents"] == "row"  # auto: not a wikitext path
     a, b = corpus.meta("train")["row_range"]
     assert np.asarray(corpus.tokens("train")).tolist() == joined([r["text"] for r in records[a:b]])
-    with pytest.raises(DataError, match=r"data.text_column='n' .* does not hold text; columns: \['text', 'n'\]"):
-        prepare_data(DataConfig(source="hub", path=str(folder), config=None, text_column="n", encoding="bytes"))
+    with pytest.raises(
+        DataError, match=r"data.text_column='n' .* does not hold text; columns: \['text', 'n'\]"
+    ):
+        prepare_data(
+            DataConfig(
+                source="hub", path=str(folder), config=None, text_column="n", encoding="bytes"
+            )
+        )
 
 
 def run_cli(args, env, timeout=120):
     t = time.time()
-    proc = subprocess.run([sys.executable, "-m", "tiedvsuntied.data", *args], capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(REPO)}, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiedvsuntied.data", *args],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(REPO)},
+        timeout=timeout,
+    )
     return proc, time.time() - t
 
 
@@ -359,10 +490,17 @@ def _fabricate_hub_cache(tmp_path: Path) -> Path:
     """Put 'someorg/wikimini' config 'mini-raw' into a datasets cache the way a download would
     have left it (built by datasets' own text builder, then placed under the Hub name)."""
     import datasets
-    files = {"train": str(write(tmp_path, "train.txt", wiki_text(20))),
-             "test": str(write(tmp_path, "test.txt", wiki_text(6, seed=4)))}
+
+    files = {
+        "train": str(write(tmp_path, "train.txt", wiki_text(20))),
+        "test": str(write(tmp_path, "test.txt", wiki_text(6, seed=4))),
+    }
     datasets.load_dataset("text", data_files=files, cache_dir=str(tmp_path / "build"))
-    (src,) = [Path(p) for p in glob.glob(str(tmp_path / "build" / "text" / "*" / "*" / "*")) if Path(p).is_dir()]
+    (src,) = [
+        Path(p)
+        for p in glob.glob(str(tmp_path / "build" / "text" / "*" / "*" / "*"))
+        if Path(p).is_dir()
+    ]
     dst = tmp_path / "hf" / "someorg___wikimini" / "mini-raw" / "0.0.0" / src.name
     shutil.copytree(src, dst)
     for f in dst.glob("text-*.arrow"):
@@ -374,13 +512,21 @@ def _fabricate_hub_cache(tmp_path: Path) -> Path:
 
 
 def test_offline_hub_uses_the_datasets_cache_and_fails_at_once_without_it(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(_fabricate_hub_cache(tmp_path)),
-           "HF_HOME": str(tmp_path / "home"), "TIEDVSUNTIED_CACHE": str(tmp_path / "cache")}
-    proc, _ = run_cli(["hub", "path=someorg/wikimini", "config=mini-raw", "documents=wikitext", "encoding=bytes"], env)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(_fabricate_hub_cache(tmp_path)),
+        "HF_HOME": str(tmp_path / "home"),
+        "TIEDVSUNTIED_CACHE": str(tmp_path / "cache"),
+    }
+    proc, _ = run_cli(
+        ["hub", "path=someorg/wikimini", "config=mini-raw", "documents=wikitext", "encoding=bytes"],
+        env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(proc.stdout)
     assert info["n_documents"]["test"] == 6
-    proc, seconds = run_cli(["wikitext2", "encoding=bytes"], env)     # not in that cache
+    proc, seconds = run_cli(["wikitext2", "encoding=bytes"], env)  # not in that cache
     assert proc.returncode == 2 and seconds < 20
     assert "'Salesforce/wikitext'" in proc.stderr and "HF_DATASETS_CACHE" in proc.stderr
     assert "data=text data.files=PATH" in proc.stderr
@@ -390,39 +536,77 @@ def test_prepare_where_the_network_is_then_train_on_a_node_without_it(tmp_path):
     """Clusters: `python -m tiedvsuntied.data` fills the token cache once (login node); a compute
     node with the Hub offline and no datasets cache of its own trains from the token cache alone."""
     cache = tmp_path / "shared_cache"
-    login = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(_fabricate_hub_cache(tmp_path)),
-             "HF_HOME": str(tmp_path / "home"), "TIEDVSUNTIED_CACHE": str(cache)}
+    login = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(_fabricate_hub_cache(tmp_path)),
+        "HF_HOME": str(tmp_path / "home"),
+        "TIEDVSUNTIED_CACHE": str(cache),
+    }
     data = ["path=someorg/wikimini", "config=mini-raw", "documents=wikitext", "encoding=bytes"]
     proc, _ = run_cli(["hub", *data], login)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    node = {**login, "HF_DATASETS_CACHE": str(tmp_path / "empty"), "HF_HOME": str(tmp_path / "home2")}
-    run = subprocess.run([sys.executable, "-m", "tiedvsuntied.run", "data=hub", *(f"data.{d}" for d in data),
-                          "model=nano", "model.block_size=32", "trainer.max_steps=2", "trainer.eval_interval=2",
-                          "trainer.batch_size=2", "trainer.progress=false", "wandb.mode=disabled",
-                          f"results_dir={tmp_path / 'results'}"], cwd=REPO, env=node, capture_output=True, text=True,
-                         timeout=300)
+    node = {
+        **login,
+        "HF_DATASETS_CACHE": str(tmp_path / "empty"),
+        "HF_HOME": str(tmp_path / "home2"),
+    }
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiedvsuntied.run",
+            "data=hub",
+            *(f"data.{d}" for d in data),
+            "model=nano",
+            "model.block_size=32",
+            "trainer.max_steps=2",
+            "trainer.eval_interval=2",
+            "trainer.batch_size=2",
+            "trainer.progress=false",
+            "wandb.mode=disabled",
+            f"results_dir={tmp_path / 'results'}",
+        ],
+        cwd=REPO,
+        env=node,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     (summary,) = (tmp_path / "results" / "default").glob("*/summary.json")
     assert json.loads(summary.read_text())["status"] == "finished"
-    proc, _ = run_cli(["hub", *data, f"cache_dir={tmp_path / 'elsewhere'}"], node)  # without the token cache:
-    assert proc.returncode == 2 and "HF_DATASETS_CACHE" in proc.stderr         # the offline error, at once
+    proc, _ = run_cli(
+        ["hub", *data, f"cache_dir={tmp_path / 'elsewhere'}"], node
+    )  # without the token cache:
+    assert proc.returncode == 2 and "HF_DATASETS_CACHE" in proc.stderr  # the offline error, at once
 
 
 # ---------------------------------------------------------------------------- checks, before any work
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(files="nope.txt"), r"data.files: cannot read .*nope\.txt"),
-    (dict(files="binary.bin"), r"data.files: .*binary\.bin is not UTF-8 text"),
-    (dict(files="empty.txt"), r"data.files: .*empty\.txt is empty"),
-    (dict(files=None), r"data.source=text needs data.files"),
-    (dict(files={"train": "ok.txt", "dev2": "ok.txt"}), r"unknown or repeated split key 'dev2'"),
-    (dict(encoding="gpt5"), r"data.encoding='gpt5' is not valid; valid: .*'bytes'.*'gpt2'"),
-    (dict(val_fraction=1.5), r"data.val_fraction=1.5 must be in \[0, 1\)"),
-    (dict(val_fraction=0.6, test_fraction=0.5), "leaves nothing for train"),
-    (dict(val_fraction=0.0), r"data.val_fraction must be > 0 to hold val out"),
-    (dict(source="hub", documents="paragraph"), r"data.documents=paragraph needs data.source=text"),
-    (dict(source="hub", path=""), r"data.source=hub needs data.path"),
-])
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(files="nope.txt"), r"data.files: cannot read .*nope\.txt"),
+        (dict(files="binary.bin"), r"data.files: .*binary\.bin is not UTF-8 text"),
+        (dict(files="empty.txt"), r"data.files: .*empty\.txt is empty"),
+        (dict(files=None), r"data.source=text needs data.files"),
+        (
+            dict(files={"train": "ok.txt", "dev2": "ok.txt"}),
+            r"unknown or repeated split key 'dev2'",
+        ),
+        (dict(encoding="gpt5"), r"data.encoding='gpt5' is not valid; valid: .*'bytes'.*'gpt2'"),
+        (dict(val_fraction=1.5), r"data.val_fraction=1.5 must be in \[0, 1\)"),
+        (dict(val_fraction=0.6, test_fraction=0.5), "leaves nothing for train"),
+        (dict(val_fraction=0.0), r"data.val_fraction must be > 0 to hold val out"),
+        (
+            dict(source="hub", documents="paragraph"),
+            r"data.documents=paragraph needs data.source=text",
+        ),
+        (dict(source="hub", path=""), r"data.source=hub needs data.path"),
+    ],
+)
 def test_check_data_refuses_bad_input_in_one_line(tmp_path, monkeypatch, kw, match):
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "ok.txt", "hello\n")
@@ -434,9 +618,9 @@ def test_check_data_refuses_bad_input_in_one_line(tmp_path, monkeypatch, kw, mat
     assert "\n" not in str(e.value)
     with pytest.raises(DataError):
         prepare_data(bad)
-    assert not (tmp_path / "cache").exists()       # refused before any work
+    assert not (tmp_path / "cache").exists()  # refused before any work
     D.check_data(cfg("ok.txt"))
-    D.check_data(DataConfig())                     # the default Hub corpus: no network to check it
+    D.check_data(DataConfig())  # the default Hub corpus: no network to check it
 
 
 def test_whitespace_only_split_is_named(tmp_path, play):
@@ -449,23 +633,24 @@ def test_a_split_shorter_than_one_window_is_named(corpus):
     val = corpus.tokens("val")
     n = len(val)
     with pytest.raises(DataError, match=rf"split 'val' has {n} tokens.*block_size\+1 = {n + 1}"):
-        BatchSampler(val, block_size=n, batch_size=2, seed=0)     # the name is read from the memmap
+        BatchSampler(val, block_size=n, batch_size=2, seed=0)  # the name is read from the memmap
     with pytest.raises(DataError, match=rf"split 'dev' has {n} tokens"):
         next(iter_eval_batches(val, block_size=n, batch_size=2, max_windows=4, split="dev"))
-    BatchSampler(val, block_size=n - 1, batch_size=2, seed=0).get(0)   # exactly one window fits
+    BatchSampler(val, block_size=n - 1, batch_size=2, seed=0).get(0)  # exactly one window fits
 
 
 # ---------------------------------------------------------------------------- batches
+
 
 def test_batches_are_a_pure_function_of_seed_step_micro(corpus):
     toks = corpus.tokens("train")
     tied, untied = BatchSampler(toks, 64, 8, seed=3), BatchSampler(toks, 64, 8, seed=3)
     torch.manual_seed(123)
     run_a = [tied.get(s, m) for s in range(6) for m in range(2)]
-    torch.rand(5), np.random.rand(5)               # global RNG use in between must not matter
+    torch.rand(5), np.random.rand(5)  # global RNG use in between must not matter
     run_b = [untied.get(s, m) for s in range(6) for m in range(2)]
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(run_a, run_b))
-    resumed = BatchSampler(toks, 64, 8, seed=3)    # resume at step 5: what an uninterrupted run got
+    resumed = BatchSampler(toks, 64, 8, seed=3)  # resume at step 5: what an uninterrupted run got
     assert all(torch.equal(resumed.get(5, m)[0], run_a[10 + m][0]) for m in range(2))
     assert not torch.equal(tied.get(0, 0)[0], tied.get(1, 0)[0])
     assert not torch.equal(tied.get(0, 0)[0], tied.get(0, 1)[0])
@@ -475,7 +660,12 @@ def test_batches_are_a_pure_function_of_seed_step_micro(corpus):
     assert torch.equal(state, torch.get_rng_state())
     # the very draws of earlier versions: runs recorded before stay comparable
     s = BatchSampler(np.zeros(10_000, dtype=np.uint16), 64, 4, seed=3)
-    assert s.starts(5, 1).tolist() == [8166, 9893, 7039, 6409] and s.starts(0).tolist() == [9212, 1876, 6337, 7712]
+    assert s.starts(5, 1).tolist() == [8166, 9893, 7039, 6409] and s.starts(0).tolist() == [
+        9212,
+        1876,
+        6337,
+        7712,
+    ]
 
 
 def test_batch_windows_are_shifted_slices_of_the_split(corpus):
@@ -485,8 +675,8 @@ def test_batch_windows_are_shifted_slices_of_the_split(corpus):
     assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])
     for start, row in zip(s.starts(11, 2), x):
-        assert np.array_equal(row.numpy(), toks[start:start + 32])
-    starts = np.concatenate([s.starts(i) for i in range(2000)])      # cover the whole split
+        assert np.array_equal(row.numpy(), toks[start : start + 32])
+    starts = np.concatenate([s.starts(i) for i in range(2000)])  # cover the whole split
     assert starts.min() < len(toks) * 0.01 and len(toks) - 33 >= starts.max() > len(toks) * 0.99
 
 
@@ -502,20 +692,24 @@ def test_eval_windows_are_fixed_evenly_spaced_and_non_overlapping(corpus):
     assert starts[0] == 0 and starts[-1] == n - (T + 1)
     assert np.all(np.diff(starts) >= T + 1) and np.ptp(np.diff(starts)) <= 1
     x, y = first[1]
-    assert np.array_equal(x[0].numpy(), np.asarray(val[starts[3]:starts[3] + T])) and torch.equal(x[:, 1:], y[:, :-1])
+    assert np.array_equal(x[0].numpy(), np.asarray(val[starts[3] : starts[3] + T])) and torch.equal(
+        x[:, 1:], y[:, :-1]
+    )
     assert len({len(eval_window_starts(n, T, k)) for k in (10**9, None, 0)} | {n // (T + 1)}) == 1
 
 
 # ---------------------------------------------------------------------------- configs + CLI
 
+
 @pytest.mark.parametrize("preset", ["wikitext2", "wikitext103", "text", "hub"])
 def test_conf_data_presets_match_the_schema(preset):
     from omegaconf import OmegaConf
+
     conf = OmegaConf.load(REPO / "conf" / "data" / f"{preset}.yaml")
     assert set(conf.keys()) == set(OmegaConf.structured(DataConfig).keys())
     loaded = D.load_config(preset)
     assert isinstance(loaded.source, D.Source) and isinstance(loaded.documents, D.Documents)
-    if preset == "wikitext2":   # the default corpus is the dataclass default
+    if preset == "wikitext2":  # the default corpus is the dataclass default
         assert D._documents_mode(loaded) == D._documents_mode(DataConfig())
         assert loaded == DataConfig(documents=loaded.documents)
 
@@ -556,8 +750,14 @@ def test_seen_vocabulary_renumbers_the_corpus_tokens_and_has_its_own_data_id(tmp
         np.testing.assert_array_equal(seen.token_freq(split), full.token_freq(split)[ids])
     assert seen.fingerprint != full.fingerprint
     assert seen.eot_token is None  # one file, one document: no end-of-text token to renumber
-    full_docs, docs = (prepare_data(cfg(str(text), cache_dir=str(tmp_path / "cache"), vocab=v, documents="paragraph"))
-                       for v in ("full", "seen"))
+    full_docs, docs = (
+        prepare_data(
+            cfg(str(text), cache_dir=str(tmp_path / "cache"), vocab=v, documents="paragraph")
+        )
+        for v in ("full", "seen")
+    )
     doc_ids = np.flatnonzero(sum(full_docs.token_freq(s) for s in ("train", "val", "test")))
-    assert doc_ids[docs.eot_token] == full_docs.eot_token == 256  # documents: the end-of-text token is renumbered too
+    assert (
+        doc_ids[docs.eot_token] == full_docs.eot_token == 256
+    )  # documents: the end-of-text token is renumbered too
     assert seen.info()["vocab"] == "seen" and seen.info()["vocab_size"] == len(ids)

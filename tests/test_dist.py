@@ -1,5 +1,6 @@
 """Several processes, one run: torchrun with 2 gloo processes trains the run that one process
 trains (same identity, parameter counts and losses), and a batch that does not split is refused."""
+
 from __future__ import annotations
 
 import json
@@ -8,20 +9,38 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import CORPUS_OVERRIDES, REPO
 
-RUN = ["-m", "tiedvsuntied.run", "model=nano", *CORPUS_OVERRIDES, "trainer.max_steps=6",
-       "trainer.batch_size=4", "trainer.grad_accum=2", "trainer.eval_interval=3", "trainer.eval_windows=4",
-       "trainer.log_interval=1", "trainer.precision=fp32", "trainer.compile=false", "trainer.progress=false",
-       "wandb.mode=disabled", "sweep=ddp"]
+RUN = [
+    "-m",
+    "tiedvsuntied.run",
+    "model=nano",
+    *CORPUS_OVERRIDES,
+    "trainer.max_steps=6",
+    "trainer.batch_size=4",
+    "trainer.grad_accum=2",
+    "trainer.eval_interval=3",
+    "trainer.eval_windows=4",
+    "trainer.log_interval=1",
+    "trainer.precision=fp32",
+    "trainer.compile=false",
+    "trainer.progress=false",
+    "wandb.mode=disabled",
+    "sweep=ddp",
+]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
 def _run(cmd: list[str], results, cache) -> subprocess.CompletedProcess:
     env = {**os.environ, "TIEDVSUNTIED_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*cmd, f"results_dir={results}"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [*cmd, f"results_dir={results}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _only_run(results):
@@ -31,7 +50,9 @@ def _only_run(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head", [["tie=true"], ["tie=false"], ["tie=true", "untie_at=3"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "head", [["tie=true"], ["tie=false"], ["tie=true", "untie_at=3"]], ids=" ".join
+)
 def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_cache, head):
     """Also across scheduled untying, where every rank swaps the head in and wraps DDP anew."""
     one = _run([sys.executable, *RUN, *head], tmp_path / "one", session_cache)
@@ -42,8 +63,16 @@ def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_c
     assert id1 == id2  # the number of processes is not part of a run's identity
     assert s2["status"] == "finished" and s2["step"] == 6
     assert s1["params"] == s2["params"] and s1["params_untied"] == s2["params_untied"]
-    assert (s2["params_untied"] is not None) == ("untie_at=3" in head)  # the switch happened, in both
-    for key in ("train/loss", "val/loss", "train/grad_norm", "train/grad_norm_in", "train/grad_norm_out"):
+    assert (s2["params_untied"] is not None) == (
+        "untie_at=3" in head
+    )  # the switch happened, in both
+    for key in (
+        "train/loss",
+        "val/loss",
+        "train/grad_norm",
+        "train/grad_norm_in",
+        "train/grad_norm_out",
+    ):
         a = [(r["step"], r[key]) for r in m1 if key in r]
         b = [(r["step"], r[key]) for r in m2 if key in r]
         assert [s for s, _ in a] == [s for s, _ in b] and a, key
@@ -56,14 +85,17 @@ def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_c
 def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, session_cache):
     out = _run([*TORCHRUN, *RUN, "trainer.batch_size=3"], tmp_path / "r", session_cache)
     assert out.returncode != 0
-    assert "error: trainer.batch_size=3 does not split over 2 processes (torchrun): use a multiple of 2" in out.stderr
+    assert (
+        "error: trainer.batch_size=3 does not split over 2 processes (torchrun): use a multiple of 2"
+        in out.stderr
+    )
     assert not (tmp_path / "r").exists()  # refused before any result directory is made
 
 
 def test_each_rank_takes_its_own_contiguous_share_of_the_global_batch(monkeypatch):
     import torch
 
-    from tiedvsuntied import dist as D
+    from tiedvsuntied.train import dist as D
 
     batch = torch.arange(8).view(4, 2)
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -75,7 +107,7 @@ def test_each_rank_takes_its_own_contiguous_share_of_the_global_batch(monkeypatc
 
 
 def _claim_in_child(n_gpus, claimed, release):
-    from tiedvsuntied.hardware import claim_gpu
+    from tiedvsuntied.train.hardware import claim_gpu
 
     try:
         claimed.put(claim_gpu(n_gpus))
@@ -84,7 +116,9 @@ def _claim_in_child(n_gpus, claimed, release):
     release.wait(60)  # hold the claim like a launcher worker does for the whole sweep
 
 
-def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_many(tmp_path, monkeypatch):
+def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_many(
+    tmp_path, monkeypatch
+):
     import multiprocessing as mp
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the children's lock files: this test's own
@@ -101,5 +135,7 @@ def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_
         for w in workers:
             w.join(60)
     assert sorted(got[:2]) == [0, 1]
-    assert got[2] == ("trainer.device=cuda:free but all 2 GPUs are claimed by other jobs: "
-                      "run at most 2 at once (hydra.launcher.n_jobs=2)")
+    assert got[2] == (
+        "trainer.device=cuda:free but all 2 GPUs are claimed by other jobs: "
+        "run at most 2 at once (hydra.launcher.n_jobs=2)"
+    )

@@ -1,4 +1,5 @@
 """tiedvsuntied.figures: every figure on hand-built results, bad input, the CLI; end to end on the tiny sweep."""
+
 from __future__ import annotations
 
 import math
@@ -24,9 +25,16 @@ FAILED = "tie=false_init=1.0_model=nano_seed=1"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    sweep = write_sweep(tmp_path_factory.mktemp("fig") / "sw", models=("nano", "micro"), seeds=(0, 1), statuses={
-        (True, "1.0", "micro", 1): "diverged", (False, "0.036", "nano", 1): "running",
-        (False, "1.0", "nano", 1): "failed"})
+    sweep = write_sweep(
+        tmp_path_factory.mktemp("fig") / "sw",
+        models=("nano", "micro"),
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "micro", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
     return A.load_results(sweep)
 
 
@@ -58,7 +66,9 @@ def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
         # what is left out goes to the caption/log, never into the image
         for item in fig.skipped + fig.flagged:
             assert item in F.caption(fig) and item[:30] not in _texts(fig), (name, item)
-        small = [t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6]
+        small = [
+            t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6
+        ]
         assert not small, f"{name}: text below 6 pt: {small[:3]}"
     assert dict(matplotlib.rcParams) == rc_before  # figures never change the global style
 
@@ -80,10 +90,16 @@ def test_diverged_curve_ends_where_it_diverged(results):
     div = results.runs.set_index("name").loc[DIVERGED]
     ends = [line for line in _lines(fig) if line.get_marker() == F.STATUS_MARKER["diverged"]]
     assert len(ends) == 1
-    h = results.history[(results.history["run_id"] == div["run_id"]) & results.history["val/loss"].notna()]
+    h = results.history[
+        (results.history["run_id"] == div["run_id"]) & results.history["val/loss"].notna()
+    ]
     assert ends[0].get_xdata()[-1] == h["tokens"].iloc[-1]
     assert h["step"].max() <= div["diverged_at_step"]
-    dashed = [line for line in _lines(fig) if line.get_linestyle() == "--" and to_hex(line.get_color()) == TIED]
+    dashed = [
+        line
+        for line in _lines(fig)
+        if line.get_linestyle() == "--" and to_hex(line.get_color()) == TIED
+    ]
     assert any(max(line.get_xdata()) == h["tokens"].max() for line in dashed)
 
 
@@ -106,11 +122,15 @@ def test_initial_loss_against_ln_v_and_prediction(results):
     ln_v = math.log(512)
     left = fig.axes[0]
     assert any(np.allclose(line.get_ydata(), ln_v) for line in left.get_lines())
-    diamonds = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"])
+    diamonds = np.concatenate(
+        [line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"]
+    )
     sigmas = results.runs["init_logit_std"].dropna().unique()
     for pred in A.gaussian_logit_loss(sigmas, 512):
         assert np.isclose(diamonds, pred).any()
-    measured = np.concatenate([line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"])
+    measured = np.concatenate(
+        [line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"]
+    )
     assert sorted(measured) == pytest.approx(sorted(results.runs["init_val_loss"]))
 
 
@@ -150,9 +170,13 @@ def test_mixed_sweeps_and_empty_input_are_refused_clearly(tmp_path, results):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
     mixed = A.load_results(tmp_path / "a", tmp_path / "b")
-    for make in (lambda: F.fig_val_loss(mixed.runs, mixed.history), lambda: F.fig_loss_vs_params(mixed.runs),
-                 lambda: F.fig_initial_loss(mixed.runs), lambda: F.fig_embedding_geometry(mixed.runs),
-                 lambda: F.fig_grad_split(mixed.runs, mixed.history)):
+    for make in (
+        lambda: F.fig_val_loss(mixed.runs, mixed.history),
+        lambda: F.fig_loss_vs_params(mixed.runs),
+        lambda: F.fig_initial_loss(mixed.runs),
+        lambda: F.fig_embedding_geometry(mixed.runs),
+        lambda: F.fig_grad_split(mixed.runs, mixed.history),
+    ):
         with pytest.raises(A.ResultsError, match=r"mix 2 values of vocab_size"):
             make()
     with pytest.raises(A.ResultsError, match="no runs to plot"):
@@ -204,17 +228,40 @@ def test_cli_keeps_the_finished_copy_of_a_run_found_in_several_sweeps(tmp_path, 
     write_run(tmp_path / "rerun", status="finished")
     write_run(tmp_path / "first_try", status="failed")
     out = tmp_path / "o"
-    assert F.main([str(tmp_path / "first_try"), str(tmp_path / "rerun"), "--out", str(out), "--formats", "png",
-                   "--only", "fig2_loss_vs_params"]) == 0
+    assert (
+        F.main(
+            [
+                str(tmp_path / "first_try"),
+                str(tmp_path / "rerun"),
+                "--out",
+                str(out),
+                "--formats",
+                "png",
+                "--only",
+                "fig2_loss_vs_params",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    assert "1 runs: 1 finished" in printed and "found twice" in printed and "not shown" not in printed
+    assert (
+        "1 runs: 1 finished" in printed and "found twice" in printed and "not shown" not in printed
+    )
 
 
 def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
-    args = [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--formats", "png",
-            "--only", "fig3_initial_loss"]
+    args = [
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        "--out",
+        str(tmp_path / "o"),
+        "--formats",
+        "png",
+        "--only",
+        "fig3_initial_loss",
+    ]
     assert F.main(args) == 1
     captured = capsys.readouterr()
     assert "fig3_initial_loss: NOT MADE" in captured.err and "--data-id" in captured.err
@@ -238,13 +285,19 @@ def test_parameter_table_files(tmp_path):
 @pytest.mark.slow
 def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
     out = tmp_path / "figures"
-    proc = subprocess.run([sys.executable, "-m", "tiedvsuntied.figures", str(tiny_sweep), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiedvsuntied.figures", str(tiny_sweep), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NOT MADE" not in proc.stderr
     assert "4 runs: 4 finished" in proc.stdout
-    tables = {"table_params": ["table_params.md", "table_params.tex"],
-              "table_paired": ["table_paired.md", "table_classic.md"]}
+    tables = {
+        "table_params": ["table_params.md", "table_params.tex"],
+        "table_paired": ["table_paired.md", "table_classic.md"],
+    }
     for name in F.REGISTRY:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
@@ -272,9 +325,13 @@ def test_fewer_than_three_seeds_draw_each_seed_not_a_band(tmp_path):
 
 
 def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
-    res = A.load_results(write_sweep(tmp_path / "sw", ties=(True,), init_stds=("1.0",), seeds=(0, 1, 2)))
+    res = A.load_results(
+        write_sweep(tmp_path / "sw", ties=(True,), init_stds=("1.0",), seeds=(0, 1, 2))
+    )
     fig = F.fig_grad_split(res.runs, res.history)
-    h = res.history.assign(r=np.log(res.history["train/grad_norm_out"] / res.history["train/grad_norm_in"]))
+    h = res.history.assign(
+        r=np.log(res.history["train/grad_norm_out"] / res.history["train/grad_norm_in"])
+    )
     geo = np.exp(h.dropna(subset=["r"]).groupby("step")["r"].mean())
     mean_line = fig.axes[1].get_lines()[0].get_ydata()
     assert mean_line == pytest.approx(geo.to_numpy(), rel=1e-6)
@@ -282,12 +339,21 @@ def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
 
 
 def test_paired_difference_figure_and_tables(tmp_path):
-    res = A.load_results(write_sweep(tmp_path / "sw", init_stds=("1.0", "0.036"), seeds=(0, 1, 2),
-                                     statuses={(False, "0.036", "nano", 2): "failed"}))
+    res = A.load_results(
+        write_sweep(
+            tmp_path / "sw",
+            init_stds=("1.0", "0.036"),
+            seeds=(0, 1, 2),
+            statuses={(False, "0.036", "nano", 2): "failed"},
+        )
+    )
     fig = F.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
     assert "tie=true_init=0.036_model=nano_seed=2: finished, no partner" in fig.skipped
-    assert any("3 seeds x 40 windows" in f for f in fig.flagged) and any("windows only" in f for f in fig.flagged)
-    from tiedvsuntied.paired import paired_table
+    assert any("3 seeds x 40 windows" in f for f in fig.flagged) and any(
+        "windows only" in f for f in fig.flagged
+    )
+    from tiedvsuntied.figures.paired import paired_table
+
     t = paired_table(res.runs)
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
@@ -300,23 +366,49 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
     import pandas as pd
 
     modes = [("keep", "head"), ("copy", "head"), ("fresh", "all")]
-    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(4)], "name": ["ft"] * 4, "seed": [0, 0, 0, 1],
-                         "status": "finished", "tie": True, "init_std": "0.02", "model": "nano", "vocab_size": 97,
-                         "data_id": "d", "variant": [f"finetune.trainable={t}, finetune.untie={u}"
-                                                     for u, t in modes + [modes[0]]]})
-    history = pd.DataFrame([{"run_id": f"r{i}", "step": step, "val/loss": 5 - step / 10, "retain/loss": 4 + step / 10,
-                             "drift/emb_cos_seen": 1 - step / 100, "drift/emb_cos_unseen": 1 - step / 200,
-                             "init_std": "0.02", "variant": runs["variant"][i]} for i in range(4) for step in (0, 1, 2)])
+    runs = pd.DataFrame(
+        {
+            "run_id": [f"r{i}" for i in range(4)],
+            "name": ["ft"] * 4,
+            "seed": [0, 0, 0, 1],
+            "status": "finished",
+            "tie": True,
+            "init_std": "0.02",
+            "model": "nano",
+            "vocab_size": 97,
+            "data_id": "d",
+            "variant": [
+                f"finetune.trainable={t}, finetune.untie={u}" for u, t in modes + [modes[0]]
+            ],
+        }
+    )
+    history = pd.DataFrame(
+        [
+            {
+                "run_id": f"r{i}",
+                "step": step,
+                "val/loss": 5 - step / 10,
+                "retain/loss": 4 + step / 10,
+                "drift/emb_cos_seen": 1 - step / 100,
+                "drift/emb_cos_unseen": 1 - step / 200,
+                "init_std": "0.02",
+                "variant": runs["variant"][i],
+            }
+            for i in range(4)
+            for step in (0, 1, 2)
+        ]
+    )
     fig = F.fig_finetune(runs, history)
     retention, drift = fig.axes[0], fig.axes[1]
-    assert len(retention.get_lines()) == 3 and len(drift.get_lines()) == 6  # seen and unseen per mode
+    assert (
+        len(retention.get_lines()) == 3 and len(drift.get_lines()) == 6
+    )  # seen and unseen per mode
     assert [list(line.get_ydata()) for line in retention.get_lines()][0] == [4.0, 4.1, 4.2]
     assert fig.skipped == ["ft: another seed of a mode shown"]
 
 
-
 def test_linear_cka_is_one_up_to_rotation_and_scale_and_near_zero_for_unrelated_rows():
-    from tiedvsuntied.similarity import linear_cka
+    from tiedvsuntied.figures.similarity import linear_cka
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((500, 32))
@@ -327,21 +419,25 @@ def test_linear_cka_is_one_up_to_rotation_and_scale_and_near_zero_for_unrelated_
 
 
 def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(tmp_path):
-    from tiedvsuntied.similarity import pair_cka
+    from tiedvsuntied.figures.similarity import pair_cka
 
     sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1, 2))
     write_run(tmp_path / "sw", tie=True, init_std="0.02", seed=3)  # no partner: not a pair
     runs = A.load_results(sweep).runs.assign(setting="0.02")
     cka = pair_cka(runs)
-    assert sorted(cka["seed"].unique()) == [0, 1, 2] and len(cka) == 3 * 5  # probes at 0, 5, ..., 20
+    assert (
+        sorted(cka["seed"].unique()) == [0, 1, 2] and len(cka) == 3 * 5
+    )  # probes at 0, 5, ..., 20
     # by construction of the fake runs the tied matrix is the output one, mostly
-    assert (cka["cka_out"] > cka["cka_in"] + 0.3).all() and (cka["cka_untied"] < 0.5).all()  # 64 rows: biased up
+    assert (cka["cka_out"] > cka["cka_in"] + 0.3).all() and (
+        cka["cka_untied"] < 0.5
+    ).all()  # 64 rows: biased up
     fig = F.REGISTRY["fig8_cka"].write(A.load_results(sweep), tmp_path, ["png"])[1]
     assert sum(len(ax.collections) for ax in fig.axes) == 3  # 3 seeds: a t-band per side
 
 
 def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
-    from tiedvsuntied.similarity import fig_anisotropy
+    from tiedvsuntied.figures.similarity import fig_anisotropy
 
     fig = fig_anisotropy(results.runs, results.history)
     colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in _lines(fig)}
@@ -350,7 +446,7 @@ def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
 
 
 def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_panel(results):
-    from tiedvsuntied.similarity import fig_anisotropy, fig_cka
+    from tiedvsuntied.figures.similarity import fig_anisotropy, fig_cka
 
     history = results.history.assign(**{"drift/emb_cos_seen": 0.99})  # what fine-tuning runs log
     fig = fig_anisotropy(results.runs, history)
@@ -362,31 +458,64 @@ def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_pane
 
 def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp_path, capsys):
     write_sweep(tmp_path / "a", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=512)
-    write_sweep(tmp_path / "b", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=4096, data_files="b.txt")
+    write_sweep(
+        tmp_path / "b", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=4096, data_files="b.txt"
+    )
     runs = A.load_results(tmp_path / "a", tmp_path / "b").runs
-    fig = F.REGISTRY["fig11_crossover"].write(A.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"])[1]
-    points = sorted((line.get_xdata()[0], line.get_ydata()[0]) for line in _lines(fig) if line.get_marker() == "o")
-    from tiedvsuntied.paired import paired_table
+    fig = F.REGISTRY["fig11_crossover"].write(
+        A.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"]
+    )[1]
+    points = sorted(
+        (line.get_xdata()[0], line.get_ydata()[0])
+        for line in _lines(fig)
+        if line.get_marker() == "o"
+    )
+    from tiedvsuntied.figures.paired import paired_table
+
     expected = []
     for vocab in (512, 4096):
         r = runs[runs["vocab_size"] == vocab]
         tied = r[r["tie"] == True].iloc[0]  # noqa: E712
         diff = paired_table(r, ("final",))["diff"].iloc[0]
-        expected.append((100 * tied["params_embedding"] / tied["params_total"],
-                         100 * diff / r.loc[r["tie"] == False, "test_loss"].mean()))  # noqa: E712
+        expected.append(
+            (
+                100 * tied["params_embedding"] / tied["params_total"],
+                100 * diff / r.loc[r["tie"] == False, "test_loss"].mean(),
+            )
+        )  # noqa: E712
     assert len(points) == 2 and np.ravel(points) == pytest.approx(np.ravel(sorted(expected)))
     assert points[0][0] < points[1][0]  # the larger vocabulary holds the larger share
     assert any("3 seeds x 40 windows" in f for f in fig.flagged)
     # the CLI makes it from mixed sweeps; the single-dataset figures say to pick one
-    args = [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--formats", "png"]
-    assert F.main(args + ["--only", "fig11_crossover"]) == 0 and (tmp_path / "o" / "fig11_crossover.png").exists()
+    args = [
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        "--out",
+        str(tmp_path / "o"),
+        "--formats",
+        "png",
+    ]
+    assert (
+        F.main(args + ["--only", "fig11_crossover"]) == 0
+        and (tmp_path / "o" / "fig11_crossover.png").exists()
+    )
 
 
-def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_log_sigma_axis(results):
+def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_log_sigma_axis(
+    results,
+):
     runs = results.runs.copy()
     zero = runs.index[runs["tie"] == False][0]  # noqa: E712
-    runs.loc[zero, ["init_logit_std", "init_val_loss"]] = 0.0, math.log(int(runs.loc[zero, "vocab_size"]))
+    runs.loc[zero, ["init_logit_std", "init_val_loss"]] = (
+        0.0,
+        math.log(int(runs.loc[zero, "vocab_size"])),
+    )
     fig = F.fig_initial_loss(runs)
     assert f"{runs.loc[zero, 'name']}: σ = 0 (zero head), left panel only" in fig.skipped
-    points = [x for line in fig.axes[1].get_lines() if line.get_linestyle() == "None" for x in line.get_xdata()]
+    points = [
+        x
+        for line in fig.axes[1].get_lines()
+        if line.get_linestyle() == "None"
+        for x in line.get_xdata()
+    ]
     assert points and min(points) > 0  # the runs' points: nothing at σ = 0 on the log axis

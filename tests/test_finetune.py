@@ -1,5 +1,6 @@
 """Fine-tuning from a finished run: the facts the study rests on, measured through the trainer
 (real runs, real checkpoints), and the starts it refuses in one line."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import QUICK, USE_GPT2, compose, generated_corpus
+
 from tiedvsuntied.train import ConfigError, train
 
 STEPS = ["trainer.max_steps=4", "trainer.eval_interval=2", "trainer.test_eval=false"]
@@ -27,7 +28,15 @@ def start(tmp_path_factory):
 
 
 def _finetune(root, start_dir, data, *extra):
-    over = [*QUICK, *data, *STEPS, f"init_from='{start_dir}'", f"results_dir={root}", "sweep=ft", *extra]
+    over = [
+        *QUICK,
+        *data,
+        *STEPS,
+        f"init_from='{start_dir}'",
+        f"results_dir={root}",
+        "sweep=ft",
+        *extra,
+    ]
     s = train(compose(*over), overrides=over)
     run_dir = root / "ft" / s.run_id
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -42,38 +51,73 @@ def _start_weights(start_dir):
 def test_tied_head_training_moves_embedding_rows_of_tokens_absent_from_the_new_data(start):
     root, start_dir, pre, data = start
     s, run_dir, evals, w = _finetune(root, start_dir, data, "finetune.trainable=head")
-    assert s.status.value == "finished" and s.params["trainable"] == s.params["embedding"]  # the one matrix
+    assert (
+        s.status.value == "finished" and s.params["trainable"] == s.params["embedding"]
+    )  # the one matrix
     unseen = np.load(run_dir / "token_freq.npy") == 0
-    moved = (w["transformer.wte.weight"] != _start_weights(start_dir)["transformer.wte.weight"]).any(1).numpy()
+    moved = (
+        (w["transformer.wte.weight"] != _start_weights(start_dir)["transformer.wte.weight"])
+        .any(1)
+        .numpy()
+    )
     assert unseen.any() and moved[unseen].all()
     assert evals[-1]["drift/emb_cos_unseen"] < 1.0 and "drift/head_cos_seen" not in evals[-1]
-    assert evals[0]["retain/loss"] == pytest.approx(pre.final_val_loss, abs=1e-4)  # step 0: the start itself
+    assert evals[0]["retain/loss"] == pytest.approx(
+        pre.final_val_loss, abs=1e-4
+    )  # step 0: the start itself
 
 
 def test_untied_by_copy_head_training_leaves_the_embedding_bit_for_bit(start):
     root, start_dir, pre, data = start
-    s, run_dir, evals, w = _finetune(root, start_dir, data, "finetune.untie=copy", "finetune.trainable=head")
+    s, run_dir, evals, w = _finetune(
+        root, start_dir, data, "finetune.untie=copy", "finetune.trainable=head"
+    )
     sw = _start_weights(start_dir)
     assert torch.equal(w["transformer.wte.weight"], sw["transformer.wte.weight"])
     assert not torch.equal(w["lm_head.weight"], sw["transformer.wte.weight"])
     assert s.tie is True and s.params["head"] == s.params["embedding"] == s.params["trainable"]
     assert all(e["drift/emb_cos_seen"] == pytest.approx(1.0, abs=1e-6) for e in evals)
     assert evals[-1]["drift/head_cos_seen"] < 1.0
-    assert evals[0]["val/loss"] == pytest.approx(_finetune(root, start_dir, data)[2][0]["val/loss"], abs=1e-5)
-    assert evals[0]["probe/frequent/in_out_cos_mean"] == pytest.approx(1.0, abs=1e-6)  # step 0: head = embedding
+    assert evals[0]["val/loss"] == pytest.approx(
+        _finetune(root, start_dir, data)[2][0]["val/loss"], abs=1e-5
+    )
+    assert evals[0]["probe/frequent/in_out_cos_mean"] == pytest.approx(
+        1.0, abs=1e-6
+    )  # step 0: head = embedding
     fresh = _finetune(root, start_dir, data, "finetune.untie=fresh", "finetune.trainable=head")[2]
-    assert abs(fresh[0]["probe/frequent/in_out_cos_mean"]) < 0.05  # a random head: unrelated to the embedding
+    assert (
+        abs(fresh[0]["probe/frequent/in_out_cos_mean"]) < 0.05
+    )  # a random head: unrelated to the embedding
 
 
-@pytest.mark.parametrize("extra, says", [
-    (["init_from=/nonexistent/run"], "init_from=/nonexistent/run: no finished run of this harness"),
-    (["model.n_embd=128"], "model.n_embd=128 conflicts with init_from (its n_embd is 64)"),
-    (["tie=false"], "tie=false conflicts with init_from (tie=true): to untie a tied start use finetune.untie=copy"),
-    (["data.encoding=bytes" if USE_GPT2 else "data.encoding=gpt2"], "fine-tune with the start's tokenizer"),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (
+            ["init_from=/nonexistent/run"],
+            "init_from=/nonexistent/run: no finished run of this harness",
+        ),
+        (["model.n_embd=128"], "model.n_embd=128 conflicts with init_from (its n_embd is 64)"),
+        (
+            ["tie=false"],
+            "tie=false conflicts with init_from (tie=true): to untie a tied start use finetune.untie=copy",
+        ),
+        (
+            ["data.encoding=bytes" if USE_GPT2 else "data.encoding=gpt2"],
+            "fine-tune with the start's tokenizer",
+        ),
+    ],
+)
 def test_starts_that_cannot_be_fine_tuned_are_refused_in_one_line(start, extra, says):
     root, start_dir, _, data = start
-    over = [*QUICK, *data, *STEPS, f"init_from='{start_dir}'", f"results_dir={root / 'bad'}", *extra]
+    over = [
+        *QUICK,
+        *data,
+        *STEPS,
+        f"init_from='{start_dir}'",
+        f"results_dir={root / 'bad'}",
+        *extra,
+    ]
     with pytest.raises(ConfigError, match=None) as e:
         train(compose(*over), overrides=over)
     assert says in str(e.value) and "\n" not in str(e.value)
@@ -84,9 +128,17 @@ def test_untie_from_an_untied_start_is_refused(start, tmp_path):
     root, _, _, data = start
     over = [*QUICK, "tie=false", f"results_dir={tmp_path}", "sweep=pre"]
     untied = train(compose(*over), overrides=over)
-    over = [*QUICK, *data, *STEPS, f"init_from='{tmp_path / 'pre' / untied.run_id}'", "finetune.untie=copy",
-            f"results_dir={tmp_path}"]
-    with pytest.raises(ConfigError, match="finetune.untie=copy needs a tied start; init_from is untied"):
+    over = [
+        *QUICK,
+        *data,
+        *STEPS,
+        f"init_from='{tmp_path / 'pre' / untied.run_id}'",
+        "finetune.untie=copy",
+        f"results_dir={tmp_path}",
+    ]
+    with pytest.raises(
+        ConfigError, match="finetune.untie=copy needs a tied start; init_from is untied"
+    ):
         train(compose(*over), overrides=over)
 
 
@@ -103,35 +155,54 @@ def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_p
         calls.append(1)
         if len(calls) == 1:  # Ctrl-C right after the step-2 checkpoint
             raise KeyboardInterrupt("test")
+
     monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         _finetune(tmp_path / "run", start_dir, data, *extra)
     monkeypatch.setattr(T, "save_checkpoint", real)
     s, _, evals, _ = _finetune(tmp_path / "run", start_dir, data, *extra)
     assert s.status.value == "finished" and s.resumed_from_step == 2
-    assert evals[-1]["step"] == 4 and evals[-1] == pytest.approx(ref[-1], rel=0, abs=1e-6)  # drift from step 0, not 2
+    assert evals[-1]["step"] == 4 and evals[-1] == pytest.approx(
+        ref[-1], rel=0, abs=1e-6
+    )  # drift from step 0, not 2
 
 
 def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path):
     from conftest import VOCAB
+
     from tiedvsuntied.hf import save_pretrained
     from tiedvsuntied.model import GPT, ModelConfig
 
     _, _, _, data = start
-    save_pretrained(GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=VOCAB), seed=0),
-                    tmp_path / "gpt2-like")
+    save_pretrained(
+        GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=VOCAB), seed=0),
+        tmp_path / "gpt2-like",
+    )
     s, run_dir, evals, w = _finetune(tmp_path, tmp_path / "gpt2-like", data, "finetune.untie=copy")
     assert s.status.value == "finished" and s.tie is True and "lm_head.weight" in w
     assert "retain/loss" not in evals[0]  # no data of its own to retain
 
 
 def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
-    from tiedvsuntied import records as R
+    from tiedvsuntied import results as R
 
-    before = {"tie": True, "init_std": "0.02", "seed": 0, "model": {"n_embd": 64}, "optim": {"lr": 1e-3}}
-    now = {**before, "init_from": None, "finetune": {"untie": "keep", "trainable": "all"},
-           "model": {"n_embd": 64, "logit_scale": "1", "emb_scale": "1"}}
+    before = {
+        "tie": True,
+        "init_std": "0.02",
+        "seed": 0,
+        "model": {"n_embd": 64},
+        "optim": {"lr": 1e-3},
+    }
+    now = {
+        **before,
+        "init_from": None,
+        "finetune": {"untie": "keep", "trainable": "all"},
+        "model": {"n_embd": 64, "logit_scale": "1", "emb_scale": "1"},
+    }
     assert R.run_id(now, "n", "fp") == R.run_id(before, "n", "fp")  # a rerun finds the old run
-    for changed in ({"init_from": "results/pre"}, {"finetune": {"untie": "copy", "trainable": "all"}},
-                    {"model": {"n_embd": 64, "logit_scale": "0.5", "emb_scale": "1"}}):
+    for changed in (
+        {"init_from": "results/pre"},
+        {"finetune": {"untie": "copy", "trainable": "all"}},
+        {"model": {"n_embd": 64, "logit_scale": "0.5", "emb_scale": "1"}},
+    ):
         assert R.run_id({**now, **changed}, "n", "fp") != R.run_id(before, "n", "fp")

@@ -1,6 +1,7 @@
 """Hydra's submitit launcher, as on a SLURM cluster but local (hydra/launcher=local_slurm): a
 real multirun of 2 jobs, and a job warned of its time limit (SIGUSR2, as SLURM sends it) that
 saves a checkpoint, is requeued by submitit and resumes the run."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,23 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS_OVERRIDES, REPO
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
-BASE = [sys.executable, "-m", "tiedvsuntied.run", "-m", "hydra/launcher=local_slurm", "model=nano",
-        *CORPUS_OVERRIDES, "trainer.batch_size=4", "trainer.eval_windows=4", "trainer.progress=false",
-        "wandb.mode=offline"]
+BASE = [
+    sys.executable,
+    "-m",
+    "tiedvsuntied.run",
+    "-m",
+    "hydra/launcher=local_slurm",
+    "model=nano",
+    *CORPUS_OVERRIDES,
+    "trainer.batch_size=4",
+    "trainer.eval_windows=4",
+    "trainer.progress=false",
+    "wandb.mode=offline",
+]
 
 
 def _env(cache) -> dict:
@@ -32,9 +42,22 @@ def _summaries(sweep: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_two_job_sweep_through_the_submitit_launcher_finishes_both_runs(tmp_path, session_cache):
-    out = subprocess.run([*BASE, "tie=true,false", "trainer.max_steps=6", "trainer.eval_interval=3",
-                          f"results_dir={tmp_path}", "sweep=sl", f"hydra.sweep.dir={tmp_path}/multirun"],
-                         cwd=REPO, env=_env(session_cache), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            *BASE,
+            "tie=true,false",
+            "trainer.max_steps=6",
+            "trainer.eval_interval=3",
+            f"results_dir={tmp_path}",
+            "sweep=sl",
+            f"hydra.sweep.dir={tmp_path}/multirun",
+        ],
+        cwd=REPO,
+        env=_env(session_cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     runs = _summaries(tmp_path / "sl")
     assert sorted(r["tie"] for r in runs) == [False, True]
@@ -57,18 +80,38 @@ def _task_pids(folder: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_resumes(tmp_path, session_cache):
+def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_resumes(
+    tmp_path, session_cache
+):
     sweep = tmp_path / "rq"
-    proc = subprocess.Popen([*BASE, "trainer.max_steps=200", "trainer.eval_interval=1000", "trainer.log_interval=5",
-                             "trainer.ckpt_interval=1000", "trainer.compile=false", f"results_dir={tmp_path}",
-                             "sweep=rq", f"hydra.sweep.dir={tmp_path}/multirun"],
-                            cwd=REPO, env=_env(session_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *BASE,
+            "trainer.max_steps=200",
+            "trainer.eval_interval=1000",
+            "trainer.log_interval=5",
+            "trainer.ckpt_interval=1000",
+            "trainer.compile=false",
+            f"results_dir={tmp_path}",
+            "sweep=rq",
+            f"hydra.sweep.dir={tmp_path}/multirun",
+        ],
+        cwd=REPO,
+        env=_env(session_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, signalled = time.time() + 300, None
         while signalled is None and time.time() < deadline and proc.poll() is None:
             time.sleep(0.5)
-            steps = [json.loads(x)["step"] for p in sweep.glob("*/metrics.jsonl") for x in p.read_text().splitlines()
-                     if x.endswith("}")]
+            steps = [
+                json.loads(x)["step"]
+                for p in sweep.glob("*/metrics.jsonl")
+                for x in p.read_text().splitlines()
+                if x.endswith("}")
+            ]
             if max(steps, default=0) >= 20 and (pids := _task_pids(tmp_path / "multirun")):
                 for pid in pids:
                     os.kill(pid, signal.SIGUSR2)  # what SLURM sends signal_delay_s before the limit
@@ -89,14 +132,37 @@ def test_a_job_warned_of_its_time_limit_checkpoints_is_requeued_and_resumes(tmp_
     assert steps == list(range(5, 201, 5))  # each training step logged once, resumed or not
 
 
-@pytest.mark.parametrize("override, says", [
-    ("hydra/launcher=slurmm", ["Could not find 'hydra/launcher/slurmm'", "slurm", "local_slurm", "parallel"]),
-    ("hydra.launcher.partitionn=gpu", ["Key 'partitionn' not in 'SlurmQueueConf'", "hydra.launcher.partitionn"]),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        (
+            "hydra/launcher=slurmm",
+            ["Could not find 'hydra/launcher/slurmm'", "slurm", "local_slurm", "parallel"],
+        ),
+        (
+            "hydra.launcher.partitionn=gpu",
+            ["Key 'partitionn' not in 'SlurmQueueConf'", "hydra.launcher.partitionn"],
+        ),
+    ],
+)
 def test_a_launcher_option_that_does_not_exist_is_named_before_any_work(tmp_path, override, says):
     extra = [] if override.startswith("hydra/launcher") else ["hydra/launcher=slurm"]
-    out = subprocess.run([sys.executable, "-m", "tiedvsuntied.run", "-m", *extra, override, "tie=true,false",
-                          f"results_dir={tmp_path / 'results'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiedvsuntied.run",
+            "-m",
+            *extra,
+            override,
+            "tie=true,false",
+            f"results_dir={tmp_path / 'results'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert all(s in out.stderr for s in says), out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "results").exists()

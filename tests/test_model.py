@@ -1,5 +1,6 @@
 """The model: HF equivalence, tying, the init table, seeding, chunked loss, gradient split,
 parameter accounting, bad input and pretrained weights."""
+
 from __future__ import annotations
 
 import math
@@ -16,19 +17,29 @@ import torch
 from torch.nn import functional as F
 
 from tiedvsuntied.hf import from_pretrained, save_pretrained
-from tiedvsuntied.losses import chunked_cross_entropy
 from tiedvsuntied.model import (
-    GPT, ModelConfig, ModelConfigError, canonical_init_std, count_parameters, count_parameters_for,
-    flops_per_token, init_table_markdown, resolve_init_std,
+    GPT,
+    ModelConfig,
+    ModelConfigError,
+    canonical_init_std,
+    count_parameters,
+    count_parameters_for,
+    flops_per_token,
+    init_table_markdown,
+    resolve_init_std,
 )
+from tiedvsuntied.model.loss import chunked_cross_entropy
 
 REPO = Path(__file__).resolve().parents[1]
-GPT2_SMALL = ModelConfig(name="small", vocab_size=50257, block_size=1024, n_embd=768, n_layer=12, n_head=12)
+GPT2_SMALL = ModelConfig(
+    name="small", vocab_size=50257, block_size=1024, n_embd=768, n_layer=12, n_head=12
+)
 
 
 def tiny(**kw) -> ModelConfig:
-    return ModelConfig(**{**dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16,
-                                 vocab_size=97), **kw})
+    return ModelConfig(
+        **{**dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97), **kw}
+    )
 
 
 def batch(cfg, B=3, seed=0):
@@ -49,9 +60,17 @@ def assert_same_weights(a: GPT, b: GPT):
 
 def _random_hf_model(tie=True):
     transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.GPT2Config(vocab_size=101, n_positions=24, n_embd=48, n_layer=2, n_head=4,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     tie_word_embeddings=tie)
+    hf_cfg = transformers.GPT2Config(
+        vocab_size=101,
+        n_positions=24,
+        n_embd=48,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=tie,
+    )
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
     with torch.no_grad():  # HF inits LayerNorms to 1/0 and biases to 0: make every tensor count
@@ -145,14 +164,19 @@ def test_from_pretrained_reads_the_original_gpt2_layout(tmp_path):
 
     model = GPT(tiny(), seed=0)
     save_pretrained(model, tmp_path)
-    sd = {k.removeprefix("transformer."): v for k, v in load_file(tmp_path / "model.safetensors").items()}
+    sd = {
+        k.removeprefix("transformer."): v
+        for k, v in load_file(tmp_path / "model.safetensors").items()
+    }
     sd["h.0.attn.bias"] = torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16)
     (tmp_path / "model.safetensors").unlink()
     torch.save(sd, tmp_path / "pytorch_model.bin")
     assert_same_weights(model, from_pretrained(tmp_path))
     sd["h.0.attn.c_extra.weight"] = torch.zeros(2)
     torch.save(sd, tmp_path / "pytorch_model.bin")
-    with pytest.raises(ValueError, match=r"unexpected keys \['transformer.h.0.attn.c_extra.weight'\]"):
+    with pytest.raises(
+        ValueError, match=r"unexpected keys \['transformer.h.0.attn.c_extra.weight'\]"
+    ):
         from_pretrained(tmp_path)
 
 
@@ -170,8 +194,9 @@ def test_unreachable_hub_fails_fast_and_says_what_to_do(monkeypatch, tmp_path):
         "except OSError as e:\n"
         "    print(f'{time.monotonic() - start:.2f}'); print(e)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)  # the guard: a hanging download fails the test
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )  # the guard: a hanging download fails the test
     assert proc.returncode == 0 and proc.stdout, proc.stderr  # OSError raised and caught
     seconds, message = proc.stdout.split("\n", 1)
     assert float(seconds) < 20, f"took {seconds} s to fail"
@@ -218,7 +243,9 @@ def test_t5_rescale_scales_logits_by_inv_sqrt_d():
     plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(t5_rescale=True), seed=0).eval()
     idx, _ = batch(cfg)
     with torch.no_grad():
-        torch.testing.assert_close(t5(idx)[0], plain(idx)[0] * cfg.n_embd ** -0.5, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            t5(idx)[0], plain(idx)[0] * cfg.n_embd**-0.5, rtol=1e-5, atol=1e-6
+        )
 
 
 # ----------------------------------------------------------------------------- init
@@ -238,8 +265,13 @@ def test_every_tensor_follows_the_documented_init_table(tie, init_std, n_embd):
     n_layer = 3
     cfg = ModelConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=64, vocab_size=1024)
     model = GPT(cfg, tie=tie, init_std=init_std, seed=0)
-    emb_std = 1.0 if init_std == "1.0" else n_embd ** -0.5
-    symbols = {"emb": emb_std, "head": emb_std, "body": 0.02, "resid": 0.02 / math.sqrt(2 * n_layer)}
+    emb_std = 1.0 if init_std == "1.0" else n_embd**-0.5
+    symbols = {
+        "emb": emb_std,
+        "head": emb_std,
+        "body": 0.02,
+        "resid": 0.02 / math.sqrt(2 * n_layer),
+    }
     assert model.init_stds() == pytest.approx(symbols) and model.init_std == init_std
     seen = set()
     for name, p in model.named_parameters():
@@ -266,10 +298,19 @@ def test_docs_show_the_init_table():
     assert init_table_markdown() in (REPO / "docs" / "model.md").read_text()
 
 
-@pytest.mark.parametrize("value, spelling", [
-    ("1", "1.0"), ("1.0", "1.0"), ("1e0", "1.0"), (1, "1.0"), (0.036, "0.036"), (" 0.02 ", "0.02"),
-    ("inv_sqrt_d", "inv_sqrt_d"), ("d^-0.5", "inv_sqrt_d"),
-])
+@pytest.mark.parametrize(
+    "value, spelling",
+    [
+        ("1", "1.0"),
+        ("1.0", "1.0"),
+        ("1e0", "1.0"),
+        (1, "1.0"),
+        (0.036, "0.036"),
+        (" 0.02 ", "0.02"),
+        ("inv_sqrt_d", "inv_sqrt_d"),
+        ("d^-0.5", "inv_sqrt_d"),
+    ],
+)
 def test_canonical_init_std(value, spelling):
     assert canonical_init_std(value) == spelling
 
@@ -284,15 +325,24 @@ def test_canonical_init_std_refuses_with_one_line_naming_the_key(value):
 def test_resolve_init_std_and_overrides():
     assert resolve_init_std("0.036", 768) == 0.036
     assert resolve_init_std(1.0, 768) == 1.0
-    assert resolve_init_std("inv_sqrt_d", 768) == 768 ** -0.5
+    assert resolve_init_std("inv_sqrt_d", 768) == 768**-0.5
     assert resolve_init_std("d^-0.5", 64) == 0.125
-    cfg = ModelConfig(emb_init_std="1.0", head_init_std="0.01", n_embd=64, n_head=2, n_layer=1,
-                      vocab_size=4096, block_size=8)
+    cfg = ModelConfig(
+        emb_init_std="1.0",
+        head_init_std="0.01",
+        n_embd=64,
+        n_head=2,
+        n_layer=1,
+        vocab_size=4096,
+        block_size=8,
+    )
     model = GPT(cfg, tie=False, init_std="inv_sqrt_d", seed=0)
     assert model.init_stds()["emb"] == 1.0 and model.init_stds()["head"] == 0.01
     assert model.transformer.wte.weight.std().item() == pytest.approx(1.0, rel=0.03)
     assert model.lm_head.weight.std().item() == pytest.approx(0.01, rel=0.03)
-    untied = GPT(ModelConfig(head_init_std="inv_sqrt_d", n_embd=64), tie=False, init_std="0.02", seed=0)
+    untied = GPT(
+        ModelConfig(head_init_std="inv_sqrt_d", n_embd=64), tie=False, init_std="0.02", seed=0
+    )
     assert untied.init_stds()["emb"] == 0.02 and untied.init_stds()["head"] == 0.125
 
 
@@ -315,7 +365,9 @@ def test_tied_and_untied_share_the_body_for_a_seed():
         assert torch.equal(p, u[name]), name
     assert not torch.equal(untied.lm_head.weight, untied.transformer.wte.weight)
     other = GPT(tiny(), seed=8)
-    assert not torch.equal(other.transformer.h[0].attn.c_attn.weight, tied.transformer.h[0].attn.c_attn.weight)
+    assert not torch.equal(
+        other.transformer.h[0].attn.c_attn.weight, tied.transformer.h[0].attn.c_attn.weight
+    )
 
 
 def test_a_seeded_build_leaves_the_global_rng_alone():
@@ -330,7 +382,9 @@ def test_seed_none_follows_the_global_rng():
     a = GPT(tiny(), seed=None)
     torch.manual_seed(123)
     b = GPT(tiny(), seed=None)
-    assert a.init_seed == b.init_seed and torch.equal(a.transformer.wte.weight, b.transformer.wte.weight)
+    assert a.init_seed == b.init_seed and torch.equal(
+        a.transformer.wte.weight, b.transformer.wte.weight
+    )
 
 
 # ----------------------------------------------------------------------------- forward & loss
@@ -357,8 +411,9 @@ def test_chunked_loss_equals_full_loss_and_gradients(tie):
     for n in g_full:
         torch.testing.assert_close(g_chunked[n], g_full[n], rtol=1e-5, atol=1e-7, msg=n)
     with torch.no_grad():
-        torch.testing.assert_close(chunked(x, y, loss_chunk=7, return_logits=False)[1], loss_full,
-                                   rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            chunked(x, y, loss_chunk=7, return_logits=False)[1], loss_full, rtol=1e-6, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("chunk", [7, 0])
@@ -492,7 +547,10 @@ def test_grad_split_changes_no_gradient_and_needs_a_backward():
 
 
 def test_gpt2_small_parameter_counts():
-    tied, untied = count_parameters_for(GPT2_SMALL, tie=True), count_parameters_for(GPT2_SMALL, tie=False)
+    tied, untied = (
+        count_parameters_for(GPT2_SMALL, tie=True),
+        count_parameters_for(GPT2_SMALL, tie=False),
+    )
     assert tied["total"] == 124_439_808
     assert untied["total"] == 163_037_184
     assert tied["embedding"] == untied["embedding"] == 38_597_376
@@ -506,13 +564,18 @@ def test_count_parameters_on_a_real_model(tie):
     cfg = tiny()
     model = GPT(cfg, tie=tie, seed=0)
     unique = {p.data_ptr(): p.numel() for p in model.parameters()}
-    by_hand = sum(p.numel() for n, p in model.state_dict().items() if not (tie and n == "lm_head.weight"))
+    by_hand = sum(
+        p.numel() for n, p in model.state_dict().items() if not (tie and n == "lm_head.weight")
+    )
     counts = count_parameters(model)
     assert counts["total"] == sum(unique.values()) == by_hand
     assert counts == count_parameters_for(cfg, tie=tie)  # the meta-device count agrees
     assert counts == count_parameters(torch.compile(model))  # a compiled model is unwrapped
     assert counts["head"] == (0 if tie else cfg.vocab_size * cfg.n_embd)
-    assert counts["non_embedding"] == counts["total"] - counts["embedding"] - counts["position"] - counts["head"]
+    assert (
+        counts["non_embedding"]
+        == counts["total"] - counts["embedding"] - counts["position"] - counts["head"]
+    )
 
 
 def test_flops_per_token():
@@ -527,18 +590,25 @@ def test_flops_per_token():
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("model.n_head", dict(n_head=3, n_embd=100), "must divide model.n_embd=100"),
-    ("model.n_layer", dict(n_layer=0), "> 0"),
-    ("model.dropout", dict(dropout=1.0), r"\[0, 1\)"),
-    ("model.dropout", dict(dropout=-0.1), r"\[0, 1\)"),
-    ("model.body_init_std", dict(body_init_std=0.0), "> 0"),
-    ("init_std", dict(init_std="0"), "> 0"),
-    ("init_std", dict(init_std="big"), "inv_sqrt_d"),
-    ("model.head_init_std", dict(head_init_std="nan", tie=False), ">= 0"),
-    ("tie", dict(tie="false"), "true or false"),
-    ("model.emb_init_std", dict(emb_init_std="1.0", head_init_std="0.02"), "tie=true shares one matrix"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("model.n_head", dict(n_head=3, n_embd=100), "must divide model.n_embd=100"),
+        ("model.n_layer", dict(n_layer=0), "> 0"),
+        ("model.dropout", dict(dropout=1.0), r"\[0, 1\)"),
+        ("model.dropout", dict(dropout=-0.1), r"\[0, 1\)"),
+        ("model.body_init_std", dict(body_init_std=0.0), "> 0"),
+        ("init_std", dict(init_std="0"), "> 0"),
+        ("init_std", dict(init_std="big"), "inv_sqrt_d"),
+        ("model.head_init_std", dict(head_init_std="nan", tie=False), ">= 0"),
+        ("tie", dict(tie="false"), "true or false"),
+        (
+            "model.emb_init_std",
+            dict(emb_init_std="1.0", head_init_std="0.02"),
+            "tie=true shares one matrix",
+        ),
+    ],
+)
 def test_bad_config_is_refused_before_allocating_in_one_line(key, value, says):
     run_keys = {k: value.pop(k) for k in ("tie", "init_std") if k in value}
     # a vocabulary this large could not be allocated: the error must come first
@@ -549,8 +619,16 @@ def test_bad_config_is_refused_before_allocating_in_one_line(key, value, says):
 
 
 def test_tied_overrides_that_agree_are_fine():
-    assert GPT(tiny(emb_init_std="0.5", head_init_std="0.5"), tie=True, init_std="0.5", seed=0).init_stds()["emb"] == 0.5
-    assert GPT(tiny(emb_init_std="1.0", head_init_std="0.02"), tie=False, seed=0).init_stds()["head"] == 0.02
+    assert (
+        GPT(
+            tiny(emb_init_std="0.5", head_init_std="0.5"), tie=True, init_std="0.5", seed=0
+        ).init_stds()["emb"]
+        == 0.5
+    )
+    assert (
+        GPT(tiny(emb_init_std="1.0", head_init_std="0.02"), tie=False, seed=0).init_stds()["head"]
+        == 0.02
+    )
 
 
 def test_config_from_a_mapping_rejects_unknown_keys():
@@ -564,9 +642,10 @@ def test_config_from_a_mapping_rejects_unknown_keys():
 
 # ----------------------------------------------------------------------------- fine-tuning a head
 
+
 def _one_step(model: GPT, trainable: str, x, y) -> None:
     from tiedvsuntied.model import set_trainable
-    from tiedvsuntied.optim import OptimConfig, build_optimizer
+    from tiedvsuntied.train.optim import OptimConfig, build_optimizer
 
     set_trainable(model, trainable)
     opt = build_optimizer(model, OptimConfig(lr=1e-2, weight_decay=0.0))
@@ -586,7 +665,9 @@ def test_untie_by_copy_keeps_the_function_and_fresh_draws_an_untied_models_head(
     fresh.untie("fresh")
     assert (fresh(x)[0] - before).abs().max() > 1.0  # a random head: another function
     untied = GPT(cfg, tie=False, init_std="0.5", seed=3)
-    assert torch.equal(fresh.lm_head.weight, untied.lm_head.weight)  # the head an untied run of this seed has
+    assert torch.equal(
+        fresh.lm_head.weight, untied.lm_head.weight
+    )  # the head an untied run of this seed has
     assert count_parameters(fresh)["head"] == cfg.vocab_size * cfg.n_embd
     with pytest.raises(ModelConfigError, match="already untied; valid only from a tied start"):
         untied.untie("copy")
@@ -627,20 +708,27 @@ def test_trainable_sets_partition_the_parameters(tie):
     assert counts["body"]["trainable"] == parts["non_embedding"]
     assert counts["head"]["trainable"] == (parts["embedding"] if tie else parts["head"])
     assert counts["embedding"]["trainable"] == parts["embedding"] + parts["position"]
-    with pytest.raises(ModelConfigError, match="finetune.trainable='lm_head' is invalid: use one of all, head"):
+    with pytest.raises(
+        ModelConfigError, match="finetune.trainable='lm_head' is invalid: use one of all, head"
+    ):
         set_trainable(model, "lm_head")
 
 
 # ----------------------------------------------------------------------------- scales and head init
+
 
 def test_a_zero_init_untied_head_starts_at_exactly_ln_v():
     cfg = tiny(head_init_std="0")
     x, y = batch(cfg)
     model = GPT(cfg, tie=False, init_std="0.02", seed=0)
     logits, loss = model(x, y)
-    assert torch.count_nonzero(logits) == 0 and loss.item() == pytest.approx(math.log(cfg.vocab_size), abs=1e-6)
+    assert torch.count_nonzero(logits) == 0 and loss.item() == pytest.approx(
+        math.log(cfg.vocab_size), abs=1e-6
+    )
     assert model.init_stds()["head"] == 0.0 and model.transformer.wte.weight.std() > 0.01
-    with pytest.raises(ModelConfigError, match=r"model.emb_init_std='0' is invalid: give a finite number > 0"):
+    with pytest.raises(
+        ModelConfigError, match=r"model.emb_init_std='0' is invalid: give a finite number > 0"
+    ):
         GPT(tiny(emb_init_std="0"), tie=False)
 
 
@@ -650,7 +738,9 @@ def test_logit_scale_generalises_the_t5_rescale_and_scales_the_logits():
     t5 = GPT(tiny(t5_rescale=True), tie=True, seed=1)(x)[0]
     torch.testing.assert_close(GPT(tiny(logit_scale="inv_sqrt_d"), tie=True, seed=1)(x)[0], t5)
     torch.testing.assert_close(GPT(tiny(logit_scale="2"), tie=True, seed=1)(x)[0], 2 * base)
-    with pytest.raises(ModelConfigError, match="model.logit_scale='big' is invalid: give a number > 0, inv_sqrt_d"):
+    with pytest.raises(
+        ModelConfigError, match="model.logit_scale='big' is invalid: give a number > 0, inv_sqrt_d"
+    ):
         GPT(tiny(logit_scale="big"))
 
 
@@ -659,5 +749,5 @@ def test_emb_scale_multiplies_the_token_embedding_on_the_way_in_only():
     scaled = GPT(tiny(emb_scale="sqrt_d"), tie=False, seed=2)
     plain = GPT(tiny(), tie=False, seed=2)
     with torch.no_grad():
-        plain.transformer.wte.weight.mul_(32 ** 0.5)  # d = 32: the same input, an unchanged head
+        plain.transformer.wte.weight.mul_(32**0.5)  # d = 32: the same input, an unchanged head
     torch.testing.assert_close(scaled(x)[0], plain(x)[0])

@@ -1,4 +1,5 @@
 """The notebooks: committed clean and thin; executed top to bottom on the tiny sweep (slow)."""
+
 from __future__ import annotations
 
 import ast
@@ -14,16 +15,36 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {
     "00_overview.ipynb": ["runs.csv"],
-    "01_loss.ipynb": ["fig1_val_loss.pdf", "fig1_val_loss.png", "fig2_loss_vs_params.pdf", "fig2_loss_vs_params.png"],
+    "01_loss.ipynb": [
+        "fig1_val_loss.pdf",
+        "fig1_val_loss.png",
+        "fig2_loss_vs_params.pdf",
+        "fig2_loss_vs_params.png",
+    ],
     "02_initial_loss.ipynb": ["fig3_initial_loss.pdf", "fig3_initial_loss.png"],
     "03_embedding_geometry.ipynb": ["fig4_embedding_geometry.pdf", "fig4_embedding_geometry.png"],
     "04_gradient_split.ipynb": ["fig5_grad_split.pdf", "fig5_grad_split.png"],
     "05_parameter_table.ipynb": ["table_params.md", "table_params.tex"],
-    "06_paired_difference.ipynb": ["fig6_paired_difference.pdf", "fig6_paired_difference.png", "table_paired.md",
-                                   "table_classic.md", "table_arms.md"],
+    "06_paired_difference.ipynb": [
+        "fig6_paired_difference.pdf",
+        "fig6_paired_difference.png",
+        "table_paired.md",
+        "table_classic.md",
+        "table_arms.md",
+    ],
     "07_finetune.ipynb": ["fig7_finetune.pdf", "fig7_finetune.png"],
-    "08_geometry_over_training.ipynb": ["fig8_cka.pdf", "fig8_cka.png", "fig9_anisotropy.pdf", "fig9_anisotropy.png"],
-    "09_study_axes.ipynb": ["fig10_arms.pdf", "fig10_arms.png", "fig11_crossover.pdf", "fig11_crossover.png"],
+    "08_geometry_over_training.ipynb": [
+        "fig8_cka.pdf",
+        "fig8_cka.png",
+        "fig9_anisotropy.pdf",
+        "fig9_anisotropy.png",
+    ],
+    "09_study_axes.ipynb": [
+        "fig10_arms.pdf",
+        "fig10_arms.png",
+        "fig11_crossover.pdf",
+        "fig11_crossover.png",
+    ],
 }
 
 
@@ -41,15 +62,23 @@ def test_notebook_is_committed_clean_and_thin(path):
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     for c in code:
-        assert c.outputs == [] and c.execution_count is None, f"{path.name}: commit notebooks without outputs"
+        assert c.outputs == [] and c.execution_count is None, (
+            f"{path.name}: commit notebooks without outputs"
+        )
     params = code[0]
-    assert "parameters" in params.metadata.get("tags", []), f"{path.name}: first code cell must be tagged parameters"
+    assert "parameters" in params.metadata.get("tags", []), (
+        f"{path.name}: first code cell must be tagged parameters"
+    )
     for var in ("TIEDVSUNTIED_SWEEP_DIR", "TIEDVSUNTIED_FIGURES_DIR", "TIEDVSUNTIED_WANDB_PROJECT"):
         assert var in params.source, f"{path.name}: parameters cell does not read {var}"
-    source = "\n".join(line for c in code for line in c.source.splitlines() if not line.startswith("%"))
+    source = "\n".join(
+        line for c in code for line in c.source.splitlines() if not line.startswith("%")
+    )
     # thin: the plotting lives in tiedvsuntied.figures, not here
     for forbidden in ("matplotlib", "plt.", ".plot(", ".hist(", "add_subplot", "subplots("):
-        assert forbidden not in source, f"{path.name}: plotting code ({forbidden!r}) belongs in tiedvsuntied.figures"
+        assert forbidden not in source, (
+            f"{path.name}: plotting code ({forbidden!r}) belongs in tiedvsuntied.figures"
+        )
     for c in code:  # every cell is valid Python once IPython magics are removed
         ast.parse("\n".join(line for line in c.source.splitlines() if not line.startswith("%")))
 
@@ -65,10 +94,16 @@ def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, mon
         nb = nbformat.read(path, as_version=4)
         # check the kernel is this environment's Python (the one with tiedvsuntied installed)
         nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.prefix)"))
-        NotebookClient(nb, kernel_name="python3", timeout=600,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            kernel_name="python3",
+            timeout=600,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
         assert nb.cells[-1].outputs[0]["text"].strip() == sys.prefix, path.name
-        errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        errors = [
+            o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
+        ]
         assert not errors, f"{path.name}: {errors}"
         for name in WRITES[path.name]:
             f = out / name

@@ -1,4 +1,5 @@
 """Embedding-geometry probes on matrices whose answers are known."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,14 @@ import pytest
 import torch
 
 from tiedvsuntied.model import GPT, ModelConfig
-from tiedvsuntied.probes import MAX_PAIRS, SAMPLE_ROWS, STRATA, probe, sample_rows, vocab_strata
+from tiedvsuntied.train.probes import (
+    MAX_PAIRS,
+    SAMPLE_ROWS,
+    STRATA,
+    probe,
+    sample_rows,
+    vocab_strata,
+)
 
 
 def model_with(emb: torch.Tensor, head: torch.Tensor | None = None) -> GPT:
@@ -27,7 +35,11 @@ def test_strata_split_the_vocabulary_by_training_count():
     freq = np.array([0, 5, 1, 0, 9, 2, 2, 7, 0, 1])
     s = vocab_strata(freq)
     assert s["unseen"].tolist() == [0, 3, 8]
-    assert s["frequent"].tolist() == [1, 4, 7]  # the more frequent half of the 7 seen tokens (9, 7, 5)
+    assert s["frequent"].tolist() == [
+        1,
+        4,
+        7,
+    ]  # the more frequent half of the 7 seen tokens (9, 7, 5)
     assert s["rare"].tolist() == [2, 5, 6, 9]
     assert sorted(np.concatenate(list(s.values())).tolist()) == list(range(10))  # a partition
 
@@ -45,9 +57,15 @@ def test_stats_per_stratum_separate_collapsed_unseen_rows_from_random_seen_rows(
     assert s["probe/unseen/emb_cos_mean"] > 0.99
     assert abs(s["probe/rare/emb_cos_mean"]) < 0.05 and abs(s["probe/frequent/emb_cos_mean"]) < 0.05
     # centred, the unseen rows are as isotropic as random ones: only their common direction was shared
-    assert s["probe/unseen/emb_ccos_abs_mean"] == pytest.approx(s["probe/rare/emb_ccos_abs_mean"], rel=0.15)
-    assert s["probe/rare/emb_cos_abs_mean"] == pytest.approx(math.sqrt(2 / math.pi / d), rel=0.1)  # E|N(0, 1/d)|
-    assert set(a["rows_unseen"]) <= set(range(400)) and set(a["rows_frequent"]) <= set(range(500, 600))
+    assert s["probe/unseen/emb_ccos_abs_mean"] == pytest.approx(
+        s["probe/rare/emb_ccos_abs_mean"], rel=0.15
+    )
+    assert s["probe/rare/emb_cos_abs_mean"] == pytest.approx(
+        math.sqrt(2 / math.pi / d), rel=0.1
+    )  # E|N(0, 1/d)|
+    assert set(a["rows_unseen"]) <= set(range(400)) and set(a["rows_frequent"]) <= set(
+        range(500, 600)
+    )
     assert len(a["cos_unseen"]) == MAX_PAIRS < 400 * 399 // 2 and np.all(a["cos_unseen"] > 0.98)
 
 
@@ -74,8 +92,12 @@ def test_row_norms_and_in_out_cosines_untied():
     for st in STRATA:
         assert s[f"probe/{st}/in_out_cos_mean"] == pytest.approx(-1.0, abs=1e-5)
         # the head's rows are the embedding's rows rescaled and flipped: same cosines
-        assert s[f"probe/{st}/head_cos_mean"] == pytest.approx(s[f"probe/{st}/emb_cos_mean"], abs=1e-5)
-    assert s["probe/unseen/head_norm_mean"] == pytest.approx(float(a["head_norm"][:10].mean()), rel=1e-6)
+        assert s[f"probe/{st}/head_cos_mean"] == pytest.approx(
+            s[f"probe/{st}/emb_cos_mean"], abs=1e-5
+        )
+    assert s["probe/unseen/head_norm_mean"] == pytest.approx(
+        float(a["head_norm"][:10].mean()), rel=1e-6
+    )
 
 
 def test_tied_has_no_head_only_keys_and_typed_arrays():
@@ -83,10 +105,18 @@ def test_tied_has_no_head_only_keys_and_typed_arrays():
     assert "in_out_cos" not in a and not any("in_out" in k or "head_cos" in k for k in s)
     np.testing.assert_array_equal(a["head_norm"], a["emb_norm"])
     assert all(k.startswith("probe/") and isinstance(v, float) for k, v in s.items())
-    assert set(a) == {"emb_norm", "head_norm", "rows_seen", "emb_seen",
-                      *(f"{p}_{st}" for p in ("cos", "ccos", "rows") for st in STRATA)}
-    assert all(v.dtype == (np.int64 if k.startswith("rows_") else np.float16 if k == "emb_seen" else np.float32)
-               for k, v in a.items())
+    assert set(a) == {
+        "emb_norm",
+        "head_norm",
+        "rows_seen",
+        "emb_seen",
+        *(f"{p}_{st}" for p in ("cos", "ccos", "rows") for st in STRATA),
+    }
+    assert all(
+        v.dtype
+        == (np.int64 if k.startswith("rows_") else np.float16 if k == "emb_seen" else np.float32)
+        for k, v in a.items()
+    )
 
 
 def test_seen_rows_are_the_rare_and_frequent_samples_of_both_matrices():
@@ -99,7 +129,11 @@ def test_seen_rows_are_the_rare_and_frequent_samples_of_both_matrices():
 
 
 def test_fixed_sample_and_no_global_rng_or_autograd():
-    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=5000), tie=False, seed=0)
+    model = GPT(
+        ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=5000),
+        tie=False,
+        seed=0,
+    )
     freq = np.r_[np.zeros(2500, int), np.ones(2500, int)]
     torch_state, np_state = torch.get_rng_state(), np.random.get_state()
     torch.manual_seed(1)

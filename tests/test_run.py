@@ -1,6 +1,7 @@
 """End to end: the user's command as a real Hydra multirun, read back from local files and
 from the offline W&B runs with wandb's own tools; failure, divergence, bad input, kill and
 resume, Ctrl-C."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
 
 LN_V = math.log(VOCAB)
@@ -35,8 +35,12 @@ def metrics(run_dir: Path) -> list[dict]:
 def wandb_inspect(run_dir: Path, *args: str):
     """Read an offline W&B run back with `wandb leet inspect` (wandb's own reader)."""
     [wdir] = sorted((run_dir / "wandb").glob("offline-run-*"))
-    proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", *args, "--json", str(wdir)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", *args, "--json", str(wdir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -52,7 +56,11 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
     runs = summaries(tiny_sweep)
     assert len(runs) == 4, list(runs)
     assert {(s["tie"], s["init_std"]) for s in runs.values()} == {
-        (True, "1.0"), (True, "0.036"), (False, "1.0"), (False, "0.036")}
+        (True, "1.0"),
+        (True, "0.036"),
+        (False, "1.0"),
+        (False, "0.036"),
+    }
     index = json.loads((tiny_sweep / "index.json").read_text())
     assert {e["status"] for e in index.values()} == {"finished"} and len(index) == 4
 
@@ -87,7 +95,10 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
     assert any("probe/emb_norm_mean" in r for r in m)
     assert "test/loss" in m[-1]
     assert sorted(p.name for p in (run_dir / "probes").glob("*.npz")) == [
-        "step_0000000.npz", "step_0000006.npz", "step_0000012.npz"]
+        "step_0000000.npz",
+        "step_0000006.npz",
+        "step_0000012.npz",
+    ]
 
     # The W&B mirror, read back with wandb's own tool: same numbers, counts in config.
     for s in runs.values():
@@ -98,8 +109,11 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         assert got["config"]["derived"]["params"]["total"] == s["params"]["total"]
         assert got["summary"]["params/total"] == s["params"]["total"]
         assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
-        hist = [json.loads(l)["history"]["item"] for l in wandb_inspect(rd).splitlines()
-                if '"type":"history"' in l]
+        hist = [
+            json.loads(l)["history"]["item"]
+            for l in wandb_inspect(rd).splitlines()
+            if '"type":"history"' in l
+        ]
         local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
         wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
         assert [s for s, _ in wandb_val] == [s for s, _ in local_val] == [0, 6, 12]
@@ -121,7 +135,9 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
     t0 = time.time()
     while not path.exists():
         if proc.poll() is not None:
-            raise AssertionError(f"process ended ({proc.returncode}) before {path} appeared:\n{proc.stderr.read()}")
+            raise AssertionError(
+                f"process ended ({proc.returncode}) before {path} appeared:\n{proc.stderr.read()}"
+            )
         if time.time() - t0 > timeout:
             proc.kill()
             raise AssertionError(f"{path} did not appear in {timeout}s")
@@ -129,14 +145,25 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def _popen(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tiedvsuntied.run", *args], cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tiedvsuntied.run", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
-    args = common(tmp_path, "trainer.max_steps=60", "trainer.ckpt_interval=10", "trainer.eval_interval=20",
-                  "trainer.log_interval=5", "sweep=resume")
+    args = common(
+        tmp_path,
+        "trainer.max_steps=60",
+        "trainer.ckpt_interval=10",
+        "trainer.eval_interval=20",
+        "trainer.log_interval=5",
+        "sweep=resume",
+    )
     ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
 
@@ -164,24 +191,38 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     assert resumed["run_id"] == reference["run_id"]  # identity is the config, not the time
     for key in ("final_val_loss", "best_val_loss", "test_loss", "init_val_loss"):
         assert resumed[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
-    got, want = metrics(sweep / resumed["run_id"]), metrics(tmp_path / "ref" / "resume" / reference["run_id"])
+    got, want = (
+        metrics(sweep / resumed["run_id"]),
+        metrics(tmp_path / "ref" / "resume" / reference["run_id"]),
+    )
     assert [r["step"] for r in got] == [r["step"] for r in want]
     for g, w in zip(got, want):
         timing = ("train/tokens_per_s", "train/mfu")
         assert g.keys() == w.keys()
         assert {k: v for k, v in g.items() if k not in timing} == pytest.approx(
-            {k: v for k, v in w.items() if k not in timing}, rel=0, abs=1e-6), g["step"]
+            {k: v for k, v in w.items() if k not in timing}, rel=0, abs=1e-6
+        ), g["step"]
 
 
 @pytest.mark.slow
 def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
-    args = common(tmp_path, "trainer.max_steps=100", "trainer.ckpt_interval=2", "trainer.eval_interval=1000",
-                  "sweep=ctrlc")
+    args = common(
+        tmp_path,
+        "trainer.max_steps=100",
+        "trainer.ckpt_interval=2",
+        "trainer.eval_interval=1000",
+        "sweep=ctrlc",
+    )
     proc = _popen(args, tmp_path)
     sweep = tmp_path / "results" / "ctrlc"
     t0 = time.time()
-    while not any(r.get("step", 0) >= 5 for d in sweep.glob("*") if (d / "metrics.jsonl").exists()
-                  for r in metrics(d) if "train/loss" in r):
+    while not any(
+        r.get("step", 0) >= 5
+        for d in sweep.glob("*")
+        if (d / "metrics.jsonl").exists()
+        for r in metrics(d)
+        if "train/loss" in r
+    ):
         assert proc.poll() is None, proc.stderr.read()
         assert time.time() - t0 < 300
         time.sleep(0.05)
@@ -201,7 +242,11 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
     out = again.stderr + again.stdout
     assert f"checkpoint {last} is unreadable" in out and "resuming from step" in out
     [done] = summaries(sweep).values()
-    assert done["status"] == "finished" and done["step"] == 100 and done["resumed_from_step"] < s["step"]
+    assert (
+        done["status"] == "finished"
+        and done["step"] == 100
+        and done["resumed_from_step"] < s["step"]
+    )
     # Finished: resuming is over, so only the weights stay.
     assert sorted(p.name for p in ckpts.iterdir()) == ["last.pt.bad", "model.pt"]
 
@@ -215,10 +260,19 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     small.write_text(CORPUS.read_text()[:2_000])
     secret = "0123456789abcdef0123456789abcdef01234567"
     env = {"WANDB_API_KEY": secret}
-    args = common(tmp_path, "sweep=mixed", "optim.grad_clip=0", "optim.warmup_steps=0",
-                  f"data.files={small}", "model.block_size=16,128", "optim.lr=1e-3,1e5")
+    args = common(
+        tmp_path,
+        "sweep=mixed",
+        "optim.grad_clip=0",
+        "optim.warmup_steps=0",
+        f"data.files={small}",
+        "model.block_size=16,128",
+        "optim.lr=1e-3,1e5",
+    )
     proc = run_cli(["-m", *args, "trainer.max_steps=12"], cwd=tmp_path, env_extra=env)
-    assert proc.returncode == 1, proc.stderr[-3000:]  # Hydra reports the failed job after running the others
+    assert proc.returncode == 1, proc.stderr[
+        -3000:
+    ]  # Hydra reports the failed job after running the others
     runs = list((tmp_path / "results" / "mixed").glob("*/summary.json"))
     by = {}
     for p in runs:
@@ -234,12 +288,18 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
         failed = by[(True, lr_big)]
         assert failed["status"] == "failed" and "val" in failed["error"], failed["error"]
     # W&B knows too.
-    got = json.loads(wandb_inspect(tmp_path / "results" / "mixed" / diverged["run_id"], "--summary"))
+    got = json.loads(
+        wandb_inspect(tmp_path / "results" / "mixed" / diverged["run_id"], "--summary")
+    )
     assert got["summary"]["status"] == "diverged"
     # The sweep table lists every run with its status, though a job failed.
-    table = proc.stdout[proc.stdout.index("Sweep mixed"):]
-    assert table.count("diverged") == 1 and table.count("failed") == 2 and table.count("finished") == 1
-    assert table.count("optim.lr=100000.0") == 2  # what tells runs of one name apart is in the table
+    table = proc.stdout[proc.stdout.index("Sweep mixed") :]
+    assert (
+        table.count("diverged") == 1 and table.count("failed") == 2 and table.count("finished") == 1
+    )
+    assert (
+        table.count("optim.lr=100000.0") == 2
+    )  # what tells runs of one name apart is in the table
     # No secret from the environment reached anything the runs wrote.
     for f in (tmp_path / "results").rglob("*"):
         if f.is_file():
@@ -247,9 +307,15 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
 
 
 BAD = [  # one of each kind: schema (type, choice, unknown key), relation, value, file, override spelling
-    (["tie=maybe"], "tie"), (["tie=1"], "tie=1"), (["model=huge"], "model"), (["trainer.max_step=5"], "max_step"),
-    (["trainer.precision=fp8"], "trainer.precision"), (["model.n_head=3"], "n_head"), (["optim.lr=0"], "optim.lr"),
-    (["init_std=abc"], "init_std"), (["data.files=/no/such.txt"], "data.files"),
+    (["tie=maybe"], "tie"),
+    (["tie=1"], "tie=1"),
+    (["model=huge"], "model"),
+    (["trainer.max_step=5"], "max_step"),
+    (["trainer.precision=fp8"], "trainer.precision"),
+    (["model.n_head=3"], "n_head"),
+    (["optim.lr=0"], "optim.lr"),
+    (["init_std=abc"], "init_std"),
+    (["data.files=/no/such.txt"], "data.files"),
     (["tie=false", "untie_at=0.5"], "untie_at"),
 ]
 
@@ -258,9 +324,18 @@ BAD = [  # one of each kind: schema (type, choice, unknown key), relation, value
 def test_bad_input_is_one_clear_message_before_anything_is_made(override, key, tmp_path: Path):
     cache = tmp_path / "cache"
     # The bad override comes last so nothing after it can mask it; a mistake here would train.
-    proc = run_cli([*CORPUS_OVERRIDES, f"results_dir={tmp_path / 'r'}", "wandb.mode=disabled",
-                    "trainer.max_steps=1", *override], cwd=tmp_path, env_extra={"TIEDVSUNTIED_CACHE": str(cache)},
-                   timeout=300)
+    proc = run_cli(
+        [
+            *CORPUS_OVERRIDES,
+            f"results_dir={tmp_path / 'r'}",
+            "wandb.mode=disabled",
+            "trainer.max_steps=1",
+            *override,
+        ],
+        cwd=tmp_path,
+        env_extra={"TIEDVSUNTIED_CACHE": str(cache)},
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "r").exists() and not cache.exists()
@@ -269,7 +344,11 @@ def test_bad_input_is_one_clear_message_before_anything_is_made(override, key, t
 def test_cfg_job_is_resolved_and_help_lists_groups(tmp_path: Path):
     proc = run_cli(["--cfg", "job", "tie=false", "init_std=inv_sqrt_d", "model=mini"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "tie: false" in proc.stdout and "init_std: inv_sqrt_d" in proc.stdout and "n_embd: 384" in proc.stdout
+    assert (
+        "tie: false" in proc.stdout
+        and "init_std: inv_sqrt_d" in proc.stdout
+        and "n_embd: 384" in proc.stdout
+    )
     assert "${" not in proc.stdout
     helped = run_cli(["--help"], cwd=tmp_path)
     assert helped.returncode == 0
@@ -282,9 +361,14 @@ def test_cfg_job_is_resolved_and_help_lists_groups(tmp_path: Path):
 def test_deleting_the_token_cache_mid_run_does_not_fail_the_run(tmp_path: Path):
     cache = tmp_path / "cache"
     args = common(tmp_path, "trainer.max_steps=60", "trainer.eval_interval=30", "sweep=rmcache")
-    proc = subprocess.Popen([sys.executable, "-m", "tiedvsuntied.run", *args], cwd=tmp_path, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "TIEDVSUNTIED_CACHE": str(cache)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiedvsuntied.run", *args],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TIEDVSUNTIED_CACHE": str(cache)},
+    )
     sweep = tmp_path / "results" / "rmcache"
     t0 = time.time()
     while not list(sweep.glob("*/metrics.jsonl")):  # training has started: the cache was read
@@ -300,8 +384,14 @@ def test_deleting_the_token_cache_mid_run_does_not_fail_the_run(tmp_path: Path):
 @pytest.mark.slow
 def test_parallel_launcher_runs_jobs_in_processes_and_tokenizes_once(tmp_path: Path):
     cache = tmp_path / "fresh_cache"
-    args = common(tmp_path, "hydra/launcher=parallel", "tie=true,false", "trainer.max_steps=4",
-                  "trainer.eval_interval=2", "sweep=par")
+    args = common(
+        tmp_path,
+        "hydra/launcher=parallel",
+        "tie=true,false",
+        "trainer.max_steps=4",
+        "trainer.eval_interval=2",
+        "sweep=par",
+    )
     proc = run_cli(["-m", *args], cwd=tmp_path, env_extra={"TIEDVSUNTIED_CACHE": str(cache)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = summaries(tmp_path / "results" / "par")

@@ -1,6 +1,7 @@
 """The trainer in-process: every config composes, every experiment trains a few steps, bad
 input is refused naming its key, and the records (identity, checkpoints, metrics, W&B mode)
 behave as the results contract says."""
+
 from __future__ import annotations
 
 import json
@@ -12,23 +13,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import QUICK, REPO, compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from conftest import QUICK, REPO, compose
-from tiedvsuntied import records as R
+from tiedvsuntied import results as R
 from tiedvsuntied.data import prepare_data
 from tiedvsuntied.model import GPT, ModelConfig
 from tiedvsuntied.run import check_overrides
-from tiedvsuntied.train import (ConfigError, OptimConfig, TrainerConfig, TrainState, build_optimizer, check_config,
-                                load_checkpoint, lr_at, resolved_config, save_checkpoint, train)
+from tiedvsuntied.train import (
+    ConfigError,
+    OptimConfig,
+    TrainerConfig,
+    TrainState,
+    build_optimizer,
+    check_config,
+    load_checkpoint,
+    lr_at,
+    resolved_config,
+    save_checkpoint,
+    train,
+)
 
 CONF = REPO / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
 def tiny_model(tie: bool, seed: int = 0) -> GPT:
-    return GPT(ModelConfig(name="t", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=97), tie=tie, seed=seed)
+    return GPT(
+        ModelConfig(name="t", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=97),
+        tie=tie,
+        seed=seed,
+    )
 
 
 def test_schedule_warms_up_then_decays_to_floor():
@@ -54,8 +70,15 @@ def test_optimizer_holds_tied_matrix_once_and_skips_decay_on_embeddings(tie):
 # ---------------------------------------------------------------------------- configs
 
 
-@pytest.mark.parametrize("group,option", [(g.name, p.stem) for g in sorted(CONF.iterdir()) if g.is_dir()
-                                          and g.name not in ("hydra", "experiment") for p in sorted(g.glob("*.yaml"))])
+@pytest.mark.parametrize(
+    "group,option",
+    [
+        (g.name, p.stem)
+        for g in sorted(CONF.iterdir())
+        if g.is_dir() and g.name not in ("hydra", "experiment")
+        for p in sorted(g.glob("*.yaml"))
+    ],
+)
 def test_every_config_composes_into_the_typed_schema(group, option):
     cfg = compose(f"{group}={option}")
     if group == "model":
@@ -73,7 +96,9 @@ def test_every_experiment_trains_a_few_steps(experiment, tmp_path):
     if experiment == "finetune":  # it starts from the run that finetune_pretrain makes
         train(compose("+experiment=finetune_pretrain", *QUICK, f"results_dir={tmp_path}"))
     cfg = compose(f"+experiment={experiment}", *lasts, *QUICK, f"results_dir={tmp_path}")
-    assert cfg.sweep == {"finetune": "ft", "finetune_pretrain": "ft_pretrain"}.get(experiment, experiment)
+    assert cfg.sweep == {"finetune": "ft", "finetune_pretrain": "ft_pretrain"}.get(
+        experiment, experiment
+    )
     summary = train(cfg)
     assert summary.status == R.Status.finished and summary.step == 4, summary.error
 
@@ -90,8 +115,18 @@ def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp
 
     a = rid("init_std=1.0")
     assert rid("init_std=1") == rid("init_std=1e0") == a
-    assert rid("init_std=1.0", f"results_dir={tmp_path}", "sweep=x", "wandb.mode=disabled",
-               "trainer.progress=false", "trainer.log_interval=3", "data.num_threads=1") == a
+    assert (
+        rid(
+            "init_std=1.0",
+            f"results_dir={tmp_path}",
+            "sweep=x",
+            "wandb.mode=disabled",
+            "trainer.progress=false",
+            "trainer.log_interval=3",
+            "data.num_threads=1",
+        )
+        == a
+    )
     for other in ("tie=false", "init_std=0.036", "seed=1", "optim.lr=3e-4", "model=nano"):
         assert rid("init_std=1.0", other) != a, other
     assert R.run_id(resolved_config(compose("init_std=1.0")), "n", "other-data") != a
@@ -103,9 +138,14 @@ def _file(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 BAD_VALUES = [  # override -> text the one-line error must contain
-    (["optim.lr=0"], "optim.lr"), (["optim.beta2=1.0"], "optim.beta2"), (["seed=-1"], "seed"),
-    (["trainer.max_steps=0"], "trainer.max_steps"), (["sweep=a/b"], "sweep"),
-    (["init_std=abc"], "init_std"), (["init_std=0"], "init_std"), (["model.n_head=3"], "n_head"),
+    (["optim.lr=0"], "optim.lr"),
+    (["optim.beta2=1.0"], "optim.beta2"),
+    (["seed=-1"], "seed"),
+    (["trainer.max_steps=0"], "trainer.max_steps"),
+    (["sweep=a/b"], "sweep"),
+    (["init_std=abc"], "init_std"),
+    (["init_std=0"], "init_std"),
+    (["model.n_head=3"], "n_head"),
     (["trainer.device=tpu"], "trainer.device"),
     (["data.files=/no/such/file.txt"], "data.files"),
 ]
@@ -131,8 +171,16 @@ def test_binary_data_and_unwritable_results_dir_are_refused(tmp_path):
         check_config(compose(*QUICK, f"results_dir={blocker / 'results'}"))
 
 
-@pytest.mark.parametrize("override", ["tie=maybe", "trainer.precision=fp8", "wandb.mode=sometimes",
-                                      "trainer.max_step=5", "data.documents=pages"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "tie=maybe",
+        "trainer.precision=fp8",
+        "wandb.mode=sometimes",
+        "trainer.max_step=5",
+        "data.documents=pages",
+    ],
+)
 def test_wrong_types_and_choices_are_refused_by_the_schema(override):
     with pytest.raises(ConfigCompositionException):
         compose(override)
@@ -142,7 +190,9 @@ def test_booleans_are_true_or_false_not_one_or_yes():
     for bad in ("tie=1", "tie=yes", "model.bias=0", "trainer.compile=on"):
         with pytest.raises(ConfigError, match=bad.split("=")[0]):
             check_overrides([bad])
-    check_overrides(["tie=true", "tie=False", "trainer.compile=null", "init_std=1", "+experiment=smoke"])
+    check_overrides(
+        ["tie=true", "tie=False", "trainer.compile=null", "init_std=1", "+experiment=smoke"]
+    )
 
 
 # ---------------------------------------------------------------------------- records
@@ -166,7 +216,9 @@ def test_checkpoint_round_trip_keeps_tying_and_optimizer_state(tmp_path):
     assert load_checkpoint(tmp_path, fresh, fresh_opt, state) == tmp_path / "last.pt"
     assert state == TrainState(step=3, tokens=48, best_val_loss=1.5)
     assert fresh.lm_head.weight is fresh.transformer.wte.weight
-    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), fresh.state_dict().values()))
+    assert all(
+        torch.equal(p, q) for p, q in zip(model.state_dict().values(), fresh.state_dict().values())
+    )
     s0, s1 = opt.state_dict()["state"], fresh_opt.state_dict()["state"]
     assert all(torch.equal(s0[k]["exp_avg"], s1[k]["exp_avg"]) for k in s0)
 
@@ -179,28 +231,50 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp
     last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a full disk
     state = TrainState()
     with caplog.at_level(logging.WARNING):
-        assert load_checkpoint(tmp_path, tiny_model(False), build_optimizer(tiny_model(False), OptimConfig()),
-                               state) == tmp_path / "prev.pt"
+        assert (
+            load_checkpoint(
+                tmp_path,
+                tiny_model(False),
+                build_optimizer(tiny_model(False), OptimConfig()),
+                state,
+            )
+            == tmp_path / "prev.pt"
+        )
     assert state.step == 2 and str(last) in caplog.text
     assert (tmp_path / "last.pt.bad").exists() and not last.exists()  # the next save keeps prev.pt
     (tmp_path / "prev.pt").write_bytes(b"not a checkpoint")
-    assert load_checkpoint(tmp_path, tiny_model(False), build_optimizer(tiny_model(False), OptimConfig()),
-                           TrainState()) is None  # nothing usable: the run starts over
+    assert (
+        load_checkpoint(
+            tmp_path,
+            tiny_model(False),
+            build_optimizer(tiny_model(False), OptimConfig()),
+            TrainState(),
+        )
+        is None
+    )  # nothing usable: the run starts over
 
 
 def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path):
     with R.MetricsLog(tmp_path, None) as m:
         for step in range(0, 50, 10):
-            m.log({"train/loss": float(step), "val/loss": float("nan") if step == 40 else 1.0}, step)
+            m.log(
+                {"train/loss": float(step), "val/loss": float("nan") if step == 40 else 1.0}, step
+            )
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 45, "train/lo')  # a line cut by a kill
-    assert R.read_metrics(tmp_path)[-1] == {"step": 40, "train/loss": 40.0, "val/loss": "nan"}  # JSON, not NaN
+    assert R.read_metrics(tmp_path)[-1] == {
+        "step": 40,
+        "train/loss": 40.0,
+        "val/loss": "nan",
+    }  # JSON, not NaN
     with R.MetricsLog(tmp_path, 20) as m:
         m.log({"train/loss": 30.0}, 30)
     assert [r["step"] for r in R.read_metrics(tmp_path)] == [0, 10, 20, 30]
 
 
-def test_wandb_auto_is_offline_without_credentials_or_server_and_quickly(monkeypatch, tmp_path, caplog):
+def test_wandb_auto_is_offline_without_credentials_or_server_and_quickly(
+    monkeypatch, tmp_path, caplog
+):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
@@ -230,8 +304,16 @@ def test_secrets_are_scrubbed(monkeypatch):
 
 
 def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
-    s = R.RunSummary(run_id="r", name="n", sweep="s", tie=True, init_std="1.0", model="nano", seed=0,
-                     best_val_loss=float("inf"))
+    s = R.RunSummary(
+        run_id="r",
+        name="n",
+        sweep="s",
+        tie=True,
+        init_std="1.0",
+        model="nano",
+        seed=0,
+        best_val_loss=float("inf"),
+    )
     s.write(tmp_path / "r")
     back = R.read_summary(tmp_path / "r")
     assert back.status == R.Status.running and back.best_val_loss == float("inf")
@@ -246,29 +328,49 @@ def test_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
     import os
     import signal
 
-    from tiedvsuntied.dist import signals
+    from tiedvsuntied.train.dist import signals
 
     model, opt = _trained(True)
-    with pytest.raises(KeyboardInterrupt):
-        with signals(hold=True):
-            os.kill(os.getpid(), signal.SIGINT)
-            save_checkpoint(tmp_path, model, opt, TrainState(step=7))
-    assert load_checkpoint(tmp_path, tiny_model(True), build_optimizer(tiny_model(True), OptimConfig()),
-                           state := TrainState()) == tmp_path / "last.pt" and state.step == 7
+    with pytest.raises(KeyboardInterrupt), signals(hold=True):
+        os.kill(os.getpid(), signal.SIGINT)
+        save_checkpoint(tmp_path, model, opt, TrainState(step=7))
+    assert (
+        load_checkpoint(
+            tmp_path,
+            tiny_model(True),
+            build_optimizer(tiny_model(True), OptimConfig()),
+            state := TrainState(),
+        )
+        == tmp_path / "last.pt"
+        and state.step == 7
+    )
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
-def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen_vocabulary(tmp_path):
+def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen_vocabulary(
+    tmp_path,
+):
     """What the paired, bootstrapped comparisons read: the loss of every fixed window at every
     evaluation, the test split at each new best validation step and at the end."""
-    cfg = compose("tie=true", "init_std=1.0", *QUICK, "trainer.max_steps=6", "trainer.eval_windows=0", "optim.lr=0.3", "optim.warmup_steps=0",
-                  "optim.grad_clip=1e-6", f"results_dir={tmp_path}")
+    cfg = compose(
+        "tie=true",
+        "init_std=1.0",
+        *QUICK,
+        "trainer.max_steps=6",
+        "trainer.eval_windows=0",
+        "optim.lr=0.3",
+        "optim.warmup_steps=0",
+        "optim.grad_clip=1e-6",
+        f"results_dir={tmp_path}",
+    )
     s = train(cfg)
     run_dir = next((tmp_path / cfg.sweep).glob("tie=*"))
     metrics = R.read_metrics(run_dir)
     val = {m["step"]: m["val/loss"] for m in metrics if "val/loss" in m}
     assert sorted(val) == [0, 2, 4, 6]
-    n_windows = len(prepare_data(cfg.data).tokens("val")) // (cfg.model.block_size + 1)  # all that fit
+    n_windows = len(prepare_data(cfg.data).tokens("val")) // (
+        cfg.model.block_size + 1
+    )  # all that fit
     tested = {}
     for step, loss in val.items():
         with np.load(run_dir / "probes" / f"step_{step:07d}.npz") as z:
@@ -276,13 +378,21 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
             assert float(z["val_window_loss"].mean()) == pytest.approx(loss, rel=1e-5)
             if "test_window_loss" in z.files:
                 tested[step] = float(z["test_window_loss"].mean())
-    assert s.best_step == min(val, key=val.get) < 6  # lr 0.3 overshoots: the best weights are not the last
+    assert (
+        s.best_step == min(val, key=val.get) < 6
+    )  # lr 0.3 overshoots: the best weights are not the last
     assert s.best_val_loss == pytest.approx(val[s.best_step])
-    assert sorted(tested) == sorted({s.best_step, 6})  # the best weights (kept in best.pt until now) and the last
+    assert sorted(tested) == sorted(
+        {s.best_step, 6}
+    )  # the best weights (kept in best.pt until now) and the last
     assert s.test_loss_at_best == pytest.approx(tested[s.best_step], rel=1e-5)
     assert s.test_loss == pytest.approx(tested[6], rel=1e-5)
-    assert s.clip_frac == 1.0 and {m["train/clip_frac"] for m in metrics if "train/clip_frac" in m} == {1.0}
-    assert s.seen_vocab_frac == pytest.approx(float((np.load(run_dir / "token_freq.npy") > 0).mean()))
+    assert s.clip_frac == 1.0 and {
+        m["train/clip_frac"] for m in metrics if "train/clip_frac" in m
+    } == {1.0}
+    assert s.seen_vocab_frac == pytest.approx(
+        float((np.load(run_dir / "token_freq.npy") > 0).mean())
+    )
     # tied at init std 1: the input token's own logit is about std * d, far above the others
     assert s.init_self_logit > 0.5 * cfg.model.n_embd and s.init_self_logit > 5 * s.init_logit_std
     assert s.peak_tflops > 0 and R.read_summary(run_dir).test_loss_at_best == s.test_loss_at_best

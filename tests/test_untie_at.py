@@ -1,17 +1,23 @@
 """Scheduled untying (``untie_at``): tied until the switch, then two parameters that start equal,
 each with a copy of the shared matrix's Adam moments; a run interrupted after the switch resumes
 to the numbers of one that was not."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from conftest import QUICK, compose
+
 from tiedvsuntied.train import ConfigError, check_config, train
 
-STEPS = ["trainer.max_steps=4", "trainer.eval_interval=1", "trainer.test_eval=false", "trainer.log_interval=1"]
+STEPS = [
+    "trainer.max_steps=4",
+    "trainer.eval_interval=1",
+    "trainer.test_eval=false",
+    "trainer.log_interval=1",
+]
 
 
 def _run(root, *extra):
@@ -22,7 +28,9 @@ def _run(root, *extra):
     return s, run_dir, {m["step"]: m["val/loss"] for m in metrics if "val/loss" in m}
 
 
-def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes(tmp_path, monkeypatch):
+def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes(
+    tmp_path, monkeypatch
+):
     import tiedvsuntied.train as T
 
     _, _, tied = _run(tmp_path / "tied")
@@ -40,37 +48,57 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
         real(*args)
         calls.append(1)
         raise KeyboardInterrupt("test")  # Ctrl-C right after the first checkpoint: the switch's
+
     monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
-    ckpt = torch.load(next((tmp_path / "run" / "u").glob("*/checkpoints/last.pt")), weights_only=True)
+    ckpt = torch.load(
+        next((tmp_path / "run" / "u").glob("*/checkpoints/last.pt")), weights_only=True
+    )
     assert ckpt["train_state"]["step"] == 2
     w = ckpt["model"]
     assert torch.equal(w["transformer.wte.weight"], w["lm_head.weight"])  # equal at the switch...
     groups, state = ckpt["optimizer"]["param_groups"], ckpt["optimizer"]["state"]
-    wte_id = next(i for g in groups[:2] for i in g["params"] if state[i]["exp_avg"].shape == w["lm_head.weight"].shape)
+    wte_id = next(
+        i
+        for g in groups[:2]
+        for i in g["params"]
+        if state[i]["exp_avg"].shape == w["lm_head.weight"].shape
+    )
     head_id = groups[2]["params"][0]  # ...a parameter of its own, in the group the embedding is in
-    assert groups[2]["weight_decay"] == next(g["weight_decay"] for g in groups if wte_id in g["params"])
+    assert groups[2]["weight_decay"] == next(
+        g["weight_decay"] for g in groups if wte_id in g["params"]
+    )
     for k in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(state[head_id][k], state[wte_id][k])
 
     monkeypatch.setattr(T, "save_checkpoint", real)
     s, run_dir, resumed = _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
-    assert s.status.value == "finished" and s.resumed_from_step == 2 and s.params_untied == ref.params_untied
+    assert (
+        s.status.value == "finished"
+        and s.resumed_from_step == 2
+        and s.params_untied == ref.params_untied
+    )
     assert resumed[4] == pytest.approx(untied[4], abs=1e-6)  # as if never interrupted
     final = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
-    assert not torch.equal(final["transformer.wte.weight"], final["lm_head.weight"])  # ...and apart after it
+    assert not torch.equal(
+        final["transformer.wte.weight"], final["lm_head.weight"]
+    )  # ...and apart after it
 
 
-@pytest.mark.parametrize("extra", [["untie_at=4"], ["untie_at=1.5"], ["untie_at=0"], ["tie=false", "untie_at=0.5"]])
+@pytest.mark.parametrize(
+    "extra", [["untie_at=4"], ["untie_at=1.5"], ["untie_at=0"], ["tie=false", "untie_at=0.5"]]
+)
 def test_an_untie_at_outside_training_or_on_an_untied_run_is_refused_in_one_line(extra):
     with pytest.raises(ConfigError, match="untie_at") as e:
         check_config(compose(*QUICK, *STEPS, *extra))
     assert "\n" not in str(e.value)
 
 
-def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_it_ended_as(tmp_path):
-    from tiedvsuntied import finetune as FT
+def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_it_ended_as(
+    tmp_path,
+):
+    from tiedvsuntied.train import finetune as FT
 
     s, run_dir, _ = _run(tmp_path, "untie_at=0.5")
     start = FT.read_start(str(run_dir))
@@ -82,31 +110,53 @@ def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_i
     assert torch.equal(model.transformer.wte.weight, saved["transformer.wte.weight"])
 
 
-def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tied_one_by_seed(tmp_path):
+def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tied_one_by_seed(
+    tmp_path,
+):
     from tiedvsuntied import analysis as A
-    from tiedvsuntied import paired as P
+    from tiedvsuntied.figures import paired as P
 
-    test = ["trainer.test_eval=true", "trainer.max_steps=6", "trainer.eval_interval=2", "trainer.log_interval=2"]
+    test = [
+        "trainer.test_eval=true",
+        "trainer.max_steps=6",
+        "trainer.eval_interval=2",
+        "trainer.log_interval=2",
+    ]
     for seed in (0, 1):
         for arm in ([], ["untie_at=0.5"], ["tie=false"]):
             _run(tmp_path, *test, f"seed={seed}", *arm)
     runs = A.load_results(tmp_path / "u").runs
     table = P.arms_table(runs, ("final",)).set_index("arm")
-    assert set(table.index) == {"untied at step 3", "untied"} and (table["reference"] == "tied").all()
-    by = lambda **kw: runs[(runs["tie"] == kw["tie"]) & (runs["untie_step"].isna() != kw["sched"])].sort_values("seed")
+    assert (
+        set(table.index) == {"untied at step 3", "untied"} and (table["reference"] == "tied").all()
+    )
+    by = lambda **kw: runs[
+        (runs["tie"] == kw["tie"]) & (runs["untie_step"].isna() != kw["sched"])
+    ].sort_values("seed")
     tied = by(tie=True, sched=False)["test_loss"].to_numpy()
-    for arm, rows in (("untied at step 3", by(tie=True, sched=True)), ("untied", by(tie=False, sched=False))):
-        assert table.loc[arm, "seed_diffs"] == pytest.approx(rows["test_loss"].to_numpy() - tied, abs=1e-5)
-    assert table.loc["untied at step 3", "share"] == pytest.approx(table.loc["untied at step 3", "diff"]
-                                                                   / table.loc["untied", "diff"])
+    for arm, rows in (
+        ("untied at step 3", by(tie=True, sched=True)),
+        ("untied", by(tie=False, sched=False)),
+    ):
+        assert table.loc[arm, "seed_diffs"] == pytest.approx(
+            rows["test_loss"].to_numpy() - tied, abs=1e-5
+        )
+    assert table.loc["untied at step 3", "share"] == pytest.approx(
+        table.loc["untied at step 3", "diff"] / table.loc["untied", "diff"]
+    )
     fig = P.fig_arms(runs, A.load_results(tmp_path / "u").history)
     curves, diffs = fig.axes
-    assert [line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")] == \
-        ["tied", "untied at step 3", "untied"]
-    switch = [line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2]
+    assert [
+        line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")
+    ] == ["tied", "untied at step 3", "untied"]
+    switch = [
+        line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2
+    ]
     history = A.load_results(tmp_path / "u").history
     at_switch = history.loc[history["step"] == 3, "tokens"]
-    assert at_switch.isna().all()  # the switch's own record (params/*) carries no tokens: interpolated
+    assert (
+        at_switch.isna().all()
+    )  # the switch's own record (params/*) carries no tokens: interpolated
     per_step = history.loc[history["step"] == 2, "tokens"].iloc[0] / 2
     assert len(switch) == 1 and switch[0].get_xdata()[0] == pytest.approx(3 * per_step)
     assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]

@@ -6,6 +6,7 @@ Each job turns its config into the typed ``train.Config`` and calls ``train.trai
 mistake ends the job with one line naming the key (exit code 2), before anything is written;
 a callback prints the table of the sweep's runs when a multirun ends, also when a job failed.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -23,32 +24,48 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tiedvsuntied import dist as D
-from tiedvsuntied import records as R
+from tiedvsuntied import results as R
 from tiedvsuntied.data import DataError, DataUnavailableError
 from tiedvsuntied.train import Config, ConfigError, check_config, train
+from tiedvsuntied.train import dist as D
 
 ConfigStore.instance().store(name="base_config", node=Config)
 
 
-def runs_table(sweep_dir: Path, since: Optional[float] = None) -> pd.DataFrame:
+def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
     """The sweep's runs (those touched since ``since``, a timestamp, if given): status,
     parameters and losses, from the index and the summaries."""
     rows = []
     for run_id, entry in sorted(R.read_index(sweep_dir).items()):
         s = R.read_summary(Path(sweep_dir) / entry.path)
-        updated = time.mktime(time.strptime(entry.updated_at[:19], "%Y-%m-%dT%H:%M:%S")) if entry.updated_at else 0
+        updated = (
+            time.mktime(time.strptime(entry.updated_at[:19], "%Y-%m-%dT%H:%M:%S"))
+            if entry.updated_at
+            else 0
+        )
         if since is not None and updated < since - 1:
             continue
-        rows.append({"run": entry.name, "status": (s.status if s else entry.status).value,
-                     "params": f"{s.params['total']:,}" if s and s.params else "-",
-                     "init val": s and s.init_val_loss, "final val": s and s.final_val_loss,
-                     "test": s and s.test_loss, "overrides": set(entry.overrides)})
-    table = pd.DataFrame(rows, columns=["run", "status", "params", "init val", "final val", "test", "overrides"])
+        rows.append(
+            {
+                "run": entry.name,
+                "status": (s.status if s else entry.status).value,
+                "params": f"{s.params['total']:,}" if s and s.params else "-",
+                "init val": s and s.init_val_loss,
+                "final val": s and s.final_val_loss,
+                "test": s and s.test_loss,
+                "overrides": set(entry.overrides),
+            }
+        )
+    table = pd.DataFrame(
+        rows, columns=["run", "status", "params", "init val", "final val", "test", "overrides"]
+    )
     # what else tells runs apart (optim.lr=..., ...): the overrides that not every run shares
     shared = set.intersection(*table["overrides"]) if len(table) else set()
     named = ("tie=", "init_std=", "model=", "seed=")
-    table["also"] = [" ".join(sorted(o for o in ov - shared if not o.startswith(named))) for ov in table.pop("overrides")]
+    table["also"] = [
+        " ".join(sorted(o for o in ov - shared if not o.startswith(named)))
+        for ov in table.pop("overrides")
+    ]
     return table if table["also"].any() else table.drop(columns="also")
 
 
@@ -66,7 +83,9 @@ class SweepTable(Callback):
 
     def print_table(self) -> None:
         df = runs_table(self.sweep_dir, self.t0)
-        text = df.to_string(index=False, float_format="%.4f", na_rep="-") if len(df) else "(no runs)"
+        text = (
+            df.to_string(index=False, float_format="%.4f", na_rep="-") if len(df) else "(no runs)"
+        )
         print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)
 
 
@@ -93,7 +112,7 @@ def check_overrides(overrides: list[str]) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> Optional[float]:
+def main(cfg: DictConfig) -> float | None:
     overrides = list(HydraConfig.get().overrides.task)
     D.adopt_submitit()
     try:  # a user's mistake: one line, exit 2, nothing written
@@ -106,7 +125,10 @@ def main(cfg: DictConfig) -> Optional[float]:
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
     try:
         summary = train(config, overrides=overrides)
-    except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of another tokenizer:
+    except (
+        DataUnavailableError,
+        ConfigError,
+    ) as e:  # offline and not cached, a start of another tokenizer:
         # raised before the run is created
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -13,6 +13,7 @@ close to the identity?) on a fixed sample of rows, raw and mean-centred (the str
 mean row removed first: anisotropy beyond one common direction); untied also H·Hᵀ and the cosine
 between each token's input and output rows. No probe touches the global RNG or autograd.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -22,9 +23,9 @@ import torch
 from torch.nn import functional as F
 
 STRATA = ("unseen", "rare", "frequent")
-SAMPLE_ROWS = 1024     # rows per stratum for the cosines: the same rows at every evaluation
+SAMPLE_ROWS = 1024  # rows per stratum for the cosines: the same rows at every evaluation
 SAMPLE_SEED = 0
-MAX_PAIRS = 20_000     # sampled cosines kept per stratum in probes/step_*.npz
+MAX_PAIRS = 20_000  # sampled cosines kept per stratum in probes/step_*.npz
 
 
 def vocab_strata(freq: np.ndarray) -> dict[str, np.ndarray]:
@@ -34,8 +35,11 @@ def vocab_strata(freq: np.ndarray) -> dict[str, np.ndarray]:
     seen = np.flatnonzero(freq > 0)
     by_count = seen[np.argsort(-freq[seen], kind="stable")]
     half = len(by_count) // 2
-    return {"unseen": np.flatnonzero(freq == 0), "rare": np.sort(by_count[half:]),
-            "frequent": np.sort(by_count[:half])}
+    return {
+        "unseen": np.flatnonzero(freq == 0),
+        "rare": np.sort(by_count[half:]),
+        "frequent": np.sort(by_count[:half]),
+    }
 
 
 def sample_rows(ids: np.ndarray, k: int = SAMPLE_ROWS, seed: int = SAMPLE_SEED) -> np.ndarray:
@@ -50,7 +54,11 @@ def _kept_pairs(n: int, k: int = MAX_PAIRS) -> tuple[torch.Tensor, torch.Tensor]
     """A fixed sample of at most k pairs i < j of n rows (computed once per n)."""
     i, j = torch.triu_indices(n, n, offset=1)
     if len(i) > k:
-        keep = torch.randperm(len(i), generator=torch.Generator().manual_seed(SAMPLE_SEED))[:k].sort().values
+        keep = (
+            torch.randperm(len(i), generator=torch.Generator().manual_seed(SAMPLE_SEED))[:k]
+            .sort()
+            .values
+        )
         i, j = i[keep], j[keep]
     return i, j
 
@@ -86,12 +94,18 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     e, h = _matrices(model)
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
-    scalars = {"probe/emb_norm_mean": emb_norm.mean().item(), "probe/emb_norm_std": emb_norm.std().item(),
-               "probe/head_norm_mean": head_norm.mean().item(), "probe/head_norm_std": head_norm.std().item()}
+    scalars = {
+        "probe/emb_norm_mean": emb_norm.mean().item(),
+        "probe/emb_norm_std": emb_norm.std().item(),
+        "probe/head_norm_mean": head_norm.mean().item(),
+        "probe/head_norm_std": head_norm.std().item(),
+    }
     arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
     if h is not None:
         # cos(e_v, h_v) per token, reusing the norms; einsum avoids a (V, d) temporary
-        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(1e-12)
+        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(
+            1e-12
+        )
     for s, ids in vocab_strata(freq).items():
         if len(ids) < 2:
             continue
@@ -116,9 +130,14 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
         arrays[f"rows_{s}"] = torch.from_numpy(rows)
     if parts := [arrays[f"rows_{s}"] for s in ("rare", "frequent") if f"rows_{s}" in arrays]:
         seen = torch.cat(parts).sort().values
-        arrays.update(rows_seen=seen, emb_seen=e[seen.to(e.device)],
-                      **({} if h is None else {"head_seen": h[seen.to(h.device)]}))
-    dtype = lambda k: np.int64 if k.startswith("rows_") else np.float16 if k.endswith("_seen") else np.float32
+        arrays.update(
+            rows_seen=seen,
+            emb_seen=e[seen.to(e.device)],
+            **({} if h is None else {"head_seen": h[seen.to(h.device)]}),
+        )
+    dtype = lambda k: (
+        np.int64 if k.startswith("rows_") else np.float16 if k.endswith("_seen") else np.float32
+    )
     out = {k: v.cpu().numpy().astype(dtype(k)) for k, v in arrays.items()}
     return scalars, out
 
@@ -134,10 +153,12 @@ def drift(model, start: dict[str, torch.Tensor], freq: np.ndarray) -> dict[str, 
     out = {}
     for side, w0 in start.items():
         w, w0 = now[side].float(), w0.float()
-        cos, rel = F.cosine_similarity(w, w0, dim=1).cpu(), (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu()
+        cos, rel = (
+            F.cosine_similarity(w, w0, dim=1).cpu(),
+            (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu(),
+        )
         for name, mask in (("seen", seen), ("unseen", ~seen)):
             if mask.any():
                 out[f"drift/{side}_cos_{name}"] = cos[mask].mean().item()
                 out[f"drift/{side}_norm_{name}"] = rel[mask].mean().item()
     return out
-

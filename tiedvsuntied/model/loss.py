@@ -4,6 +4,7 @@ On a CPU with V = 50257 the (B*T, V) logits and their gradient dominate a traini
 time and memory; this computes the loss and both gradients `chunk` rows at a time. Tuned for
 CPU bf16 autocast and for torch.compile: every pass over a (rows, V) block is counted.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,13 +32,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n_valid = (targets != IGNORE_INDEX).sum()
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_x = torch.zeros_like(x, dtype=x_dtype) if compute_grad else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if compute_grad else None
+        grad_w = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if compute_grad
+            else None
+        )
         # One fp32 buffer for all chunks, and in-place softmax: on a CPU, fresh (rows, V)
         # allocations cost more than the arithmetic on them.
-        buf = None if x.dtype == torch.float32 or torch.compiler.is_compiling() else torch.empty(
-            min(chunk, n), vocab, dtype=torch.float32, device=x.device)
+        buf = (
+            None
+            if x.dtype == torch.float32 or torch.compiler.is_compiling()
+            else torch.empty(min(chunk, n), vocab, dtype=torch.float32, device=x.device)
+        )
         for start in range(0, n, chunk):  # the number of chunks depends on shapes only
-            xc, tc = x[start:start + chunk], targets[start:start + chunk]
+            xc, tc = x[start : start + chunk], targets[start : start + chunk]
             valid = tc != IGNORE_INDEX
             tc = tc.clamp(min=0)  # ignored rows: any class, masked out below
             with torch.autocast(x.device.type, enabled=False):
@@ -50,7 +58,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             elif torch.compiler.is_compiling():
                 logits = raw.float()  # inductor fuses the cast into the passes below
             else:
-                logits = buf[:len(xc)].copy_(raw)
+                logits = buf[: len(xc)].copy_(raw)
             target_logit = logits.gather(1, tc[:, None]).squeeze(1)
             row_max = logits.amax(dim=1, keepdim=True)
             probs = logits.sub_(row_max).exp_()  # softmax numerators, in place
@@ -65,9 +73,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if torch.compiler.is_compiling():
                     g = probs.to(raw.dtype)
                 else:
-                    g = probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)  # matmul dtype
+                    g = (
+                        probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)
+                    )  # matmul dtype
                 with torch.autocast(x.device.type, enabled=False):
-                    grad_x[start:start + chunk] = g @ weight
+                    grad_x[start : start + chunk] = g @ weight
                     grad_w += g.t() @ xc
         if compute_grad:
             ctx.save_for_backward(grad_x, grad_w.to(w_dtype))
@@ -88,8 +98,15 @@ def chunked_cross_entropy(x, weight, targets, chunk: int = 1024, reduction: str 
     x = x.reshape(-1, x.size(-1))
     targets = targets.reshape(-1)
     if reduction == "none":
-        losses = [F.cross_entropy(F.linear(x[i:i + chunk], weight).float(), targets[i:i + chunk],
-                                  ignore_index=IGNORE_INDEX, reduction="none") for i in range(0, len(x), chunk)]
+        losses = [
+            F.cross_entropy(
+                F.linear(x[i : i + chunk], weight).float(),
+                targets[i : i + chunk],
+                ignore_index=IGNORE_INDEX,
+                reduction="none",
+            )
+            for i in range(0, len(x), chunk)
+        ]
         return torch.cat(losses).view(shape)
     compute_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     return _LinearCrossEntropy.apply(x, weight, targets, int(chunk), compute_grad)

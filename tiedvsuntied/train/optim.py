@@ -1,10 +1,10 @@
 """The optimizer every run uses: AdamW in two groups, its learning-rate schedule, and the
 switch of scheduled untying (``untie_at``)."""
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -33,7 +33,10 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
             continue
         is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
         (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
     try:  # one fused kernel per step where this torch has it for the device
         return torch.optim.AdamW(groups, fused=True, **kwargs)
@@ -49,15 +52,17 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
 
 
-def untie_step(untie_at: Optional[float], max_steps: int) -> Optional[int]:
+def untie_step(untie_at: float | None, max_steps: int) -> int | None:
     """``untie_at`` as a step: a fraction of training (< 1) or a step (a whole number >= 1).
     Raises ValueError, naming the key, where that is not a step inside training."""
     if untie_at is None:
         return None
     step = round(untie_at * max_steps) if untie_at < 1 else int(untie_at)
     if untie_at <= 0 or (untie_at >= 1 and untie_at != step) or not 1 <= step < max_steps:
-        raise ValueError(f"untie_at={untie_at} is invalid: use a fraction in (0, 1) or a whole step in "
-                         f"[1, trainer.max_steps={max_steps}) (here it gives step {step})")
+        raise ValueError(
+            f"untie_at={untie_at} is invalid: use a fraction in (0, 1) or a whole step in "
+            f"[1, trainer.max_steps={max_steps}) (here it gives step {step})"
+        )
     return step
 
 
@@ -70,5 +75,9 @@ def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     group = next(g for g in optimizer.param_groups if any(p is wte for p in g["params"]))
     model.untie("copy")
     head = model.lm_head.weight
-    optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": [head]})
-    optimizer.state[head] = {k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state.get(wte, {}).items()}
+    optimizer.add_param_group(
+        {**{k: v for k, v in group.items() if k != "params"}, "params": [head]}
+    )
+    optimizer.state[head] = {
+        k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state.get(wte, {}).items()
+    }

@@ -3,13 +3,14 @@
 Runs a figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
 ``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the figure CLI report
 them, the image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
+
 from __future__ import annotations
 
 import functools
 import textwrap
 from collections import namedtuple
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,15 +22,34 @@ from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 from tiedvsuntied import analysis as A
 
 TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
-MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale-safe)
+MFC = {
+    True: TIE_COLOR[True],
+    False: "white",
+}  # marker face: tied filled, untied open (greyscale-safe)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
-STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
-         "legend.fontsize": 7, "legend.frameon": False, "lines.linewidth": 1.3, "lines.markersize": 4,
-         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
-         "grid.linewidth": 0.5, "savefig.dpi": 300, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 150}
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.frameon": False,
+    "lines.linewidth": 1.3,
+    "lines.markersize": 4,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "grid.linewidth": 0.5,
+    "savefig.dpi": 300,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "figure.dpi": 150,
+}
 
 
 # One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure or None).
@@ -37,11 +57,14 @@ Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
-def figure(name: str, description: str, uses: Sequence[str] = ("runs",), mixed_data: bool = False) -> Callable:
+def figure(
+    name: str, description: str, uses: Sequence[str] = ("runs",), mixed_data: bool = False
+) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
     called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
     ``mixed_data``: it compares across them itself), and its tables carry a ``setting`` column
     (:func:`_with_setting`)."""
+
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
         def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
@@ -51,7 +74,10 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",), mixed_d
                 A.require_single_data(runs, name)
             with rc_context(STYLE):
                 fig = func(_with_setting(runs), *map(_with_setting, args), **kwargs)
-            fig.skipped, fig.flagged = list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged))
+            fig.skipped, fig.flagged = (
+                list(dict.fromkeys(fig.skipped)),
+                list(dict.fromkeys(fig.flagged)),
+            )
             return fig
 
         def write(results: A.Results, out_dir: Path, formats: Sequence[str]):
@@ -60,26 +86,43 @@ def figure(name: str, description: str, uses: Sequence[str] = ("runs",), mixed_d
 
         REGISTRY[name] = Output(description, write)
         return styled
+
     return register
 
 
 def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
     """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
-    fig = Figure(figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained")
-    fig.skipped, fig.flagged = [], []  # "name: reason" of runs left out; "name: status" of runs drawn apart
+    fig = Figure(
+        figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained"
+    )
+    fig.skipped, fig.flagged = (
+        [],
+        [],
+    )  # "name: reason" of runs left out; "name: status" of runs drawn apart
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 def caption(fig: Figure) -> str:
     """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
-    return " ".join(f"{head}: " + "; ".join(items) + "." for head, items in
-                    (("Not shown", fig.skipped), ("Marked", fig.flagged)) if items)
+    return " ".join(
+        f"{head}: " + "; ".join(items) + "."
+        for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged))
+        if items
+    )
 
 
 def _note(ax, text: str) -> None:
     """Say in the panel itself why it is empty."""
-    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 40)), transform=ax.transAxes, ha="center", va="center",
-            fontsize=7, color="#444444")
+    ax.text(
+        0.5,
+        0.5,
+        "\n".join(textwrap.wrap(text, 40)),
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=7,
+        color="#444444",
+    )
     ax.grid(False)
 
 
@@ -106,6 +149,7 @@ def _init_label(setting: str, short: bool = False, prefix: str = "init std ") ->
 
 def _init_order(runs: pd.DataFrame) -> list[str]:
     """Settings from the largest init std down (inv_sqrt_d placed by its resolved value)."""
+
     def key(setting):
         init, _, variant = str(setting).partition(" | ")
         resolved = runs.loc[runs["setting"] == setting, "init_std_resolved_emb"].median()
@@ -135,8 +179,11 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
     a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
     fmt = EngFormatter(sep="") if eng else FuncFormatter(lambda v, _: f"{v:g}")
     a.set_major_formatter(fmt)
-    a.set_minor_formatter(NullFormatter() if lo <= 0 or hi / lo >= 100 else FuncFormatter(
-        lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else ""))
+    a.set_minor_formatter(
+        NullFormatter()
+        if lo <= 0 or hi / lo >= 100
+        else FuncFormatter(lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else "")
+    )
 
 
 def _legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
@@ -146,12 +193,30 @@ def _legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
 
 def _tie_handles(marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
-    return [Line2D([], [], color=TIE_COLOR[t], label="tied" if t else "untied", marker=marker, mfc=MFC[t],
-                   ls="-" if marker is None else "none") for t in (True, False)]
+    return [
+        Line2D(
+            [],
+            [],
+            color=TIE_COLOR[t],
+            label="tied" if t else "untied",
+            marker=marker,
+            mfc=MFC[t],
+            ls="-" if marker is None else "none",
+        )
+        for t in (True, False)
+    ]
 
 
-def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, log: bool = False,
-               **kw) -> pd.DataFrame:
+def _mean_line(
+    ax,
+    h: pd.DataFrame,
+    metric: str,
+    tie: bool,
+    by: list[str],
+    band: float = 0,
+    log: bool = False,
+    **kw,
+) -> pd.DataFrame:
     """The mean of ``metric`` over seeds vs tokens. With ``band``: its t-interval where at least
     A.MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn thin instead (with two
     seeds a t-band spans tens of nats). ``log``: mean and interval of log(metric), exponentiated
@@ -162,16 +227,32 @@ def _mean_line(ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band:
         agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
     ax.plot(agg["tokens"], agg["mean"], color=color, **kw)
     if band and (ok := agg["n"] >= A.MIN_BAND_SEEDS).any():
-        ax.fill_between(agg.loc[ok, "tokens"], agg.loc[ok, "ci_low"], agg.loc[ok, "ci_high"], color=color,
-                        alpha=band, lw=0)
+        ax.fill_between(
+            agg.loc[ok, "tokens"],
+            agg.loc[ok, "ci_low"],
+            agg.loc[ok, "ci_high"],
+            color=color,
+            alpha=band,
+            lw=0,
+        )
     elif band:
-        for _, run in h[h[metric].notna() & h["status"].isin(["finished", "running"])].groupby("run_id"):
-            ax.plot(run["tokens"], np.exp(run[metric]) if log else run[metric], color=color, lw=0.6,
-                    alpha=0.6, ls=kw.get("ls", "-"))
+        for _, run in h[h[metric].notna() & h["status"].isin(["finished", "running"])].groupby(
+            "run_id"
+        ):
+            ax.plot(
+                run["tokens"],
+                np.exp(run[metric]) if log else run[metric],
+                color=color,
+                lw=0.6,
+                alpha=0.6,
+                ls=kw.get("ls", "-"),
+            )
     return agg
 
 
-def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> list[Path]:
+def save_figure(
+    fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
+) -> list[Path]:
     """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; return the paths."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [Path(out_dir, f"{name}.{fmt}") for fmt in formats]
@@ -182,12 +263,17 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
 
 
 def _print_notes(fig: Figure | None, indent: str = "") -> None:
-    for head, items in (("not shown", getattr(fig, "skipped", [])), ("marked", getattr(fig, "flagged", []))):
+    for head, items in (
+        ("not shown", getattr(fig, "skipped", [])),
+        ("marked", getattr(fig, "flagged", [])),
+    ):
         for item in items:
             print(f"{indent}{head}: {item}")
 
 
-def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")) -> Figure:
+def publish(
+    fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
+) -> Figure:
     """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
     print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
     _print_notes(fig)

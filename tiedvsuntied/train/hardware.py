@@ -2,6 +2,7 @@
 
 Shared by the trainer and the benchmark, so both make the same choices on the same machine.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,6 @@ import re
 import tempfile
 import time
 from enum import Enum
-from typing import Optional
 
 import torch
 
@@ -25,10 +25,16 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not re.fullmatch(r"cpu|cuda(:\d+|:free)?", name):
-        raise ValueError(f"trainer.device={name!r} is invalid: use auto, cpu, cuda, cuda:N or cuda:free")
+        raise ValueError(
+            f"trainer.device={name!r} is invalid: use auto, cpu, cuda, cuda:N or cuda:free"
+        )
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device={name} but CUDA is not available here: use trainer.device=cpu or auto")
-    return torch.device(f"cuda:{claim_gpu(torch.cuda.device_count())}" if name == "cuda:free" else name)
+        raise ValueError(
+            f"trainer.device={name} but CUDA is not available here: use trainer.device=cpu or auto"
+        )
+    return torch.device(
+        f"cuda:{claim_gpu(torch.cuda.device_count())}" if name == "cuda:free" else name
+    )
 
 
 _claimed: dict = {}
@@ -49,15 +55,20 @@ def claim_gpu(n_gpus: int) -> int:
         _claimed.update(gpu=i, lock=lock)
         break
     if "gpu" not in _claimed:
-        raise ValueError(f"trainer.device=cuda:free but all {n_gpus} GPUs are claimed by other jobs: "
-                         f"run at most {n_gpus} at once (hydra.launcher.n_jobs={n_gpus})")
+        raise ValueError(
+            f"trainer.device=cuda:free but all {n_gpus} GPUs are claimed by other jobs: "
+            f"run at most {n_gpus} at once (hydra.launcher.n_jobs={n_gpus})"
+        )
     return _claimed["gpu"]
 
 
 def cpu_has_fast_bf16() -> bool:
     """AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there."""
     cpu = getattr(torch, "cpu", None)
-    return any(getattr(cpu, f, lambda: False)() for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+    return any(
+        getattr(cpu, f, lambda: False)()
+        for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    )
 
 
 def resolve_precision(p: Precision, device: torch.device) -> Precision:
@@ -67,7 +78,7 @@ def resolve_precision(p: Precision, device: torch.device) -> Precision:
     return Precision.bf16 if fast else Precision.fp32
 
 
-def resolve_compile(setting: Optional[bool], device: torch.device, max_steps: int) -> bool:
+def resolve_compile(setting: bool | None, device: torch.device, max_steps: int) -> bool:
     """Compile where it pays: always on CUDA; on CPU once a run amortises the ~1 min compile."""
     return setting if setting is not None else device.type == "cuda" or max_steps >= 500
 
@@ -78,7 +89,9 @@ def autocast(precision: Precision, device: torch.device):
     return contextlib.nullcontext()
 
 
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5) -> float:
+def measure_matmul_tflops(
+    device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5
+) -> float:
     """This machine's dense matmul throughput for ``dtype``: the MFU denominator."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -91,5 +104,3 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = 204
         iters += 4
         sync()
     return 2 * n**3 * iters / dt / 1e12
-
-

@@ -8,6 +8,7 @@ step 0); a fresh head is random, the broken default kept here as a control. The 
 at every evaluation how far the embedding and head moved from their step-0 values (probes.drift)
 and, for a start from this harness, the loss on the start's own data (retention).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,34 +16,44 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import torch
 
-from tiedvsuntied import records as R
+from tiedvsuntied import results as R
 from tiedvsuntied.data import DataConfig
 from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
 
 log = logging.getLogger(__name__)
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "t5_rescale", "logit_scale", "emb_scale")
+SHAPE_KEYS = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "vocab_size",
+    "bias",
+    "t5_rescale",
+    "logit_scale",
+    "emb_scale",
+)
 
 
 class Untie(str, Enum):
-    keep = "keep"    # the start's tying as it is
-    copy = "copy"    # tied start: the head becomes a copy of the embedding (same function at step 0)
+    keep = "keep"  # the start's tying as it is
+    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
     fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
 
 
 class Trainable(str, Enum):
     all = "all"
-    head = "head"            # the output matrix (tied: the shared matrix, embedding included)
-    body = "body"            # all but wte, wpe and the head
+    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
+    body = "body"  # all but wte, wpe and the head
     embedding = "embedding"  # wte and wpe (tied: the head too)
 
 
 @dataclass
 class FinetuneConfig:
     """The ``finetune`` node; it applies when ``init_from`` is set."""
+
     untie: Untie = Untie.keep
     trainable: Trainable = Trainable.all
 
@@ -50,22 +61,28 @@ class FinetuneConfig:
 @dataclass
 class Start:
     """The model a fine-tuning run starts from."""
+
     source: str
     model: ModelConfig
     tie: bool
-    data: Optional[dict]  # a run of this harness: its data config (retention); Hugging Face: None
-    weights: Optional[Path] = None  # checkpoints/model.pt of a run; None: a Hugging Face directory
+    data: dict | None  # a run of this harness: its data config (retention); Hugging Face: None
+    weights: Path | None = None  # checkpoints/model.pt of a run; None: a Hugging Face directory
 
 
-def _run_dir(path: Path) -> Optional[Path]:
+def _run_dir(path: Path) -> Path | None:
     """A run directory, or the one finished run of a sweep directory; None if neither."""
     if (path / "config.yaml").is_file():
         return path
-    finished = [p.parent for p in sorted(path.glob("*/summary.json"))
-                if (s := R.read_summary(p.parent)) and s.status == R.Status.finished]
+    finished = [
+        p.parent
+        for p in sorted(path.glob("*/summary.json"))
+        if (s := R.read_summary(p.parent)) and s.status == R.Status.finished
+    ]
     if len(finished) > 1:
-        raise ModelConfigError(f"init_from={path} is a sweep with {len(finished)} finished runs: name one of "
-                               + ", ".join(p.name for p in finished))
+        raise ModelConfigError(
+            f"init_from={path} is a sweep with {len(finished)} finished runs: name one of "
+            + ", ".join(p.name for p in finished)
+        )
     return finished[0] if finished else None
 
 
@@ -73,23 +90,36 @@ def read_start(init_from: str) -> Start:
     """What ``init_from`` names, without loading its weights; one clear line if it cannot start a run."""
     path = Path(init_from).expanduser()
     if path.is_dir() and (run := _run_dir(path)) is not None:
-        cfg, summary, weights = R.read_config(run), R.read_summary(run), run / "checkpoints" / "model.pt"
+        cfg, summary, weights = (
+            R.read_config(run),
+            R.read_summary(run),
+            run / "checkpoints" / "model.pt",
+        )
         if not summary or summary.status != R.Status.finished or not weights.is_file():
-            raise ModelConfigError(f"init_from={run}: not a finished run (status "
-                                   f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
-                                   f"{'present' if weights.is_file() else 'missing'})")
+            raise ModelConfigError(
+                f"init_from={run}: not a finished run (status "
+                f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
+                f"{'present' if weights.is_file() else 'missing'})"
+            )
         model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
         tie = bool(cfg["tie"]) and cfg.get("untie_at") is None  # untie_at: it finished untied
         return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights)
     if path.is_dir() and (path / "config.json").is_file():
         import json
 
-        from tiedvsuntied.hf import _config_from_hf
+        from tiedvsuntied.model.hf import _config_from_hf
 
         hf = json.loads((path / "config.json").read_text())
-        return Start(str(path), _config_from_hf(hf, str(path)), bool(hf.get("tie_word_embeddings", True)), None)
-    raise ModelConfigError(f"init_from={init_from}: no finished run of this harness (config.yaml, "
-                           "checkpoints/model.pt) and no Hugging Face GPT-2 directory (config.json) there")
+        return Start(
+            str(path),
+            _config_from_hf(hf, str(path)),
+            bool(hf.get("tie_word_embeddings", True)),
+            None,
+        )
+    raise ModelConfigError(
+        f"init_from={init_from}: no finished run of this harness (config.yaml, "
+        "checkpoints/model.pt) and no Hugging Face GPT-2 directory (config.json) there"
+    )
 
 
 def adopt(cfg, start: Start, overrides: list[str]) -> None:
@@ -99,20 +129,33 @@ def adopt(cfg, start: Start, overrides: list[str]) -> None:
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     for key in SHAPE_KEYS:
         ours, theirs = getattr(cfg.model, key), getattr(start.model, key)
-        if key == "vocab_size" or (key == "block_size" and ours < theirs):  # the tokenizer is checked with the data
+        if key == "vocab_size" or (
+            key == "block_size" and ours < theirs
+        ):  # the tokenizer is checked with the data
             continue
         if ("model" in given or f"model.{key}" in given) and ours != theirs:
-            raise ModelConfigError(f"model.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
-                                   "the start's shapes are used; drop the override")
+            raise ModelConfigError(
+                f"model.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
+                "the start's shapes are used; drop the override"
+            )
     if "tie" in given and cfg.tie != start.tie:
-        raise ModelConfigError(f"tie={str(cfg.tie).lower()} conflicts with init_from (tie={str(start.tie).lower()}): "
-                               "to untie a tied start use finetune.untie=copy")
+        raise ModelConfigError(
+            f"tie={str(cfg.tie).lower()} conflicts with init_from (tie={str(start.tie).lower()}): "
+            "to untie a tied start use finetune.untie=copy"
+        )
     if cfg.finetune.untie != Untie.keep and not start.tie:
-        raise ModelConfigError(f"finetune.untie={Untie(cfg.finetune.untie).value} needs a tied start; init_from is "
-                               "untied: use finetune.untie=keep")
-    block = min(cfg.model.block_size, start.model.block_size) if "model.block_size" in given else start.model.block_size
-    cfg.model = dataclasses.replace(cfg.model, **{k: getattr(start.model, k) for k in SHAPE_KEYS},
-                                    name=start.model.name)
+        raise ModelConfigError(
+            f"finetune.untie={Untie(cfg.finetune.untie).value} needs a tied start; init_from is "
+            "untied: use finetune.untie=keep"
+        )
+    block = (
+        min(cfg.model.block_size, start.model.block_size)
+        if "model.block_size" in given
+        else start.model.block_size
+    )
+    cfg.model = dataclasses.replace(
+        cfg.model, **{k: getattr(start.model, k) for k in SHAPE_KEYS}, name=start.model.name
+    )
     cfg.model.block_size = block
     cfg.tie = start.tie
 
@@ -120,31 +163,42 @@ def adopt(cfg, start: Start, overrides: list[str]) -> None:
 def build(start: Start, cfg, seed: int) -> GPT:
     """The start's model with the run's dropout, untied as asked, only ``trainable`` training."""
     if start.weights is None:
-        from tiedvsuntied.hf import from_pretrained
+        from tiedvsuntied.model.hf import from_pretrained
 
-        model = from_pretrained(start.source, tie=start.tie, dropout=cfg.model.dropout, block_size=cfg.model.block_size)
+        model = from_pretrained(
+            start.source, tie=start.tie, dropout=cfg.model.dropout, block_size=cfg.model.block_size
+        )
     else:
         with torch.device("meta"):  # every tensor is about to be loaded
-            model = GPT(dataclasses.replace(start.model, dropout=cfg.model.dropout, block_size=cfg.model.block_size),
-                        tie=start.tie, init_std=cfg.init_std)
+            model = GPT(
+                dataclasses.replace(
+                    start.model, dropout=cfg.model.dropout, block_size=cfg.model.block_size
+                ),
+                tie=start.tie,
+                init_std=cfg.init_std,
+            )
         model.to_empty(device="cpu")
         sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
-        sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][:cfg.model.block_size]
+        sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.model.block_size]
         model.load_state_dict(sd)
     model.init_seed = seed  # a fresh head is drawn as an untied model of this seed would draw it
     if cfg.finetune.untie != Untie.keep:
         model.untie(cfg.finetune.untie.value)
     counts = set_trainable(model, cfg.finetune.trainable.value)
     if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):
-        log.warning("finetune.trainable=%s on a tied model trains the one shared matrix: the embedding (and "
-                    "every token's row) moves too; finetune.untie=copy trains a separate head",
-                    cfg.finetune.trainable.value)
+        log.warning(
+            "finetune.trainable=%s on a tied model trains the one shared matrix: the embedding (and "
+            "every token's row) moves too; finetune.untie=copy trains a separate head",
+            cfg.finetune.trainable.value,
+        )
     if counts["trainable"] == 0:
-        raise ModelConfigError(f"finetune.trainable={cfg.finetune.trainable.value} leaves nothing to train")
+        raise ModelConfigError(
+            f"finetune.trainable={cfg.finetune.trainable.value} leaves nothing to train"
+        )
     return model
 
 
-def retain_data(start: Start) -> Optional[DataConfig]:
+def retain_data(start: Start) -> DataConfig | None:
     """The start's own data (a run of this harness): its validation loss is the retention."""
     if start.data is None:
         return None
@@ -159,4 +213,3 @@ def start_rows(model: GPT) -> dict[str, torch.Tensor]:
     if not model.tie:
         rows["head"] = model.lm_head.weight.detach().clone()
     return rows
-

@@ -5,6 +5,7 @@ A run is identified by its config: ``run_id`` is its name plus a hash of every k
 change the result, so the same command run again finds the same directory and resumes it.
 The trainer writes through this module and the analysis reads through it; it imports neither.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,12 +17,12 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, List, Optional
+from typing import Any, BinaryIO, List, Optional
 
-import torch
 import yaml
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class RunSummary:
     model: str
     seed: int
     status: Status = Status.running
-    error: Optional[str] = None
+    error: str | None = None
     init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
     n_layer: int = 0
     n_head: int = 0
@@ -69,35 +70,45 @@ class RunSummary:
     data_fingerprint: str = ""
     max_steps: int = 0
     params: dict = field(default_factory=dict)  # model.count_parameters
-    untie_at: Optional[float] = None  # scheduled untying: the config's value
-    untie_step: Optional[int] = None  # ... as a step
-    params_untied: Optional[dict] = None  # model.count_parameters after the switch (or a resume past it)
-    flops_per_token: Optional[float] = None
+    untie_at: float | None = None  # scheduled untying: the config's value
+    untie_step: int | None = None  # ... as a step
+    params_untied: dict | None = (
+        None  # model.count_parameters after the switch (or a resume past it)
+    )
+    flops_per_token: float | None = None
     step: int = 0
     tokens: int = 0
-    init_val_loss: Optional[float] = None
-    init_logit_std: Optional[float] = None
-    init_self_logit: Optional[float] = None  # step 0: mean logit of the input token itself
-    init_self_target_frac: Optional[float] = None  # validation positions whose target is the input token
-    final_val_loss: Optional[float] = None
-    best_val_loss: Optional[float] = None
-    best_step: Optional[int] = None
-    test_loss: Optional[float] = None
-    test_loss_at_best: Optional[float] = None  # test split at best_step: early stopping on validation
-    seen_vocab_frac: Optional[float] = None  # of the vocabulary, the part that occurs in the train split
-    clip_frac: Optional[float] = None  # of the optimizer steps, those whose gradient norm was clipped
-    peak_tflops: Optional[float] = None  # the MFU denominator used (trainer.peak_tflops pins it)
-    diverged_at_step: Optional[int] = None
-    resumed_from_step: Optional[int] = None
-    wandb_run_id: Optional[str] = None
-    wandb_mode: Optional[str] = None
-    wandb_dir: Optional[str] = None
-    device: Optional[str] = None
-    precision: Optional[str] = None
-    compiled: Optional[bool] = None
+    init_val_loss: float | None = None
+    init_logit_std: float | None = None
+    init_self_logit: float | None = None  # step 0: mean logit of the input token itself
+    init_self_target_frac: float | None = (
+        None  # validation positions whose target is the input token
+    )
+    final_val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    test_loss: float | None = None
+    test_loss_at_best: float | None = (
+        None  # test split at best_step: early stopping on validation
+    )
+    seen_vocab_frac: float | None = (
+        None  # of the vocabulary, the part that occurs in the train split
+    )
+    clip_frac: float | None = (
+        None  # of the optimizer steps, those whose gradient norm was clipped
+    )
+    peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
+    diverged_at_step: int | None = None
+    resumed_from_step: int | None = None
+    wandb_run_id: str | None = None
+    wandb_mode: str | None = None
+    wandb_dir: str | None = None
+    device: str | None = None
+    precision: str | None = None
+    compiled: bool | None = None
     started_at: str = field(default_factory=now)
     updated_at: str = field(default_factory=now)
-    wall_time_s: Optional[float] = None
+    wall_time_s: float | None = None
 
     def to_dict(self) -> dict:
         d = {k: _jsonable(v) for k, v in dataclasses.asdict(self).items()}
@@ -105,7 +116,7 @@ class RunSummary:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunSummary":
+    def from_dict(cls, d: dict) -> RunSummary:
         names = {f.name for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in d.items() if k in names}
         kept["status"] = Status(kept.get("status", "running"))
@@ -185,59 +196,17 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
         write_json(sweep_dir / "index.json", index)
 
 
-# ---------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
-    """``last.pt`` (weights, optimizer, ``state.state_dict()``, RNGs); the one it replaces stays as ``prev.pt`` until the next save, so a file cut
-    short (a kill, a full disk) or corrupted later never costs the run more than one interval."""
-    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-               "train_state": state.state_dict(), "rng_cpu": torch.get_rng_state(),
-               "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    if (ckpt_dir / "last.pt").exists():
-        os.replace(ckpt_dir / "last.pt", ckpt_dir / "prev.pt")
-    atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
-
-
-def load_checkpoint(ckpt_dir: Path, model, optimizer, state, layout=None) -> Optional[Path]:
-    """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
-    file used, or None (start over). ``layout(ckpt)`` may first reshape model and optimizer to
-    the checkpoint's (a run untied on schedule)."""
-    for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
-        if not path.exists():
-            continue
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-            if layout is not None:
-                layout(ckpt)
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-        except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
-            log.warning("checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one", path,
-                        scrub(f"{type(e).__name__}: {e}")[:200], path.name)
-            os.replace(path, path.with_suffix(".pt.bad"))  # so the next save cannot rotate it into prev.pt
-            continue
-        state.load_state_dict(ckpt["train_state"])
-        torch.set_rng_state(ckpt["rng_cpu"])
-        if torch.cuda.is_available() and ckpt["rng_cuda"]:
-            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
-        return path
-    if any(ckpt_dir.glob("*.pt")):
-        log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
-    return None
-
-
 # ---------------------------------------------------------------------------- reading
 
 
-def read_json(path: Path) -> Optional[dict]:
+def read_json(path: Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def read_summary(run_dir: Path) -> Optional[RunSummary]:
+def read_summary(run_dir: Path) -> RunSummary | None:
     d = read_json(Path(run_dir) / "summary.json")
     try:
         return RunSummary.from_dict(d) if d else None
@@ -247,7 +216,9 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
 
 def read_index(sweep_dir: Path) -> dict[str, IndexEntry]:
     index = read_json(Path(sweep_dir) / "index.json") or {}
-    return {run_id: IndexEntry(**{**e, "status": Status(e["status"])}) for run_id, e in index.items()}
+    return {
+        run_id: IndexEntry(**{**e, "status": Status(e["status"])}) for run_id, e in index.items()
+    }
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -274,16 +245,29 @@ def read_config(run_dir: Path) -> dict:
 
 # Keys that change where and how a run is recorded, not what it computes.
 IDENTITY_EXCLUDE = (
-    "sweep", "results_dir", "wandb", "trainer.progress", "trainer.log_interval",
-    "trainer.ckpt_interval", "trainer.peak_tflops", "trainer.device", "data.cache_dir",
-    "data.num_threads", "data.files",  # files: replaced by the corpus fingerprint (content)
+    "sweep",
+    "results_dir",
+    "wandb",
+    "trainer.progress",
+    "trainer.log_interval",
+    "trainer.ckpt_interval",
+    "trainer.peak_tflops",
+    "trainer.device",
+    "data.cache_dir",
+    "data.num_threads",
+    "data.files",  # files: replaced by the corpus fingerprint (content)
 )
 
 
 # Keys added after results existed, at the values that change nothing: left out of the hash, so
 # runs made before a key existed keep their identity (a rerun still skips or resumes them).
-NEUTRAL = {"init_from": None, "untie_at": None, "finetune": {"untie": "keep", "trainable": "all"},
-           "model.logit_scale": "1", "model.emb_scale": "1"}
+NEUTRAL = {
+    "init_from": None,
+    "untie_at": None,
+    "finetune": {"untie": "keep", "trainable": "all"},
+    "model.logit_scale": "1",
+    "model.emb_scale": "1",
+}
 
 
 def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
@@ -321,7 +305,9 @@ _KEY_SHAPE = re.compile(r"\b[0-9a-f]{40}\b")  # the shape of a W&B API key
 def scrub(text: str) -> str:
     """``text`` without credentials: secret-looking environment values, key=value secrets."""
     for name, value in os.environ.items():
-        if len(value) >= 8 and any(s in name.upper() for s in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
+        if len(value) >= 8 and any(
+            s in name.upper() for s in ("KEY", "TOKEN", "SECRET", "PASSWORD")
+        ):
             text = text.replace(value, "***")
     return _KEY_SHAPE.sub("***", _SECRET.sub(r"\1\2***", text))
 
@@ -343,9 +329,9 @@ class WandbConfig:
 
     mode: WandbMode = WandbMode.auto
     project: str = "tiedvsuntied"
-    entity: Optional[str] = None
-    group: Optional[str] = None  # None: the sweep name, so one W&B group per sweep
-    tags: List[str] = field(default_factory=list)
+    entity: str | None = None
+    group: str | None = None  # None: the sweep name, so one W&B group per sweep
+    tags: list[str] = field(default_factory=list)
     init_timeout: float = 60.0  # seconds an online W&B may take to start
 
 
@@ -378,14 +364,18 @@ def resolve_wandb_mode(mode: WandbMode) -> WandbMode:
     mode = WandbMode(mode)
     if mode != WandbMode.auto:
         return mode
-    env = {"dryrun": "offline"}.get(os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE", ""))
+    env = {"dryrun": "offline"}.get(
+        os.environ.get("WANDB_MODE", ""), os.environ.get("WANDB_MODE", "")
+    )
     if env in ("online", "offline", "disabled"):
         return WandbMode(env)
     if not _has_credentials():
         return WandbMode.offline
     if not _server_reachable():
-        log.warning("W&B server unreachable: logging offline; upload later with "
-                    "`wandb sync <run_dir>/wandb/offline-run-*`")
+        log.warning(
+            "W&B server unreachable: logging offline; upload later with "
+            "`wandb sync <run_dir>/wandb/offline-run-*`"
+        )
         return WandbMode.offline
     return WandbMode.online
 
@@ -395,31 +385,46 @@ class MetricsLog:
     W&B under the same names. A context manager: leaving it closes both, with W&B told
     whether the run failed, whatever happened inside."""
 
-    def __init__(self, run_dir: Path, resume_step: Optional[int]):
+    def __init__(self, run_dir: Path, resume_step: int | None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.wandb = None
-        lines = [] if resume_step is None else [json.dumps(r) for r in read_metrics(run_dir)
-                                                if r.get("step", 0) <= resume_step]
+        lines = (
+            []
+            if resume_step is None
+            else [json.dumps(r) for r in read_metrics(run_dir) if r.get("step", 0) <= resume_step]
+        )
         # Lines past the checkpoint belong to steps that will be trained again: drop them, so
         # the file keeps exactly one line per logged step.
         atomic_write(self.path, "".join(line + "\n" for line in lines))
         self._file = open(self.path, "a", buffering=1)
         self.failed = True  # until the run says otherwise
 
-    def start_wandb(self, cfg: WandbConfig, *, run_id: str, name: str, group: str, config: dict,
-                    run_dir: Path) -> WandbMode:
+    def start_wandb(
+        self, cfg: WandbConfig, *, run_id: str, name: str, group: str, config: dict, run_dir: Path
+    ) -> WandbMode:
         mode = resolve_wandb_mode(cfg.mode)
         if mode == WandbMode.disabled:
             return mode
         import wandb
 
         # No console capture (our log lines are not duplicated), no system-stats thread.
-        settings = wandb.Settings(console="off", init_timeout=cfg.init_timeout, x_disable_stats=True,
-                                  save_code=False)
-        self.wandb = wandb.init(project=cfg.project, entity=cfg.entity, group=cfg.group or group,
-                                name=name, id=run_id, resume="allow", dir=str(run_dir), config=config,
-                                tags=list(cfg.tags), mode=mode.value, settings=settings,
-                                reinit="finish_previous")
+        settings = wandb.Settings(
+            console="off", init_timeout=cfg.init_timeout, x_disable_stats=True, save_code=False
+        )
+        self.wandb = wandb.init(
+            project=cfg.project,
+            entity=cfg.entity,
+            group=cfg.group or group,
+            name=name,
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+            tags=list(cfg.tags),
+            mode=mode.value,
+            settings=settings,
+            reinit="finish_previous",
+        )
         return mode
 
     def log(self, metrics: dict, step: int) -> None:
@@ -437,13 +442,15 @@ class MetricsLog:
             return
         flat = {}
         for k, v in _jsonable(values).items():
-            flat.update({f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+            flat.update(
+                {f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v}
+            )
         try:
             self.wandb.summary.update(flat)
         except Exception as e:
             log.warning("W&B summary update failed: %s", scrub(str(e)))
 
-    def __enter__(self) -> "MetricsLog":
+    def __enter__(self) -> MetricsLog:
         return self
 
     def __exit__(self, *exc) -> None:

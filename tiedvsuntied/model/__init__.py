@@ -9,6 +9,7 @@ Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wt
 once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
 are the study's two run keys: they are arguments of GPT, not fields of ModelConfig.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -22,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tiedvsuntied.losses import IGNORE_INDEX, chunked_cross_entropy
+from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
 
 LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
@@ -35,19 +36,22 @@ ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 l
 @dataclass
 class ModelConfig:
     """The Hydra `model` node: architecture only."""
-    name: str = "micro"          # size name (conf/model/<name>.yaml)
+
+    name: str = "micro"  # size name (conf/model/<name>.yaml)
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
     block_size: int = 256
-    vocab_size: int = 50257      # the trainer sets it from the tokenizer
+    vocab_size: int = 50257  # the trainer sets it from the tokenizer
     bias: bool = True
     dropout: float = 0.0
-    emb_init_std: Optional[str] = None   # overrides init_std for wte (untied only)
-    head_init_std: Optional[str] = None  # overrides init_std for lm_head (untied only)
-    t5_rescale: bool = False     # multiply final hidden state by n_embd ** -0.5 before the head
-    logit_scale: str = "1"       # multiplies the logits: a number, or inv_sqrt_d (t5_rescale is that)
-    emb_scale: str = "1"         # multiplies the token embedding on the way in: a number, or sqrt_d (Gemma)
+    emb_init_std: str | None = None  # overrides init_std for wte (untied only)
+    head_init_std: str | None = None  # overrides init_std for lm_head (untied only)
+    t5_rescale: bool = False  # multiply final hidden state by n_embd ** -0.5 before the head
+    logit_scale: str = "1"  # multiplies the logits: a number, or inv_sqrt_d (t5_rescale is that)
+    emb_scale: str = (
+        "1"  # multiplies the token embedding on the way in: a number, or sqrt_d (Gemma)
+    )
     body_init_std: float = 0.02  # GPT-2 body init; residual projections / sqrt(2 n_layer)
 
 
@@ -69,7 +73,8 @@ def canonical_init_std(value, key: str = "init_std") -> str:
     if not (math.isfinite(std) and (std > 0 or (std == 0 and key in ZERO_OK))):
         raise ModelConfigError(
             f"{key}={value!r} is invalid: give a finite number {'>= 0' if key in ZERO_OK else '> 0'} such as "
-            f"0.02 or 1.0, or inv_sqrt_d (also d^-0.5) for n_embd ** -0.5")
+            f"0.02 or 1.0, or inv_sqrt_d (also d^-0.5) for n_embd ** -0.5"
+        )
     return repr(std)
 
 
@@ -81,7 +86,7 @@ def resolve_init_std(value, n_embd: int, key: str = "init_std") -> float:
 
 def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
     """(logit scale, embedding scale) as numbers; t5_rescale multiplies the logit scale by d^-0.5."""
-    named = {"inv_sqrt_d": cfg.n_embd ** -0.5, "sqrt_d": cfg.n_embd ** 0.5}
+    named = {"inv_sqrt_d": cfg.n_embd**-0.5, "sqrt_d": cfg.n_embd**0.5}
     out = []
     for key in ("logit_scale", "emb_scale"):
         text = str(getattr(cfg, key)).strip()
@@ -90,10 +95,12 @@ def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
         except ValueError:
             v = float("nan")
         if not (math.isfinite(v) and v > 0):
-            raise ModelConfigError(f"model.{key}={getattr(cfg, key)!r} is invalid: give a number > 0, "
-                                   "inv_sqrt_d or sqrt_d")
+            raise ModelConfigError(
+                f"model.{key}={getattr(cfg, key)!r} is invalid: give a number > 0, "
+                "inv_sqrt_d or sqrt_d"
+            )
         out.append(v)
-    return out[0] * (cfg.n_embd ** -0.5 if cfg.t5_rescale else 1.0), out[1]
+    return out[0] * (cfg.n_embd**-0.5 if cfg.t5_rescale else 1.0), out[1]
 
 
 def _as_config(cfg) -> ModelConfig:
@@ -116,24 +123,35 @@ def check_config(cfg: ModelConfig, *, tie: bool = True, init_std="0.02") -> dict
         if getattr(cfg, key) <= 0:
             raise ModelConfigError(f"model.{key}={getattr(cfg, key)!r} is invalid: it must be > 0")
     if cfg.n_embd % cfg.n_head:
-        raise ModelConfigError(f"model.n_head={cfg.n_head} is invalid: it must divide "
-                               f"model.n_embd={cfg.n_embd} (each head gets n_embd / n_head dims)")
+        raise ModelConfigError(
+            f"model.n_head={cfg.n_head} is invalid: it must divide "
+            f"model.n_embd={cfg.n_embd} (each head gets n_embd / n_head dims)"
+        )
     if not 0.0 <= cfg.dropout < 1.0:
         raise ModelConfigError(f"model.dropout={cfg.dropout!r} is invalid: it must be in [0, 1)")
     if not isinstance(tie, bool):  # a string 'false' would be truthy
         raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
     if not (math.isfinite(cfg.body_init_std) and cfg.body_init_std > 0):
-        raise ModelConfigError(f"model.body_init_std={cfg.body_init_std!r} is invalid: it must be a finite number > 0")
+        raise ModelConfigError(
+            f"model.body_init_std={cfg.body_init_std!r} is invalid: it must be a finite number > 0"
+        )
     default = resolve_init_std(init_std, cfg.n_embd, "init_std")
-    emb, head = (default if v is None else resolve_init_std(v, cfg.n_embd, f"model.{k}")
-                 for k, v in (("emb_init_std", cfg.emb_init_std), ("head_init_std", cfg.head_init_std)))
+    emb, head = (
+        default if v is None else resolve_init_std(v, cfg.n_embd, f"model.{k}")
+        for k, v in (("emb_init_std", cfg.emb_init_std), ("head_init_std", cfg.head_init_std))
+    )
     if tie and emb != head:
         raise ModelConfigError(
             f"model.emb_init_std={cfg.emb_init_std!r} and model.head_init_std={cfg.head_init_std!r} "
-            f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, or use tie=false")
+            f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, or use tie=false"
+        )
     resolve_scales(cfg)
-    return {"emb": emb, "head": head, "body": cfg.body_init_std,
-            "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer)}
+    return {
+        "emb": emb,
+        "head": head,
+        "body": cfg.body_init_std,
+        "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer),
+    }
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -153,7 +171,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -190,15 +209,15 @@ class Block(nn.Module):
 # Every parameter must match exactly one row, so no init can silently overwrite another.
 INIT_TABLE: tuple[tuple[str, str, str], ...] = (
     # tensor (fnmatch pattern)              init      std
-    ("transformer.wte.weight",              "normal", "emb"),
-    ("lm_head.weight",                      "normal", "head"),
-    ("transformer.wpe.weight",              "normal", "body"),
-    ("transformer.h.*.attn.c_attn.weight",  "normal", "body"),
-    ("transformer.h.*.attn.c_proj.weight",  "normal", "resid"),
-    ("transformer.h.*.mlp.c_fc.weight",     "normal", "body"),
-    ("transformer.h.*.mlp.c_proj.weight",   "normal", "resid"),
-    ("*ln_*.weight",                        "ones",   "-"),
-    ("*.bias",                              "zeros",  "-"),
+    ("transformer.wte.weight", "normal", "emb"),
+    ("lm_head.weight", "normal", "head"),
+    ("transformer.wpe.weight", "normal", "body"),
+    ("transformer.h.*.attn.c_attn.weight", "normal", "body"),
+    ("transformer.h.*.attn.c_proj.weight", "normal", "resid"),
+    ("transformer.h.*.mlp.c_fc.weight", "normal", "body"),
+    ("transformer.h.*.mlp.c_proj.weight", "normal", "resid"),
+    ("*ln_*.weight", "ones", "-"),
+    ("*.bias", "zeros", "-"),
 )
 
 STD_LEGEND = {
@@ -221,7 +240,9 @@ def init_rule(name: str) -> tuple[str, str]:
     """(init, std symbol) of a parameter name; error unless exactly one INIT_TABLE row matches."""
     hits = [(i, s) for p, i, s in INIT_TABLE if fnmatch.fnmatchcase(name, p)]
     if len(hits) != 1:
-        raise RuntimeError(f"parameter {name!r} matches {len(hits)} INIT_TABLE rows, expected exactly 1")
+        raise RuntimeError(
+            f"parameter {name!r} matches {len(hits)} INIT_TABLE rows, expected exactly 1"
+        )
     return hits[0]
 
 
@@ -253,8 +274,14 @@ def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig, *, tie: bool = True, init_std: Union[str, float] = "0.02",
-                 seed: Optional[int] = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        tie: bool = True,
+        init_std: str | float = "0.02",
+        seed: int | None = None,
+    ):
         """Build and initialise. `seed` fixes the init (see init_weights) and leaves the global
         RNG alone; None draws one seed from the global torch RNG. Under
         `with torch.device("meta")` nothing is allocated or initialised."""
@@ -268,20 +295,22 @@ class GPT(nn.Module):
         # would waste time, draw from the global RNG (more draws untied than tied, shifting
         # dropout masks later) and be overwritten anyway. init_weights sets every tensor.
         with torch.device("meta"):
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-                wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-                drop=nn.Dropout(cfg.dropout),
-                h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-                ln_f=nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias),
-            ))
+            self.transformer = nn.ModuleDict(
+                dict(
+                    wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                    wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+                    drop=nn.Dropout(cfg.dropout),
+                    h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+                    ln_f=nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias),
+                )
+            )
             self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.to_empty(device=device)  # ties the head when tie (see to_empty)
-        self.init_seed: Optional[int] = None
+        self.init_seed: int | None = None
         if device.type != "meta":
             self.init_weights(seed)
 
-    def to_empty(self, *, device, recurse: bool = True) -> "GPT":
+    def to_empty(self, *, device, recurse: bool = True) -> GPT:
         """nn.Module.to_empty that keeps the tie. The base class gives every module a new
         tensor, which would untie the head (and allocate a second V x d matrix)."""
         self.transformer.to_empty(device=device, recurse=recurse)
@@ -296,7 +325,9 @@ class GPT(nn.Module):
         embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
         the same seed (init std "head"): the random head of a common fine-tuning mistake."""
         if not self.tie:
-            raise ModelConfigError("finetune.untie: the model is already untied; valid only from a tied start")
+            raise ModelConfigError(
+                "finetune.untie: the model is already untied; valid only from a tied start"
+            )
         if head not in ("copy", "fresh"):
             raise ModelConfigError(f"finetune.untie={head!r} is invalid: use keep, copy or fresh")
         w = self.transformer.wte.weight.detach()
@@ -312,7 +343,7 @@ class GPT(nn.Module):
         """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
         return dict(self._init_stds)
 
-    def init_weights(self, seed: Optional[int] = None) -> None:
+    def init_weights(self, seed: int | None = None) -> None:
         # The docstring is generated from INIT_TABLE below the class.
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())  # one draw from the global RNG
@@ -330,8 +361,16 @@ class GPT(nn.Module):
                     g = torch.Generator().manual_seed(_tensor_seed(seed, name))
                     p.copy_(torch.empty(p.shape).normal_(0.0, self._init_stds[std], generator=g))
 
-    def forward(self, idx, targets=None, *, loss_chunk: Optional[int] = 1024, return_logits: bool = True,
-                grad_split: Optional[dict] = None, reduction: str = "mean"):
+    def forward(
+        self,
+        idx,
+        targets=None,
+        *,
+        loss_chunk: int | None = 1024,
+        return_logits: bool = True,
+        grad_split: dict | None = None,
+        reduction: str = "mean",
+    ):
         """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
 
         With targets and return_logits=False the loss is the chunked cross-entropy of
@@ -341,29 +380,41 @@ class GPT(nn.Module):
         fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
         reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
         T = idx.size(1)
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds model.block_size={self.config.block_size}")
+        if self.config.block_size < T:
+            raise ValueError(
+                f"sequence length {T} exceeds model.block_size={self.config.block_size}"
+            )
         w_in, w_out = self.transformer.wte.weight, self.lm_head.weight
         if grad_split is not None and torch.is_grad_enabled():
             # Tied, each side gets its own view of the one matrix, so autograd keeps the two
             # gradients apart until it sums them into .grad.
-            w_in, w_out = (_tap(w, grad_split, side) if w.requires_grad else w  # frozen: no gradient to split
-                           for w, side in ((w_in, "in"), (w_out, "out")))
+            w_in, w_out = (
+                _tap(w, grad_split, side) if w.requires_grad else w  # frozen: no gradient to split
+                for w, side in ((w_in, "in"), (w_out, "out"))
+            )
         pos = torch.arange(T, device=idx.device)
         tok = F.embedding(idx, w_in)
-        x = self.transformer.drop((tok * self.emb_scale if self.emb_scale != 1.0 else tok) + self.transformer.wpe(pos))
+        x = self.transformer.drop(
+            (tok * self.emb_scale if self.emb_scale != 1.0 else tok) + self.transformer.wpe(pos)
+        )
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        if self.logit_scale != 1.0:  # on h rather than on the logits: the same, and the chunked loss needs it
+        if (
+            self.logit_scale != 1.0
+        ):  # on h rather than on the logits: the same, and the chunked loss needs it
             x = x * self.logit_scale  # T5: the tied head sees d^-0.5 * h
         if targets is not None and not return_logits and loss_chunk:
             return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
         logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction)
-        return (logits if return_logits else None), loss.view(targets.shape) if reduction == "none" else loss
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
+        )
+        return (logits if return_logits else None), loss.view(
+            targets.shape
+        ) if reduction == "none" else loss
 
 
 GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:
@@ -382,7 +433,7 @@ parameter of its own (named_parameters lists the matrix once, as wte): nothing r
 
 def _unwrap(model: nn.Module) -> GPT:
     model = getattr(model, "_orig_mod", model)  # torch.compile
-    return getattr(model, "module", model)      # DDP
+    return getattr(model, "module", model)  # DDP
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -391,12 +442,17 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     {"total", "embedding" (wte), "position" (wpe), "head" (lm_head; 0 when tied),
      "non_embedding"}; the parts sum to the total."""
     m = _unwrap(model)
-    parts = {"embedding": m.transformer.wte.weight.numel(),
-             "position": m.transformer.wpe.weight.numel(),
-             "head": 0 if m.tie else m.lm_head.weight.numel()}
+    parts = {
+        "embedding": m.transformer.wte.weight.numel(),
+        "position": m.transformer.wpe.weight.numel(),
+        "head": 0 if m.tie else m.lm_head.weight.numel(),
+    }
     named = dict(m.named_parameters())  # a shared Parameter is listed once
-    parts["non_embedding"] = sum(p.numel() for n, p in named.items()
-                                 if n not in ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"))
+    parts["non_embedding"] = sum(
+        p.numel()
+        for n, p in named.items()
+        if n not in ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
+    )
     total = sum(p.numel() for p in m.parameters())
     assert sum(parts.values()) == total, (parts, total)
     return {"total": total, **parts}
@@ -411,10 +467,16 @@ def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
     those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
     m = _unwrap(model)
     if which not in TRAINABLE:
-        raise ModelConfigError(f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}")
+        raise ModelConfigError(
+            f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}"
+        )
     emb = {id(m.transformer.wte.weight), id(m.transformer.wpe.weight)}
-    chosen = {"all": lambda p: True, "head": lambda p: p is m.lm_head.weight, "embedding": lambda p: id(p) in emb,
-              "body": lambda p: id(p) not in emb and p is not m.lm_head.weight}[which]
+    chosen = {
+        "all": lambda p: True,
+        "head": lambda p: p is m.lm_head.weight,
+        "embedding": lambda p: id(p) in emb,
+        "body": lambda p: id(p) not in emb and p is not m.lm_head.weight,
+    }[which]
     counts = {"trainable": 0, "frozen": 0}
     for p in m.parameters():  # a tied matrix comes once
         p.requires_grad_(chosen(p))

@@ -6,11 +6,11 @@
 * ``iter_eval_batches`` always yields the same evenly spaced windows of a split, so every
   evaluation of every run is comparable.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -19,19 +19,24 @@ from tiedvsuntied.data import DataError
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
 
 
-def _check_windows(tokens, block_size: int, batch_size: int, split: Optional[str]) -> int:
+def _check_windows(tokens, block_size: int, batch_size: int, split: str | None) -> int:
     split = split or Path(str(getattr(tokens, "filename", None) or "split")).stem
     if block_size < 1 or batch_size < 1:
         raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
     if len(tokens) < block_size + 1:
-        raise DataError(f"split {split!r} has {len(tokens)} tokens, fewer than one window of "
-                        f"block_size+1 = {block_size + 1}; use a smaller block_size or more data")
+        raise DataError(
+            f"split {split!r} has {len(tokens)} tokens, fewer than one window of "
+            f"block_size+1 = {block_size + 1}; use a smaller block_size or more data"
+        )
     return len(tokens)
 
 
 def _windows(tokens, starts: np.ndarray, block_size: int):
     import torch
-    w = torch.from_numpy(np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)], dtype=np.int64))
+
+    w = torch.from_numpy(
+        np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)], dtype=np.int64)
+    )
     return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
 
@@ -42,12 +47,18 @@ class BatchSampler:
     generator seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
     """
 
-    def __init__(self, tokens, block_size: int, batch_size: int, seed: int = 0,
-                 split: Optional[str] = None):
+    def __init__(
+        self, tokens, block_size: int, batch_size: int, seed: int = 0, split: str | None = None
+    ):
         self.n = _check_windows(tokens, block_size, batch_size, split)
         if seed < 0:
             raise DataError(f"seed must be >= 0, got {seed}")
-        self.tokens, self.block_size, self.batch_size, self.seed = tokens, block_size, batch_size, seed
+        self.tokens, self.block_size, self.batch_size, self.seed = (
+            tokens,
+            block_size,
+            batch_size,
+            seed,
+        )
 
     def starts(self, step: int, micro: int = 0) -> np.ndarray:
         seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, int(step), int(micro)])
@@ -58,7 +69,9 @@ class BatchSampler:
         return _windows(self.tokens, self.starts(step, micro), self.block_size)
 
 
-def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int] = None) -> np.ndarray:
+def eval_window_starts(
+    n_tokens: int, block_size: int, max_windows: int | None = None
+) -> np.ndarray:
     """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
     possible position; at most max_windows (None or <= 0: all that fit)."""
     fit = n_tokens // (block_size + 1)
@@ -69,9 +82,16 @@ def eval_window_starts(n_tokens: int, block_size: int, max_windows: Optional[int
     return np.arange(k, dtype=np.int64) * (n_tokens - block_size - 1) // (k - 1)
 
 
-def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: Optional[int] = None,
-                      split: Optional[str] = None) -> Iterator:
+def iter_eval_batches(
+    tokens,
+    block_size: int,
+    batch_size: int,
+    max_windows: int | None = None,
+    split: str | None = None,
+) -> Iterator:
     """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
-    starts = eval_window_starts(_check_windows(tokens, block_size, batch_size, split), block_size, max_windows)
+    starts = eval_window_starts(
+        _check_windows(tokens, block_size, batch_size, split), block_size, max_windows
+    )
     for i in range(0, len(starts), batch_size):
-        yield _windows(tokens, starts[i:i + batch_size], block_size)
+        yield _windows(tokens, starts[i : i + batch_size], block_size)

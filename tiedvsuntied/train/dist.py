@@ -7,6 +7,7 @@ draw, so a run's identity and (without dropout) its losses do not depend on the 
 processes. Rank 0 alone evaluates and writes records, checkpoints and W&B; every rank resumes
 from the same checkpoint. In one process every function here is a no-op.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -64,7 +65,7 @@ def init(dev: torch.device) -> None:
 def shard(x: torch.Tensor) -> torch.Tensor:
     """This rank's contiguous rows of a global (micro-)batch."""
     n = x.size(0) // world_size()
-    return x[rank() * n:(rank() + 1) * n]
+    return x[rank() * n : (rank() + 1) * n]
 
 
 def mean_(t: torch.Tensor) -> torch.Tensor:
@@ -108,14 +109,24 @@ def signals(hold: bool):
     ``then`` hands SIGUSR2 on to the handler it replaced (submitit's requeues the job). hold:
     Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the handler they would
     have met (a checkpoint being written would be torn otherwise)."""
-    held, sigs = [], (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if hold else (signal.SIGTERM, signal.SIGUSR2)
+    held, sigs = (
+        [],
+        (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+        if hold
+        else (signal.SIGTERM, signal.SIGUSR2),
+    )
 
     def handler(signum, frame):
         if hold:
             return held.append(signum)
         e, before = KeyboardInterrupt(f"signal {signum}"), old.get(signum)
-        e.then = (lambda: before(signum, frame)) if callable(before) and signum == signal.SIGUSR2 else None
+        e.then = (
+            (lambda: before(signum, frame))
+            if callable(before) and signum == signal.SIGUSR2
+            else None
+        )
         raise e
+
     try:
         old = {s: signal.signal(s, handler) for s in sigs}
     except ValueError:  # not the main thread (some launchers): signals cannot reach this code

@@ -1,0 +1,5 @@
+import sys
+
+from tiedvsuntied.data import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from tiedvsuntied.figures import main
+
+sys.exit(main())
