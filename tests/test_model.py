@@ -22,6 +22,7 @@ from tiedvsuntied.model import (
     ModelConfig,
     ModelConfigError,
     canonical_init_std,
+    check_config,
     count_parameters,
     count_parameters_for,
     flops_per_token,
@@ -101,7 +102,7 @@ def test_save_pretrained_loads_in_transformers(tmp_path):
     cfg = tiny(vocab_size=101)
     model = GPT(cfg, seed=3).eval()
     with torch.no_grad():  # non-trivial LayerNorms and biases
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     save_pretrained(model, tmp_path)
@@ -559,9 +560,10 @@ def test_gpt2_small_parameter_counts():
     assert tied["non_embedding"] == untied["non_embedding"] == 124_439_808 - 38_597_376 - 786_432
 
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("tie", [True, False])
-def test_count_parameters_on_a_real_model(tie):
-    cfg = tiny()
+def test_count_parameters_on_a_real_model(tie, bias):
+    cfg = tiny(bias=bias)
     model = GPT(cfg, tie=tie, seed=0)
     unique = {p.data_ptr(): p.numel() for p in model.parameters()}
     by_hand = sum(
@@ -612,10 +614,52 @@ def test_flops_per_token():
 def test_bad_config_is_refused_before_allocating_in_one_line(key, value, says):
     run_keys = {k: value.pop(k) for k in ("tie", "init_std") if k in value}
     # a vocabulary this large could not be allocated: the error must come first
-    cfg = ModelConfig(**{"vocab_size": 10**12, **value})
     with pytest.raises(ModelConfigError, match=f"^{re.escape(key)}=.*{says}") as e:
-        GPT(cfg, **run_keys)
+        GPT(ModelConfig(**{"vocab_size": 10**12, **value}), **run_keys)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        dict(n_head=3, n_embd=100),
+        dict(block_size=0),
+        dict(dropout=1.0),
+        dict(body_init_std=float("nan")),
+        dict(emb_init_std="big"),
+        dict(head_init_std="-1"),
+        dict(logit_scale="0"),
+        dict(emb_scale="sqrt"),
+    ],
+)
+def test_a_bad_field_is_refused_where_the_config_is_made(value):
+    """A check that needs only the model's own fields runs in ModelConfig.__post_init__."""
+    key = next(iter(value))  # the key the message names
+    with pytest.raises(ModelConfigError, match=f"^model.{key}=") as e:
+        ModelConfig(**value)
+    assert "\n" not in str(e.value)
+
+
+def test_check_config_checks_a_field_set_after_construction():
+    cfg = tiny()
+    cfg.n_layer = 0  # as an OmegaConf merge or a dataclass attribute write can do
+    with pytest.raises(ModelConfigError, match=r"^model.n_layer=0 is invalid: it must be > 0$"):
+        check_config(cfg)
+    assert check_config(tiny(), tie=False, init_std="1.0")["head"] == 1.0
+
+
+def test_config_and_accounting_import_no_torch():
+    """The reading side (results, analysis, figures) counts parameters without torch."""
+    code = (
+        "import sys\n"
+        "import tiedvsuntied.model.accounting, tiedvsuntied.model.config\n"
+        "from tiedvsuntied.model import ModelConfig, count_parameters_for, canonical_init_std\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "from tiedvsuntied.model import GPT\n"
+        "assert 'torch' in sys.modules and GPT.__module__ == 'tiedvsuntied.model.gpt'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_tied_overrides_that_agree_are_fine():

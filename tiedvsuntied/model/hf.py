@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.model import GPT, LN_EPS, ModelConfig
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT, LN_EPS
 
 _CONV1D_WEIGHTS = (
     "attn.c_attn.weight",
@@ -57,13 +58,13 @@ def _pretrained_dir(path_or_name) -> Path:
     except Exception as e:
         raise OSError(
             f"could not get {name!r} from the Hugging Face Hub ({type(e).__name__}: {e}). "
-            f"If the Hub is unreachable, download the model where it is reachable and pass its local "
-            f"directory instead: from_pretrained('/path/to/{name}') (config.json + model.safetensors "
-            f"or pytorch_model.bin)"
+            "If the Hub is unreachable, download the model where it is reachable and pass its "
+            f"local directory instead: from_pretrained('/path/to/{name}') (config.json + "
+            "model.safetensors or pytorch_model.bin)"
         ) from e
 
 
-def _config_from_hf(hf: dict, source: str) -> ModelConfig:
+def config_from_hf(hf: dict, source: str) -> ModelConfig:
     """The ModelConfig of a GPT-2 config.json; error on what this model can't do."""
     checks = {
         "model_type": (hf.get("model_type", "gpt2"), ("gpt2",)),
@@ -92,6 +93,10 @@ def _config_from_hf(hf: dict, source: str) -> ModelConfig:
         block_size=hf["n_positions"],
         bias=True,
     )
+
+
+# The old private name: train/finetune.py imports it until it uses config_from_hf.
+_config_from_hf = config_from_hf
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -135,11 +140,12 @@ def from_pretrained(path_or_name, tie: bool = True, **overrides) -> GPT:
     <= n_positions crops wpe, ...); the shape fields come from the checkpoint."""
     directory = _pretrained_dir(path_or_name)
     hf = json.loads((directory / "config.json").read_text())
-    cfg = _config_from_hf(hf, source=str(path_or_name))
+    cfg = config_from_hf(hf, source=str(path_or_name))
     for k, v in overrides.items():
         if k in _SHAPE_KEYS and v != getattr(cfg, k):
             raise ValueError(
-                f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); it cannot be overridden"
+                f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); "
+                "it cannot be overridden"
             )
     cfg = replace(cfg, **overrides)
     if cfg.block_size > hf["n_positions"]:
