@@ -26,6 +26,8 @@ from tiedvsuntied.model import (
     count_parameters,
     count_parameters_for,
     flops_per_token,
+    init_std_note,
+    init_std_notes,
     init_table_markdown,
     resolve_init_std,
 )
@@ -239,14 +241,30 @@ def test_tie_survives_to_empty_and_to():
     assert model.lm_head.weight is model.transformer.wte.weight
 
 
-def test_t5_rescale_scales_logits_by_inv_sqrt_d():
-    cfg = tiny()
-    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(t5_rescale=True), seed=0).eval()
+def test_t5_rescale_is_t5s_tied_head_only():
+    """HF T5ForConditionalGeneration: `if tie_word_embeddings: h *= d**-0.5`; untied, nothing."""
+    cfg = tiny(n_embd=64)  # d^-0.5 = 1/8, a power of two: the product is exact
+    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(n_embd=64, t5_rescale=True), seed=0).eval()
+    assert_same_weights(plain, t5)
     idx, _ = batch(cfg)
     with torch.no_grad():
-        torch.testing.assert_close(
-            t5(idx)[0], plain(idx)[0] * cfg.n_embd**-0.5, rtol=1e-5, atol=1e-6
-        )
+        assert torch.equal(t5(idx)[0], plain(idx)[0] * 64**-0.5)
+    refused = "model.t5_rescale=true is invalid with tie=false: .* model.logit_scale=inv_sqrt_d$"
+    with pytest.raises(ModelConfigError, match=refused):
+        GPT(tiny(t5_rescale=True), tie=False)
+    with pytest.raises(ModelConfigError, match=refused):
+        check_config(tiny(t5_rescale=True), tie=False)
+    untied = GPT(tiny(n_embd=64, logit_scale="inv_sqrt_d"), tie=False, seed=0)  # the untied way
+    assert untied.logit_scale == t5.logit_scale == 64**-0.5
+
+
+def test_untying_a_t5_head_by_copy_keeps_its_rescale():
+    model = GPT(tiny(t5_rescale=True), seed=0).eval()
+    idx, _ = batch(model.config)
+    with torch.no_grad():
+        before = model(idx)[0]
+        model.untie("copy")
+        torch.testing.assert_close(model(idx)[0], before, rtol=0, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- init
@@ -321,6 +339,39 @@ def test_canonical_init_std_refuses_with_one_line_naming_the_key(value):
     with pytest.raises(ModelConfigError, match=r"^init_std=.* inv_sqrt_d") as e:
         canonical_init_std(value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value, n_embd, note",
+    [
+        (
+            0.036,
+            128,
+            "init_std=0.036 is d^-0.5 at d=768, not at this model's d=128 (0.088): "
+            "use init_std=inv_sqrt_d for d^-0.5 at every width",
+        ),
+        ("0.125", 128, "init_std=0.125 is d^-0.5 at d=64, not at this model's d=128 (0.088)"),
+        ("0.036", 768, None),  # this width's d^-0.5: the number is what it says
+        ("0.088", 128, None),
+        ("inv_sqrt_d", 128, None),
+        ("0.02", 128, None),  # GPT-2's std is no width's d^-0.5
+        ("1.0", 128, None),
+    ],
+)
+def test_init_std_note_names_inv_sqrt_d_and_this_widths_value(value, n_embd, note):
+    got = init_std_note(value, n_embd)
+    if note is None:
+        assert got is None
+    else:
+        assert got.startswith(note) and "\n" not in got
+
+
+def test_init_std_notes_cover_the_overrides_and_change_no_identity():
+    cfg = tiny(n_embd=128, head_init_std="0.036")
+    notes = init_std_notes(cfg, init_std="0.036")
+    assert [n.split("=")[0] for n in notes] == ["init_std", "model.head_init_std"]
+    assert init_std_notes(tiny(n_embd=128), "inv_sqrt_d") == []
+    assert canonical_init_std("0.036") == "0.036"  # the run keeps its name and hash
 
 
 def test_resolve_init_std_and_overrides():
@@ -604,6 +655,7 @@ def test_flops_per_token():
         ("init_std", dict(init_std="big"), "inv_sqrt_d"),
         ("model.head_init_std", dict(head_init_std="nan", tie=False), ">= 0"),
         ("tie", dict(tie="false"), "true or false"),
+        ("model.t5_rescale", dict(t5_rescale=True, tie=False), "model.logit_scale=inv_sqrt_d"),
         (
             "model.emb_init_std",
             dict(emb_init_std="1.0", head_init_std="0.02"),

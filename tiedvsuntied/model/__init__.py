@@ -26,6 +26,8 @@ from tiedvsuntied.model.config import (
     ModelConfigError,
     canonical_init_std,
     check_config,
+    init_std_note,
+    init_std_notes,
     resolve_init_std,
     resolve_scales,
 )
@@ -52,6 +54,8 @@ __all__ = [
     "ModelConfigError",
     "canonical_init_std",
     "check_config",
+    "init_std_note",
+    "init_std_notes",
     "count_parameters",
     "count_parameters_for",
     "flops_per_token",

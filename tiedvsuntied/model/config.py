@@ -15,6 +15,9 @@ from dataclasses import dataclass, fields
 
 INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
 ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V
+# Widths at which a user may have computed d^-0.5 by hand (the sizes in conf/model and the
+# powers of two): a numeric init_std equal to one of them at another width is likely a slip.
+KNOWN_WIDTHS = (64, 128, 256, 384, 512, 768, 1024, 1280, 1600, 2048, 4096)
 NAMED_SCALES = ("inv_sqrt_d", "sqrt_d")  # spellings of model.logit_scale / model.emb_scale
 
 
@@ -47,9 +50,10 @@ class ModelConfig:
     head_init_std: str | None = None
     """overrides init_std for lm_head (untied only): a number >= 0 or inv_sqrt_d"""
     t5_rescale: bool = False
-    """multiply the final hidden state by n_embd ** -0.5 before the head"""
+    """T5's tied head: multiply the final hidden state by n_embd ** -0.5 (tied only, as in HF
+    T5ForConditionalGeneration; an untied head is rescaled with logit_scale=inv_sqrt_d)"""
     logit_scale: str = "1"
-    """multiplies the logits: a number > 0, inv_sqrt_d or sqrt_d (t5_rescale is inv_sqrt_d)"""
+    """multiplies the logits: a number > 0, inv_sqrt_d or sqrt_d"""
     emb_scale: str = "1"
     """multiplies the token embedding on the way in: a number > 0, or sqrt_d (Gemma)"""
     body_init_std: float = 0.02
@@ -109,9 +113,39 @@ def resolve_init_std(value, n_embd: int, key: str = "init_std") -> float:
     return float(n_embd) ** -0.5 if spelling == "inv_sqrt_d" else float(spelling)
 
 
+def init_std_note(value, n_embd: int, key: str = "init_std") -> str | None:
+    """One line when a numeric init std is d^-0.5 of another width than n_embd, else None.
+
+    `init_std=0.036` is 768^-0.5: at d = 128 it is another arm than d^-0.5 (0.088), and the
+    user who typed it probably meant d^-0.5. Equal means equal to 2 significant digits. Only
+    a note: the run keeps the number it was given (and its identity)."""
+    if canonical_init_std(value, key) == "inv_sqrt_d":
+        return None
+    std, here = resolve_init_std(value, n_embd, key), n_embd**-0.5
+    if f"{std:.2g}" == f"{here:.2g}":
+        return None
+    for width in KNOWN_WIDTHS:
+        if width != n_embd and f"{std:.2g}" == f"{width**-0.5:.2g}":
+            return (
+                f"{key}={value} is d^-0.5 at d={width}, not at this model's d={n_embd} "
+                f"({here:.2g}): use {key}=inv_sqrt_d for d^-0.5 at every width"
+            )
+    return None
+
+
+def init_std_notes(cfg: ModelConfig, init_std) -> list[str]:
+    """init_std_note of init_std and of the model's init-std overrides that are set: what the
+    trainer logs once per run."""
+    given = {"init_std": init_std, "model.emb_init_std": cfg.emb_init_std}
+    given["model.head_init_std"] = cfg.head_init_std
+    notes = (init_std_note(v, cfg.n_embd, k) for k, v in given.items() if v is not None)
+    return [note for note in notes if note]
+
+
 def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
-    """(logit scale, embedding scale) as numbers; t5_rescale multiplies the logit scale by
-    d^-0.5."""
+    """(logit scale, embedding scale) as numbers, from model.logit_scale and model.emb_scale.
+
+    model.t5_rescale is not folded in: it belongs to the tied head (GPT applies it)."""
     named = {"inv_sqrt_d": cfg.n_embd**-0.5, "sqrt_d": cfg.n_embd**0.5}
     scales = []
     for key in ("logit_scale", "emb_scale"):
@@ -126,7 +160,7 @@ def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
                 "inv_sqrt_d or sqrt_d"
             )
         scales.append(value)
-    return scales[0] * (cfg.n_embd**-0.5 if cfg.t5_rescale else 1.0), scales[1]
+    return scales[0], scales[1]
 
 
 def as_model_config(cfg) -> ModelConfig:
@@ -149,6 +183,11 @@ def check_config(cfg: ModelConfig, *, tie: bool = True, init_std="0.02") -> dict
     cfg.__post_init__()  # again: a field may have been set after construction
     if not isinstance(tie, bool):  # a string 'false' would be truthy
         raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
+    if cfg.t5_rescale and not tie:  # HF T5: `if config.tie_word_embeddings: h *= d**-0.5`
+        raise ModelConfigError(
+            "model.t5_rescale=true is invalid with tie=false: T5 rescales only a tied head; "
+            "rescale an untied head with model.logit_scale=inv_sqrt_d"
+        )
     default = resolve_init_std(init_std, cfg.n_embd, "init_std")
     emb, head = (
         default if value is None else resolve_init_std(value, cfg.n_embd, f"model.{key}")

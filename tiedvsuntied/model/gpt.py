@@ -176,6 +176,8 @@ class GPT(nn.Module):
         self._init_stds = check_config(cfg, tie=tie, init_std=init_std)  # before allocating
         self.config, self.tie, self.init_std = cfg, tie, init_std
         self.logit_scale, self.emb_scale = resolve_scales(cfg)
+        if cfg.t5_rescale:  # tied only (check_config): HF T5 rescales h only when tied
+            self.logit_scale *= cfg.n_embd**-0.5
         device = torch.get_default_device()  # honours `with torch.device(...)`
         # Built on the meta device and then allocated empty: PyTorch's default per-module inits
         # would waste time, draw from the global RNG (more draws untied than tied, shifting
@@ -209,7 +211,9 @@ class GPT(nn.Module):
     def untie(self, head: str = "copy") -> None:
         """Give the head a matrix of its own, e.g. to fine-tune it alone. ``copy``: a copy of the
         embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
-        the same seed (init std "head"): the random head of a common fine-tuning mistake."""
+        the same seed (init std "head"): the random head of a common fine-tuning mistake.
+        The logit scale stays as it was, a tied T5 head's d^-0.5 included: untying by copy
+        changes no logit."""
         if not self.tie:
             raise ModelConfigError(
                 "finetune.untie: the model is already untied; valid only from a tied start"
