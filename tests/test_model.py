@@ -714,6 +714,15 @@ def test_config_and_accounting_import_no_torch():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_package_names_every_lazy_name_and_refuses_others():
+    import tiedvsuntied.model as model_package
+
+    for name in model_package.__all__:
+        assert name in dir(model_package) and getattr(model_package, name) is not None, name
+    assert model_package.set_trainable.__module__ == "tiedvsuntied.model.gpt"
+    assert not hasattr(model_package, "no_such_name")  # AttributeError, as a module would
+
+
 def test_tied_overrides_that_agree_are_fine():
     assert (
         GPT(

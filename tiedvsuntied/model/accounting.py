@@ -57,16 +57,16 @@ def count_parameters(model) -> dict[str, int]:
     {"total", "embedding" (wte), "position" (wpe), "head" (lm_head; 0 when tied),
      "non_embedding"}. `parameters()` lists a shared Parameter once, so the total is the
     unique count; the parts are asserted to sum to it (as nanochat's accounting does)."""
-    m = unwrap(model)
+    gpt = unwrap(model)
     parts = {
-        "embedding": m.transformer.wte.weight.numel(),
-        "position": m.transformer.wpe.weight.numel(),
-        "head": 0 if m.tie else m.lm_head.weight.numel(),
+        "embedding": gpt.transformer.wte.weight.numel(),
+        "position": gpt.transformer.wpe.weight.numel(),
+        "head": 0 if gpt.tie else gpt.lm_head.weight.numel(),
         "non_embedding": sum(
-            p.numel() for name, p in m.named_parameters() if name not in EMBEDDING_NAMES
+            p.numel() for name, p in gpt.named_parameters() if name not in EMBEDDING_NAMES
         ),
     }
-    total = sum(p.numel() for p in m.parameters())
+    total = sum(p.numel() for p in gpt.parameters())
     assert sum(parts.values()) == total, (parts, total)
     return {"total": total, **parts}
 

@@ -323,20 +323,20 @@ def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
     """Freeze all but ``which``: ``head`` (the output matrix: tied, that is the one shared matrix,
     the embedding included), ``embedding`` (wte and wpe; tied: the head too), ``body`` (all but
     those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
-    m = unwrap(model)
+    gpt = unwrap(model)
     if which not in TRAINABLE:
         raise ModelConfigError(
             f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}"
         )
-    emb = {id(m.transformer.wte.weight), id(m.transformer.wpe.weight)}
+    emb = {id(gpt.transformer.wte.weight), id(gpt.transformer.wpe.weight)}
     chosen = {
         "all": lambda p: True,
-        "head": lambda p: p is m.lm_head.weight,
+        "head": lambda p: p is gpt.lm_head.weight,
         "embedding": lambda p: id(p) in emb,
-        "body": lambda p: id(p) not in emb and p is not m.lm_head.weight,
+        "body": lambda p: id(p) not in emb and p is not gpt.lm_head.weight,
     }[which]
     counts = {"trainable": 0, "frozen": 0}
-    for p in m.parameters():  # a tied matrix comes once
+    for p in gpt.parameters():  # a tied matrix comes once
         p.requires_grad_(chosen(p))
         counts["trainable" if p.requires_grad else "frozen"] += p.numel()
     return counts

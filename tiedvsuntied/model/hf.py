@@ -189,8 +189,8 @@ def save_pretrained(model: GPT, directory) -> None:
     from_pretrained and transformers' GPT2LMHeadModel.from_pretrained."""
     from safetensors.torch import save_file
 
-    c = model.config
-    if not c.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
+    cfg = model.config
+    if not cfg.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
         raise ValueError(
             "GPT2LMHeadModel has biases and no logit or embedding scale: cannot export bias=false, "
             "t5_rescale=true, logit_scale or emb_scale != 1"
@@ -208,25 +208,25 @@ def save_pretrained(model: GPT, directory) -> None:
     hf = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": c.vocab_size,
-        "n_positions": c.block_size,
-        "n_ctx": c.block_size,
-        "n_embd": c.n_embd,
-        "n_layer": c.n_layer,
-        "n_head": c.n_head,
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.block_size,
+        "n_ctx": cfg.block_size,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
         "n_inner": None,
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LN_EPS,
-        "resid_pdrop": c.dropout,
-        "embd_pdrop": c.dropout,
-        "attn_pdrop": c.dropout,
-        "initializer_range": c.body_init_std,
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.dropout,
+        "initializer_range": cfg.body_init_std,
         "tie_word_embeddings": model.tie,
         "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
         "torch_dtype": "float32",
     }
-    if c.vocab_size > 50256:
+    if cfg.vocab_size > 50256:
         hf.update(bos_token_id=50256, eos_token_id=50256)  # GPT-2's <|endoftext|>
     (directory / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
