@@ -18,7 +18,6 @@ ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 l
 # Widths at which a user may have computed d^-0.5 by hand (the sizes in conf/model and the
 # powers of two): a numeric init_std equal to one of them at another width is likely a slip.
 KNOWN_WIDTHS = (64, 128, 256, 384, 512, 768, 1024, 1280, 1600, 2048, 4096)
-NAMED_SCALES = ("inv_sqrt_d", "sqrt_d")  # spellings of model.logit_scale / model.emb_scale
 
 
 class ModelConfigError(ValueError):
