@@ -22,9 +22,12 @@ from tiedvsuntied.model import (
     ModelConfig,
     ModelConfigError,
     canonical_init_std,
+    check_config,
     count_parameters,
     count_parameters_for,
     flops_per_token,
+    init_std_note,
+    init_std_notes,
     init_table_markdown,
     resolve_init_std,
 )
@@ -101,7 +104,7 @@ def test_save_pretrained_loads_in_transformers(tmp_path):
     cfg = tiny(vocab_size=101)
     model = GPT(cfg, seed=3).eval()
     with torch.no_grad():  # non-trivial LayerNorms and biases
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     save_pretrained(model, tmp_path)
@@ -238,14 +241,30 @@ def test_tie_survives_to_empty_and_to():
     assert model.lm_head.weight is model.transformer.wte.weight
 
 
-def test_t5_rescale_scales_logits_by_inv_sqrt_d():
-    cfg = tiny()
-    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(t5_rescale=True), seed=0).eval()
+def test_t5_rescale_is_t5s_tied_head_only():
+    """HF T5ForConditionalGeneration: `if tie_word_embeddings: h *= d**-0.5`; untied, nothing."""
+    cfg = tiny(n_embd=64)  # d^-0.5 = 1/8, a power of two: the product is exact
+    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(n_embd=64, t5_rescale=True), seed=0).eval()
+    assert_same_weights(plain, t5)
     idx, _ = batch(cfg)
     with torch.no_grad():
-        torch.testing.assert_close(
-            t5(idx)[0], plain(idx)[0] * cfg.n_embd**-0.5, rtol=1e-5, atol=1e-6
-        )
+        assert torch.equal(t5(idx)[0], plain(idx)[0] * 64**-0.5)
+    refused = "model.t5_rescale=true is invalid with tie=false: .* model.logit_scale=inv_sqrt_d$"
+    with pytest.raises(ModelConfigError, match=refused):
+        GPT(tiny(t5_rescale=True), tie=False)
+    with pytest.raises(ModelConfigError, match=refused):
+        check_config(tiny(t5_rescale=True), tie=False)
+    untied = GPT(tiny(n_embd=64, logit_scale="inv_sqrt_d"), tie=False, seed=0)  # the untied way
+    assert untied.logit_scale == t5.logit_scale == 64**-0.5
+
+
+def test_untying_a_t5_head_by_copy_keeps_its_rescale():
+    model = GPT(tiny(t5_rescale=True), seed=0).eval()
+    idx, _ = batch(model.config)
+    with torch.no_grad():
+        before = model(idx)[0]
+        model.untie("copy")
+        torch.testing.assert_close(model(idx)[0], before, rtol=0, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- init
@@ -320,6 +339,39 @@ def test_canonical_init_std_refuses_with_one_line_naming_the_key(value):
     with pytest.raises(ModelConfigError, match=r"^init_std=.* inv_sqrt_d") as e:
         canonical_init_std(value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value, n_embd, note",
+    [
+        (
+            0.036,
+            128,
+            "init_std=0.036 is d^-0.5 at d=768, not at this model's d=128 (0.088): "
+            "use init_std=inv_sqrt_d for d^-0.5 at every width",
+        ),
+        ("0.125", 128, "init_std=0.125 is d^-0.5 at d=64, not at this model's d=128 (0.088)"),
+        ("0.036", 768, None),  # this width's d^-0.5: the number is what it says
+        ("0.088", 128, None),
+        ("inv_sqrt_d", 128, None),
+        ("0.02", 128, None),  # GPT-2's std is no width's d^-0.5
+        ("1.0", 128, None),
+    ],
+)
+def test_init_std_note_names_inv_sqrt_d_and_this_widths_value(value, n_embd, note):
+    got = init_std_note(value, n_embd)
+    if note is None:
+        assert got is None
+    else:
+        assert got.startswith(note) and "\n" not in got
+
+
+def test_init_std_notes_cover_the_overrides_and_change_no_identity():
+    cfg = tiny(n_embd=128, head_init_std="0.036")
+    notes = init_std_notes(cfg, init_std="0.036")
+    assert [n.split("=")[0] for n in notes] == ["init_std", "model.head_init_std"]
+    assert init_std_notes(tiny(n_embd=128), "inv_sqrt_d") == []
+    assert canonical_init_std("0.036") == "0.036"  # the run keeps its name and hash
 
 
 def test_resolve_init_std_and_overrides():
@@ -559,9 +611,10 @@ def test_gpt2_small_parameter_counts():
     assert tied["non_embedding"] == untied["non_embedding"] == 124_439_808 - 38_597_376 - 786_432
 
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("tie", [True, False])
-def test_count_parameters_on_a_real_model(tie):
-    cfg = tiny()
+def test_count_parameters_on_a_real_model(tie, bias):
+    cfg = tiny(bias=bias)
     model = GPT(cfg, tie=tie, seed=0)
     unique = {p.data_ptr(): p.numel() for p in model.parameters()}
     by_hand = sum(
@@ -602,6 +655,7 @@ def test_flops_per_token():
         ("init_std", dict(init_std="big"), "inv_sqrt_d"),
         ("model.head_init_std", dict(head_init_std="nan", tie=False), ">= 0"),
         ("tie", dict(tie="false"), "true or false"),
+        ("model.t5_rescale", dict(t5_rescale=True, tie=False), "model.logit_scale=inv_sqrt_d"),
         (
             "model.emb_init_std",
             dict(emb_init_std="1.0", head_init_std="0.02"),
@@ -612,10 +666,61 @@ def test_flops_per_token():
 def test_bad_config_is_refused_before_allocating_in_one_line(key, value, says):
     run_keys = {k: value.pop(k) for k in ("tie", "init_std") if k in value}
     # a vocabulary this large could not be allocated: the error must come first
-    cfg = ModelConfig(**{"vocab_size": 10**12, **value})
     with pytest.raises(ModelConfigError, match=f"^{re.escape(key)}=.*{says}") as e:
-        GPT(cfg, **run_keys)
+        GPT(ModelConfig(**{"vocab_size": 10**12, **value}), **run_keys)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        dict(n_head=3, n_embd=100),
+        dict(block_size=0),
+        dict(dropout=1.0),
+        dict(body_init_std=float("nan")),
+        dict(emb_init_std="big"),
+        dict(head_init_std="-1"),
+        dict(logit_scale="0"),
+        dict(emb_scale="sqrt"),
+    ],
+)
+def test_a_bad_field_is_refused_where_the_config_is_made(value):
+    """A check that needs only the model's own fields runs in ModelConfig.__post_init__."""
+    key = next(iter(value))  # the key the message names
+    with pytest.raises(ModelConfigError, match=f"^model.{key}=") as e:
+        ModelConfig(**value)
+    assert "\n" not in str(e.value)
+
+
+def test_check_config_checks_a_field_set_after_construction():
+    cfg = tiny()
+    cfg.n_layer = 0  # as an OmegaConf merge or a dataclass attribute write can do
+    with pytest.raises(ModelConfigError, match=r"^model.n_layer=0 is invalid: it must be > 0$"):
+        check_config(cfg)
+    assert check_config(tiny(), tie=False, init_std="1.0")["head"] == 1.0
+
+
+def test_config_and_accounting_import_no_torch():
+    """The reading side (results, analysis, figures) counts parameters without torch."""
+    code = (
+        "import sys\n"
+        "import tiedvsuntied.model.accounting, tiedvsuntied.model.config\n"
+        "from tiedvsuntied.model import ModelConfig, count_parameters_for, canonical_init_std\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "from tiedvsuntied.model import GPT\n"
+        "assert 'torch' in sys.modules and GPT.__module__ == 'tiedvsuntied.model.gpt'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_package_names_every_lazy_name_and_refuses_others():
+    import tiedvsuntied.model as model_package
+
+    for name in model_package.__all__:
+        assert name in dir(model_package) and getattr(model_package, name) is not None, name
+    assert model_package.set_trainable.__module__ == "tiedvsuntied.model.gpt"
+    assert not hasattr(model_package, "no_such_name")  # AttributeError, as a module would
 
 
 def test_tied_overrides_that_agree_are_fine():

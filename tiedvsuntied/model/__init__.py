@@ -1,511 +1,77 @@
-"""GPT-2 with a tied or untied output head, an explicit init table, and parameter accounting.
+"""The model: GPT-2 with a tied or untied output head, its init table, accounting and loss.
 
-Read top to bottom: config and init-std parsing -> blocks -> the init table -> GPT (init,
-forward, gradient split) -> accounting. The chunked loss is in losses.py, the Hugging Face
-import/export in hf.py.
+    config.py      ModelConfig (checked on construction), init-std spellings, check_config
+    accounting.py  parameter counts and FLOPs per token, from a config or a model
+    gpt.py         the GPT module: blocks, tying, the init table, gradient split, set_trainable
+    loss.py        chunked cross-entropy (the loss without all the logits)
+    hf.py          Hugging Face GPT-2 weights in and out
 
-Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wte`) and as
-`h @ Eᵀ` on the way out (`lm_head`). It is one nn.Parameter, so `named_parameters()` lists it
-once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
-are the study's two run keys: they are arguments of GPT, not fields of ModelConfig.
+Only re-exports. config and accounting import no torch and are loaded here; the names that
+need torch are loaded on first use (PEP 562), so the reading side (results, analysis,
+figures) can `from tiedvsuntied.model import ModelConfig` without loading torch.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
-import math
-from dataclasses import dataclass, fields
-from functools import partial
-from typing import Optional, Union
+import importlib
 
-import torch
-import torch.nn as nn
-from torch.nn import functional as F
-
-from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
-
-LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
-INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
-ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V
-
-
-# ----------------------------------------------------------------------------- config
-
-
-@dataclass
-class ModelConfig:
-    """The Hydra `model` node: architecture only."""
-
-    name: str = "micro"  # size name (conf/model/<name>.yaml)
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 256
-    vocab_size: int = 50257  # the trainer sets it from the tokenizer
-    bias: bool = True
-    dropout: float = 0.0
-    emb_init_std: str | None = None  # overrides init_std for wte (untied only)
-    head_init_std: str | None = None  # overrides init_std for lm_head (untied only)
-    t5_rescale: bool = False  # multiply final hidden state by n_embd ** -0.5 before the head
-    logit_scale: str = "1"  # multiplies the logits: a number, or inv_sqrt_d (t5_rescale is that)
-    emb_scale: str = (
-        "1"  # multiplies the token embedding on the way in: a number, or sqrt_d (Gemma)
-    )
-    body_init_std: float = 0.02  # GPT-2 body init; residual projections / sqrt(2 n_layer)
-
-
-class ModelConfigError(ValueError):
-    """A bad model setting; the message is one line naming the key and what is valid."""
-
-
-def canonical_init_std(value, key: str = "init_std") -> str:
-    """The one spelling of an init std: '1', '1.0', '1e0' -> '1.0'; 'd^-0.5' -> 'inv_sqrt_d'."""
-    text = str(value).strip()
-    if text in INV_SQRT_D:
-        return "inv_sqrt_d"
-    try:
-        if isinstance(value, bool):  # float(True) is 1.0: a bool is a mistake, not a number
-            raise ValueError
-        std = float(text)
-    except ValueError:
-        std = float("nan")
-    if not (math.isfinite(std) and (std > 0 or (std == 0 and key in ZERO_OK))):
-        raise ModelConfigError(
-            f"{key}={value!r} is invalid: give a finite number {'>= 0' if key in ZERO_OK else '> 0'} such as "
-            f"0.02 or 1.0, or inv_sqrt_d (also d^-0.5) for n_embd ** -0.5"
-        )
-    return repr(std)
-
-
-def resolve_init_std(value, n_embd: int, key: str = "init_std") -> float:
-    """'0.02' (or 0.02) -> 0.02; 'inv_sqrt_d' or 'd^-0.5' -> n_embd ** -0.5 (follows the width)."""
-    spelling = canonical_init_std(value, key)
-    return float(n_embd) ** -0.5 if spelling == "inv_sqrt_d" else float(spelling)
-
-
-def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
-    """(logit scale, embedding scale) as numbers; t5_rescale multiplies the logit scale by d^-0.5."""
-    named = {"inv_sqrt_d": cfg.n_embd**-0.5, "sqrt_d": cfg.n_embd**0.5}
-    out = []
-    for key in ("logit_scale", "emb_scale"):
-        text = str(getattr(cfg, key)).strip()
-        try:
-            v = named[text] if text in named else float(text)
-        except ValueError:
-            v = float("nan")
-        if not (math.isfinite(v) and v > 0):
-            raise ModelConfigError(
-                f"model.{key}={getattr(cfg, key)!r} is invalid: give a number > 0, "
-                "inv_sqrt_d or sqrt_d"
-            )
-        out.append(v)
-    return out[0] * (cfg.n_embd**-0.5 if cfg.t5_rescale else 1.0), out[1]
-
-
-def _as_config(cfg) -> ModelConfig:
-    """Accept a ModelConfig, a dict or an OmegaConf DictConfig (a Mapping)."""
-    if isinstance(cfg, ModelConfig):
-        return cfg
-    names = [f.name for f in fields(ModelConfig)]
-    unknown = sorted(set(cfg) - set(names))
-    if unknown:
-        raise ModelConfigError(f"unknown model key(s) {unknown}; valid keys: {', '.join(names)}")
-    return ModelConfig(**{k: cfg[k] for k in cfg})
-
-
-def check_config(cfg: ModelConfig, *, tie: bool = True, init_std="0.02") -> dict[str, float]:
-    """Refuse what the typed schema cannot: relations between fields and impossible values.
-
-    Raises ModelConfigError (one line naming the key); returns the init stds by INIT_TABLE
-    symbol: {"emb", "head", "body", "resid"}. Allocates nothing."""
-    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-        if getattr(cfg, key) <= 0:
-            raise ModelConfigError(f"model.{key}={getattr(cfg, key)!r} is invalid: it must be > 0")
-    if cfg.n_embd % cfg.n_head:
-        raise ModelConfigError(
-            f"model.n_head={cfg.n_head} is invalid: it must divide "
-            f"model.n_embd={cfg.n_embd} (each head gets n_embd / n_head dims)"
-        )
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ModelConfigError(f"model.dropout={cfg.dropout!r} is invalid: it must be in [0, 1)")
-    if not isinstance(tie, bool):  # a string 'false' would be truthy
-        raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
-    if not (math.isfinite(cfg.body_init_std) and cfg.body_init_std > 0):
-        raise ModelConfigError(
-            f"model.body_init_std={cfg.body_init_std!r} is invalid: it must be a finite number > 0"
-        )
-    default = resolve_init_std(init_std, cfg.n_embd, "init_std")
-    emb, head = (
-        default if v is None else resolve_init_std(v, cfg.n_embd, f"model.{k}")
-        for k, v in (("emb_init_std", cfg.emb_init_std), ("head_init_std", cfg.head_init_std))
-    )
-    if tie and emb != head:
-        raise ModelConfigError(
-            f"model.emb_init_std={cfg.emb_init_std!r} and model.head_init_std={cfg.head_init_std!r} "
-            f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, or use tie=false"
-        )
-    resolve_scales(cfg)
-    return {
-        "emb": emb,
-        "head": head,
-        "body": cfg.body_init_std,
-        "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer),
-    }
-
-
-# ----------------------------------------------------------------------------- blocks
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.n_head = cfg.n_head
-        self.dropout = cfg.dropout
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v at once
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new"
-        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x):
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias)
-        self.mlp = MLP(cfg)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))  # pre-LN: the residual stream itself is never normalised
-        return x + self.mlp(self.ln_2(x))
-
-
-# ----------------------------------------------------------------------------- init table
-
-# The one table of initial values: init_weights() applies it, its docstring is generated from
-# it, docs/model.md shows it, and tests/test_model.py measures every tensor against it.
-# Every parameter must match exactly one row, so no init can silently overwrite another.
-INIT_TABLE: tuple[tuple[str, str, str], ...] = (
-    # tensor (fnmatch pattern)              init      std
-    ("transformer.wte.weight", "normal", "emb"),
-    ("lm_head.weight", "normal", "head"),
-    ("transformer.wpe.weight", "normal", "body"),
-    ("transformer.h.*.attn.c_attn.weight", "normal", "body"),
-    ("transformer.h.*.attn.c_proj.weight", "normal", "resid"),
-    ("transformer.h.*.mlp.c_fc.weight", "normal", "body"),
-    ("transformer.h.*.mlp.c_proj.weight", "normal", "resid"),
-    ("*ln_*.weight", "ones", "-"),
-    ("*.bias", "zeros", "-"),
+from tiedvsuntied.model.accounting import (
+    count_parameters,
+    count_parameters_for,
+    flops_per_token,
+)
+from tiedvsuntied.model.config import (
+    INV_SQRT_D,
+    ModelConfig,
+    ModelConfigError,
+    canonical_init_std,
+    check_config,
+    init_std_note,
+    init_std_notes,
+    resolve_init_std,
+    resolve_scales,
 )
 
-STD_LEGEND = {
-    "emb": "model.emb_init_std if set, else init_std (tied: the std of the one shared matrix)",
-    "head": "model.head_init_std if set, else init_std (untied only: tied, lm_head.weight is wte)",
-    "body": "model.body_init_std (0.02, GPT-2)",
-    "resid": "body_init_std / sqrt(2 * n_layer) (GPT-2: keeps the residual stream's variance from growing with depth)",
-    "-": "constant",
+# name -> the module that defines it; imported when the name is first looked up
+_LAZY = {
+    "GPT": "gpt",
+    "LN_EPS": "gpt",
+    "INIT_TABLE": "gpt",
+    "STD_LEGEND": "gpt",
+    "TRAINABLE": "gpt",
+    "init_rule": "gpt",
+    "init_table_markdown": "gpt",
+    "set_trainable": "gpt",
+    "IGNORE_INDEX": "loss",
+    "chunked_cross_entropy": "loss",
+    "from_pretrained": "hf",
+    "save_pretrained": "hf",
 }
 
-
-def init_table_markdown() -> str:
-    rows = ["| tensor | init | std |", "|---|---|---|"]
-    rows += [f"| `{p}` | {i} | {s} |" for p, i, s in INIT_TABLE]
-    legend = [f"- `{k}`: {v}" for k, v in STD_LEGEND.items()]
-    return "\n".join(rows + ["", "std symbols:", *legend])
-
-
-def init_rule(name: str) -> tuple[str, str]:
-    """(init, std symbol) of a parameter name; error unless exactly one INIT_TABLE row matches."""
-    hits = [(i, s) for p, i, s in INIT_TABLE if fnmatch.fnmatchcase(name, p)]
-    if len(hits) != 1:
-        raise RuntimeError(
-            f"parameter {name!r} matches {len(hits)} INIT_TABLE rows, expected exactly 1"
-        )
-    return hits[0]
-
-
-def _tensor_seed(seed: int, name: str) -> int:
-    # A stable hash (Python's hash() is salted per process) of (seed, tensor name).
-    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") >> 1
+__all__ = [
+    "INV_SQRT_D",
+    "ModelConfig",
+    "ModelConfigError",
+    "canonical_init_std",
+    "check_config",
+    "init_std_note",
+    "init_std_notes",
+    "count_parameters",
+    "count_parameters_for",
+    "flops_per_token",
+    "resolve_init_std",
+    "resolve_scales",
+    *_LAZY,
+]
 
 
-# ----------------------------------------------------------------------------- gradient split
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # looked up once
+    return value
 
 
-@torch.compiler.disable  # a hook on an intermediate breaks the graph: keep this bit eager
-def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
-    """A view of w whose gradient is also added into store[side] (fp32) during backward."""
-    w = w.view_as(w)
-    w.register_hook(partial(_accumulate, store, side))
-    return w
-
-
-def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
-    grad = grad.detach().float()
-    if side in store:
-        store[side].add_(grad)
-    else:
-        store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
-
-
-# ----------------------------------------------------------------------------- the model
-
-
-class GPT(nn.Module):
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        *,
-        tie: bool = True,
-        init_std: str | float = "0.02",
-        seed: int | None = None,
-    ):
-        """Build and initialise. `seed` fixes the init (see init_weights) and leaves the global
-        RNG alone; None draws one seed from the global torch RNG. Under
-        `with torch.device("meta")` nothing is allocated or initialised."""
-        super().__init__()
-        cfg = _as_config(cfg)
-        self._init_stds = check_config(cfg, tie=tie, init_std=init_std)  # before allocating
-        self.config, self.tie, self.init_std = cfg, tie, init_std
-        self.logit_scale, self.emb_scale = resolve_scales(cfg)
-        device = torch.get_default_device()  # honours `with torch.device(...)`
-        # Built on the meta device and then allocated empty: PyTorch's default per-module inits
-        # would waste time, draw from the global RNG (more draws untied than tied, shifting
-        # dropout masks later) and be overwritten anyway. init_weights sets every tensor.
-        with torch.device("meta"):
-            self.transformer = nn.ModuleDict(
-                dict(
-                    wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-                    wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-                    drop=nn.Dropout(cfg.dropout),
-                    h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-                    ln_f=nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias),
-                )
-            )
-            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.to_empty(device=device)  # ties the head when tie (see to_empty)
-        self.init_seed: int | None = None
-        if device.type != "meta":
-            self.init_weights(seed)
-
-    def to_empty(self, *, device, recurse: bool = True) -> GPT:
-        """nn.Module.to_empty that keeps the tie. The base class gives every module a new
-        tensor, which would untie the head (and allocate a second V x d matrix)."""
-        self.transformer.to_empty(device=device, recurse=recurse)
-        if self.tie:
-            self.lm_head.weight = self.transformer.wte.weight  # one Parameter, used twice
-        else:
-            self.lm_head.to_empty(device=device, recurse=recurse)
-        return self
-
-    def untie(self, head: str = "copy") -> None:
-        """Give the head a matrix of its own, e.g. to fine-tune it alone. ``copy``: a copy of the
-        embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
-        the same seed (init std "head"): the random head of a common fine-tuning mistake."""
-        if not self.tie:
-            raise ModelConfigError(
-                "finetune.untie: the model is already untied; valid only from a tied start"
-            )
-        if head not in ("copy", "fresh"):
-            raise ModelConfigError(f"finetune.untie={head!r} is invalid: use keep, copy or fresh")
-        w = self.transformer.wte.weight.detach()
-        if head == "copy":
-            new = w.clone()
-        else:  # on the CPU from the tensor's own generator, as init_weights draws it
-            g = torch.Generator().manual_seed(_tensor_seed(self.init_seed or 0, "lm_head.weight"))
-            new = torch.empty(w.shape).normal_(0.0, self._init_stds["head"], generator=g).to(w)
-        self.lm_head.weight = nn.Parameter(new)
-        self.tie = False
-
-    def init_stds(self) -> dict[str, float]:
-        """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
-        return dict(self._init_stds)
-
-    def init_weights(self, seed: int | None = None) -> None:
-        # The docstring is generated from INIT_TABLE below the class.
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, ()).item())  # one draw from the global RNG
-        self.init_seed = seed
-        with torch.no_grad():
-            for name, p in self.named_parameters():  # the tied matrix comes once, as wte
-                init, std = init_rule(name)
-                if init == "zeros":
-                    p.zero_()
-                elif init == "ones":
-                    p.fill_(1.0)
-                else:
-                    # Drawn on the CPU from the tensor's own generator: the values do not depend
-                    # on the device or on which other tensors exist (tied vs untied).
-                    g = torch.Generator().manual_seed(_tensor_seed(seed, name))
-                    p.copy_(torch.empty(p.shape).normal_(0.0, self._init_stds[std], generator=g))
-
-    def forward(
-        self,
-        idx,
-        targets=None,
-        *,
-        loss_chunk: int | None = 1024,
-        return_logits: bool = True,
-        grad_split: dict | None = None,
-        reduction: str = "mean",
-    ):
-        """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
-
-        With targets and return_logits=False the loss is the chunked cross-entropy of
-        losses.py, never more than `loss_chunk` rows of logits (logits come back as None);
-        loss_chunk None or 0 computes it from all the logits at once instead.
-        `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
-        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
-        reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
-        T = idx.size(1)
-        if self.config.block_size < T:
-            raise ValueError(
-                f"sequence length {T} exceeds model.block_size={self.config.block_size}"
-            )
-        w_in, w_out = self.transformer.wte.weight, self.lm_head.weight
-        if grad_split is not None and torch.is_grad_enabled():
-            # Tied, each side gets its own view of the one matrix, so autograd keeps the two
-            # gradients apart until it sums them into .grad.
-            w_in, w_out = (
-                _tap(w, grad_split, side) if w.requires_grad else w  # frozen: no gradient to split
-                for w, side in ((w_in, "in"), (w_out, "out"))
-            )
-        pos = torch.arange(T, device=idx.device)
-        tok = F.embedding(idx, w_in)
-        x = self.transformer.drop(
-            (tok * self.emb_scale if self.emb_scale != 1.0 else tok) + self.transformer.wpe(pos)
-        )
-        for block in self.transformer.h:
-            x = block(x)
-        x = self.transformer.ln_f(x)
-        if (
-            self.logit_scale != 1.0
-        ):  # on h rather than on the logits: the same, and the chunked loss needs it
-            x = x * self.logit_scale  # T5: the tied head sees d^-0.5 * h
-        if targets is not None and not return_logits and loss_chunk:
-            return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
-        logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(
-            logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
-        )
-        return (logits if return_logits else None), loss.view(
-            targets.shape
-        ) if reduction == "none" else loss
-
-
-GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:
-
-{init_table_markdown()}
-
-Each tensor draws from its own generator seeded from (seed, tensor name), on the CPU. So the
-same seed gives a tied and an untied model the same body and the same wte, whichever tensors
-exist and in whatever order, and the same values on any device. Tied, lm_head.weight is not a
-parameter of its own (named_parameters lists the matrix once, as wte): nothing re-inits it.
-"""
-
-
-# ----------------------------------------------------------------------------- accounting
-
-
-def _unwrap(model: nn.Module) -> GPT:
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    return getattr(model, "module", model)  # DDP
-
-
-def count_parameters(model: nn.Module) -> dict[str, int]:
-    """Unique parameters: the tied matrix counts once (it is one Parameter).
-
-    {"total", "embedding" (wte), "position" (wpe), "head" (lm_head; 0 when tied),
-     "non_embedding"}; the parts sum to the total."""
-    m = _unwrap(model)
-    parts = {
-        "embedding": m.transformer.wte.weight.numel(),
-        "position": m.transformer.wpe.weight.numel(),
-        "head": 0 if m.tie else m.lm_head.weight.numel(),
-    }
-    named = dict(m.named_parameters())  # a shared Parameter is listed once
-    parts["non_embedding"] = sum(
-        p.numel()
-        for n, p in named.items()
-        if n not in ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
-    )
-    total = sum(p.numel() for p in m.parameters())
-    assert sum(parts.values()) == total, (parts, total)
-    return {"total": total, **parts}
-
-
-TRAINABLE = ("all", "head", "body", "embedding")
-
-
-def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
-    """Freeze all but ``which``: ``head`` (the output matrix: tied, that is the one shared matrix,
-    the embedding included), ``embedding`` (wte and wpe; tied: the head too), ``body`` (all but
-    those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
-    m = _unwrap(model)
-    if which not in TRAINABLE:
-        raise ModelConfigError(
-            f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}"
-        )
-    emb = {id(m.transformer.wte.weight), id(m.transformer.wpe.weight)}
-    chosen = {
-        "all": lambda p: True,
-        "head": lambda p: p is m.lm_head.weight,
-        "embedding": lambda p: id(p) in emb,
-        "body": lambda p: id(p) not in emb and p is not m.lm_head.weight,
-    }[which]
-    counts = {"trainable": 0, "frozen": 0}
-    for p in m.parameters():  # a tied matrix comes once
-        p.requires_grad_(chosen(p))
-        counts["trainable" if p.requires_grad else "frozen"] += p.numel()
-    return counts
-
-
-def count_parameters_for(cfg: ModelConfig, tie: bool = True) -> dict[str, int]:
-    """count_parameters of a model that is never allocated (meta device): GPT-2 XL costs nothing."""
-    with torch.device("meta"):
-        return count_parameters(GPT(cfg, tie=tie))
-
-
-def flops_per_token(model_or_cfg) -> float:
-    """Training FLOPs per token (forward + backward), for MFU; the PaLM / nanoGPT estimate.
-
-    6 * N_matmul + 12 * n_layer * n_embd * block_size, where
-    - N_matmul = non-embedding parameters + V * d: every weight touched by a matmul, the head
-      included in both modes (tied or not, `h @ Eᵀ` costs the same); the embedding lookups are
-      gathers, not matmuls, so wte-as-lookup and wpe are left out. LayerNorm gains and biases
-      are counted too (< 1%, as in nanoGPT);
-    - 6 = 2 (multiply-add) x 3 (forward, backward to activations, backward to weights);
-    - the attention term is QKᵀ and AV over a full block_size context (causal masking not
-      discounted). Tied and untied models therefore have the same FLOPs per token.
-    Accepts a model or a ModelConfig (counted on the meta device)."""
-    if isinstance(model_or_cfg, nn.Module):
-        c, counts = _unwrap(model_or_cfg).config, count_parameters(model_or_cfg)
-    else:
-        c = _as_config(model_or_cfg)
-        counts = count_parameters_for(c)
-    n_matmul = counts["non_embedding"] + c.vocab_size * c.n_embd
-    return float(6 * n_matmul + 12 * c.n_layer * c.n_embd * c.block_size)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

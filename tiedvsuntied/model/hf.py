@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.model import GPT, LN_EPS, ModelConfig
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT, LN_EPS
 
 _CONV1D_WEIGHTS = (
     "attn.c_attn.weight",
@@ -57,13 +58,13 @@ def _pretrained_dir(path_or_name) -> Path:
     except Exception as e:
         raise OSError(
             f"could not get {name!r} from the Hugging Face Hub ({type(e).__name__}: {e}). "
-            f"If the Hub is unreachable, download the model where it is reachable and pass its local "
-            f"directory instead: from_pretrained('/path/to/{name}') (config.json + model.safetensors "
-            f"or pytorch_model.bin)"
+            "If the Hub is unreachable, download the model where it is reachable and pass its "
+            f"local directory instead: from_pretrained('/path/to/{name}') (config.json + "
+            "model.safetensors or pytorch_model.bin)"
         ) from e
 
 
-def _config_from_hf(hf: dict, source: str) -> ModelConfig:
+def config_from_hf(hf: dict, source: str) -> ModelConfig:
     """The ModelConfig of a GPT-2 config.json; error on what this model can't do."""
     checks = {
         "model_type": (hf.get("model_type", "gpt2"), ("gpt2",)),
@@ -92,6 +93,10 @@ def _config_from_hf(hf: dict, source: str) -> ModelConfig:
         block_size=hf["n_positions"],
         bias=True,
     )
+
+
+# The old private name: train/finetune.py imports it until it uses config_from_hf.
+_config_from_hf = config_from_hf
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -135,11 +140,12 @@ def from_pretrained(path_or_name, tie: bool = True, **overrides) -> GPT:
     <= n_positions crops wpe, ...); the shape fields come from the checkpoint."""
     directory = _pretrained_dir(path_or_name)
     hf = json.loads((directory / "config.json").read_text())
-    cfg = _config_from_hf(hf, source=str(path_or_name))
+    cfg = config_from_hf(hf, source=str(path_or_name))
     for k, v in overrides.items():
         if k in _SHAPE_KEYS and v != getattr(cfg, k):
             raise ValueError(
-                f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); it cannot be overridden"
+                f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); "
+                "it cannot be overridden"
             )
     cfg = replace(cfg, **overrides)
     if cfg.block_size > hf["n_positions"]:
@@ -183,8 +189,8 @@ def save_pretrained(model: GPT, directory) -> None:
     from_pretrained and transformers' GPT2LMHeadModel.from_pretrained."""
     from safetensors.torch import save_file
 
-    c = model.config
-    if not c.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
+    cfg = model.config
+    if not cfg.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
         raise ValueError(
             "GPT2LMHeadModel has biases and no logit or embedding scale: cannot export bias=false, "
             "t5_rescale=true, logit_scale or emb_scale != 1"
@@ -202,25 +208,25 @@ def save_pretrained(model: GPT, directory) -> None:
     hf = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": c.vocab_size,
-        "n_positions": c.block_size,
-        "n_ctx": c.block_size,
-        "n_embd": c.n_embd,
-        "n_layer": c.n_layer,
-        "n_head": c.n_head,
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.block_size,
+        "n_ctx": cfg.block_size,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
         "n_inner": None,
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LN_EPS,
-        "resid_pdrop": c.dropout,
-        "embd_pdrop": c.dropout,
-        "attn_pdrop": c.dropout,
-        "initializer_range": c.body_init_std,
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.dropout,
+        "initializer_range": cfg.body_init_std,
         "tie_word_embeddings": model.tie,
         "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
         "torch_dtype": "float32",
     }
-    if c.vocab_size > 50256:
+    if cfg.vocab_size > 50256:
         hf.update(bos_token_id=50256, eos_token_id=50256)  # GPT-2's <|endoftext|>
     (directory / "config.json").write_text(json.dumps(hf, indent=2) + "\n")

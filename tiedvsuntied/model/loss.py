@@ -13,6 +13,26 @@ from torch.nn import functional as F
 IGNORE_INDEX = -1  # targets equal to this are left out of the loss (as in nanoGPT)
 
 
+def _fp32_logits(raw: torch.Tensor, buf: torch.Tensor | None) -> torch.Tensor:
+    """The chunk's logits in fp32, for an in-place softmax.
+
+    Each pass over (rows, V) costs more than the matmul that made it. Mixed-dtype kernels
+    (bf16 in, fp32 out) are several times slower on CPU than a plain copy, so the softmax
+    works in one fp32 buffer: raw's own memory when it is fp32 already."""
+    if raw.dtype == torch.float32:
+        return raw
+    if torch.compiler.is_compiling():
+        return raw.float()  # inductor fuses the cast into the passes that follow
+    return buf[: len(raw)].copy_(raw)
+
+
+def _in_matmul_dtype(probs: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    """The logits' gradient (in probs, fp32) in the matmul dtype, reusing raw's memory."""
+    if torch.compiler.is_compiling():
+        return probs.to(raw.dtype)
+    return probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of logits = x @ weightᵀ, `chunk` rows at a time.
 
@@ -45,21 +65,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             else torch.empty(min(chunk, n), vocab, dtype=torch.float32, device=x.device)
         )
         for start in range(0, n, chunk):  # the number of chunks depends on shapes only
-            xc, tc = x[start : start + chunk], targets[start : start + chunk]
-            valid = tc != IGNORE_INDEX
-            tc = tc.clamp(min=0)  # ignored rows: any class, masked out below
+            rows, target = x[start : start + chunk], targets[start : start + chunk]
+            valid = target != IGNORE_INDEX
+            target = target.clamp(min=0)  # ignored rows: any class, masked out below
             with torch.autocast(x.device.type, enabled=False):
-                raw = F.linear(xc, weight)  # bf16 under autocast (cast above)
-            # Each pass over (rows, V) costs more than the matmul here. Mixed-dtype kernels
-            # (bf16 in, fp32 out) are several times slower on CPU than a plain copy, so the
-            # softmax works in one fp32 buffer: raw's own memory when it is fp32 already.
-            if raw.dtype == torch.float32:
-                logits = raw
-            elif torch.compiler.is_compiling():
-                logits = raw.float()  # inductor fuses the cast into the passes below
-            else:
-                logits = buf[: len(xc)].copy_(raw)
-            target_logit = logits.gather(1, tc[:, None]).squeeze(1)
+                raw = F.linear(rows, weight)  # bf16 under autocast (cast above)
+            logits = _fp32_logits(raw, buf)
+            target_logit = logits.gather(1, target[:, None]).squeeze(1)
             row_max = logits.amax(dim=1, keepdim=True)
             probs = logits.sub_(row_max).exp_()  # softmax numerators, in place
             denom = probs.sum(dim=1, keepdim=True)
@@ -69,16 +81,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 # d(mean CE)/d(logits) = (softmax - onehot(target)) / n_valid on valid rows
                 #                      = (numerators - denom * onehot) * scale / denom
                 scale = (valid / n_valid)[:, None]
-                probs.scatter_add_(1, tc[:, None], -denom).mul_(scale / denom)
-                if torch.compiler.is_compiling():
-                    g = probs.to(raw.dtype)
-                else:
-                    g = (
-                        probs if probs.data_ptr() == raw.data_ptr() else raw.copy_(probs)
-                    )  # matmul dtype
+                probs.scatter_add_(1, target[:, None], -denom).mul_(scale / denom)
+                g = _in_matmul_dtype(probs, raw)
                 with torch.autocast(x.device.type, enabled=False):
                     grad_x[start : start + chunk] = g @ weight
-                    grad_w += g.t() @ xc
+                    grad_w += g.t() @ rows
         if compute_grad:
             ctx.save_for_backward(grad_x, grad_w.to(w_dtype))
         return loss / n_valid

@@ -1,0 +1,342 @@
+"""GPT-2 with a tied or untied output head and one explicit init table.
+
+Read top to bottom: blocks -> the init table -> GPT (build, tie, init, forward, gradient
+split) -> freezing for fine-tuning. Settings and their checks are in config.py, parameter
+accounting in accounting.py, the chunked loss in loss.py, Hugging Face import/export in hf.py.
+
+Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wte`) and as
+`h @ Eᵀ` on the way out (`lm_head`). It is one nn.Parameter, so `named_parameters()` lists it
+once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
+are the study's two run keys: they are arguments of GPT, not fields of ModelConfig.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from functools import partial
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from tiedvsuntied.model.accounting import unwrap
+from tiedvsuntied.model.config import (
+    ModelConfig,
+    ModelConfigError,
+    as_model_config,
+    check_config,
+    resolve_scales,
+)
+from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
+
+LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
+
+
+# ----------------------------------------------------------------------------- blocks
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.dropout = cfg.dropout
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v at once
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new"
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))  # pre-LN: the residual stream itself is never normalised
+        return x + self.mlp(self.ln_2(x))
+
+
+# ----------------------------------------------------------------------------- init table
+
+# The one table of initial values: init_weights() applies it, its docstring is generated from
+# it, docs/model.md shows it, and tests/test_model.py measures every tensor against it.
+# Every parameter must match exactly one row, so no init can silently overwrite another.
+INIT_TABLE: tuple[tuple[str, str, str], ...] = (
+    # tensor (fnmatch pattern)              init      std
+    ("transformer.wte.weight", "normal", "emb"),
+    ("lm_head.weight", "normal", "head"),
+    ("transformer.wpe.weight", "normal", "body"),
+    ("transformer.h.*.attn.c_attn.weight", "normal", "body"),
+    ("transformer.h.*.attn.c_proj.weight", "normal", "resid"),
+    ("transformer.h.*.mlp.c_fc.weight", "normal", "body"),
+    ("transformer.h.*.mlp.c_proj.weight", "normal", "resid"),
+    ("*ln_*.weight", "ones", "-"),
+    ("*.bias", "zeros", "-"),
+)
+
+STD_LEGEND = {
+    "emb": "model.emb_init_std if set, else init_std (tied: the std of the one shared matrix)",
+    "head": "model.head_init_std if set, else init_std (untied only: tied, lm_head.weight is wte)",
+    "body": "model.body_init_std (0.02, GPT-2)",
+    "resid": (
+        "body_init_std / sqrt(2 * n_layer) "
+        "(GPT-2: keeps the residual stream's variance from growing with depth)"
+    ),
+    "-": "constant",
+}
+
+
+def init_table_markdown() -> str:
+    """INIT_TABLE and STD_LEGEND as Markdown (init_weights' docstring and docs/model.md)."""
+    rows = ["| tensor | init | std |", "|---|---|---|"]
+    rows += [f"| `{pattern}` | {init} | {std} |" for pattern, init, std in INIT_TABLE]
+    legend = [f"- `{symbol}`: {meaning}" for symbol, meaning in STD_LEGEND.items()]
+    return "\n".join(rows + ["", "std symbols:", *legend])
+
+
+def init_rule(name: str) -> tuple[str, str]:
+    """(init, std symbol) of a parameter name; error unless exactly one INIT_TABLE row matches."""
+    hits = [(init, std) for pattern, init, std in INIT_TABLE if fnmatch.fnmatchcase(name, pattern)]
+    if len(hits) != 1:
+        raise RuntimeError(
+            f"parameter {name!r} matches {len(hits)} INIT_TABLE rows, expected exactly 1"
+        )
+    return hits[0]
+
+
+def tensor_generator(seed: int, name: str) -> torch.Generator:
+    """A CPU generator of its own for (seed, tensor name): a tensor's values depend on neither
+    the device nor which other tensors exist (tied vs untied)."""
+    # sha256, not hash(): Python salts hash() per process.
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+# ----------------------------------------------------------------------------- gradient split
+
+
+@torch.compiler.disable  # a hook on an intermediate breaks the graph: keep this bit eager
+def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
+    """A view of w whose gradient is also added into store[side] (fp32) during backward."""
+    w = w.view_as(w)
+    w.register_hook(partial(_accumulate, store, side))
+    return w
+
+
+def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
+    grad = grad.detach().float()
+    if side in store:
+        store[side].add_(grad)
+    else:
+        store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class GPT(nn.Module):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        tie: bool = True,
+        init_std: str | float = "0.02",
+        seed: int | None = None,
+    ):
+        """Build and initialise. `seed` fixes the init (see init_weights) and leaves the global
+        RNG alone; None draws one seed from the global torch RNG. Under
+        `with torch.device("meta")` nothing is allocated or initialised."""
+        super().__init__()
+        cfg = as_model_config(cfg)
+        self._init_stds = check_config(cfg, tie=tie, init_std=init_std)  # before allocating
+        self.config, self.tie, self.init_std = cfg, tie, init_std
+        self.logit_scale, self.emb_scale = resolve_scales(cfg)
+        if cfg.t5_rescale:  # tied only (check_config): HF T5 rescales h only when tied
+            self.logit_scale *= cfg.n_embd**-0.5
+        device = torch.get_default_device()  # honours `with torch.device(...)`
+        # Built on the meta device and then allocated empty: PyTorch's default per-module inits
+        # would waste time, draw from the global RNG (more draws untied than tied, shifting
+        # dropout masks later) and be overwritten anyway. init_weights sets every tensor.
+        with torch.device("meta"):
+            self.transformer = nn.ModuleDict(
+                dict(
+                    wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                    wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+                    drop=nn.Dropout(cfg.dropout),
+                    h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+                    ln_f=nn.LayerNorm(cfg.n_embd, eps=LN_EPS, bias=cfg.bias),
+                )
+            )
+            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.to_empty(device=device)  # ties the head when tie (see to_empty)
+        self.init_seed: int | None = None
+        if device.type != "meta":
+            self.init_weights(seed)
+
+    def to_empty(self, *, device, recurse: bool = True) -> GPT:
+        """nn.Module.to_empty that keeps the tie. The base class gives every module a new
+        tensor, which would untie the head (and allocate a second V x d matrix)."""
+        self.transformer.to_empty(device=device, recurse=recurse)
+        if self.tie:
+            self.lm_head.weight = self.transformer.wte.weight  # one Parameter, used twice
+        else:
+            self.lm_head.to_empty(device=device, recurse=recurse)
+        return self
+
+    def untie(self, head: str = "copy") -> None:
+        """Give the head a matrix of its own, e.g. to fine-tune it alone. ``copy``: a copy of the
+        embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
+        the same seed (init std "head"): the random head of a common fine-tuning mistake.
+        The logit scale stays as it was, a tied T5 head's d^-0.5 included: untying by copy
+        changes no logit."""
+        if not self.tie:
+            raise ModelConfigError(
+                "finetune.untie: the model is already untied; valid only from a tied start"
+            )
+        if head not in ("copy", "fresh"):
+            raise ModelConfigError(f"finetune.untie={head!r} is invalid: use keep, copy or fresh")
+        w = self.transformer.wte.weight.detach()
+        if head == "copy":
+            new = w.clone()
+        else:  # on the CPU from the tensor's own generator, as init_weights draws it
+            g = tensor_generator(self.init_seed or 0, "lm_head.weight")
+            new = torch.empty(w.shape).normal_(0.0, self._init_stds["head"], generator=g).to(w)
+        self.lm_head.weight = nn.Parameter(new)
+        self.tie = False
+
+    def init_stds(self) -> dict[str, float]:
+        """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
+        return dict(self._init_stds)
+
+    def init_weights(self, seed: int | None = None) -> None:
+        # The docstring is generated from INIT_TABLE below the class.
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())  # one draw from the global RNG
+        self.init_seed = seed
+        with torch.no_grad():
+            for name, p in self.named_parameters():  # the tied matrix comes once, as wte
+                init, std = init_rule(name)
+                if init == "zeros":
+                    p.zero_()
+                elif init == "ones":
+                    p.fill_(1.0)
+                else:  # drawn on the CPU, then copied: the same values on every device
+                    g = tensor_generator(seed, name)
+                    p.copy_(torch.empty(p.shape).normal_(0.0, self._init_stds[std], generator=g))
+
+    def forward(
+        self,
+        idx,
+        targets=None,
+        *,
+        loss_chunk: int | None = 1024,
+        return_logits: bool = True,
+        grad_split: dict | None = None,
+        reduction: str = "mean",
+    ):
+        """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
+
+        With targets and return_logits=False the loss is the chunked cross-entropy of
+        loss.py, never more than `loss_chunk` rows of logits (logits come back as None);
+        loss_chunk None or 0 computes it from all the logits at once instead.
+        `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
+        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
+        reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
+        T = idx.size(1)
+        if self.config.block_size < T:
+            raise ValueError(
+                f"sequence length {T} exceeds model.block_size={self.config.block_size}"
+            )
+        w_in, w_out = self.transformer.wte.weight, self.lm_head.weight
+        if grad_split is not None and torch.is_grad_enabled():
+            # Tied, each side gets its own view of the one matrix, so autograd keeps the two
+            # gradients apart until it sums them into .grad. Frozen: no gradient to split.
+            w_in, w_out = (
+                _tap(w, grad_split, side) if w.requires_grad else w
+                for w, side in ((w_in, "in"), (w_out, "out"))
+            )
+        tok = F.embedding(idx, w_in)
+        if self.emb_scale != 1.0:
+            tok = tok * self.emb_scale
+        x = self.transformer.drop(tok + self.transformer.wpe(torch.arange(T, device=idx.device)))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if self.logit_scale != 1.0:
+            # On h rather than on the logits: the same product, and the chunked loss needs it.
+            x = x * self.logit_scale
+        if targets is not None and not return_logits and loss_chunk:
+            return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
+        logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction=reduction
+        )
+        if reduction == "none":
+            loss = loss.view(targets.shape)
+        return (logits if return_logits else None), loss
+
+
+GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:
+
+{init_table_markdown()}
+
+Each tensor draws from its own generator seeded from (seed, tensor name), on the CPU. So the
+same seed gives a tied and an untied model the same body and the same wte, whichever tensors
+exist and in whatever order, and the same values on any device. Tied, lm_head.weight is not a
+parameter of its own (named_parameters lists the matrix once, as wte): nothing re-inits it.
+"""
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+TRAINABLE = ("all", "head", "body", "embedding")
+
+
+def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
+    """Freeze all but ``which``: ``head`` (the output matrix: tied, that is the one shared matrix,
+    the embedding included), ``embedding`` (wte and wpe; tied: the head too), ``body`` (all but
+    those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
+    gpt = unwrap(model)
+    if which not in TRAINABLE:
+        raise ModelConfigError(
+            f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}"
+        )
+    emb = {id(gpt.transformer.wte.weight), id(gpt.transformer.wpe.weight)}
+    chosen = {
+        "all": lambda p: True,
+        "head": lambda p: p is gpt.lm_head.weight,
+        "embedding": lambda p: id(p) in emb,
+        "body": lambda p: id(p) not in emb and p is not gpt.lm_head.weight,
+    }[which]
+    counts = {"trainable": 0, "frozen": 0}
+    for p in gpt.parameters():  # a tied matrix comes once
+        p.requires_grad_(chosen(p))
+        counts["trainable" if p.requires_grad else "frozen"] += p.numel()
+    return counts
