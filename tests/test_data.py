@@ -8,6 +8,7 @@ encoding itself need its files (TIKTOKEN_CACHE_DIR) and are skipped without them
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import random
@@ -267,6 +268,90 @@ def test_missing_tokenizer_files_fail_fast_naming_the_cache(tmp_path, play):
 
 
 # ---------------------------------------------------------------------------- cache
+
+#: A small fixed corpus: articles with titles, lines, blank-line paragraphs and non-ASCII text.
+FIXED_TEXT = "".join(
+    f" = Title {a} = \n \n"
+    + "".join(
+        f" line {a}.{i}: tied heads, naïve 数据 🙂 x={i * a}\n" + ("\n" if i % 3 == 2 else "")
+        for i in range(20)
+    )
+    + " \n"
+    for a in range(8)
+)
+#: Computed with the code of commit 3608031 (format version 2). The key and the fingerprint are
+#: part of every run's identity (results on disk are found by them), and the tokens are what the
+#: fingerprint promises: none of these may change.
+PINNED = {  # documents: (fingerprint, SHA-256 of the train + val + test tokens, first 16)
+    "file": ("138cf3d7057c", "c34cb50ac69babf6"),
+    "paragraph": ("8c065e0aa761", "ca738bca7c453a16"),
+    "row": ("b4a60a99cace", "dd40aae7f85be8e2"),
+    "wikitext": ("ec1fa72e166b", "9561d7cf15090dae"),
+}
+PINNED_HUB_KEYS = {  # DataConfig(encoding=..., **kw): the key of the default (and another) corpus
+    ("bytes", False): "2e4bf9fcd4388c78e5a4f6274fe828ee6670bbcb17df28763c50b0aa6c4cef76",
+    ("gpt2", False): "6561f6f2aaa68d00d6e458ec154a7f3049bfb8bd1d8280fd09f1fcba19875f11",
+    ("bytes", True): "d80e1fec027e43e87455a59d572d213a818183289b99820ec119b7af14178af3",
+    ("gpt2", True): "175ceecdde2882312e652d75098a1eba26687f113d3e8c8787d7ea619edee359",
+}
+
+
+def tokens_digest(corpus) -> str:
+    raw = b"".join(np.asarray(corpus.tokens(s)).tobytes() for s in SPLITS)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("documents", sorted(PINNED))
+def test_fingerprint_and_tokens_of_a_fixed_corpus_never_change(tmp_path, documents):
+    path = tmp_path / "fixed.txt"
+    path.write_text(FIXED_TEXT, encoding="utf-8")
+    corpus = prepare_data(cfg(str(path), name="pin", documents=documents))
+    assert (corpus.fingerprint, tokens_digest(corpus)) == PINNED[documents]
+    assert corpus.dir.name == f"pin-{corpus.key[:16]}" and corpus.key.startswith(corpus.fingerprint)
+    if documents == "paragraph":
+        seen = prepare_data(cfg(str(path), name="pin", documents=documents, vocab="seen"))
+        assert seen.fingerprint == "031334370996"
+    if documents == "file":
+        other = write(tmp_path, "other.txt", FIXED_TEXT.upper())
+        files = {"train": str(path), "validation": str(other)}
+        assert prepare_data(cfg(files, test_fraction=0.1)).fingerprint == "0e03ceda6f1d"
+
+
+@pytest.mark.parametrize("encoding, other", sorted(PINNED_HUB_KEYS))
+def test_hub_corpus_keys_never_change(encoding, other):
+    if encoding == "gpt2" and not D.gpt2_available():
+        pytest.skip("GPT-2 tokenizer files not available (TIKTOKEN_CACHE_DIR)")
+    kw = dict(config="wikitext-103-raw-v1", revision="abc", val_split=None) if other else {}
+    config = DataConfig(encoding=encoding, **kw)
+    identity = D.corpus_identity(config, D.load_encoding(encoding))
+    assert D.corpus_key(identity) == PINNED_HUB_KEYS[encoding, other]
+
+
+@needs_gpt2
+def test_gpt2_fingerprint_and_tokens_of_the_fixed_corpus_never_change(tmp_path):
+    path = write(tmp_path, "fixed.txt", FIXED_TEXT)
+    corpus = prepare_data(cfg(str(path), encoding="gpt2", documents="wikitext"))
+    assert (corpus.fingerprint, tokens_digest(corpus)) == ("fab5b2d49641", "fb06659b90d78689")
+
+
+@needs_gpt2
+@needs_shared
+def test_tiny_shakespeare_fingerprint_never_changes():
+    path = SHARED / "tinyshakespeare" / "input.txt"
+    corpus = prepare_data(DataConfig(name="s", source="text", files=str(path)))
+    assert corpus.fingerprint == "24978ad114cb"
+
+
+def test_rows_break_at_every_line_boundary_python_knows(tmp_path):
+    """Rows are str.splitlines lines, as the cache's format version 2 made them (datasets' text
+    builder breaks at \\n only: its rows, and so the tokens under the same key, would differ)."""
+    text = "a\x0cb\n\u2028c\nd\x85e\n"
+    path = str(write(tmp_path, "r.txt", text))
+    corpus = prepare_data(cfg({"train": path, "val": path, "test": path}, documents="row"))
+    rows = [r for r in text.splitlines(keepends=True) if r.strip()]
+    assert len(rows) == 5 and np.asarray(corpus.tokens("val")).tolist() == joined(rows)
+
+
 
 
 def test_second_prepare_reuses_the_cache(play, corpus):
@@ -612,12 +697,12 @@ def test_check_data_refuses_bad_input_in_one_line(tmp_path, monkeypatch, kw, mat
     write(tmp_path, "ok.txt", "hello\n")
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
-    bad = cfg(**{"files": "ok.txt", "cache_dir": str(tmp_path / "cache"), **kw})
-    with pytest.raises(DataError, match=match) as e:
-        D.check_data(bad)
+    kw = {"files": "ok.txt", "cache_dir": str(tmp_path / "cache"), **kw}
+    with pytest.raises(DataError, match=match) as e:  # at construction, or at the file checks
+        D.check_data(cfg(**kw))
     assert "\n" not in str(e.value)
-    with pytest.raises(DataError):
-        prepare_data(bad)
+    with pytest.raises(DataError, match=match):
+        prepare_data(cfg(**kw))
     assert not (tmp_path / "cache").exists()  # refused before any work
     D.check_data(cfg("ok.txt"))
     D.check_data(DataConfig())  # the default Hub corpus: no network to check it
@@ -710,7 +795,7 @@ def test_conf_data_presets_match_the_schema(preset):
     loaded = D.load_config(preset)
     assert isinstance(loaded.source, D.Source) and isinstance(loaded.documents, D.Documents)
     if preset == "wikitext2":  # the default corpus is the dataclass default
-        assert D._documents_mode(loaded) == D._documents_mode(DataConfig())
+        assert loaded.documents_mode() == DataConfig().documents_mode()
         assert loaded == DataConfig(documents=loaded.documents)
 
 
