@@ -65,7 +65,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``load_config`` and ``main`` live in the CLI module; imported on use (argparse, omegaconf)."""
+    """``load_config`` and ``main`` live in the CLI module, imported on use: ``python -m``
+    would warn if the package imported its ``__main__`` first."""
     if name in ("load_config", "main", "CONF_DATA_DIR"):
         from tiedvsuntied.data import __main__ as cli
 

@@ -20,7 +20,8 @@ CONF_DATA_DIR = Path(__file__).resolve().parents[2] / "conf" / "data"
 
 
 def load_config(preset: str | None = None, overrides: Sequence[str] = ()) -> DataConfig:
-    """conf/data/<preset>.yaml + key=value overrides (Hydra's data.<key>=value, 'data.' optional)."""
+    """conf/data/<preset>.yaml + key=value overrides (as Hydra's data.<key>=value; 'data.'
+    optional)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"tokenized {n:,} tokens ({', '.join(info['built_now']) or 'none: cached'}) of {cfg.name} "
         f"in {wall:.2f} s wall, loading included: {n / wall / 1e6:.2f}M tokens/s; "
-        f"{info['num_threads']['train']} processes, {os.cpu_count()} cores",
+        f"{info['num_threads']['train']} threads, {os.cpu_count()} cores",
         file=sys.stderr,
     )
     print(json.dumps(info, indent=1))

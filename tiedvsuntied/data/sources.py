@@ -45,8 +45,8 @@ TIKTOKEN_FIX = (
 )
 HUB_FIX = (
     "use local text (data=text data.files=PATH), or put the dataset in the datasets cache "
-    "(HF_DATASETS_CACHE; HF_DATASETS_OFFLINE=1 reads only it), or prepare the token cache "
-    "where the network is (python -m tiedvsuntied.data)"
+    "(HF_DATASETS_CACHE) and set HF_DATASETS_OFFLINE=1, or prepare the token cache where the "
+    "network is (python -m tiedvsuntied.data)"
 )
 
 
@@ -58,7 +58,7 @@ def one_line(error: BaseException) -> str:
 
 
 def _bytes_encoding() -> tiktoken.Encoding:
-    """256 single-byte tokens + <|endoftext|> (V = 257): round-trips any UTF-8, needs no download."""
+    """256 single-byte tokens + <|endoftext|> (V = 257): round-trips any UTF-8, no download."""
     return tiktoken.Encoding(
         name="bytes",
         pat_str=r"""\s+(?!\S)|\s+|\S+""",
@@ -113,7 +113,8 @@ def plain(obj: Any) -> Any:
 
 
 def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
-    """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the cwd."""
+    """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the
+    working directory."""
     files = plain(cfg.files)
     if not isinstance(files, dict):
         files = {"train": files}
@@ -187,7 +188,9 @@ def _hub_reachable(path: str) -> bool:
 
     url = f"{datasets.config.HF_ENDPOINT}/api/datasets/{path}"
     try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT)
+        urllib.request.urlopen(
+            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT
+        )
     except urllib.error.HTTPError:
         return True
     except (OSError, ValueError):
@@ -203,35 +206,40 @@ def _hub_problem(cfg: DataConfig) -> str | None:
 
     if Path(cfg.path).expanduser().is_dir():
         return None
+    hub = "is off (HF_HUB_OFFLINE)"
     if not _offline_env() and not datasets.config.HF_HUB_OFFLINE:
         if _hub_reachable(cfg.path):
             return None
         datasets.config.HF_HUB_OFFLINE = True
+        hub = "cannot be reached"
     try:
         datasets.load_dataset_builder(cfg.path, cfg.config, revision=cfg.revision)
-    except Exception as e:  # datasets raises many types here; all mean "not in the cache"
-        return f"the Hub is offline and {cfg.path!r} config {cfg.config!r} is not cached ({one_line(e)})"
+    except Exception:  # datasets raises many types here; offline, all mean "not in the cache"
+        return (
+            f"the dataset {cfg.path!r} (config {cfg.config!r}) is not in the datasets cache "
+            f"and the Hub {hub}"
+        )
     return None
 
 
 def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
     """The encoding, after checking that it and (if ``need_source``) the Hub dataset can be had.
-    Both are checked before raising, so one line names every fix."""
+    Both are checked before raising, so that one line names every fix."""
     problems, encoding = [], None
     try:
         encoding = load_encoding(cfg.encoding)
     except DataUnavailableError as e:
         where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
         problems.append(
-            f"the tiktoken encoding {cfg.encoding!r} is not cached (TIKTOKEN_CACHE_DIR={where}) "
-            f"and cannot be downloaded ({one_line(e.__cause__ or e)}): {TIKTOKEN_FIX}"
+            f"the tiktoken encoding {cfg.encoding!r} is not in TIKTOKEN_CACHE_DIR={where} and "
+            f"cannot be downloaded ({type(e.__cause__ or e).__name__}): {TIKTOKEN_FIX}"
         )
     if (need_source or encoding is None) and cfg.source == Source.hub:
         hub = _hub_problem(cfg)
         if hub:
             problems.append(f"{hub}: {HUB_FIX}")
     if problems:
-        raise DataUnavailableError("offline? " + "; and ".join(problems))
+        raise DataUnavailableError("not available offline: " + "; and ".join(problems))
     return encoding
 
 
