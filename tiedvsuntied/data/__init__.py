@@ -1,19 +1,8 @@
 """Data: a corpus (local text files or a Hugging Face Hub dataset) -> tiktoken -> cached token
-arrays -> batches. Tied and untied runs must see the same tokens in the same order.
-
-=========================  =================================================================
-``data.config``            ``DataConfig`` (the ``data`` node of the Hydra schema), its enums
-                           and errors; field checks in ``__post_init__``
-``data.sources``           the tokenizer, text files and the Hub: rows, held-out tails,
-                           documents; ``check_data`` and the offline check
-``data.cache``             the token cache: identity/key, building under a lock, ``Corpus``,
-                           ``prepare_data``
-``data.batches``           ``BatchSampler`` and the fixed evaluation windows
-``python -m ...data``      the CLI (``data.__main__``): prepare a corpus, print its info
-=========================  =================================================================
-
-An end-of-text token separates DOCUMENTS (``DataConfig.documents``), never lines; each document
-is tokenized whole. See docs/data.md.
+arrays -> batches; tied and untied runs see the same tokens in the same order. Modules:
+``config`` (DataConfig, checks beside the fields), ``sources`` (tokenizer, files, Hub, documents,
+offline check), ``cache`` (key, building, Corpus, prepare_data), ``batches``, ``__main__`` (CLI).
+See docs/data.md.
 """
 
 from tiedvsuntied.data.cache import (

@@ -145,7 +145,7 @@ def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> t
     Threads take runs of ~64k characters of documents: tiktoken drops the GIL while it encodes,
     and a run amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us,
     more than encoding a short row). A batch of ~4M characters is counted and written at once.
-    Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Tokenizer").
+    Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Threads, not Dataset.map").
     """
     dtype = token_dtype(enc)
     n_tokens = n_documents = 0
@@ -232,7 +232,6 @@ def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> t
         metas = {s: read_entry(folder, s, key) for s in SPLITS}  # built while we waited?
         built = [s for s in SPLITS if not metas[s]]
         if built:
-            check_available(cfg, need_source=True)
             for stale in folder.glob(".*.tmp*"):  # leftovers of killed builds
                 stale.unlink()
             for s in built:  # no metadata may sit beside a file about to be replaced
@@ -255,6 +254,7 @@ def prepare_data(cfg: DataConfig) -> Corpus:
     metas = {s: read_entry(folder, s, key) for s in SPLITS}
     built: list[str] = []
     if not all(metas.values()):
+        check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
         metas, built = _build_missing(cfg, folder, identity, key)
     return Corpus(cfg, enc, folder, key, metas, built)
 

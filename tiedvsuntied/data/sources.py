@@ -175,13 +175,6 @@ def check_data(cfg: DataConfig) -> None:
 # ------------------------------------------------------------------------------ the Hub
 
 
-def _offline_env() -> bool:
-    return any(
-        os.environ.get(k, "").upper() in ("1", "ON", "YES", "TRUE")
-        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
 def _hub_reachable(path: str) -> bool:
     """One request with a short timeout: any HTTP answer means the Hub can be reached."""
     import datasets
@@ -207,7 +200,7 @@ def _hub_problem(cfg: DataConfig) -> str | None:
     if Path(cfg.path).expanduser().is_dir():
         return None
     hub = "is off (HF_HUB_OFFLINE)"
-    if not _offline_env() and not datasets.config.HF_HUB_OFFLINE:
+    if not datasets.config.HF_HUB_OFFLINE:  # HF_HUB_OFFLINE or HF_DATASETS_OFFLINE
         if _hub_reachable(cfg.path):
             return None
         datasets.config.HF_HUB_OFFLINE = True
