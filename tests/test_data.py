@@ -7,7 +7,9 @@ encoding itself need its files (TIKTOKEN_CACHE_DIR) and are skipped without them
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import hashlib
 import json
 import os
 import random
@@ -140,7 +142,7 @@ def test_text_file_split_into_contiguous_blocks_tokenized_exactly(corpus, play):
     assert all(raw[a - 1] == "\n" for a, _ in ranges[1:])  # cut at line boundaries
     for a, b in ranges[1:]:
         assert abs((b - a) / len(raw) - 0.05) < 0.005
-    for split, (a, b) in zip(SPLITS, ranges):  # one document each, no EOT
+    for split, (a, b) in zip(SPLITS, ranges, strict=True):  # one document each, no EOT
         toks = corpus.tokens(split)
         assert isinstance(toks, np.memmap) and toks.dtype == np.uint16
         assert np.asarray(toks).tolist() == enc_bytes(raw[a:b])
@@ -165,7 +167,7 @@ def test_vocab_eot_token_freq_and_info(corpus):
 def wikitext_articles(text: str) -> list[str]:
     lines = text.splitlines(keepends=True)
     docs, cur = [], []
-    for i, line in enumerate(lines):
+    for line in lines:
         if line.startswith(" = Article") and cur:
             docs.append("".join(cur))
             cur = []
@@ -268,6 +270,88 @@ def test_missing_tokenizer_files_fail_fast_naming_the_cache(tmp_path, play):
 
 # ---------------------------------------------------------------------------- cache
 
+#: A small fixed corpus: articles with titles, lines, blank-line paragraphs and non-ASCII text.
+FIXED_TEXT = "".join(
+    f" = Title {a} = \n \n"
+    + "".join(
+        f" line {a}.{i}: tied heads, naïve 数据 🙂 x={i * a}\n" + ("\n" if i % 3 == 2 else "")
+        for i in range(20)
+    )
+    + " \n"
+    for a in range(8)
+)
+#: Computed with the code of commit 3608031 (format version 2). The key and the fingerprint are
+#: part of every run's identity (results on disk are found by them), and the tokens are what the
+#: fingerprint promises: none of these may change.
+PINNED = {  # documents: (fingerprint, SHA-256 of the train + val + test tokens, first 16)
+    "file": ("138cf3d7057c", "c34cb50ac69babf6"),
+    "paragraph": ("8c065e0aa761", "ca738bca7c453a16"),
+    "row": ("b4a60a99cace", "dd40aae7f85be8e2"),
+    "wikitext": ("ec1fa72e166b", "9561d7cf15090dae"),
+}
+PINNED_HUB_KEYS = {  # DataConfig(encoding=..., **kw): the key of the default (and another) corpus
+    ("bytes", False): "2e4bf9fcd4388c78e5a4f6274fe828ee6670bbcb17df28763c50b0aa6c4cef76",
+    ("gpt2", False): "6561f6f2aaa68d00d6e458ec154a7f3049bfb8bd1d8280fd09f1fcba19875f11",
+    ("bytes", True): "d80e1fec027e43e87455a59d572d213a818183289b99820ec119b7af14178af3",
+    ("gpt2", True): "175ceecdde2882312e652d75098a1eba26687f113d3e8c8787d7ea619edee359",
+}
+
+
+def tokens_digest(corpus) -> str:
+    raw = b"".join(np.asarray(corpus.tokens(s)).tobytes() for s in SPLITS)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("documents", sorted(PINNED))
+def test_fingerprint_and_tokens_of_a_fixed_corpus_never_change(tmp_path, documents):
+    path = tmp_path / "fixed.txt"
+    path.write_text(FIXED_TEXT, encoding="utf-8")
+    corpus = prepare_data(cfg(str(path), name="pin", documents=documents))
+    assert (corpus.fingerprint, tokens_digest(corpus)) == PINNED[documents]
+    assert corpus.dir.name == f"pin-{corpus.key[:16]}" and corpus.key.startswith(corpus.fingerprint)
+    if documents == "paragraph":
+        seen = prepare_data(cfg(str(path), name="pin", documents=documents, vocab="seen"))
+        assert seen.fingerprint == "031334370996"
+    if documents == "file":
+        other = write(tmp_path, "other.txt", FIXED_TEXT.upper())
+        files = {"train": str(path), "validation": str(other)}
+        assert prepare_data(cfg(files, test_fraction=0.1)).fingerprint == "0e03ceda6f1d"
+
+
+@pytest.mark.parametrize("encoding, other", sorted(PINNED_HUB_KEYS))
+def test_hub_corpus_keys_never_change(encoding, other):
+    if encoding == "gpt2" and not D.gpt2_available():
+        pytest.skip("GPT-2 tokenizer files not available (TIKTOKEN_CACHE_DIR)")
+    kw = dict(config="wikitext-103-raw-v1", revision="abc", val_split=None) if other else {}
+    config = DataConfig(encoding=encoding, **kw)
+    identity = D.corpus_identity(config, D.load_encoding(encoding))
+    assert D.corpus_key(identity) == PINNED_HUB_KEYS[encoding, other]
+
+
+@needs_gpt2
+def test_gpt2_fingerprint_and_tokens_of_the_fixed_corpus_never_change(tmp_path):
+    path = write(tmp_path, "fixed.txt", FIXED_TEXT)
+    corpus = prepare_data(cfg(str(path), encoding="gpt2", documents="wikitext"))
+    assert (corpus.fingerprint, tokens_digest(corpus)) == ("fab5b2d49641", "fb06659b90d78689")
+
+
+@needs_gpt2
+@needs_shared
+def test_tiny_shakespeare_fingerprint_never_changes():
+    path = SHARED / "tinyshakespeare" / "input.txt"
+    corpus = prepare_data(DataConfig(name="s", source="text", files=str(path)))
+    assert corpus.fingerprint == "24978ad114cb"
+
+
+def test_rows_break_at_every_line_boundary_python_knows(tmp_path):
+    """Rows are str.splitlines lines, as the cache's format version 2 made them (datasets' text
+    builder breaks at \\n only: its rows, and so the tokens under the same key, would differ)."""
+    text = "a\x0cb\n\u2028c\nd\x85e\n"
+    path = str(write(tmp_path, "r.txt", text))
+    corpus = prepare_data(cfg({"train": path, "val": path, "test": path}, documents="row"))
+    rows = [r for r in text.splitlines(keepends=True) if r.strip()]
+    assert len(rows) == 5 and np.asarray(corpus.tokens("val")).tolist() == joined(rows)
+
 
 def test_second_prepare_reuses_the_cache(play, corpus):
     again = prepare_data(cfg(str(play), num_threads=1))
@@ -317,8 +401,11 @@ go, files, cache = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 Path(sys.argv[4]).touch()
 while not go.exists():
     time.sleep(0.002)
-c = prepare_data(DataConfig(name="race", source="text", files=files, cache_dir=cache, encoding="bytes"))
-print(json.dumps({"dir": str(c.dir), "built": c.built, **{s: c.tokens(s).tolist() for s in ("train", "test")}}))
+c = prepare_data(
+    DataConfig(name="race", source="text", files=files, cache_dir=cache, encoding="bytes")
+)
+tokens = {s: c.tokens(s).tolist() for s in ("train", "test")}
+print(json.dumps({"dir": str(c.dir), "built": c.built, **tokens}))
 """
 
 
@@ -368,7 +455,8 @@ def test_concurrent_preparations_tokenize_once_and_agree(play, corpus, tmp_path)
 _SLOW_WORKER = r"""
 import sys
 from tiedvsuntied.data import DataConfig, prepare_data
-prepare_data(DataConfig(name="killed", source="text", files=sys.argv[1], cache_dir=sys.argv[2], encoding="bytes"))
+config = dict(name="killed", source="text", encoding="bytes")
+prepare_data(DataConfig(files=sys.argv[1], cache_dir=sys.argv[2], **config))
 """
 
 
@@ -532,6 +620,33 @@ def test_offline_hub_uses_the_datasets_cache_and_fails_at_once_without_it(tmp_pa
     assert "data=text data.files=PATH" in proc.stderr
 
 
+@pytest.mark.parametrize("encoding", ["gpt2", "bytes"])
+def test_no_network_and_nothing_cached_fails_within_seconds_in_one_line(tmp_path, encoding):
+    """The user's first command on a machine without network (no offline variables set): the
+    tokenizer and the Hub are both checked before any work, and one line names every fix."""
+    offline_vars = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TIKTOKEN_CACHE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in offline_vars}
+    no_network = "http://127.0.0.1:9"  # a closed port: every request fails at once
+    env.update(
+        {k: no_network for k in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")},
+        no_proxy="",
+        NO_PROXY="",
+        TIKTOKEN_CACHE_DIR=str(tmp_path / "tiktoken"),
+        HF_HOME=str(tmp_path / "hf"),
+        HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"),
+        TIEDVSUNTIED_CACHE=str(tmp_path / "cache"),
+    )
+    proc, seconds = run_cli([f"encoding={encoding}"], env)  # the default corpus: WikiText-2
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # no retry warnings
+    assert seconds < 20  # loosely: only a guard against retries (they took 29-41 s)
+    line = proc.stderr
+    assert "'Salesforce/wikitext'" in line and "data=text data.files=PATH" in line
+    assert "HF_DATASETS_OFFLINE" in line and "python -m tiedvsuntied.data" in line
+    assert ("TIKTOKEN_CACHE_DIR" in line) == (encoding == "gpt2")
+    assert not (tmp_path / "cache").exists()  # refused before any work
+
+
 def test_prepare_where_the_network_is_then_train_on_a_node_without_it(tmp_path):
     """Clusters: `python -m tiedvsuntied.data` fills the token cache once (login node); a compute
     node with the Hub offline and no datasets cache of its own trains from the token cache alone."""
@@ -582,7 +697,7 @@ def test_prepare_where_the_network_is_then_train_on_a_node_without_it(tmp_path):
     assert proc.returncode == 2 and "HF_DATASETS_CACHE" in proc.stderr  # the offline error, at once
 
 
-# ---------------------------------------------------------------------------- checks, before any work
+# ---------------------------------------------------------------------------- checks before work
 
 
 @pytest.mark.parametrize(
@@ -605,6 +720,9 @@ def test_prepare_where_the_network_is_then_train_on_a_node_without_it(tmp_path):
             r"data.documents=paragraph needs data.source=text",
         ),
         (dict(source="hub", path=""), r"data.source=hub needs data.path"),
+        (dict(num_threads=-1), r"data.num_threads=-1 must be >= 0"),
+        (dict(documents="pages"), r"data.documents='pages' is not valid; valid: \['auto', "),
+        (dict(vocab="closed"), r"data.vocab='closed' is not valid; valid: \['full', 'seen'\]"),
     ],
 )
 def test_check_data_refuses_bad_input_in_one_line(tmp_path, monkeypatch, kw, match):
@@ -612,12 +730,12 @@ def test_check_data_refuses_bad_input_in_one_line(tmp_path, monkeypatch, kw, mat
     write(tmp_path, "ok.txt", "hello\n")
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
-    bad = cfg(**{"files": "ok.txt", "cache_dir": str(tmp_path / "cache"), **kw})
-    with pytest.raises(DataError, match=match) as e:
-        D.check_data(bad)
+    kw = {"files": "ok.txt", "cache_dir": str(tmp_path / "cache"), **kw}
+    with pytest.raises(DataError, match=match) as e:  # at construction, or at the file checks
+        D.check_data(cfg(**kw))
     assert "\n" not in str(e.value)
-    with pytest.raises(DataError):
-        prepare_data(bad)
+    with pytest.raises(DataError, match=match):
+        prepare_data(cfg(**kw))
     assert not (tmp_path / "cache").exists()  # refused before any work
     D.check_data(cfg("ok.txt"))
     D.check_data(DataConfig())  # the default Hub corpus: no network to check it
@@ -649,7 +767,10 @@ def test_batches_are_a_pure_function_of_seed_step_micro(corpus):
     run_a = [tied.get(s, m) for s in range(6) for m in range(2)]
     torch.rand(5), np.random.rand(5)  # global RNG use in between must not matter
     run_b = [untied.get(s, m) for s in range(6) for m in range(2)]
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(run_a, run_b))
+    assert all(
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        for a, b in zip(run_a, run_b, strict=True)
+    )
     resumed = BatchSampler(toks, 64, 8, seed=3)  # resume at step 5: what an uninterrupted run got
     assert all(torch.equal(resumed.get(5, m)[0], run_a[10 + m][0]) for m in range(2))
     assert not torch.equal(tied.get(0, 0)[0], tied.get(1, 0)[0])
@@ -674,7 +795,7 @@ def test_batch_windows_are_shifted_slices_of_the_split(corpus):
     x, y = s.get(11, 2)
     assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (5, 32)
     assert torch.equal(x[:, 1:], y[:, :-1])
-    for start, row in zip(s.starts(11, 2), x):
+    for start, row in zip(s.starts(11, 2), x, strict=True):
         assert np.array_equal(row.numpy(), toks[start : start + 32])
     starts = np.concatenate([s.starts(i) for i in range(2000)])  # cover the whole split
     assert starts.min() < len(toks) * 0.01 and len(toks) - 33 >= starts.max() > len(toks) * 0.99
@@ -686,7 +807,10 @@ def test_eval_windows_are_fixed_evenly_spaced_and_non_overlapping(corpus):
     first = list(iter_eval_batches(val, T, batch_size=3, max_windows=10))
     second = list(iter_eval_batches(val, T, batch_size=3, max_windows=10))
     assert [b[0].shape[0] for b in first] == [3, 3, 3, 1]
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
+    assert all(
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        for a, b in zip(first, second, strict=True)
+    )
     starts = eval_window_starts(n, T, 10)
     assert len(starts) == 10
     assert starts[0] == 0 and starts[-1] == n - (T + 1)
@@ -701,16 +825,35 @@ def test_eval_windows_are_fixed_evenly_spaced_and_non_overlapping(corpus):
 # ---------------------------------------------------------------------------- configs + CLI
 
 
+#: What each preset resolved to at commit 3608031 besides the DataConfig defaults. Run ids hash
+#: every data key (but files, cache_dir, num_threads): a preset may never resolve differently.
+PRESETS = {
+    "wikitext2": {"documents": "wikitext"},
+    "wikitext103": {
+        "name": "wikitext103",
+        "config": "wikitext-103-raw-v1",
+        "documents": "wikitext",
+    },
+    "text": {"name": "text", "source": "text", "path": "", "config": None, "documents": "file"},
+    "hub": {"name": "hub", "path": "", "config": None, "documents": "row"},
+}
+
+
 @pytest.mark.parametrize("preset", ["wikitext2", "wikitext103", "text", "hub"])
-def test_conf_data_presets_match_the_schema(preset):
+def test_conf_data_presets_set_only_their_own_values(preset):
     from omegaconf import OmegaConf
 
-    conf = OmegaConf.load(REPO / "conf" / "data" / f"{preset}.yaml")
-    assert set(conf.keys()) == set(OmegaConf.structured(DataConfig).keys())
-    loaded = D.load_config(preset)
+    conf = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "data" / f"{preset}.yaml"))
+    defaults = OmegaConf.to_container(OmegaConf.structured(DataConfig), enum_to_str=True)
+    assert conf and set(conf) <= set(defaults)
+    assert [k for k, v in conf.items() if defaults[k] == v] == []  # the schema gives defaults
+    required = {"text": ["files=a.txt"], "hub": ["path=org/name"]}.get(preset, [])
+    loaded = D.load_config(preset, required)
     assert isinstance(loaded.source, D.Source) and isinstance(loaded.documents, D.Documents)
-    if preset == "wikitext2":  # the default corpus is the dataclass default
-        assert D._documents_mode(loaded) == D._documents_mode(DataConfig())
+    expected = {**PRESETS[preset], **dict(o.split("=") for o in required)}
+    assert loaded == dataclasses.replace(DataConfig(), **expected)
+    if preset == "wikitext2":  # the default corpus: the dataclass default, the same cache key
+        assert loaded.documents_mode() == DataConfig().documents_mode()
         assert loaded == DataConfig(documents=loaded.documents)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tiedvsuntied.data import DataError
+from tiedvsuntied.data.config import DataError
 
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
 

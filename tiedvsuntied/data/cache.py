@@ -1,0 +1,352 @@
+"""The token cache: a corpus tokenized ONCE per machine, shared by every run of a sweep.
+
+``prepare_data(cfg)`` finds or builds ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin`` (a
+file lock per corpus; temp name, fsync, rename; metadata last) and returns a :class:`Corpus`
+whose splits are read-only memmaps, all opened before it returns.
+
+The key (``corpus_key(corpus_identity(...))``) and the fingerprint derived from it are part of
+every run's identity: results on disk are found by them. Never change what enters them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import tiktoken
+
+from tiedvsuntied.data.config import DataConfig, DataError, Source, Vocab
+from tiedvsuntied.data.sources import (
+    check_available,
+    check_data,
+    iter_documents,
+    load_encoding,
+    plain,
+    split_streams,
+    text_files,
+)
+from tiedvsuntied.results import atomic_write
+
+#: Bump when the on-disk format or the tokenization procedure changes: old entries are ignored.
+FORMAT_VERSION = 2
+SPLITS = ("train", "val", "test")
+#: Test hook: seconds to sleep after a split's tokens are written to their temp name, before
+#: fsync and rename, so a test can SIGKILL a build at the worst moment. Never set it in real runs.
+DEBUG_SLEEP_ENV = "TIEDVSUNTIED_DATA_DEBUG_SLEEP"
+_BATCH_CHARS = 1 << 22  # characters of documents tokenized, counted and written at once (memory)
+_RUN_CHARS = 1 << 16  # characters of documents one thread takes at a time
+
+
+# ------------------------------------------------------------------------------ identity
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
+    """What the cache key hashes; never touches the network. Local files are identified by their
+    content (SHA-256), Hub datasets by their config (pin data.revision to see upstream changes)."""
+    identity = {
+        "format_version": FORMAT_VERSION,
+        "encoding": encoding.name,
+        "n_vocab": encoding.n_vocab,
+        "documents": cfg.documents_mode().value,
+        "source": Source(cfg.source).value,
+        "fractions": [cfg.val_fraction, cfg.test_fraction],
+    }
+    if cfg.source == Source.text:
+        files = {s: [_sha256_file(p) for p in ps] for s, ps in text_files(cfg).items()}
+        return {**identity, "files": files}
+    identity.update(
+        path=cfg.path,
+        config=cfg.config,
+        revision=cfg.revision,
+        text_column=cfg.text_column,
+        splits=[cfg.train_split, cfg.val_split, cfg.test_split],
+    )
+    local = Path(cfg.path).expanduser()
+    if local.is_dir():  # a local dataset folder: identify it by its files
+        identity["path"] = str(local.resolve())
+        identity["local_files"] = sorted(
+            (str(p.relative_to(local)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in local.rglob("*")
+            if p.is_file()
+        )
+    return identity
+
+
+def corpus_key(identity: dict) -> str:
+    """SHA-256 of the identity: names the cache entry; its first 12 digits are the fingerprint."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def resolve_cache_dir(cfg: DataConfig) -> Path:
+    default = os.environ.get("TIEDVSUNTIED_CACHE") or "~/.cache/tiedvsuntied"
+    return Path(cfg.cache_dir or default).expanduser().resolve()
+
+
+def corpus_dir(cfg: DataConfig, key: str) -> Path:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.name).strip("._") or "corpus"
+    return resolve_cache_dir(cfg) / "tokens" / f"{name}-{key[:16]}"
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def read_entry(folder: Path, split: str, key: str) -> dict | None:
+    """Metadata of a complete split entry, else None. The metadata is written last, so a file
+    without it (a killed build) is never trusted; a size mismatch is not either."""
+    try:
+        meta = json.loads((folder / f"{split}.json").read_text())
+        size = (folder / f"{split}.bin").stat().st_size
+        ok = (
+            meta["key"] == key
+            and meta["n_tokens"] > 0
+            and (folder / f"{split}.freq.npy").is_file()
+            and size == meta["n_tokens"] * np.dtype(meta["dtype"]).itemsize
+        )
+        return meta if ok else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def token_dtype(enc: tiktoken.Encoding) -> np.dtype:
+    return np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
+
+
+def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
+    """Consecutive strings grouped into lists that end once they hold max_chars characters."""
+    chunk, chars = [], 0
+    for item in items:
+        chunk.append(item)
+        chars += len(item)
+        if chars >= max_chars:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+
+
+def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, int]:
+    """Tokenize documents (each whole) into f, an end-of-text token between them; count tokens
+    into freq. Returns (tokens, documents) written.
+
+    Threads take runs of ~64k characters of documents: tiktoken drops the GIL while it encodes,
+    and a run amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us,
+    more than encoding a short row). A batch of ~4M characters is counted and written at once.
+    Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Threads, not Dataset.map").
+    """
+    dtype = token_dtype(enc)
+    n_tokens = n_documents = 0
+    for batch in _chunks(documents, _BATCH_CHARS):
+        runs = pool.map(partial(_encode_run, enc), _chunks(batch, _RUN_CHARS))
+        ids: list[int] = []
+        for tokens in itertools.chain.from_iterable(runs):
+            ids += [enc.eot_token, *tokens] if n_documents else tokens
+            n_documents += 1
+        array = np.array(ids, dtype=dtype)
+        freq += np.bincount(array, minlength=enc.n_vocab)
+        f.write(array.tobytes())
+        n_tokens += len(array)
+    return n_tokens, n_documents
+
+
+def _encode_run(enc: tiktoken.Encoding, documents: list[str]) -> list[list[int]]:
+    return [enc.encode_ordinary(doc) for doc in documents]
+
+
+def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads: int, meta: dict):
+    """Tokenize documents into <split>.bin; then <split>.freq.npy; then <split>.json."""
+    enc = load_encoding(meta["encoding"])
+    freq = np.zeros(enc.n_vocab, dtype=np.int64)
+    counts = {}
+    started = time.perf_counter()
+
+    def write_tokens(f) -> None:
+        with ThreadPoolExecutor(num_threads) as pool:
+            counts["n_tokens"], counts["n_documents"] = _write_tokens(f, documents, enc, pool, freq)
+        time.sleep(float(os.environ.get(DEBUG_SLEEP_ENV) or 0))  # a test kills the build here
+        if counts["n_tokens"] == 0:
+            raise DataError(
+                f"split {split!r} of {meta['source']} is empty (no text after tokenization)"
+            )
+
+    atomic_write(folder / f"{split}.bin", write_tokens)
+    atomic_write(folder / f"{split}.freq.npy", lambda f: np.save(f, freq))
+    seconds = time.perf_counter() - started
+    meta = {
+        **meta,
+        **counts,
+        "split": split,
+        "dtype": token_dtype(enc).name,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(counts["n_tokens"] / max(seconds, 1e-9)),
+        "num_threads": num_threads,
+    }
+    atomic_write(folder / f"{split}.json", json.dumps(meta, indent=1))
+    return meta
+
+
+def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
+    num_threads = cfg.num_threads if cfg.num_threads > 0 else len(os.sched_getaffinity(0))
+    if cfg.source == Source.text:
+        source = f"text:{plain(cfg.files)}"
+    else:
+        source = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
+    docs = cfg.documents_mode()
+    common = {"key": key, "name": cfg.name, "source": source, "documents": docs.value}
+    metas = {}
+    for split, (stream, (lo, hi)) in split_streams(cfg).items():
+        if split not in need:
+            continue
+        chars = [sum(map(len, stream.rows[:lo])), sum(map(len, stream.rows[:hi]))]
+        meta = {**common, "encoding": cfg.encoding, "row_range": [lo, hi], "char_range": chars}
+        documents = iter_documents(stream, lo, hi, docs)
+        metas[split] = _build_split(folder, split, documents, num_threads, meta)
+    return metas
+
+
+def _log_build(folder: Path, **record) -> None:
+    """builds.log: one JSON line per build started / finished (a start without a done = killed)."""
+    with open(folder / "builds.log", "a") as f:
+        f.write(json.dumps({**record, "pid": os.getpid(), "time": time.time()}) + "\n")
+
+
+def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> tuple[dict, list]:
+    """Under the corpus's lock: build the splits that are still missing once we hold it."""
+    from filelock import FileLock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder / ".lock"):
+        metas = {s: read_entry(folder, s, key) for s in SPLITS}  # built while we waited?
+        built = [s for s in SPLITS if not metas[s]]
+        if built:
+            for stale in folder.glob(".*.tmp*"):  # leftovers of killed builds
+                stale.unlink()
+            for s in built:  # no metadata may sit beside a file about to be replaced
+                (folder / f"{s}.json").unlink(missing_ok=True)
+            (folder / "identity.json").write_text(json.dumps(identity, indent=1))
+            _log_build(folder, event="start", splits=built)
+            metas.update(_build(cfg, folder, built, key))
+            _log_build(folder, event="done", splits=built)
+    return metas, built
+
+
+def prepare_data(cfg: DataConfig) -> Corpus:
+    """Tokenize the corpus of ``cfg`` into the cache (once, under a lock) and return it. Complete
+    entries are used without loading anything else; one process builds, the others wait."""
+    check_data(cfg)
+    enc = check_available(cfg, need_source=False)
+    identity = corpus_identity(cfg, enc)
+    key = corpus_key(identity)
+    folder = corpus_dir(cfg, key)
+    metas = {s: read_entry(folder, s, key) for s in SPLITS}
+    built: list[str] = []
+    if not all(metas.values()):
+        check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
+        metas, built = _build_missing(cfg, folder, identity, key)
+    return Corpus(cfg, enc, folder, key, metas, built)
+
+
+# ------------------------------------------------------------------------------ the corpus
+
+
+class Corpus:
+    """A tokenized corpus: train/val/test token arrays, all opened (read-only memmaps) up front."""
+
+    def __init__(
+        self,
+        cfg: DataConfig,
+        enc: tiktoken.Encoding,
+        folder: Path,
+        key: str,
+        metas: dict[str, dict],
+        built: list[str],
+    ):
+        self.cfg, self.encoding, self.dir, self.key, self.built = cfg, enc, folder, key, built
+        self._meta = metas
+        # Open everything now: an open mapping survives an unlink of the cache (POSIX).
+        self._tokens = {
+            s: np.memmap(
+                folder / f"{s}.bin", dtype=np.dtype(m["dtype"]), mode="r", shape=(m["n_tokens"],)
+            )
+            for s, m in metas.items()
+        }
+        self._freq = {s: np.load(folder / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
+        self._new_id = None
+        if cfg.vocab == Vocab.seen:  # renumbered copies in memory; the cache keeps the encoding's
+            seen = np.flatnonzero(sum(self._freq.values()))
+            self._new_id = np.zeros(
+                enc.n_vocab, dtype=np.uint16 if len(seen) <= 1 << 16 else np.int32
+            )
+            self._new_id[seen] = np.arange(len(seen))
+            self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
+            self._raw_freq = self._freq
+            self._freq = {s: f[seen] for s, f in self._freq.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._freq["train"])
+
+    @property
+    def eot_token(self) -> int | None:
+        """The end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)."""
+        eot = int(self.encoding.eot_token)
+        if self._new_id is None:
+            return eot
+        return int(self._new_id[eot]) if sum(f[eot] for f in self._raw_freq.values()) else None
+
+    @property
+    def fingerprint(self) -> str:
+        """Short id of data + split + tokenizer (+ vocabulary); part of every run's identity."""
+        if self._new_id is None:
+            return self.key[:12]
+        return hashlib.sha256(f"{self.key}:seen".encode()).hexdigest()[:12]
+
+    def _check(self, split: str) -> str:
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; valid splits: {list(SPLITS)}")
+        return split
+
+    def tokens(self, split: str) -> np.memmap:
+        return self._tokens[self._check(split)]
+
+    def n_tokens(self, split: str) -> int:
+        return len(self.tokens(split))
+
+    def meta(self, split: str) -> dict:
+        return dict(self._meta[self._check(split)])
+
+    def token_freq(self, split: str = "train") -> np.ndarray:
+        return self._freq[self._check(split)]
+
+    def info(self) -> dict:
+        meta = self._meta
+        return {
+            "name": self.cfg.name,
+            "fingerprint": self.fingerprint,
+            "encoding": self.encoding.name,
+            "vocab": Vocab(self.cfg.vocab).value,
+            "vocab_size": self.vocab_size,
+            "eot_token": self.eot_token,
+            "documents": meta["train"]["documents"],
+            "source": meta["train"]["source"],
+            "cache_dir": str(self.dir),
+            "n_tokens": {s: self.n_tokens(s) for s in SPLITS},
+            **{
+                k: {s: meta[s][k] for s in SPLITS}
+                for k in ("n_documents", "tokens_per_s", "num_threads")
+            },
+            "built_now": self.built,
+        }

@@ -1,0 +1,135 @@
+"""The ``data`` node of the Hydra schema: :class:`DataConfig`, its enums and its errors.
+
+Every check that needs only the fields sits in ``DataConfig.__post_init__``, beside the fields it
+checks; checks that read files (``check_data``) or the network (``sources.check_available``)
+live with the code that reads them. A check never changes the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import tiktoken
+
+
+class DataError(ValueError):
+    """A data configuration or input problem; one line naming the key/file and valid values."""
+
+
+class DataUnavailableError(RuntimeError):
+    """A corpus or tokenizer file could not be fetched (no network) and is not cached locally."""
+
+
+class Source(str, Enum):
+    hub = "hub"  # datasets.load_dataset(path, config, revision=...)
+    text = "text"  # local UTF-8 text files
+
+
+class Documents(str, Enum):
+    """What an end-of-text token separates (docs/data.md, "Documents")."""
+
+    auto = "auto"  # file for text; wikitext for Hub paths containing "wikitext"; else row
+    wikitext = "wikitext"  # articles: a " = Title = " row between blank rows starts one
+    row = "row"  # every dataset row, or every line of a text file
+    paragraph = "paragraph"  # text only: blocks between blank lines
+    file = "file"  # a whole file (text) or a whole split (Hub)
+
+
+class Vocab(str, Enum):
+    full = "full"  # every token of the encoding (GPT-2: 50,257; a small corpus uses a fraction)
+    seen = (
+        "seen"  # only the corpus's tokens, renumbered: a closed vocabulary, as word-level LMs had
+    )
+
+
+def encoding_names() -> list[str]:
+    """The valid ``data.encoding`` values: tiktoken's encodings and the built-in ``bytes``."""
+    return sorted([*tiktoken.list_encoding_names(), "bytes"])
+
+
+def _enum_value(key: str, enum: type[Enum], value: Any) -> Enum:
+    try:
+        return enum(value)
+    except ValueError:
+        valid = [member.value for member in enum]
+        raise DataError(f"data.{key}={value!r} is not valid; valid: {valid}") from None
+
+
+@dataclass
+class DataConfig:
+    """The ``data`` node of the Hydra schema (conf/data/<name>.yaml); consumed by prepare_data."""
+
+    #: label: cache folder name, run names (not in the cache key)
+    name: str = "wikitext2"
+    #: hub: datasets.load_dataset(path, config); text: local UTF-8 files (data.files)
+    source: Source = Source.hub
+    #: hub: the dataset's repo id (or a local dataset folder)
+    path: str = "Salesforce/wikitext"
+    #: hub: the dataset's config name
+    config: str | None = "wikitext-2-raw-v1"
+    #: hub: pin a commit/tag for reproducibility
+    revision: str | None = None
+    #: hub: the column holding the text
+    text_column: str = "text"
+    #: text: PATH, [PATHS] or {train: A, validation: B, test: C}
+    files: Any = None
+    #: the source's split names; a val/test split that is null (or the default, absent) is held
+    #: out of train
+    train_split: str = "train"
+    val_split: str | None = "validation"
+    test_split: str | None = "test"
+    #: a held-out split is this fraction of train's characters (its contiguous tail), in [0, 1)
+    val_fraction: float = 0.05
+    test_fraction: float = 0.05
+    #: what an end-of-text token separates
+    documents: Documents = Documents.auto
+    #: a tiktoken encoding name, or "bytes" (built in: V = 257, no download)
+    encoding: str = "gpt2"
+    #: seen: only the corpus's tokens (train, val or test), renumbered
+    vocab: Vocab = Vocab.full
+    #: None -> $TIEDVSUNTIED_CACHE or ~/.cache/tiedvsuntied
+    cache_dir: str | None = None
+    #: tokenizer threads; 0 = all available cores
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        source = _enum_value("source", Source, self.source)
+        documents = _enum_value("documents", Documents, self.documents)
+        _enum_value("vocab", Vocab, self.vocab)
+        for key in ("val_fraction", "test_fraction"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise DataError(f"data.{key}={getattr(self, key)!r} must be in [0, 1)")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise DataError(
+                "data.val_fraction + data.test_fraction leaves nothing for train; keep it < 1"
+            )
+        if self.encoding not in encoding_names():
+            raise DataError(
+                f"data.encoding={self.encoding!r} is not valid; valid: {encoding_names()}"
+            )
+        if self.num_threads < 0:
+            raise DataError(f"data.num_threads={self.num_threads} must be >= 0 (0 = all cores)")
+        if source == Source.text and not self.files:
+            raise DataError(
+                "data.source=text needs data.files: data.files=PATH or "
+                "data.files={train: A, validation: B, test: C}"
+            )
+        if source == Source.hub and not self.path:
+            raise DataError(
+                "data.source=hub needs data.path (a Hub dataset id such as Salesforce/wikitext)"
+            )
+        if source == Source.hub and documents == Documents.paragraph:
+            raise DataError(
+                "data.documents=paragraph needs data.source=text; for hub use one of "
+                "['auto', 'wikitext', 'row', 'file']"
+            )
+
+    def documents_mode(self) -> Documents:
+        """``documents`` with ``auto`` resolved (an input of the cache key: never change it)."""
+        if self.documents != Documents.auto:
+            return Documents(self.documents)
+        if self.source == Source.text:
+            return Documents.file
+        return Documents.wikitext if "wikitext" in self.path.lower() else Documents.row

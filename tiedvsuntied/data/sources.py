@@ -1,0 +1,365 @@
+"""Where tokens come from: the tokenizer, local text files and Hugging Face Hub datasets.
+
+* ``load_encoding`` gives a tiktoken encoding (``bytes`` is built here and needs no download).
+* ``check_data`` reads the first bytes of every local file; ``check_available`` makes sure the
+  tokenizer and the Hub dataset can be had, within seconds and in one line, before any long work.
+* ``split_streams`` gives each split's rows; a split the source lacks is a contiguous tail of
+  train. ``iter_documents`` joins rows into the documents an end-of-text token separates.
+
+Rows are what the format version 2 cache was built from (``str.splitlines`` lines of a file,
+blank-line-separated blocks, Hub rows): the corpus fingerprint promises the same tokens, so the
+row and document rules below must not change. ``datasets``' own text builder splits lines at
+``\\n`` only and paragraphs at ``\\n\\n`` only, which would give other tokens under the same key.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tiktoken
+
+from tiedvsuntied.data.config import (
+    DataConfig,
+    DataError,
+    DataUnavailableError,
+    Documents,
+    Source,
+    encoding_names,
+)
+
+#: seconds to wait for the Hub before treating it as unreachable (then only caches are read)
+HUB_PROBE_TIMEOUT = 3.0
+TIKTOKEN_FIX = (
+    "point TIKTOKEN_CACHE_DIR at a folder holding its files (e.g. ../shared/data/tiktoken) "
+    "or use data.encoding=bytes"
+)
+HUB_FIX = (
+    "use local text (data=text data.files=PATH), or put the dataset in the datasets cache "
+    "(HF_DATASETS_CACHE) and set HF_DATASETS_OFFLINE=1, or prepare the token cache where the "
+    "network is (python -m tiedvsuntied.data)"
+)
+
+
+def one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+# ------------------------------------------------------------------------------ tokenizer
+
+
+def _bytes_encoding() -> tiktoken.Encoding:
+    """256 single-byte tokens + <|endoftext|> (V = 257): round-trips any UTF-8, no download."""
+    return tiktoken.Encoding(
+        name="bytes",
+        pat_str=r"""\s+(?!\S)|\s+|\S+""",
+        mergeable_ranks={bytes([i]): i for i in range(256)},
+        special_tokens={"<|endoftext|>": 256},
+    )
+
+
+@cache
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """The tokenizer: "bytes" is built here; others via tiktoken (its cache: TIKTOKEN_CACHE_DIR)."""
+    if name == "bytes":
+        return _bytes_encoding()
+    if name not in encoding_names():
+        raise DataError(f"data.encoding={name!r} is not valid; valid: {encoding_names()}")
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as e:  # requests' errors: no network and not in tiktoken's cache
+        where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
+        raise DataUnavailableError(
+            f"could not load the tiktoken encoding {name!r} (TIKTOKEN_CACHE_DIR={where}): "
+            f"{one_line(e)}. Offline, {TIKTOKEN_FIX}"
+        ) from e
+
+
+def gpt2_available() -> bool:
+    """Whether the GPT-2 encoding can be loaded here (cached, or downloadable)."""
+    try:
+        load_encoding("gpt2")
+        return True
+    except DataUnavailableError:
+        return False
+
+
+# ------------------------------------------------------------------------------ local files
+
+_SPLIT_KEYS = {
+    "train": "train",
+    "validation": "val",
+    "valid": "val",
+    "val": "val",
+    "dev": "val",
+    "test": "test",
+}
+
+
+def plain(obj: Any) -> Any:
+    """OmegaConf containers (Hydra hands us DictConfig/ListConfig) -> plain python."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
+
+
+def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
+    """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the
+    working directory."""
+    files = plain(cfg.files)
+    if not isinstance(files, dict):
+        files = {"train": files}
+    names = {**_SPLIT_KEYS, cfg.train_split: "train"}
+    names.update({n: s for n, s in ((cfg.val_split, "val"), (cfg.test_split, "test")) if n})
+    out: dict[str, list[Path]] = {}
+    for key, value in files.items():
+        split = names.get(str(key))
+        if split is None or split in out:
+            raise DataError(
+                f"data.files has an unknown or repeated split key {key!r}; valid keys: "
+                f"{sorted(names)}"
+            )
+        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+        out[split] = [Path(os.path.abspath(os.path.expanduser(str(p)))) for p in paths]
+    if "train" not in out or not all(out.values()):
+        raise DataError(f"data.files={files!r} needs a train file and at least one file per split")
+    return out
+
+
+def _check_text_file(path: Path) -> None:
+    """Exists, readable, non-empty UTF-8 text: reads only the first 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+        # a NUL byte (-> \xff, never valid UTF-8) or invalid UTF-8 means binary
+        codecs.getincrementaldecoder("utf-8")().decode(head.replace(b"\0", b"\xff"), final=False)
+    except OSError as e:
+        raise DataError(
+            f"data.files: cannot read {path} ({e.strerror}); relative paths are "
+            f"resolved against {os.getcwd()}"
+        ) from None
+    except UnicodeDecodeError:
+        raise DataError(
+            f"data.files: {path} is not UTF-8 text (binary?); give text files"
+        ) from None
+    if not head:
+        raise DataError(f"data.files: {path} is empty")
+
+
+def check_data(cfg: DataConfig) -> None:
+    """Fast checks before any work (no network, no tokenization): the fields (again, for a config
+    changed after construction), and that local text files exist, are readable and are text."""
+    cfg.__post_init__()
+    if cfg.source == Source.hub:
+        return
+    files = text_files(cfg)
+    for split in ("val", "test"):
+        if split not in files and getattr(cfg, f"{split}_fraction") <= 0:
+            raise DataError(
+                f"data.{split}_fraction must be > 0 to hold {split} out of train "
+                f"(data.files has no {split} file)"
+            )
+    for path in (p for paths in files.values() for p in paths):
+        _check_text_file(path)
+
+
+# ------------------------------------------------------------------------------ the Hub
+
+
+def _hub_reachable(path: str) -> bool:
+    """One request with a short timeout: any HTTP answer means the Hub can be reached."""
+    import datasets
+
+    url = f"{datasets.config.HF_ENDPOINT}/api/datasets/{path}"
+    try:
+        urllib.request.urlopen(
+            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT
+        )
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _hub_problem(cfg: DataConfig) -> str | None:
+    """None when the Hub dataset can be loaded; else why not, in a few words. Unreachable Hub:
+    this process goes offline (as HF_HUB_OFFLINE=1 would make it) so that ``datasets`` reads its
+    cache at once instead of retrying for half a minute, and the cache is asked for the dataset."""
+    import datasets
+
+    if Path(cfg.path).expanduser().is_dir():
+        return None
+    hub = "is off (HF_HUB_OFFLINE)"
+    if not datasets.config.HF_HUB_OFFLINE:  # HF_HUB_OFFLINE or HF_DATASETS_OFFLINE
+        if _hub_reachable(cfg.path):
+            return None
+        datasets.config.HF_HUB_OFFLINE = True
+        hub = "cannot be reached"
+    try:
+        datasets.load_dataset_builder(cfg.path, cfg.config, revision=cfg.revision)
+    except Exception:  # datasets raises many types here; offline, all mean "not in the cache"
+        return (
+            f"the dataset {cfg.path!r} (config {cfg.config!r}) is not in the datasets cache "
+            f"and the Hub {hub}"
+        )
+    return None
+
+
+def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
+    """The encoding, after checking that it and (if ``need_source``) the Hub dataset can be had.
+    Both are checked before raising, so that one line names every fix."""
+    problems, encoding = [], None
+    try:
+        encoding = load_encoding(cfg.encoding)
+    except DataUnavailableError as e:
+        where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
+        problems.append(
+            f"the tiktoken encoding {cfg.encoding!r} is not in TIKTOKEN_CACHE_DIR={where} and "
+            f"cannot be downloaded ({type(e.__cause__ or e).__name__}): {TIKTOKEN_FIX}"
+        )
+    if (need_source or encoding is None) and cfg.source == Source.hub:
+        hub = _hub_problem(cfg)
+        if hub:
+            problems.append(f"{hub}: {HUB_FIX}")
+    if problems:
+        raise DataUnavailableError("not available offline: " + "; and ".join(problems))
+    return encoding
+
+
+# ------------------------------------------------------------------------------ rows of a split
+
+
+@dataclass
+class Stream:
+    """Rows of one split's source(s). A new document starts at each index in `starts`
+    (file boundaries); the rows joined are the source text exactly."""
+
+    rows: list[str]
+    starts: set[int]
+    label: str
+
+
+def _text_stream(paths: list[Path], docs: Documents) -> Stream:
+    rows, starts = [], set()
+    for p in paths:
+        text = p.read_text(encoding="utf-8")
+        starts.add(len(rows))
+        # paragraph documents are the blocks between blank lines, without those lines
+        rows += (
+            [b for b in re.split(r"\n(?:[ \t]*\n)+", text) if b.strip()]
+            if docs == Documents.paragraph
+            else text.splitlines(keepends=True)
+        )
+    return Stream(rows, starts, ", ".join(map(str, paths)))
+
+
+def _hub_split_names(cfg: DataConfig, available: list[str]) -> dict[str, str]:
+    """{split: the dataset's split name} for the splits the dataset has (train at least)."""
+    out = {}
+    for split, name, default in (
+        ("train", cfg.train_split, None),
+        ("val", cfg.val_split, "validation"),
+        ("test", cfg.test_split, "test"),
+    ):
+        if name and name not in available and name != default:
+            raise DataError(
+                f"data.{split}_split={name!r} is not a split of {cfg.path!r}; available: "
+                f"{available}" + ("" if split == "train" else " (or null to hold it out)")
+            )
+        if name in available:
+            out[split] = name
+    return out
+
+
+def _hub_streams(cfg: DataConfig, docs: Documents) -> dict[str, Stream]:
+    """{split: stream} of the splits the dataset has (train at least)."""
+    import datasets
+
+    what = f"{cfg.path!r} config {cfg.config!r} revision {cfg.revision!r}"
+    try:
+        dataset = datasets.load_dataset(cfg.path, cfg.config, revision=cfg.revision)
+    except (ConnectionError, OSError, datasets.exceptions.DatasetNotFoundError) as e:
+        raise DataUnavailableError(f"could not load {what}: {one_line(e)}; {HUB_FIX}") from e
+    out = {}
+    for split, name in _hub_split_names(cfg, list(dataset)).items():
+        columns = dataset[name].column_names
+        if cfg.text_column not in columns:
+            raise DataError(
+                f"data.text_column={cfg.text_column!r} is not a column of {cfg.path!r}; "
+                f"columns: {columns}"
+            )
+        rows = [r or "" for r in dataset[name][cfg.text_column]]
+        if not all(isinstance(r, str) for r in rows[:1000]):
+            raise DataError(
+                f"data.text_column={cfg.text_column!r} of {cfg.path!r} does not hold text; "
+                f"columns: {columns}"
+            )
+        if docs != Documents.row:  # Hub text rows are lines without their line break
+            rows = [r if r.endswith("\n") else r + "\n" for r in rows]
+        out[split] = Stream(rows, {0}, f"{cfg.path}:{name}")
+    return out
+
+
+def split_streams(cfg: DataConfig) -> dict[str, tuple[Stream, tuple[int, int]]]:
+    """{split: (stream, row range)}: a split the source lacks is a contiguous tail of train, cut at
+    a row boundary so that it holds its fraction of train's characters."""
+    docs = cfg.documents_mode()
+    if cfg.source == Source.text:
+        streams = {s: _text_stream(p, docs) for s, p in text_files(cfg).items()}
+    else:
+        streams = _hub_streams(cfg, docs)
+    train = streams["train"]
+    held = [(s, getattr(cfg, f"{s}_fraction")) for s in ("val", "test") if s not in streams]
+    ends = np.cumsum([len(r) for r in train.rows])  # character offset after each row
+    cuts, acc = [0], 1.0 - sum(f for _, f in held)
+    for _, frac in held:  # train | val | test: first row at/after acc
+        cuts.append(int(np.searchsorted(ends, acc * ends[-1])) + 1)
+        acc += frac
+    cuts.append(len(train.rows))
+    out = {s: (stream, (0, len(stream.rows))) for s, stream in streams.items()}
+    for k, s in enumerate(["train", *(s for s, _ in held)]):
+        if cuts[k + 1] <= cuts[k]:
+            raise DataError(
+                f"split {s!r} cut from {train.label} would be empty; change "
+                f"data.val_fraction / data.test_fraction"
+            )
+        out[s] = (train, (cuts[k], cuts[k + 1]))
+    return out
+
+
+_TITLE = re.compile(r"^ = [^=](.*[^=])? = \n?$")
+
+
+def _ends_document(stream: Stream, i: int, lo: int, hi: int, docs: Documents) -> bool:
+    """Whether row i starts a new document (i == hi: the end of the range)."""
+    if i == hi or i in stream.starts or docs in (Documents.row, Documents.paragraph):
+        return True
+    if docs != Documents.wikitext or _TITLE.match(stream.rows[i]) is None:
+        return False
+
+    def blank(j: int) -> bool:
+        return not (lo <= j < hi) or not stream.rows[j].strip()
+
+    return blank(i - 1) and blank(i + 1)  # ' = 1 ... k = ' formulas are no titles
+
+
+def iter_documents(stream: Stream, lo: int, hi: int, docs: Documents) -> Iterator[str]:
+    """The documents in rows [lo, hi); whitespace-only documents are dropped."""
+    current: list[str] = []
+    for i in range(lo, hi + 1):  # i == hi ends the last document
+        if current and _ends_document(stream, i, lo, hi, docs):
+            doc, current = "".join(current), []
+            if not doc.isspace():
+                yield doc
+        if i < hi:
+            current.append(stream.rows[i])
