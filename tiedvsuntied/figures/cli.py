@@ -5,6 +5,7 @@ others, and the exit status says whether any failed."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,12 +16,23 @@ from tiedvsuntied.figures.style import REGISTRY, print_notes
 FORMATS = ("pdf", "png", "svg")
 
 
+def output_names() -> list[str]:
+    """The names of REGISTRY in the paper's order: figures by number, then the tables."""
+
+    def key(name: str) -> tuple:
+        number = re.match(r"fig(\d+)_", name)
+        return (0, int(number.group(1)), name) if number else (1, 0, name)
+
+    return sorted(REGISTRY, key=key)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
         description="Regenerate every figure of the paper from sweep directories (or a W&B "
         "project).",
-        epilog="Outputs: " + "; ".join(f"{k} ({v.description})" for k, v in REGISTRY.items()),
+        epilog="Outputs: "
+        + "; ".join(f"{name} ({REGISTRY[name].description})" for name in output_names()),
     )
     ap.add_argument(
         "sweep_dirs",
@@ -31,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, help="directory for the figure files (created)")
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg")
     ap.add_argument(
-        "--only", default=None, help=f"comma-separated subset of: {', '.join(REGISTRY)}"
+        "--only", default=None, help=f"comma-separated subset of: {', '.join(output_names())}"
     )
     ap.add_argument("--data-id", default=None, help="only runs with this data_id (mixed sweeps)")
     ap.add_argument(
@@ -63,11 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     formats = args.formats.lower().split(",")
-    only = args.only.split(",") if args.only else list(REGISTRY)
+    only = args.only.split(",") if args.only else output_names()
     if set(formats) - set(FORMATS):
         ap.error(f"--formats {args.formats!r}: valid formats are {', '.join(FORMATS)}")
     if unknown := [s for s in only if s not in REGISTRY]:
-        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(REGISTRY)}")
+        ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(output_names())}")
     if bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
     try:
