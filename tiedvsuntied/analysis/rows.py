@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied import results
 from tiedvsuntied.model import canonical_init_std
+from tiedvsuntied.results import RunSummary
 
 RUN_COLUMNS = [
     "sweep",
@@ -114,7 +114,7 @@ SUMMARY_KEYS = [
     and not c.startswith(("params_", "init_std_resolved_"))
 ]
 # Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
-_TYPES = typing.get_type_hints(results.RunSummary)
+_TYPES = typing.get_type_hints(RunSummary)
 INT_COLUMNS = [
     c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")
 ]
