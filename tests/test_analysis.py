@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from fake_results import write_run, write_sweep
 
-from tiedvsuntied import analysis as A
+from tiedvsuntied import analysis
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -39,7 +44,7 @@ def test_init_std_spellings_read_as_one():
         ("d^-0.5", "inv_sqrt_d"),
         ("inv_sqrt_d", "inv_sqrt_d"),
     ):
-        assert A.run_row({"init_std": given})["init_std"] == canonical
+        assert analysis.run_row({"init_std": given})["init_std"] == canonical
 
 
 def test_aggregate_t_interval_single_seed_and_labels():
@@ -50,7 +55,7 @@ def test_aggregate_t_interval_single_seed_and_labels():
             "run_id": ["r1", "r2", "r3", "r4", "r5"],
         }
     )
-    out = A.aggregate(df, ["g"], "x").set_index("g")
+    out = analysis.aggregate(df, ["g"], "x").set_index("g")
     a, b = out.loc["a"], out.loc["b"]
     sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
     assert a["n"] == 3 and a["mean"] == pytest.approx(7 / 3) and a["run_ids"] == ["r1", "r2", "r3"]
@@ -63,16 +68,16 @@ def test_aggregate_t_interval_single_seed_and_labels():
     )  # the NaN is not a seed
     assert math.isnan(b["ci_half"]) and math.isnan(b["std"])
     with pytest.raises(KeyError, match="nope"):
-        A.aggregate(df, ["g"], "nope")
+        analysis.aggregate(df, ["g"], "nope")
 
 
 # ----------------------------------------------------------------------------- loading
 
 
 def test_runs_table_one_row_per_run_with_summary_values(sweep):
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     runs = res.runs
-    assert list(runs.columns) == A.RUN_COLUMNS
+    assert list(runs.columns) == analysis.RUN_COLUMNS
     assert len(runs) == 8 and runs["run_id"].is_unique
     assert sorted(runs["status"].value_counts().items()) == [
         ("diverged", 1),
@@ -96,7 +101,7 @@ def test_runs_table_one_row_per_run_with_summary_values(sweep):
 
 
 def test_history_is_one_row_per_run_and_step(sweep):
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     h = res.history
     assert not h.duplicated(["run_id", "step"]).any()
     assert {
@@ -113,26 +118,28 @@ def test_history_is_one_row_per_run_and_step(sweep):
         "status",
     } <= set(h.columns)
     finished = res.runs[res.runs["status"] == "finished"].iloc[0]
-    hr = h[h["run_id"] == finished["run_id"]]
-    assert hr["step"].is_monotonic_increasing
-    assert hr["val/loss"].dropna().iloc[-1] == pytest.approx(finished["final_val_loss"])
-    assert hr["test/loss"].notna().sum() == 1
+    run_history = h[h["run_id"] == finished["run_id"]]
+    assert run_history["step"].is_monotonic_increasing
+    assert run_history["val/loss"].dropna().iloc[-1] == pytest.approx(finished["final_val_loss"])
+    assert run_history["test/loss"].notna().sum() == 1
     # the identity columns match the runs table
-    assert set(hr["tie"]) == {finished["tie"]} and set(hr["init_std"]) == {finished["init_std"]}
+    assert set(run_history["tie"]) == {finished["tie"]} and set(run_history["init_std"]) == {
+        finished["init_std"]
+    }
 
 
 def test_diverged_history_ends_at_divergence(sweep):
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     run = res.runs[res.runs["status"] == "diverged"].iloc[0]
-    hr = res.history[res.history["run_id"] == run["run_id"]]
+    run_history = res.history[res.history["run_id"] == run["run_id"]]
     raw_steps = [
         json.loads(line)["step"]
         for line in (sweep / run["run_id"] / "metrics.jsonl").read_text().splitlines()
     ]
     assert max(raw_steps) > run["diverged_at_step"]  # the file has a line past the divergence...
-    assert hr["step"].max() == run["diverged_at_step"]  # ...which the history leaves out
+    assert run_history["step"].max() == run["diverged_at_step"]  # ...which the history leaves out
     assert (
-        hr["train/loss"].iloc[-1] != hr["train/loss"].iloc[-1]
+        run_history["train/loss"].iloc[-1] != run_history["train/loss"].iloc[-1]
     )  # "nan" written as a string -> NaN
 
 
@@ -142,10 +149,10 @@ def test_running_run_with_half_written_line(sweep):
     )
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"step": 99, "tokens": 1, "train/lo')  # the trainer is mid-write
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     assert any("unparsable last line" in n for n in res.notes)
-    hr = res.history[res.history["run_id"] == run_dir.name]
-    assert hr["step"].max() < 99 and len(hr) > 0
+    run_history = res.history[res.history["run_id"] == run_dir.name]
+    assert run_history["step"].max() < 99 and len(run_history) > 0
     assert res.runs.set_index("run_id").loc[run_dir.name, "status"] == "running"
 
 
@@ -155,7 +162,7 @@ def test_resumed_run_later_lines_win(tmp_path):
         {"step": 2, "tokens": 8, "train/loss": 9.0},
         {"step": 2, "tokens": 8, "train/loss": 8.5, "val/loss": 8.7},
     ]
-    h = A.history_from_records(recs)
+    h = analysis.history_from_records(recs)
     assert list(h["step"]) == [0, 2]
     assert (
         h.set_index("step").loc[2, "train/loss"] == 8.5
@@ -172,7 +179,7 @@ def test_run_in_index_without_directory(tmp_path):
         "path": "ghost-123",
     }
     (sweep / "index.json").write_text(json.dumps(index))
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     ghost = res.runs.set_index("run_id").loc["ghost-123"]
     assert ghost["status"] == "failed" and ghost["name"] == "tie=false_init=0.02_model=nano_seed=0"
     assert any("ghost-123" in n and "does not exist" in n for n in res.notes)
@@ -180,9 +187,9 @@ def test_run_in_index_without_directory(tmp_path):
 
 def test_single_run_dir_and_results_root(tmp_path, sweep):
     one = next(p for p in sweep.iterdir() if p.is_dir())
-    assert len(A.load_results(one).runs) == 1
+    assert len(analysis.load_results(one).runs) == 1
     write_sweep(tmp_path / "other", init_stds=("0.02",), ties=(True,))
-    res = A.load_results(tmp_path)  # a results dir holding two sweeps
+    res = analysis.load_results(tmp_path)  # a results dir holding two sweeps
     assert set(res.runs["sweep"]) == {"sw", "other"}
     assert any("2 sweeps" in n for n in res.notes)
 
@@ -198,64 +205,67 @@ def test_a_run_found_twice_keeps_its_best_record(tmp_path):
         (tmp_path / "b", tmp_path / "a"),
         (tmp_path / "b", a),
     ):
-        res = A.load_results(*paths)
+        res = analysis.load_results(*paths)
         assert len(res.runs) == 1 and res.runs["status"].iloc[0] == "finished", paths
         assert res.runs["path"].iloc[0] == str(a)
         assert any("found twice" in n and str(b) in n for n in res.notes)
     for status in ("diverged", "running"):
         write_run(tmp_path / status, status=status)
-        assert A.load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0] == status
+        assert (
+            analysis.load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0]
+            == status
+        )
     newer = write_run(tmp_path / "c", status="finished")
     summary = json.loads((newer / "summary.json").read_text())
     (newer / "summary.json").write_text(
         json.dumps({**summary, "updated_at": "2026-02-01T00:00:00Z"})
     )
-    runs = A.load_results(tmp_path / "a", tmp_path / "c").runs
+    runs = analysis.load_results(tmp_path / "a", tmp_path / "c").runs
     assert runs["path"].iloc[0] == str(newer)
 
 
 def test_missing_and_empty_directories_are_clear_errors(tmp_path):
-    with pytest.raises(A.ResultsError, match=r"does not exist"):
-        A.load_results(tmp_path / "nope")
+    with pytest.raises(analysis.ResultsError, match=r"does not exist"):
+        analysis.load_results(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(A.ResultsError, match=r"no runs found in .*empty.*sweep directory"):
-        A.load_results(tmp_path / "empty")
+    with pytest.raises(analysis.ResultsError, match=r"no runs found in .*empty.*sweep directory"):
+        analysis.load_results(tmp_path / "empty")
     (tmp_path / "started").mkdir()
     (tmp_path / "started" / "index.json").write_text("{}")
-    with pytest.raises(A.ResultsError, match=r"started.*has the sweep started"):
-        A.load_results(tmp_path / "started")
-    with pytest.raises(A.ResultsError, match="no results directory given"):
-        A.load_results()
+    with pytest.raises(analysis.ResultsError, match=r"started.*has the sweep started"):
+        analysis.load_results(tmp_path / "started")
+    with pytest.raises(analysis.ResultsError, match="no results directory given"):
+        analysis.load_results()
 
 
 def test_mixed_vocab_sizes_are_noted_and_refused_by_comparisons(tmp_path):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="other.txt")
-    res = A.load_results(tmp_path / "a", tmp_path / "b")
+    res = analysis.load_results(tmp_path / "a", tmp_path / "b")
     assert any(
         "mixed sweeps" in n and "vocab_size" in n and "512" in n and "1024" in n for n in res.notes
     )
-    with pytest.raises(A.ResultsError, match=r"vocab_size .*512.*1024"):
-        A.require_single_data(res.runs, "figure X")
+    with pytest.raises(analysis.ResultsError, match=r"vocab_size .*512.*1024"):
+        analysis.require_single_data(res.runs, "figure X")
     one = res.select(res.runs["vocab_size"] == 512)
-    A.require_single_data(one.runs)
+    analysis.require_single_data(one.runs)
     assert set(one.history["run_id"]) == set(one.runs["run_id"])
     data_id = one.runs["data_id"].iloc[0]
-    assert set(A.load([tmp_path / "a", tmp_path / "b"], data_id=data_id).runs["vocab_size"]) == {
-        512
-    }
-    with pytest.raises(A.ResultsError, match="matches no run; data_ids present"):
-        A.load([tmp_path / "a"], data_id="zzz")
+    assert set(
+        analysis.load([tmp_path / "a", tmp_path / "b"], data_id=data_id).runs["vocab_size"]
+    ) == {512}
+    with pytest.raises(analysis.ResultsError, match="matches no run; data_ids present"):
+        analysis.load([tmp_path / "a"], data_id="zzz")
 
 
 def test_variant_separates_runs_that_differ_in_config(tmp_path):
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=False)
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=True)
-    runs = A.load_results(tmp_path / "t5").runs
+    runs = analysis.load_results(tmp_path / "t5").runs
     assert set(runs["variant"]) == {"model.t5_rescale=False", "model.t5_rescale=True"}
-    agg = A.aggregate_runs(runs)
+    agg = analysis.aggregate_runs(runs)
     assert len(agg) == 4  # tie x variant, never averaged together
-    assert A.variants([{"model": {"lr": 1}}, {"model": {}}]) == [
+    assert analysis.variants([{"model": {"lr": 1}}, {"model": {}}]) == [
         "",
         "",
     ]  # a missing key is no difference
@@ -266,7 +276,7 @@ def test_load_string_with_several_dirs(tmp_path):
 
     write_sweep(tmp_path / "a", init_stds=("0.02",), ties=(True,))
     write_sweep(tmp_path / "b", init_stds=("0.5",), ties=(True,))
-    res = A.load(f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
+    res = analysis.load(f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
     assert set(res.runs["sweep"]) == {"a", "b"}
 
 
@@ -274,10 +284,10 @@ def test_load_string_with_several_dirs(tmp_path):
 
 
 def test_paired_differences(sweep):
-    runs = A.load_results(sweep).runs
-    pairs = A.paired_differences(runs)
+    runs = analysis.load_results(sweep).runs
+    pairs = analysis.paired_differences(runs)
     # finished pairs: (0.036, seed 0) and (1.0, seed 0); seed 1 partners are diverged/running/failed
-    assert sorted(zip(pairs["init_std"], pairs["seed"])) == [("0.036", 0), ("1.0", 0)]
+    assert sorted(zip(pairs["init_std"], pairs["seed"], strict=True)) == [("0.036", 0), ("1.0", 0)]
     p = pairs.iloc[0]
     by_id = runs.set_index("run_id")
     assert p["diff"] == pytest.approx(
@@ -292,22 +302,24 @@ def test_paired_differences(sweep):
         and "status failed" in unpaired
     )
     assert "tie=true_init=0.036_model=nano_seed=1: no untied partner" in unpaired
-    summary = A.summarize_differences(pairs)
+    summary = analysis.summarize_differences(pairs)
     assert (summary["n"] == 1).all() and (summary["ci_label"] == "n=1: no CI").all()
 
 
 def test_paired_differences_refuse_duplicates(tmp_path):
     write_sweep(tmp_path / "a", init_stds=("0.02",))
     write_sweep(tmp_path / "b", init_stds=("0.02",), max_steps=30)  # same slots, other run ids
-    runs = A.load_results(tmp_path / "a", tmp_path / "b").runs
+    runs = analysis.load_results(tmp_path / "a", tmp_path / "b").runs
     runs = runs.assign(variant="")  # pretend the sweeps only differ in bookkeeping
-    with pytest.raises(A.ResultsError, match="select one sweep"):
-        A.paired_differences(runs)
+    with pytest.raises(analysis.ResultsError, match="select one sweep"):
+        analysis.paired_differences(runs)
+    with pytest.raises(analysis.ResultsError, match="select one sweep"):  # the one pairing
+        analysis.paired_table(runs)
 
 
 def test_aggregate_runs_counts_only_finished(sweep):
-    runs = A.load_results(sweep).runs
-    agg = A.aggregate_runs(runs).set_index(["tie", "init_std"])
+    runs = analysis.load_results(sweep).runs
+    agg = analysis.aggregate_runs(runs).set_index(["tie", "init_std"])
     assert agg.loc[(True, "1.0"), "n"] == 1  # seed 1 diverged
     assert agg.loc[(True, "0.036"), "n"] == 2
     both = runs[(runs["tie"] == True) & (runs["init_std"] == "0.036")]["final_val_loss"]  # noqa: E712
@@ -315,15 +327,15 @@ def test_aggregate_runs_counts_only_finished(sweep):
 
 
 def test_aggregate_history_over_seeds(sweep):
-    res = A.load_results(sweep)
-    agg = A.aggregate_history(res.history, "val/loss", by=["tie", "init_std"])
+    res = analysis.load_results(sweep)
+    agg = analysis.aggregate_history(res.history, "val/loss", by=["tie", "init_std"])
     cell = agg[(agg["tie"] == True) & (agg["init_std"] == "0.036")].set_index("step")  # noqa: E712
     h = res.history
     vals = h[(h["tie"] == True) & (h["init_std"] == "0.036") & (h["step"] == 5)]["val/loss"]  # noqa: E712
     assert cell.loc[5, "n"] == 2 and cell.loc[5, "mean"] == pytest.approx(vals.mean())
     assert cell.loc[5, "tokens"] == 5 * 256
     with pytest.raises(KeyError, match="logged metrics"):
-        A.aggregate_history(res.history, "val/nope")
+        analysis.aggregate_history(res.history, "val/nope")
 
 
 def test_representative_runs_largest_size_lowest_finished_seed(tmp_path):
@@ -333,8 +345,8 @@ def test_representative_runs_largest_size_lowest_finished_seed(tmp_path):
         seeds=(0, 1),
         statuses={(True, "1.0", "micro", 0): "failed"},
     )
-    runs = A.load_results(sweep).runs
-    rep = A.representative_runs(runs)
+    runs = analysis.load_results(sweep).runs
+    rep = analysis.representative_runs(runs)
     assert len(rep) == 4 and set(rep["model"]) == {"micro"}
     tied_big = rep[(rep["tie"] == True) & (rep["init_std"] == "1.0")].iloc[0]  # noqa: E712
     assert tied_big["seed"] == 1 and tied_big["status"] == "finished"  # seed 0 failed
@@ -345,24 +357,28 @@ def test_representative_runs_largest_size_lowest_finished_seed(tmp_path):
 
 
 def test_token_probes_and_offdiag(sweep):
-    runs = A.load_results(sweep).runs
+    runs = analysis.load_results(sweep).runs
     fin = runs[(runs["status"] == "finished") & (runs["seed"] == 0)]
-    tp = A.load_token_probes(fin)
-    assert tp.attrs["missing"] == []
-    assert len(tp) == 512 * len(fin)
-    last = tp.groupby("run_id")["probe_step"].first()
+    token_probes = analysis.load_token_probes(fin)
+    assert token_probes.attrs["missing"] == []
+    assert len(token_probes) == 512 * len(fin)
+    last = token_probes.groupby("run_id")["probe_step"].first()
     assert (last == 20).all()
     tied_ids = fin[fin["tie"] == True]["run_id"]  # noqa: E712
-    assert tp[tp["run_id"].isin(tied_ids)]["in_out_cos"].isna().all()
-    assert tp[~tp["run_id"].isin(tied_ids)]["in_out_cos"].notna().all()
+    assert token_probes[token_probes["run_id"].isin(tied_ids)]["in_out_cos"].isna().all()
+    assert token_probes[~token_probes["run_id"].isin(tied_ids)]["in_out_cos"].notna().all()
     freq = np.load(sweep / fin["run_id"].iloc[0] / "token_freq.npy")
-    assert (tp[tp["run_id"] == fin["run_id"].iloc[0]]["count"].to_numpy() == freq).all()
-    oc = A.load_stratum_cosines(fin)
-    assert set(oc["which"]) == {"first", "last"} and set(oc["kind"]) == {"raw", "centred"}
-    assert set(oc["stratum"]) == {"unseen", "rare", "frequent"} and len(
-        oc
+    assert (
+        token_probes[token_probes["run_id"] == fin["run_id"].iloc[0]]["count"].to_numpy() == freq
+    ).all()
+    cosines = analysis.load_stratum_cosines(fin)
+    assert set(cosines["which"]) == {"first", "last"} and set(cosines["kind"]) == {"raw", "centred"}
+    assert set(cosines["stratum"]) == {"unseen", "rare", "frequent"} and len(
+        cosines
     ) == 2 * 3 * 2 * 500 * len(fin)
-    last_unseen = oc[(oc["which"] == "last") & (oc["stratum"] == "unseen") & (oc["kind"] == "raw")]
+    last_unseen = cosines[
+        (cosines["which"] == "last") & (cosines["stratum"] == "unseen") & (cosines["kind"] == "raw")
+    ]
     tied_mean = last_unseen[last_unseen["run_id"].isin(tied_ids)]["cos"].mean()
     assert (
         tied_mean > 0.5 > last_unseen[~last_unseen["run_id"].isin(tied_ids)]["cos"].mean()
@@ -373,16 +389,18 @@ def test_missing_probes_are_listed(tmp_path):
     sweep = tmp_path / "sw"
     write_run(sweep, probes=False)
     write_run(sweep, tie=False, token_freq=False)
-    runs = A.load_results(sweep).runs
-    tp = A.load_token_probes(runs)
-    missing = " ".join(tp.attrs["missing"])
+    runs = analysis.load_results(sweep).runs
+    token_probes = analysis.load_token_probes(runs)
+    missing = " ".join(token_probes.attrs["missing"])
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in missing
     assert "token_freq.npy missing" in missing
-    assert set(tp["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
-    assert A.load_stratum_cosines(runs).attrs["missing"] == [
+    assert set(token_probes["run_id"]) == {runs[runs["tie"] == False]["run_id"].iloc[0]}  # noqa: E712
+    assert analysis.load_stratum_cosines(runs).attrs["missing"] == [
         "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"
     ]
-    assert "no probe at step 7" in " ".join(A.load_token_probes(runs, step=7).attrs["missing"])
+    assert "no probe at step 7" in " ".join(
+        analysis.load_token_probes(runs, step=7).attrs["missing"]
+    )
 
 
 # ----------------------------------------------------------------------------- theory
@@ -390,43 +408,43 @@ def test_missing_probes_are_listed(tmp_path):
 
 def test_gaussian_logit_loss_regimes():
     V = 50257
-    assert A.gaussian_logit_loss(1e-4, V)[0] == pytest.approx(math.log(V), abs=1e-6)
-    small = A.gaussian_logit_loss([0.5, 1.0], V)
+    assert analysis.gaussian_logit_loss(1e-4, V)[0] == pytest.approx(math.log(V), abs=1e-6)
+    small = analysis.gaussian_logit_loss([0.5, 1.0], V)
     assert small == pytest.approx(math.log(V) + np.array([0.125, 0.5]), abs=0.02)
-    big = A.gaussian_logit_loss(50.0, V)[0]
+    big = analysis.gaussian_logit_loss(50.0, V)[0]
     # sigma * E[max] from below (the other logits add a little), far below sigma * sqrt(2 ln V)
     assert (
-        50 * A.expected_max_normal(V)
+        50 * analysis.expected_max_normal(V)
         < big
-        < 1.01 * 50 * A.expected_max_normal(V)
+        < 1.01 * 50 * analysis.expected_max_normal(V)
         < 0.95 * 50 * math.sqrt(2 * math.log(V))
     )
-    approx = A.gaussian_logit_loss_approx([0.5, 100.0], V)
+    approx = analysis.gaussian_logit_loss_approx([0.5, 100.0], V)
     assert approx[0] == pytest.approx(math.log(V) + 0.125)
-    assert approx[1] == pytest.approx(100 * A.expected_max_normal(V))
+    assert approx[1] == pytest.approx(100 * analysis.expected_max_normal(V))
 
 
 def test_expected_max_of_normals_against_monte_carlo():
     rng = np.random.default_rng(1)
     for n in (10, 1000):
         draws = rng.standard_normal((20_000, n)).max(axis=1)
-        assert A.expected_max_normal(n) == pytest.approx(
+        assert analysis.expected_max_normal(n) == pytest.approx(
             draws.mean(), abs=4 * draws.std() / math.sqrt(len(draws))
         )
-    assert A.expected_max_normal(50257) == pytest.approx(
+    assert analysis.expected_max_normal(50257) == pytest.approx(
         4.2316, abs=1e-4
     )  # sqrt(2 ln V) = 4.653 is 10% high
 
 
 def test_gaussian_curve_is_exact_to_a_tenth_of_a_percent_and_unbiased():
     V, grid = 50257, np.geomspace(0.05, 300, 40)  # the range figure 3 draws
-    value, se = A.gaussian_logit_loss(grid, V, return_se=True)
+    value, se = analysis.gaussian_logit_loss(grid, V, return_se=True)
     assert np.all(se / value < 1e-3)
     # against plain Monte Carlo with other draws, at a small V where many draws are cheap
     g = np.random.default_rng(5).standard_normal((4000, 500))
     for sigma in (0.5, 3.0, 10.0):
         plain = np.log(np.exp(sigma * g).sum(axis=1))
-        assert A.gaussian_logit_loss(sigma, 500)[0] == pytest.approx(
+        assert analysis.gaussian_logit_loss(sigma, 500)[0] == pytest.approx(
             plain.mean(), abs=4 * plain.std() / 63 + 1e-3
         )
 
@@ -456,19 +474,21 @@ def test_tied_initial_loss_prediction_against_a_model_built_here(init_std):
         logits, loss = model(inp, tgt)
     self_logit = logits.gather(-1, inp[..., None]).mean().item()
     frac = (inp == tgt).float().mean().item()
-    predicted = A.tied_initial_loss(self_logit, logits.std().item(), V, frac)[0]
+    predicted = analysis.tied_initial_loss(self_logit, logits.std().item(), V, frac)[0]
     assert predicted == pytest.approx(loss.item(), rel=0.03)
     if init_std == 1.0:  # the own-token logit dominates: the i.i.d. theory is far off
         assert self_logit == pytest.approx(init_std * d, rel=0.25)
-        assert A.gaussian_logit_loss(logits.std().item(), V)[0] < 0.6 * loss.item()
+        assert analysis.gaussian_logit_loss(logits.std().item(), V)[0] < 0.6 * loss.item()
 
 
 def test_initial_loss_table(sweep):
-    runs = A.load_results(sweep).runs
-    t = A.initial_loss_table(runs)
+    runs = analysis.load_results(sweep).runs
+    t = analysis.initial_loss_table(runs)
     assert len(t) == len(runs)
     r = t[t["tie"] == False].iloc[0]  # noqa: E712
-    assert r["predicted"] == pytest.approx(A.gaussian_logit_loss(r["init_logit_std"], 512)[0])
+    assert r["predicted"] == pytest.approx(
+        analysis.gaussian_logit_loss(r["init_logit_std"], 512)[0]
+    )
     assert r["excess"] == pytest.approx(r["init_val_loss"] - r["predicted"])
     assert t.loc[t["tie"] == True, "predicted_tied"].isna().all()  # noqa: E712 (the fakes log no own-token logit)
 
@@ -478,7 +498,7 @@ def test_initial_loss_table(sweep):
 
 def test_parameter_table_counts_every_size():
     """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
-    t = A.parameter_table().set_index("size")
+    t = analysis.parameter_table().set_index("size")
     assert list(t.index) == [
         "nano",
         "micro",
@@ -494,7 +514,7 @@ def test_parameter_table_counts_every_size():
     )
     assert (t["total (untied)"] - t["total (tied)"] == t["head (untied)"]).all()
     assert (t["head (untied)"] == t["embedding (wte)"]).all()
-    assert A.parameter_table(vocab_size=512).loc[3, "embedding (wte)"] == 512 * 768
+    assert analysis.parameter_table(vocab_size=512).loc[3, "embedding (wte)"] == 512 * 768
 
 
 # ----------------------------------------------------------------------------- W&B
@@ -531,14 +551,14 @@ def _as_wandb(run_dir):
 
 
 def test_wandb_row_has_the_same_columns_as_the_directory_row(sweep):
-    res = A.load_results(sweep)
+    res = analysis.load_results(sweep)
     for _, row in res.runs.iterrows():
         config, wb_summary = _as_wandb(sweep / row["run_id"])
         state = {"diverged": "finished", "failed": "crashed"}.get(row["status"], row["status"])
-        wb = A.wandb_run_row(
+        wb = analysis.wandb_run_row(
             config, wb_summary, run_id="tvu-abc", name=row["name"], group="sw", state=state
         )
-        assert list(wb) == A.RUN_COLUMNS
+        assert list(wb) == analysis.RUN_COLUMNS
         for col in [
             "run_id",
             "name",
@@ -583,14 +603,18 @@ def test_wandb_row_from_metrics_only():
         "test/loss_at_best": 4.25,
         "init/self_logit": 0.5,
     }
-    row = A.wandb_run_row(config, summary, run_id="abc", name="n", group="s", state="crashed")
+    row = analysis.wandb_run_row(
+        config, summary, run_id="abc", name="n", group="s", state="crashed"
+    )
     assert row["test_loss_at_best"] == 4.25 and row["init_self_logit"] == 0.5
     assert row["status"] == "failed"  # crashed in W&B
-    stale = A.wandb_run_row(
+    stale = analysis.wandb_run_row(
         config, {**summary, "status": "running"}, run_id="abc", state="finished"
     )
     assert stale["status"] == "failed"  # stopped without recording an end
-    live = A.wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="running")
+    live = analysis.wandb_run_row(
+        config, {**summary, "status": "running"}, run_id="abc", state="running"
+    )
     assert live["status"] == "running"
     assert row["final_val_loss"] == 4.2 and row["test_loss"] == 4.3 and row["step"] == 2000
     assert row["tie"] is False and row["head"] == "untied" and row["init_std"] == "inv_sqrt_d"
@@ -598,8 +622,8 @@ def test_wandb_row_from_metrics_only():
     assert row["ln_vocab"] == pytest.approx(math.log(50257))
     assert row["data_id"].startswith("cfg-")
     # a dotted flat config reads the same
-    flat = A.wandb_run_row(
-        A.flatten(config), summary, run_id="abc", name="n", group="s", state="finished"
+    flat = analysis.wandb_run_row(
+        analysis.flatten(config), summary, run_id="abc", name="n", group="s", state="finished"
     )
     assert flat["model"] == "micro" and flat["n_embd"] == 128 and flat["status"] == "finished"
 
@@ -614,37 +638,40 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
     )  # nothing listens: never the internet
     t0 = time.time()
     with pytest.raises(
-        A.WandbUnavailableError, match=r"cannot read W&B project 'someone/proj'.*load_results"
+        analysis.WandbUnavailableError,
+        match=r"cannot read W&B project 'someone/proj'.*load_results",
     ):
-        A.load_wandb("someone/proj", timeout=3)
+        analysis.load_wandb("someone/proj", timeout=3)
     assert time.time() - t0 < 30
 
 
-# ----------------------------------------------------------------------------- paired, with evaluation noise
+# ------------------------------------------------------------------ paired, with evaluation noise
 
 
 def test_bootstrap_recovers_a_known_difference_and_narrows_with_more_windows():
-    from tiedvsuntied.figures.paired import bootstrap_mean
-
     rng = np.random.default_rng(0)
-    text = rng.gamma(4.0, 0.25, 2000)  # window difficulty: shared by both arms, cancels in the pair
-    d = 0.1 + 0.3 * rng.standard_normal((3, 2000)) + 0.0 * text
-    low, high, method = bootstrap_mean(d)
+    text = rng.gamma(4.0, 0.25, 2000)  # window difficulty: the same windows in both arms
+    tied = text + 0.1 + 0.2 * rng.standard_normal((3, 2000))
+    untied = text + 0.2 * rng.standard_normal((3, 2000))
+    d = tied - untied  # paired window by window: the difficulty cancels
+    low, high, method = analysis.bootstrap_mean(d)
     assert low < d.mean() < high and low < 0.1 < high and "3 seeds x 2000 windows" in method
-    narrow = bootstrap_mean(d[:, :2000])[1] - bootstrap_mean(d[:, :2000])[0]
-    wide = bootstrap_mean(d[:, :100])[1] - bootstrap_mean(d[:, :100])[0]
+    # the interval is as narrow as the arms' own noise makes it: the difficulty (std 0.5) is not
+    # in it, where an arm's own mean carries it
+    alone = analysis.bootstrap_mean(tied)
+    assert high - low < 0.7 * (alone[1] - alone[0])
+    narrow = analysis.bootstrap_mean(d[:, :2000])[1] - analysis.bootstrap_mean(d[:, :2000])[0]
+    wide = analysis.bootstrap_mean(d[:, :100])[1] - analysis.bootstrap_mean(d[:, :100])[0]
     assert wide > 3 * narrow  # sqrt(20) ~ 4.5 times fewer windows
 
 
 def test_bootstrap_below_three_seeds_covers_windows_only():
-    from tiedvsuntied.figures.paired import bootstrap_mean
-
     rng = np.random.default_rng(1)
     seeds = np.array([[0.0], [1.0]]) + 0.05 * rng.standard_normal((2, 300))  # seeds far apart
-    low, high, method = bootstrap_mean(seeds)
+    low, high, method = analysis.bootstrap_mean(seeds)
     assert "windows only" in method and "seed noise not included" in method
     assert high - low < 0.05  # the seed spread (1.0) is not in it: the label says so
-    one = bootstrap_mean(seeds[:1])
+    one = analysis.bootstrap_mean(seeds[:1])
     g = np.random.default_rng(7)
     manual = [
         seeds[0, g.integers(0, 300, 300)].mean() for _ in range(2000)
@@ -652,17 +679,17 @@ def test_bootstrap_below_three_seeds_covers_windows_only():
     assert one[1] - one[0] == pytest.approx(
         np.quantile(manual, 0.975) - np.quantile(manual, 0.025), rel=0.15
     )
-    three = bootstrap_mean(np.vstack([seeds, [[2.0]] + 0.05 * rng.standard_normal((1, 300))]))
+    three = analysis.bootstrap_mean(
+        np.vstack([seeds, [[2.0]] + 0.05 * rng.standard_normal((1, 300))])
+    )
     assert three[1] - three[0] > 1.0  # with 3 seeds their spread enters the interval
 
 
 def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
-    from tiedvsuntied.figures.paired import paired_table
-
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
     write_run(sweep, tie=True, init_std="1.0", seed=3)  # no untied partner
-    runs = A.load_results(sweep).runs
-    t = paired_table(runs).set_index("point")
+    runs = analysis.load_results(sweep).runs
+    t = analysis.paired_table(runs).set_index("point")
     fin = runs[runs["status"] == "finished"]
     by_seed = fin.pivot_table(index="seed", columns="tie", values="test_loss")
     expected = (by_seed[True] - by_seed[False]).dropna()
@@ -680,16 +707,12 @@ def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
 
 
 def test_paired_table_without_window_losses_falls_back_to_summary_values(tmp_path):
-    from tiedvsuntied.figures.paired import paired_table
-
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1), probes=False)
-    t = paired_table(A.load_results(sweep).runs).set_index("point")
+    t = analysis.paired_table(analysis.load_results(sweep).runs).set_index("point")
     assert t.loc["final", "n_windows"] == 0 and "no window losses" in t.loc["final", "method"]
 
 
 def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
-    from tiedvsuntied.figures.paired import best_lr_comparison
-
     sweep = tmp_path / "classic"
     shift = {
         (True, 1e-3): 0.6,
@@ -700,16 +723,18 @@ def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
     for (tie, lr), s in shift.items():
         for seed in (0, 1, 2):
             write_run(sweep, tie=tie, init_std="0.02", seed=seed, lr=lr, floor_shift=s)
-    runs = A.load_results(sweep).runs
+    runs = analysis.load_results(sweep).runs
     assert (
         sorted(runs["lr"].unique()) == [1e-3, 3e-3]
         and runs["variant"].str.contains("optim.lr").all()
     )
-    t = best_lr_comparison(runs).set_index("point")
+    t = analysis.best_lr_comparison(runs).set_index("point")
     assert t.loc["best", "lr_tied"] == 3e-3 and t.loc["best", "lr_untied"] == 1e-3
-    pick = lambda tie, lr: runs[(runs["tie"] == tie) & (runs["lr"] == lr)].set_index("seed")[
-        "test_loss_at_best"
-    ]
+
+    def pick(tie, lr):
+        chosen = runs[(runs["tie"] == tie) & (runs["lr"] == lr)]
+        return chosen.set_index("seed")["test_loss_at_best"]
+
     assert t.loc["best", "diff"] == pytest.approx(
         (pick(True, 3e-3) - pick(False, 1e-3)).mean(), abs=1e-5
     )
@@ -717,9 +742,24 @@ def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
 
 
 def test_runs_measured_against_different_mfu_peaks_are_noted(sweep):
-    runs = A.load_results(sweep).runs
-    assert not any("MFU peaks" in n for n in A.check_consistency(runs.assign(peak_tflops=1.5)))
-    notes = A.check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0))
+    runs = analysis.load_results(sweep).runs
+    assert not any(
+        "MFU peaks" in n for n in analysis.check_consistency(runs.assign(peak_tflops=1.5))
+    )
+    notes = analysis.check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0))
     assert any(
         f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes
     )
+
+
+@pytest.mark.xfail(strict=False, reason="until the model split merges")
+def test_reading_side_loads_no_torch():
+    """Figures and notebooks read results without torch (the reading side imports none)."""
+    code = (
+        "import sys, tiedvsuntied.figures, tiedvsuntied.analysis, tiedvsuntied.results\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

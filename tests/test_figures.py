@@ -1,4 +1,5 @@
-"""tiedvsuntied.figures: every figure on hand-built results, bad input, the CLI; end to end on the tiny sweep."""
+"""tiedvsuntied.figures: every figure on hand-built results, bad input, the CLI; end to end on
+the tiny sweep."""
 
 from __future__ import annotations
 
@@ -14,10 +15,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from tiedvsuntied import analysis as A
-from tiedvsuntied import figures as F
+from tiedvsuntied import analysis, figures
 
-TIED, UNTIED = F.TIE_COLOR[True].lower(), F.TIE_COLOR[False].lower()
+TIED, UNTIED = figures.TIE_COLOR[True].lower(), figures.TIE_COLOR[False].lower()
 DIVERGED = "tie=true_init=1.0_model=micro_seed=1"
 RUNNING = "tie=false_init=0.036_model=nano_seed=1"
 FAILED = "tie=false_init=1.0_model=nano_seed=1"
@@ -35,7 +35,7 @@ def results(tmp_path_factory):
             (False, "1.0", "nano", 1): "failed",
         },
     )
-    return A.load_results(sweep)
+    return analysis.load_results(sweep)
 
 
 def _lines(fig: Figure):
@@ -53,7 +53,7 @@ def _run_id(results, name):
 
 def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
-    for name, output in F.REGISTRY.items():
+    for name, output in figures.REGISTRY.items():
         files, fig = output.write(results, tmp_path, ["png"])
         if fig is None:  # tables
             assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
@@ -65,7 +65,7 @@ def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
         assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
         # what is left out goes to the caption/log, never into the image
         for item in fig.skipped + fig.flagged:
-            assert item in F.caption(fig) and item[:30] not in _texts(fig), (name, item)
+            assert item in figures.caption(fig) and item[:30] not in _texts(fig), (name, item)
         small = [
             t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6
         ]
@@ -74,21 +74,21 @@ def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
 
 
 def test_val_loss_colours_and_flags(results):
-    fig = F.fig_val_loss(results.runs, results.history)
+    fig = figures.fig_val_loss(results.runs, results.history)
     colours = {to_hex(line.get_color()) for line in _lines(fig)}
     assert TIED in colours and UNTIED in colours
-    assert colours <= {TIED, UNTIED, to_hex(F.REF_COLOR)}
+    assert colours <= {TIED, UNTIED, to_hex(figures.REF_COLOR)}
     assert len(fig.axes) == 2 * 2  # 2 sizes x 2 init stds
     flagged = " ".join(fig.flagged)
     assert f"{DIVERGED}: diverged at step 10" in flagged
     assert f"{RUNNING}: running" in flagged and f"{FAILED}: failed" in flagged
-    assert "Marked:" in F.caption(fig) and "Marked" not in _texts(fig)
+    assert "Marked:" in figures.caption(fig) and "Marked" not in _texts(fig)
 
 
 def test_diverged_curve_ends_where_it_diverged(results):
-    fig = F.fig_val_loss(results.runs, results.history)
+    fig = figures.fig_val_loss(results.runs, results.history)
     div = results.runs.set_index("name").loc[DIVERGED]
-    ends = [line for line in _lines(fig) if line.get_marker() == F.STATUS_MARKER["diverged"]]
+    ends = [line for line in _lines(fig) if line.get_marker() == figures.STATUS_MARKER["diverged"]]
     assert len(ends) == 1
     h = results.history[
         (results.history["run_id"] == div["run_id"]) & results.history["val/loss"].notna()
@@ -104,11 +104,11 @@ def test_diverged_curve_ends_where_it_diverged(results):
 
 
 def test_loss_vs_params_plots_seed_means_and_skips_unfinished(results):
-    fig = F.fig_loss_vs_params(results.runs)
+    fig = figures.fig_loss_vs_params(results.runs)
     skipped = " ".join(fig.skipped)
     for name, status in ((DIVERGED, "diverged"), (RUNNING, "running"), (FAILED, "failed")):
         assert f"{name}: {status}, no final loss" in skipped
-    agg = A.aggregate_runs(results.runs)
+    agg = analysis.aggregate_runs(results.runs)
     plotted = np.concatenate([line.get_ydata() for line in fig.axes[0].get_lines()])
     for mean in agg["mean"]:
         assert np.isclose(plotted, mean).any()
@@ -118,7 +118,7 @@ def test_loss_vs_params_plots_seed_means_and_skips_unfinished(results):
 
 
 def test_initial_loss_against_ln_v_and_prediction(results):
-    fig = F.fig_initial_loss(results.runs)
+    fig = figures.fig_initial_loss(results.runs)
     ln_v = math.log(512)
     left = fig.axes[0]
     assert any(np.allclose(line.get_ydata(), ln_v) for line in left.get_lines())
@@ -126,7 +126,7 @@ def test_initial_loss_against_ln_v_and_prediction(results):
         [line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"]
     )
     sigmas = results.runs["init_logit_std"].dropna().unique()
-    for pred in A.gaussian_logit_loss(sigmas, 512):
+    for pred in analysis.gaussian_logit_loss(sigmas, 512):
         assert np.isclose(diamonds, pred).any()
     measured = np.concatenate(
         [line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"]
@@ -138,8 +138,8 @@ def test_embedding_geometry_says_when_probes_are_missing(tmp_path):
     sweep = tmp_path / "sw"
     write_run(sweep, tie=True, probes=False)
     write_run(sweep, tie=False, token_freq=False)
-    runs = A.load_results(sweep).runs
-    fig = F.fig_embedding_geometry(runs)
+    runs = analysis.load_results(sweep).runs
+    fig = figures.fig_embedding_geometry(runs)
     text = _texts(fig)
     assert "no probe arrays with token frequencies" in text
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in " ".join(fig.skipped)
@@ -149,50 +149,50 @@ def test_embedding_geometry_says_when_probes_are_missing(tmp_path):
 
 
 def test_embedding_geometry_one_run_per_tie_and_setting(results):
-    fig = F.fig_embedding_geometry(results.runs)
+    fig = figures.fig_embedding_geometry(results.runs)
     assert f"{len(results.runs) - 4} other run(s)" in " ".join(fig.skipped)
     assert "micro" in fig.legends[0].get_title().get_text()  # the title rides on the legend
     assert len(fig.axes) == 4 * 2  # norms, cosines per stratum raw and centred, in/out cosines
 
 
 def test_grad_split_tied_only_and_missing_metrics(results):
-    fig = F.fig_grad_split(results.runs, results.history)
+    fig = figures.fig_grad_split(results.runs, results.history)
     n_untied = int((results.runs["tie"] == False).sum())  # noqa: E712
     assert f"{n_untied} untied run(s)" in " ".join(fig.skipped)
-    assert {to_hex(line.get_color()) for line in _lines(fig)} == {TIED, to_hex(F.REF_COLOR)}
+    assert {to_hex(line.get_color()) for line in _lines(fig)} == {TIED, to_hex(figures.REF_COLOR)}
     bare = results.history.drop(columns=["train/grad_norm_in", "train/grad_norm_out"])
-    fig = F.fig_grad_split(results.runs, bare)
+    fig = figures.fig_grad_split(results.runs, bare)
     assert "gradient split not logged" in _texts(fig)
-    assert "train/grad_norm_in, train/grad_norm_out not logged" in F.caption(fig)
+    assert "train/grad_norm_in, train/grad_norm_out not logged" in figures.caption(fig)
 
 
 def test_mixed_sweeps_and_empty_input_are_refused_clearly(tmp_path, results):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
-    mixed = A.load_results(tmp_path / "a", tmp_path / "b")
+    mixed = analysis.load_results(tmp_path / "a", tmp_path / "b")
     for make in (
-        lambda: F.fig_val_loss(mixed.runs, mixed.history),
-        lambda: F.fig_loss_vs_params(mixed.runs),
-        lambda: F.fig_initial_loss(mixed.runs),
-        lambda: F.fig_embedding_geometry(mixed.runs),
-        lambda: F.fig_grad_split(mixed.runs, mixed.history),
+        lambda: figures.fig_val_loss(mixed.runs, mixed.history),
+        lambda: figures.fig_loss_vs_params(mixed.runs),
+        lambda: figures.fig_initial_loss(mixed.runs),
+        lambda: figures.fig_embedding_geometry(mixed.runs),
+        lambda: figures.fig_grad_split(mixed.runs, mixed.history),
     ):
-        with pytest.raises(A.ResultsError, match=r"mix 2 values of vocab_size"):
+        with pytest.raises(analysis.ResultsError, match=r"mix 2 values of vocab_size"):
             make()
-    with pytest.raises(A.ResultsError, match="no runs to plot"):
-        F.fig_initial_loss(results.runs.iloc[:0])
+    with pytest.raises(analysis.ResultsError, match="no runs to plot"):
+        figures.fig_initial_loss(results.runs.iloc[:0])
 
 
 def test_no_initial_loss_yet_is_said_in_the_figure(results):
     runs = results.runs.assign(init_val_loss=np.nan)
-    fig = F.fig_initial_loss(runs)
+    fig = figures.fig_initial_loss(runs)
     assert "no run has an initial validation loss yet" in _texts(fig)
     assert len(fig.skipped) == len(runs)
 
 
 def test_save_figure_writes_each_format(tmp_path, results):
-    fig = F.fig_loss_vs_params(results.runs)
-    paths = F.save_figure(fig, tmp_path / "out", "f", ("pdf", "png", "svg"))
+    fig = figures.fig_loss_vs_params(results.runs)
+    paths = figures.save_figure(fig, tmp_path / "out", "f", ("pdf", "png", "svg"))
     assert [p.name for p in paths] == ["f.pdf", "f.png", "f.svg"]
     assert paths[0].read_bytes()[:4] == b"%PDF" and paths[1].read_bytes()[:4] == b"\x89PNG"
     assert all(p.stat().st_size > 1000 for p in paths)
@@ -204,7 +204,9 @@ def test_save_figure_writes_each_format(tmp_path, results):
 def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, results, capsys):
     sweep = results.runs["path"].iloc[0].rsplit("/", 1)[0]
     only = "fig1_val_loss,fig2_loss_vs_params"
-    assert F.main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
+    assert (
+        figures.main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
+    )
     out = capsys.readouterr().out
     assert (tmp_path / "o" / "fig1_val_loss.png").stat().st_size > 0
     assert not (tmp_path / "o" / "fig1_val_loss.pdf").exists()
@@ -213,11 +215,11 @@ def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, results, capsys
 
 
 def test_cli_bad_input(tmp_path, capsys):
-    assert F.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert figures.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert f"{tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     for bad in (["--formats", "jpg"], ["--only", "fig9"], []):
         with pytest.raises(SystemExit) as e:
-            F.main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
+            figures.main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
         assert e.value.code == 2
     err = capsys.readouterr().err
     assert "valid formats are pdf, png, svg" in err and "unknown figure(s) ['fig9']" in err
@@ -229,7 +231,7 @@ def test_cli_keeps_the_finished_copy_of_a_run_found_in_several_sweeps(tmp_path, 
     write_run(tmp_path / "first_try", status="failed")
     out = tmp_path / "o"
     assert (
-        F.main(
+        figures.main(
             [
                 str(tmp_path / "first_try"),
                 str(tmp_path / "rerun"),
@@ -262,18 +264,18 @@ def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
         "--only",
         "fig3_initial_loss",
     ]
-    assert F.main(args) == 1
+    assert figures.main(args) == 1
     captured = capsys.readouterr()
     assert "fig3_initial_loss: NOT MADE" in captured.err and "--data-id" in captured.err
     assert "mixed sweeps" in captured.out
-    data_id = A.load_results(tmp_path / "a").runs["data_id"].iloc[0]
-    assert F.main(args + ["--data-id", data_id]) == 0
+    data_id = analysis.load_results(tmp_path / "a").runs["data_id"].iloc[0]
+    assert figures.main(args + ["--data-id", data_id]) == 0
     assert (tmp_path / "o" / "fig3_initial_loss.png").exists()
 
 
 def test_parameter_table_files(tmp_path):
     """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
-    md, tex = F.write_param_tables(tmp_path)
+    md, tex = figures.write_param_tables(tmp_path)
     small = next(line for line in md.read_text().splitlines() if line.startswith("| small "))
     assert "124,439,808" in small and "163,037,184" in small
     assert r"\begin{tabular}" in tex.read_text() and "124{,}439{,}808" in tex.read_text()
@@ -298,7 +300,7 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
         "table_params": ["table_params.md", "table_params.tex"],
         "table_paired": ["table_paired.md", "table_classic.md"],
     }
-    for name in F.REGISTRY:
+    for name in figures.REGISTRY:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
             assert path.exists() and path.stat().st_size > 0, path
@@ -311,24 +313,29 @@ def _bands(fig: Figure) -> int:
 
 
 def test_fewer_than_three_seeds_draw_each_seed_not_a_band(tmp_path):
-    two = A.load_results(write_sweep(tmp_path / "two", init_stds=("1.0",), seeds=(0, 1)))
-    three = A.load_results(write_sweep(tmp_path / "three", init_stds=("1.0",), seeds=(0, 1, 2)))
-    fig2, fig3 = F.fig_val_loss(two.runs, two.history), F.fig_val_loss(three.runs, three.history)
+    two = analysis.load_results(write_sweep(tmp_path / "two", init_stds=("1.0",), seeds=(0, 1)))
+    three = analysis.load_results(
+        write_sweep(tmp_path / "three", init_stds=("1.0",), seeds=(0, 1, 2))
+    )
+    fig2, fig3 = (
+        figures.fig_val_loss(two.runs, two.history),
+        figures.fig_val_loss(three.runs, three.history),
+    )
     assert _bands(fig2) == 0 and _bands(fig3) == 2  # a t-band per arm only with 3 seeds
     thin = [line for line in _lines(fig2) if line.get_linewidth() < 1]
     assert len(thin) == 4  # each seed of each arm
     assert "< 3 seeds: each seed, no CI" in _texts(fig2) and "t-CI over seeds (n=3)" in _texts(fig3)
-    bars = F.fig_loss_vs_params(two.runs)
+    bars = figures.fig_loss_vs_params(two.runs)
     segments = [seg for ax in bars.axes for c in ax.collections for seg in c.get_segments()]
     assert not any(np.isfinite(seg).all() for seg in segments)  # no error bars at n = 2
-    assert _bands(F.fig_grad_split(two.runs, two.history)) == 0
+    assert _bands(figures.fig_grad_split(two.runs, two.history)) == 0
 
 
 def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
-    res = A.load_results(
+    res = analysis.load_results(
         write_sweep(tmp_path / "sw", ties=(True,), init_stds=("1.0",), seeds=(0, 1, 2))
     )
-    fig = F.fig_grad_split(res.runs, res.history)
+    fig = figures.fig_grad_split(res.runs, res.history)
     h = res.history.assign(
         r=np.log(res.history["train/grad_norm_out"] / res.history["train/grad_norm_in"])
     )
@@ -339,7 +346,7 @@ def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
 
 
 def test_paired_difference_figure_and_tables(tmp_path):
-    res = A.load_results(
+    res = analysis.load_results(
         write_sweep(
             tmp_path / "sw",
             init_stds=("1.0", "0.036"),
@@ -347,17 +354,15 @@ def test_paired_difference_figure_and_tables(tmp_path):
             statuses={(False, "0.036", "nano", 2): "failed"},
         )
     )
-    fig = F.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
+    fig = figures.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
     assert "tie=true_init=0.036_model=nano_seed=2: finished, no partner" in fig.skipped
     assert any("3 seeds x 40 windows" in f for f in fig.flagged) and any(
         "windows only" in f for f in fig.flagged
     )
-    from tiedvsuntied.figures.paired import paired_table
-
-    t = paired_table(res.runs)
+    t = analysis.paired_table(res.runs)
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
-    files = F.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
+    files = figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
     assert "[+" in files[0].read_text() or "[-" in files[0].read_text()
     assert "No learning-rate grid" in files[1].read_text()
 
@@ -398,7 +403,7 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
             for step in (0, 1, 2)
         ]
     )
-    fig = F.fig_finetune(runs, history)
+    fig = figures.fig_finetune(runs, history)
     retention, drift = fig.axes[0], fig.axes[1]
     assert (
         len(retention.get_lines()) == 3 and len(drift.get_lines()) == 6
@@ -423,7 +428,7 @@ def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(t
 
     sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1, 2))
     write_run(tmp_path / "sw", tie=True, init_std="0.02", seed=3)  # no partner: not a pair
-    runs = A.load_results(sweep).runs.assign(setting="0.02")
+    runs = analysis.load_results(sweep).runs.assign(setting="0.02")
     cka = pair_cka(runs)
     assert (
         sorted(cka["seed"].unique()) == [0, 1, 2] and len(cka) == 3 * 5
@@ -432,7 +437,7 @@ def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(t
     assert (cka["cka_out"] > cka["cka_in"] + 0.3).all() and (
         cka["cka_untied"] < 0.5
     ).all()  # 64 rows: biased up
-    fig = F.REGISTRY["fig8_cka"].write(A.load_results(sweep), tmp_path, ["png"])[1]
+    fig = figures.REGISTRY["fig8_cka"].write(analysis.load_results(sweep), tmp_path, ["png"])[1]
     assert sum(len(ax.collections) for ax in fig.axes) == 3  # 3 seeds: a t-band per side
 
 
@@ -442,7 +447,7 @@ def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
     fig = fig_anisotropy(results.runs, results.history)
     colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in _lines(fig)}
     assert {(TIED, "-"), (UNTIED, "-"), (UNTIED, "--")} <= colours
-    assert "rare and unseen strata" in F.caption(fig)
+    assert "rare and unseen strata" in figures.caption(fig)
 
 
 def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_panel(results):
@@ -461,28 +466,26 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
     write_sweep(
         tmp_path / "b", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=4096, data_files="b.txt"
     )
-    runs = A.load_results(tmp_path / "a", tmp_path / "b").runs
-    fig = F.REGISTRY["fig11_crossover"].write(
-        A.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"]
+    runs = analysis.load_results(tmp_path / "a", tmp_path / "b").runs
+    fig = figures.REGISTRY["fig11_crossover"].write(
+        analysis.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"]
     )[1]
     points = sorted(
         (line.get_xdata()[0], line.get_ydata()[0])
         for line in _lines(fig)
         if line.get_marker() == "o"
     )
-    from tiedvsuntied.figures.paired import paired_table
-
     expected = []
     for vocab in (512, 4096):
         r = runs[runs["vocab_size"] == vocab]
         tied = r[r["tie"] == True].iloc[0]  # noqa: E712
-        diff = paired_table(r, ("final",))["diff"].iloc[0]
+        diff = analysis.paired_table(r, ("final",))["diff"].iloc[0]
         expected.append(
             (
                 100 * tied["params_embedding"] / tied["params_total"],
-                100 * diff / r.loc[r["tie"] == False, "test_loss"].mean(),
+                100 * diff / r.loc[r["tie"].eq(False), "test_loss"].mean(),
             )
-        )  # noqa: E712
+        )
     assert len(points) == 2 and np.ravel(points) == pytest.approx(np.ravel(sorted(expected)))
     assert points[0][0] < points[1][0]  # the larger vocabulary holds the larger share
     assert any("3 seeds x 40 windows" in f for f in fig.flagged)
@@ -496,7 +499,7 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
         "png",
     ]
     assert (
-        F.main(args + ["--only", "fig11_crossover"]) == 0
+        figures.main(args + ["--only", "fig11_crossover"]) == 0
         and (tmp_path / "o" / "fig11_crossover.png").exists()
     )
 
@@ -510,7 +513,7 @@ def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_lo
         0.0,
         math.log(int(runs.loc[zero, "vocab_size"])),
     )
-    fig = F.fig_initial_loss(runs)
+    fig = figures.fig_initial_loss(runs)
     assert f"{runs.loc[zero, 'name']}: σ = 0 (zero head), left panel only" in fig.skipped
     points = [
         x

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import sys
 from pathlib import Path
 
@@ -85,10 +86,15 @@ def test_notebook_is_committed_clean_and_thin(path):
 
 @pytest.mark.slow
 def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, monkeypatch):
+    """Each notebook runs from a copy in a temporary folder (as the documented headless command
+    does), so running them never writes into the committed notebooks."""
     from nbclient import NotebookClient
 
+    committed = {path: path.read_bytes() for path in NOTEBOOKS}
+    copies = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", copies)
     monkeypatch.setenv("TIEDVSUNTIED_SWEEP_DIR", str(tiny_sweep))
-    for path in NOTEBOOKS:
+    for path in sorted(copies.glob("*.ipynb")):
         out = tmp_path / path.stem
         monkeypatch.setenv("TIEDVSUNTIED_FIGURES_DIR", str(out))
         nb = nbformat.read(path, as_version=4)
@@ -98,7 +104,7 @@ def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, mon
             nb,
             kernel_name="python3",
             timeout=600,
-            resources={"metadata": {"path": str(path.parent)}},
+            resources={"metadata": {"path": str(copies)}},
         ).execute()
         assert nb.cells[-1].outputs[0]["text"].strip() == sys.prefix, path.name
         errors = [
@@ -108,3 +114,4 @@ def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, mon
         for name in WRITES[path.name]:
             f = out / name
             assert f.exists() and f.stat().st_size > 0, f"{path.name} did not write {f}"
+    assert {path: path.read_bytes() for path in NOTEBOOKS} == committed

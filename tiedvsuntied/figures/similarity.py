@@ -22,21 +22,21 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied import analysis as A
+from tiedvsuntied.analysis import PAIR_COLUMNS, match
 from tiedvsuntied.figures.style import (
-    MARKERS,
     REF_COLOR,
     TIE_COLOR,
-    _figure,
-    _init_label,
-    _init_order,
-    _legend,
-    _mean_line,
-    _model_label,
-    _model_order,
-    _note,
-    _run_label,
     figure,
+    init_label,
+    init_order,
+    legend,
+    mean_line,
+    model_order,
+    new_figure,
+    note,
+    run_label,
+    size_handles,
+    size_markers,
 )
 
 SIDES = {
@@ -44,21 +44,6 @@ SIDES = {
     "cka_out": ("tied vs untied output (lm_head)", TIE_COLOR[True], "-"),
     "cka_untied": ("untied: input vs output", REF_COLOR, ":"),
 }
-
-
-def _size_handles(runs: pd.DataFrame, models: list[str]) -> list:
-    return [
-        Line2D(
-            [],
-            [],
-            color="#444444",
-            marker=MARKERS[k % len(MARKERS)],
-            ls="none",
-            label=_model_label(runs, m),
-        )
-        for k, m in enumerate(models)
-        if len(models) > 1
-    ]
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -81,42 +66,46 @@ def _seen_rows(run: pd.Series) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
+def _pair_rows(tied: pd.Series, untied: pd.Series, missing: list[str]) -> list[dict]:
+    """cka_in, cka_out and cka_untied of one pair at each probe step with the same seen rows."""
+    a, b = _seen_rows(tied), _seen_rows(untied)
+    steps = [
+        step
+        for step in sorted(set(a) & set(b))
+        if np.array_equal(a[step]["rows_seen"], b[step]["rows_seen"])
+    ]
+    if not steps:
+        missing.append(f"{run_label(tied)} and its untied partner: no common probe rows (emb_seen)")
+    return [
+        {
+            **{c: tied[c] for c in PAIR_COLUMNS},
+            "setting": tied["setting"],
+            "step": step,
+            "tokens": step * tied["tokens"] / max(tied["step"], 1),
+            "cka_in": linear_cka(a[step]["emb_seen"], b[step]["emb_seen"]),
+            "cka_out": linear_cka(a[step]["emb_seen"], b[step]["head_seen"]),
+            "cka_untied": linear_cka(b[step]["emb_seen"], b[step]["head_seen"]),
+            "run_id": tied["run_id"],
+            "status": "finished",
+        }
+        for step in steps
+    ]
+
+
 def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per tied/untied pair and common probe step: cka_in, cka_out and cka_untied (see SIDES).
-    Pairs without the probe rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
+    """Per tied/untied pair (analysis.match on PAIR_COLUMNS, finished or running) and common
+    probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe rows, or whose
+    rows differ (other data), are in ``.attrs["missing"]``."""
     rows, missing = [], []
-    ok = runs[runs["status"].isin(["finished", "running"])]
-    for key, pair in ok.groupby(A.PAIR_COLUMNS, dropna=False):
-        if set(pair["tie"]) != {True, False} or len(pair) != 2:
-            continue
-        tied, untied = (pair[pair["tie"] == t].iloc[0] for t in (True, False))
-        a, b = _seen_rows(tied), _seen_rows(untied)
-        steps = [
-            s
-            for s in sorted(set(a) & set(b))
-            if np.array_equal(a[s]["rows_seen"], b[s]["rows_seen"])
-        ]
-        if not steps:
-            missing.append(
-                f"{_run_label(tied)} and its untied partner: no common probe rows (emb_seen)"
-            )
-        for s in steps:
-            t, u = a[s]["emb_seen"], b[s]
-            rows.append(
-                {
-                    **dict(zip(A.PAIR_COLUMNS, key)),
-                    "setting": tied["setting"],
-                    "step": s,
-                    "tokens": s * tied["tokens"] / max(tied["step"], 1),
-                    "cka_in": linear_cka(t, u["emb_seen"]),
-                    "cka_out": linear_cka(t, u["head_seen"]),
-                    "cka_untied": linear_cka(u["emb_seen"], u["head_seen"]),
-                    "run_id": tied["run_id"],
-                    "status": "finished",
-                }
-            )
+    usable = runs[runs["status"].isin(["finished", "running"])]
+    both = match(usable[usable["tie"].eq(True)], usable[usable["tie"].eq(False)], PAIR_COLUMNS)
+    for _, pair in both.iterrows():
+        tied, untied = (
+            pair.rename(lambda c, s=suffix: c.removesuffix(s)) for suffix in ("_t", "_u")
+        )
+        rows += _pair_rows(tied, untied, missing)
     out = pd.DataFrame(
-        rows, columns=[*A.PAIR_COLUMNS, "setting", "step", "tokens", *SIDES, "run_id", "status"]
+        rows, columns=[*PAIR_COLUMNS, "setting", "step", "tokens", *SIDES, "run_id", "status"]
     )
     out.attrs["missing"] = missing
     return out
@@ -132,27 +121,24 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     and output (lm_head) matrices, on the seen tokens the probes sample; the untied run's input vs
     output as a reference. A column per init std; mean over seeds with a t-band from 3 seeds
     (fewer: each seed drawn thin), a marker per size."""
-    cka, models = pair_cka(runs), _model_order(runs)
-    inits = [i for i in _init_order(runs) if i in set(cka["setting"])] or ["none"]
-    fig, axes = _figure(1, len(inits), 2.4, sharey=True)
+    cka, models = pair_cka(runs), model_order(runs)
+    inits = [i for i in init_order(runs) if i in set(cka["setting"])] or ["none"]
+    fig, axes = new_figure(1, len(inits), 2.4, sharey=True)
     fig.skipped += cka.attrs["missing"]
     for j, init in enumerate(inits):
         ax, cell = axes[0, j], cka[cka["setting"] == init]
         if cell.empty:
-            _note(
+            note(
                 ax,
-                "no tied/untied pairs with probe rows (emb_seen): runs made before them, or unpaired",
+                "no tied/untied pairs with probe rows (emb_seen): runs made before them, "
+                "or unpaired",
             )
             continue
-        ax.set_title(_init_label(init))
+        ax.set_title(init_label(init))
         for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
-            mk = (
-                {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2}
-                if len(models) > 1
-                else {}
-            )
+            markers = size_markers(k, models)
             for side, (_, color, ls) in SIDES.items():
-                _mean_line(
+                mean_line(
                     ax,
                     cell[cell["model"] == model],
                     side,
@@ -161,16 +147,16 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
                     0.15,
                     ls=ls,
                     color=color,
-                    **mk,
+                    **markers,
                 )
         ax.set_xlabel("training tokens")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
-    _legend(
+    legend(
         fig,
         [Line2D([], [], color=c, ls=ls, label=label) for label, c, ls in SIDES.values()]
-        + _size_handles(runs, models),
+        + size_handles(runs, models),
         3,
     )
     return fig
@@ -198,31 +184,27 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         history.loc[history[key].notna(), "run_id"] if key in history else []
     )
     skipped = [
-        f"{_run_label(r)}: a fine-tuning run (its embedding drift is figure 7)"
+        f"{run_label(r)}: a fine-tuning run (its embedding drift is figure 7)"
         for _, r in runs[tuned].iterrows()
     ]
     if tuned.all():
-        fig, axes = _figure(1, 1, 1.8)
+        fig, axes = new_figure(1, 1, 1.8)
         fig.skipped += skipped
-        _note(axes[0, 0], "only fine-tuning runs: their embedding drift is figure 7")
+        note(axes[0, 0], "only fine-tuning runs: their embedding drift is figure 7")
         return fig
     runs = runs[~tuned]
-    inits, models = _init_order(runs), _model_order(runs)
-    fig, axes = _figure(2, len(inits), 1.8, sharex="col")
+    inits, models = init_order(runs), model_order(runs)
+    fig, axes = new_figure(2, len(inits), 1.8, sharex="col")
     fig.skipped += [*skipped, "rare and unseen strata (logged as probe/rare/*, probe/unseen/*)"]
     if ANISOTROPY["emb"][0] not in history.columns:
         for ax in axes.flat:
-            _note(ax, "no stratified probes logged (probe/frequent/emb_cos_mean)")
+            note(ax, "no stratified probes logged (probe/frequent/emb_cos_mean)")
         return fig
     for j, init in enumerate(inits):
-        axes[0, j].set_title(_init_label(init))
+        axes[0, j].set_title(init_label(init))
         for k, model in enumerate(models):
             h = history[(history["setting"] == init) & (history["model"] == model)]
-            mk = (
-                {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2}
-                if len(models) > 1
-                else {}
-            )
+            markers = size_markers(k, models)
             for row, ax in enumerate(axes[:, j]):
                 for tie, side, ls in (
                     (True, "emb", "-"),
@@ -235,7 +217,9 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
                         else h[:0]
                     )
                     if not hs.empty:
-                        _mean_line(ax, hs, ANISOTROPY[side][row], tie, ["model"], 0.15, ls=ls, **mk)
+                        mean_line(
+                            ax, hs, ANISOTROPY[side][row], tie, ["model"], 0.15, ls=ls, **markers
+                        )
         axes[1, j].set_xlabel("training tokens")
         axes[1, j].xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("mean cosine (raw)")
@@ -245,5 +229,5 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         Line2D([], [], color=TIE_COLOR[False], label="untied input (wte)"),
         Line2D([], [], color=TIE_COLOR[False], ls="--", label="untied output (lm_head)"),
     ]
-    _legend(fig, handles + _size_handles(runs, models), 3)
+    legend(fig, handles + size_handles(runs, models), 3)
     return fig

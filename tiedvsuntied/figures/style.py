@@ -19,13 +19,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 
-from tiedvsuntied import analysis as A
+from tiedvsuntied.analysis import (
+    MIN_BAND_SEEDS,
+    Results,
+    ResultsError,
+    aggregate_history,
+    require_single_data,
+)
 
 TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
-MFC = {
-    True: TIE_COLOR[True],
-    False: "white",
-}  # marker face: tied filled, untied open (greyscale-safe)
+MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale)
 REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
@@ -52,7 +55,8 @@ STYLE = {
 }
 
 
-# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure or None).
+# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure
+# or None).
 Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
@@ -63,24 +67,24 @@ def figure(
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
     called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
     ``mixed_data``: it compares across them itself), and its tables carry a ``setting`` column
-    (:func:`_with_setting`)."""
+    (:func:`with_setting`)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
         def styled(runs: pd.DataFrame, *args, **kwargs) -> Figure:
             if runs.empty:
-                raise A.ResultsError(f"{name}: no runs to plot (the runs table is empty)")
+                raise ResultsError(f"{name}: no runs to plot (the runs table is empty)")
             if not mixed_data:
-                A.require_single_data(runs, name)
+                require_single_data(runs, name)
             with rc_context(STYLE):
-                fig = func(_with_setting(runs), *map(_with_setting, args), **kwargs)
+                fig = func(with_setting(runs), *map(with_setting, args), **kwargs)
             fig.skipped, fig.flagged = (
                 list(dict.fromkeys(fig.skipped)),
                 list(dict.fromkeys(fig.flagged)),
             )
             return fig
 
-        def write(results: A.Results, out_dir: Path, formats: Sequence[str]):
+        def write(results: Results, out_dir: Path, formats: Sequence[str]):
             fig = styled(*(getattr(results, table) for table in uses))
             return save_figure(fig, out_dir, name, formats), fig
 
@@ -90,15 +94,13 @@ def figure(
     return register
 
 
-def _figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
+def new_figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
     """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
     fig = Figure(
         figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained"
     )
-    fig.skipped, fig.flagged = (
-        [],
-        [],
-    )  # "name: reason" of runs left out; "name: status" of runs drawn apart
+    fig.skipped = []  # "name: reason" of runs left out
+    fig.flagged = []  # "name: status" of runs drawn apart
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
@@ -111,7 +113,7 @@ def caption(fig: Figure) -> str:
     )
 
 
-def _note(ax, text: str) -> None:
+def note(ax, text: str) -> None:
     """Say in the panel itself why it is empty."""
     ax.text(
         0.5,
@@ -126,20 +128,22 @@ def _note(ax, text: str) -> None:
     ax.grid(False)
 
 
-def _run_label(run) -> str:
+def run_label(run) -> str:
     return str(run.get("name") or run.get("run_id"))
 
 
-def _with_setting(df: pd.DataFrame) -> pd.DataFrame:
+def with_setting(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
-    figures split by setting, so runs differing in anything but tie, size, seed are never averaged."""
+    figures split by setting, so runs differing in anything but tie, size, seed are never
+    averaged."""
     variant = df["variant"].fillna("")
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
 
 
-def _init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
-    """'0.02 | model.t5_rescale=True, optim.lr=0.001' -> 'init std 0.02\nt5 rescale: True, lr: 0.001'."""
+def init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
+    """'0.02 | model.t5_rescale=True, optim.lr=0.001' ->
+    'init std 0.02\nt5 rescale: True, lr: 0.001'."""
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
     variant = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in parts)
@@ -147,7 +151,7 @@ def _init_label(setting: str, short: bool = False, prefix: str = "init std ") ->
     return prefix + init + ((", " if short else "\n") + variant if variant else "")
 
 
-def _init_order(runs: pd.DataFrame) -> list[str]:
+def init_order(runs: pd.DataFrame) -> list[str]:
     """Settings from the largest init std down (inv_sqrt_d placed by its resolved value)."""
 
     def key(setting):
@@ -158,17 +162,17 @@ def _init_order(runs: pd.DataFrame) -> list[str]:
     return sorted(runs["setting"].dropna().unique(), key=key)
 
 
-def _model_order(runs: pd.DataFrame) -> list[str]:
+def model_order(runs: pd.DataFrame) -> list[str]:
     sizes = runs.groupby("model")[["params_total", "n_embd"]].max()
     return list(sizes.sort_values(["params_total", "n_embd"]).index)
 
 
-def _model_label(runs: pd.DataFrame, model: str) -> str:
+def model_label(runs: pd.DataFrame, model: str) -> str:
     d = runs.loc[runs["model"] == model, "n_embd"].dropna()
     return f"{model} (d={int(d.iloc[0])})" if len(d) else str(model)
 
 
-def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
+def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = False) -> None:
     """Log scale with plain tick labels (20, not 2x10^1; 100k with ``eng``), minor ticks 2 and 5
     labelled under two decades. With ``values``: only if their max/min exceeds ``ratio``."""
     if values is not None:
@@ -186,12 +190,12 @@ def _plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool =
     )
 
 
-def _legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
+def legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
     """One legend above all panels (a suptitle would collide with it)."""
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
 
 
-def _tie_handles(marker: str | None = None) -> list:
+def tie_handles(marker: str | None = None) -> list:
     """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
     return [
         Line2D(
@@ -207,7 +211,7 @@ def _tie_handles(marker: str | None = None) -> list:
     ]
 
 
-def _mean_line(
+def mean_line(
     ax,
     h: pd.DataFrame,
     metric: str,
@@ -218,15 +222,15 @@ def _mean_line(
     **kw,
 ) -> pd.DataFrame:
     """The mean of ``metric`` over seeds vs tokens. With ``band``: its t-interval where at least
-    A.MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn thin instead (with two
+    MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn thin instead (with two
     seeds a t-band spans tens of nats). ``log``: mean and interval of log(metric), exponentiated
     (for ratios: a geometric mean, an interval that stays positive)."""
     h = h.assign(**{metric: np.log(h[metric].where(h[metric] > 0))}) if log else h
-    agg, color = A.aggregate_history(h, metric, by=by), kw.pop("color", TIE_COLOR[tie])
+    agg, color = aggregate_history(h, metric, by=by), kw.pop("color", TIE_COLOR[tie])
     if log:
         agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
     ax.plot(agg["tokens"], agg["mean"], color=color, **kw)
-    if band and (ok := agg["n"] >= A.MIN_BAND_SEEDS).any():
+    if band and (ok := agg["n"] >= MIN_BAND_SEEDS).any():
         ax.fill_between(
             agg.loc[ok, "tokens"],
             agg.loc[ok, "ci_low"],
@@ -250,6 +254,29 @@ def _mean_line(
     return agg
 
 
+def size_markers(k: int, models: Sequence[str]) -> dict:
+    """Line keywords that tell the k-th of several sizes apart (none for one size)."""
+    return (
+        {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
+    )
+
+
+def size_handles(runs: pd.DataFrame, models: Sequence[str]) -> list:
+    """Legend entries for the size markers of :func:`size_markers` (none for one size)."""
+    return [
+        Line2D(
+            [],
+            [],
+            color="#444444",
+            marker=MARKERS[k % len(MARKERS)],
+            ls="none",
+            label=model_label(runs, m),
+        )
+        for k, m in enumerate(models)
+        if len(models) > 1
+    ]
+
+
 def save_figure(
     fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
 ) -> list[Path]:
@@ -262,7 +289,7 @@ def save_figure(
     return paths
 
 
-def _print_notes(fig: Figure | None, indent: str = "") -> None:
+def print_notes(fig: Figure | None, indent: str = "") -> None:
     for head, items in (
         ("not shown", getattr(fig, "skipped", [])),
         ("marked", getattr(fig, "flagged", [])),
@@ -276,5 +303,5 @@ def publish(
 ) -> Figure:
     """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
     print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
-    _print_notes(fig)
+    print_notes(fig)
     return fig

@@ -1,0 +1,324 @@
+"""Results -> two tidy pandas DataFrames: ``runs`` (one row per run, :mod:`.rows`) and ``history``
+(one row per run and logged step), from sweep directories or a W&B project."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied import results as records
+from tiedvsuntied.analysis.rows import (
+    FLOAT_COLUMNS,
+    HISTORY_ID_COLUMNS,
+    INT_COLUMNS,
+    RUN_COLUMNS,
+    STATUS_RANK,
+    history_from_records,
+    run_row,
+    variants,
+    wandb_run_row,
+)
+
+
+class ResultsError(ValueError):
+    """Input that cannot be analysed as it stands (missing dir, no runs, mixed sweeps...)."""
+
+
+class WandbUnavailableError(RuntimeError):
+    """The W&B API cannot be reached or used (no network, no credentials, unknown project)."""
+
+
+@dataclass
+class Results:
+    """The tidy tables of a set of runs and what was noticed while reading them."""
+
+    runs: pd.DataFrame
+    history: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def select(self, mask) -> Results:
+        """The same results restricted to ``runs[mask]`` (history follows)."""
+        runs = self.runs[mask].reset_index(drop=True)
+        history = self.history[self.history["run_id"].isin(runs["run_id"])].reset_index(drop=True)
+        return Results(runs, history, list(self.notes))
+
+
+def load_results(*paths: str | Path) -> Results:
+    """Read sweep, run or results directories. A run found twice keeps its best record (STATUS_RANK,
+    then the newest ``updated_at``): a failed first attempt never hides the finished rerun."""
+    if not paths:
+        raise ResultsError("no results directory given: pass one or more sweep directories")
+    notes: list[str] = []
+    loaded = [
+        _load_run_dir(run_dir, entry, notes)
+        for path in paths
+        for run_dir, entry in _find_runs(Path(path), notes)
+    ]
+    return _assemble(_best_records(loaded, notes), notes)
+
+
+def _best_records(loaded: list[tuple], notes: list[str]) -> list[tuple]:
+    """One record per run_id: the best status (STATUS_RANK), then the newest ``updated_at``."""
+    rows = pd.DataFrame(
+        {
+            "run_id": [row["run_id"] for row, *_ in loaded],
+            "rank": [STATUS_RANK.get(row["status"], 9) for row, *_ in loaded],
+            "updated_at": [row["updated_at"] or "" for row, *_ in loaded],
+        }
+    )
+    order = rows.sort_values(["rank", "updated_at"], ascending=[True, False], kind="stable")
+    kept = order.drop_duplicates("run_id")
+    best = dict(zip(kept["run_id"], kept.index, strict=True))
+    for i in order.index.difference(kept.index, sort=False):
+        row, kept_row = loaded[i][0], loaded[best[rows.at[i, "run_id"]]][0]
+        notes.append(
+            f"run {row['run_id']} found twice: kept {kept_row['path']} ({kept_row['status']}), "
+            f"not {row['path']} ({row['status']})"
+        )
+    return [loaded[i] for i in kept.index]
+
+
+def load(
+    sweep_dirs: str | Path | Sequence[str | Path] = (),
+    *,
+    wandb_project: str | None = None,
+    wandb_group: str | None = None,
+    data_id: str | None = None,
+) -> Results:
+    """What the notebooks call: a W&B project if given, else sweep directories (a list, or one
+    string joined by os.pathsep); with ``data_id``, only the runs on that data (mixed sweeps)."""
+    if isinstance(sweep_dirs, (str, Path)):
+        sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+    results = (
+        load_wandb(wandb_project, group=wandb_group or None)
+        if wandb_project
+        else load_results(*sweep_dirs)
+    )
+    if data_id:
+        ids = sorted(results.runs["data_id"].dropna().unique())
+        if data_id not in ids:
+            raise ResultsError(
+                f"data_id {data_id!r} matches no run; data_ids present: {', '.join(ids) or 'none'}"
+            )
+        results = results.select(results.runs["data_id"] == data_id)
+    return results
+
+
+def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
+    """(run_dir, index.json entry or None) for every run under ``path``."""
+    if not path.is_dir():
+        raise ResultsError(
+            f"results directory {path} does not exist"
+            if not path.exists()
+            else f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
+        )
+    if (path / "summary.json").exists():
+        return [(path, None)]
+    if _looks_like_sweep(path):
+        return _sweep_runs(path)
+    sweeps = sorted(p for p in path.iterdir() if p.is_dir() and _looks_like_sweep(p))
+    if not sweeps:
+        raise ResultsError(
+            f"no runs found in {path}: expected a sweep directory (index.json and "
+            "<run_id>/summary.json), a run directory (summary.json) or a results directory "
+            "of sweeps"
+        )
+    notes.append(
+        f"{path}: read as a results directory holding {len(sweeps)} sweeps: "
+        + ", ".join(p.name for p in sweeps)
+    )
+    return [r for s in sweeps for r in _sweep_runs(s)]
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (
+        p.is_dir()
+        and not p.name.startswith(("_", "."))
+        and any((p / f).exists() for f in ("summary.json", "metrics.jsonl", "config.yaml"))
+    )
+
+
+def _looks_like_sweep(path: Path) -> bool:
+    return (path / "index.json").exists() or any(_is_run_dir(p) for p in path.iterdir())
+
+
+def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
+    found: dict[str, tuple[Path, records.IndexEntry | None]] = {}
+    for run_id, entry in records.read_index(sweep).items():
+        run_dir = sweep / (entry.path or run_id)
+        found[run_id] = (
+            run_dir if run_dir.is_dir() or not (sweep / run_id).is_dir() else sweep / run_id,
+            entry,
+        )
+    for p in sorted(sweep.iterdir()):  # runs the index does not (yet) list
+        if p.name not in found and _is_run_dir(p):
+            found[p.name] = (p, None)
+    if not found:
+        raise ResultsError(
+            f"no runs found in sweep directory {sweep}: index.json is empty and no "
+            "<run_id>/summary.json exists (has the sweep started?)"
+        )
+    return sorted(found.values(), key=lambda r: r[0].name)
+
+
+def _load_run_dir(
+    run_dir: Path, entry: records.IndexEntry | None, notes: list[str]
+) -> tuple[dict, dict, pd.DataFrame]:
+    """(runs-table row, config, history) of one run directory."""
+    summary, config, metrics = (
+        records.read_summary(run_dir),
+        records.read_config(run_dir),
+        run_dir / "metrics.jsonl",
+    )
+    if summary is None:
+        notes.append(
+            f"{run_dir}: "
+            + (
+                "summary.json missing or unreadable; status from index.json or unknown"
+                if run_dir.is_dir()
+                else "listed in index.json but the directory does not exist"
+            )
+        )
+    s = (
+        summary.to_dict()
+        if summary
+        else {
+            "run_id": run_dir.name,
+            "name": entry and entry.name,
+            "sweep": run_dir.parent.name,
+            "status": records.Status(entry.status).value if entry else "unknown",
+        }
+    )
+    if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
+        notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
+    row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
+    return row, config, history_from_records(records.read_metrics(run_dir))
+
+
+def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:
+    """(row, config, raw history) per run -> Results, with ``variant`` set across all runs."""
+    for (row, _, _), variant in zip(loaded, variants([c for _, c, _ in loaded]), strict=True):
+        row["variant"] = variant
+    runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=RUN_COLUMNS)
+    runs[INT_COLUMNS] = runs[INT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
+    runs[FLOAT_COLUMNS] = (
+        runs[FLOAT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("float64")
+    )
+    runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
+    runs = runs.sort_values(
+        ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
+    ).reset_index(drop=True)
+    history = _history_frame([(r, h) for r, _, h in loaded])
+    return Results(runs, history, notes + check_consistency(runs))
+
+
+def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
+    """Identity columns on each run's history; a diverged run's history ends at its divergence."""
+
+    def end(r):
+        return (
+            r["diverged_at_step"]
+            if r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
+            else np.inf
+        )
+
+    parts = [
+        h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS})
+        for r, h in histories
+        if not h.empty
+    ]
+    if not parts:
+        return pd.DataFrame(columns=HISTORY_ID_COLUMNS + ["step", "tokens"])
+    history = pd.concat(parts, ignore_index=True)
+    if "tokens" not in history:
+        history["tokens"] = np.nan
+    metrics = sorted(c for c in history.columns if c not in HISTORY_ID_COLUMNS + ["step", "tokens"])
+    history = history[HISTORY_ID_COLUMNS + ["step", "tokens"] + metrics].astype({"tie": "boolean"})
+    history["seed"] = pd.to_numeric(history["seed"], errors="coerce").astype("Int64")
+    return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+def check_consistency(runs: pd.DataFrame) -> list[str]:
+    """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
+    notes = []
+    for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
+        by_value = (
+            runs.dropna(subset=[col])
+            .groupby(col)["sweep"]
+            .agg(["size", lambda s: ", ".join(sorted(set(s)))])
+        )
+        if len(by_value) > 1:
+            parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
+            notes.append(
+                f"mixed sweeps: runs use {len(by_value)} different {what} ({col}): "
+                + "; ".join(parts)
+                + f". Losses are only comparable within one {col}: "
+                + f"filter with runs[runs.{col} == ...]"
+            )
+    if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
+        notes.append(
+            f"runs used {runs['peak_tflops'].nunique()} different MFU peaks (peak_tflops): "
+            "compare train/mfu only within one peak, or pin it with trainer.peak_tflops"
+        )
+    for status, g in runs[runs["status"] != "finished"].groupby("status"):
+        notes.append(
+            f"{len(g)} run(s) {status}: " + ", ".join(map(str, g["name"].fillna(g["run_id"])))
+        )
+    return notes
+
+
+def require_single_data(runs: pd.DataFrame, what: str = "this comparison") -> None:
+    """Raise :class:`ResultsError` if ``runs`` mix vocab sizes or data configurations."""
+    for col in ("vocab_size", "data_id"):
+        counts = runs[col].dropna().value_counts(sort=False)
+        if len(counts) > 1:
+            raise ResultsError(
+                f"{what} needs runs on one dataset, but they mix {len(counts)} values of {col} "
+                f"({', '.join(f'{v!r}: {n} runs' for v, n in counts.items())}); select one, e.g. "
+                f"results.select(results.runs.{col} == {counts.index[0]!r}) or the CLI's --data-id"
+            )
+
+
+def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0) -> Results:
+    """The runs and history tables of a W&B project ("entity/project"; optionally one group =
+    one sweep). Needs network and a W&B key: raises :class:`WandbUnavailableError` otherwise."""
+    import wandb
+
+    try:
+        wb_runs = list(
+            wandb.Api(timeout=int(timeout)).runs(
+                project, filters={"group": group} if group else None
+            )
+        )
+    except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
+        raise WandbUnavailableError(
+            f"cannot read W&B project {project!r}: {e.__class__.__name__}: {e}. "
+            "Log in with `wandb login` (or set WANDB_API_KEY), check the name, "
+            "or read the sweep directory: load_results(SWEEP_DIR)"
+        ) from None
+    if not wb_runs:
+        raise ResultsError(
+            f"W&B project {project} has no runs" + (f" in group {group!r}" if group else "")
+        )
+    loaded = [
+        (
+            wandb_run_row(
+                dict(r.config),
+                dict(r.summary),
+                run_id=r.summary.get("run_id") or r.id,
+                name=r.name,
+                group=r.group,
+                state=r.state,
+                url=r.url,
+            ),
+            dict(r.config),
+            history_from_records(r.scan_history()),
+        )
+        for r in wb_runs
+    ]
+    return _assemble(loaded, [])

@@ -1,0 +1,129 @@
+"""The probe files a run writes (``probes/step_*.npz``, ``token_freq.npy``) as long DataFrames:
+per-token norms and counts, sampled cosines of E·Eᵀ per vocabulary stratum, window losses.
+Loaded on demand for a few runs; what is missing is listed in ``.attrs["missing"]``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def iter_probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[str]):
+    """(run, requested step, probe step, arrays) per run and step that has a probe file;
+    "first"/"last" name the run's first/last probe, and a probe is read once per run."""
+    for _, run in runs.iterrows():
+        found = (
+            (p.stem.removeprefix("step_"), p)
+            for p in Path(run.get("path") or "-", "probes").glob("step_*.npz")
+        )
+        files, seen = sorted((int(s), p) for s, p in found if s.isdigit()), set()
+        if not files:
+            missing.append(
+                f"{run.get('name') or run['run_id']}: no probes/step_*.npz"
+                + ("" if run.get("path") else " (not a local run directory)")
+            )
+            continue
+        by_name = {"first": files[0], "last": files[-1], **{str(s): (s, p) for s, p in files}}
+        for which in steps:
+            if (pick := by_name.get(str(which))) is None:
+                missing.append(f"{run.get('name') or run['run_id']}: no probe at step {which}")
+            elif pick[0] not in seen:
+                seen.add(pick[0])
+                with np.load(pick[1]) as z:
+                    yield (
+                        run,
+                        which,
+                        pick[0],
+                        {k: np.asarray(z[k], dtype="float32").ravel() for k in z.files},
+                    )
+
+
+def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFrame:
+    """Per-token probe arrays, long: ``count`` is the train-split frequency (NA without
+    ``token_freq.npy``), ``in_out_cos`` NaN for tied runs; gaps in ``.attrs["missing"]``."""
+    parts, missing = [], []
+    for run, _, probe_step, arrays in iter_probes(runs, [step], missing):
+        label, n = run.get("name") or run["run_id"], len(arrays.get("emb_norm", ()))
+        if not n:
+            missing.append(
+                f"{label}: probe at step {probe_step} has no 'emb_norm' (keys: {sorted(arrays)})"
+            )
+            continue
+        df = pd.DataFrame(
+            {"run_id": run["run_id"], "probe_step": probe_step, "token": np.arange(n)}
+        )
+        for k in ("emb_norm", "head_norm", "in_out_cos"):
+            df[k] = arrays[k] if len(arrays.get(k, ())) == n else np.float32(np.nan)
+        freq_path = Path(run["path"], "token_freq.npy")
+        freq = np.load(freq_path) if freq_path.exists() else None
+        df["count"] = pd.array(
+            freq if freq is not None and len(freq) == n else [pd.NA] * n, dtype="Int64"
+        )
+        if freq is None or len(freq) != n:
+            missing.append(
+                f"{label}: token_freq.npy "
+                + ("missing" if freq is None else f"has length {len(freq)}, probes have {n}")
+                + " (norms kept, frequency unknown)"
+            )
+        parts.append(df)
+    return _long(
+        parts,
+        ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"],
+        missing,
+    )
+
+
+def load_stratum_cosines(
+    runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")
+) -> pd.DataFrame:
+    """The sampled off-diagonal cosines of E·Eᵀ per run, probe step (``which``: the requested
+    step), vocabulary stratum (unseen / rare / frequent, probes.vocab_strata) and ``kind`` (raw,
+    or centred: the stratum sample's mean row removed), long format. Runs from before the strata
+    have one unstratified sample (stratum "all", raw only); gaps in ``.attrs["missing"]``."""
+    parts, missing = [], []
+    for run, which, probe_step, arrays in iter_probes(runs, steps, missing):
+        found = {
+            (k.split("_", 1)[1], "raw" if k.startswith("cos_") else "centred"): v
+            for k, v in arrays.items()
+            if k.startswith(("cos_", "ccos_"))
+        } or ({("all", "raw"): arrays["offdiag_cos"]} if "offdiag_cos" in arrays else {})
+        if not found:
+            missing.append(
+                f"{run.get('name') or run['run_id']}: probe at step {probe_step} has no cosines"
+            )
+        parts += [
+            pd.DataFrame(
+                {
+                    "run_id": run["run_id"],
+                    "probe_step": probe_step,
+                    "which": str(which),
+                    "stratum": stratum,
+                    "kind": kind,
+                    "cos": v,
+                }
+            )
+            for (stratum, kind), v in found.items()
+        ]
+    return _long(parts, ["run_id", "probe_step", "which", "stratum", "kind", "cos"], missing)
+
+
+def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.DataFrame:
+    out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    out.attrs["missing"] = missing
+    return out
+
+
+def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
+    """The per-window losses of ``split`` at the run's ``step_col`` step, or None."""
+    step = run.get(step_col)
+    if not run.get("path") or pd.isna(step):
+        return None
+    path = Path(run["path"], "probes", f"step_{int(step):07d}.npz")
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        key = f"{split}_window_loss"
+        return np.asarray(z[key], dtype=np.float64) if key in z.files else None

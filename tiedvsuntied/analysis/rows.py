@@ -1,0 +1,313 @@
+"""One runs-table row per run, whatever it was read from: the columns (docs/figures.md lists
+them), a summary.json dict or a W&B run -> :func:`run_row`, logged records -> a history frame,
+and the ``variant`` that keeps runs differing in config apart."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied.model import canonical_init_std
+from tiedvsuntied.results import RunSummary
+
+RUN_COLUMNS = [
+    "sweep",
+    "run_id",
+    "name",
+    "status",
+    "error",
+    "tie",
+    "head",
+    "init_std",
+    "init_std_resolved_emb",
+    "init_std_resolved_head",
+    "model",
+    "n_layer",
+    "n_embd",
+    "n_head",
+    "vocab_size",
+    "block_size",
+    "seed",
+    "t5_rescale",
+    "data",
+    "data_id",
+    "max_steps",
+    "untie_step",
+    "variant",
+    "params_total",
+    "params_embedding",
+    "params_position",
+    "params_head",
+    "params_non_embedding",
+    "flops_per_token",
+    "step",
+    "tokens",
+    "diverged_at_step",
+    "init_val_loss",
+    "init_logit_std",
+    "init_self_logit",
+    "init_self_target_frac",
+    "final_val_loss",
+    "best_val_loss",
+    "best_step",
+    "test_loss",
+    "test_loss_at_best",
+    "lr",
+    "seen_vocab_frac",
+    "clip_frac",
+    "peak_tflops",
+    "ln_vocab",
+    "wandb_run_id",
+    "wandb_mode",
+    "started_at",
+    "updated_at",
+    "source",
+    "path",
+]
+HISTORY_ID_COLUMNS = [
+    "run_id",
+    "sweep",
+    "name",
+    "status",
+    "tie",
+    "head",
+    "init_std",
+    "model",
+    "variant",
+    "seed",
+]
+
+# Config keys that never make two runs different experiments (bookkeeping, the study's axes,
+# the size, what data_id covers). Any other model/optim/trainer key whose value differs among
+# the loaded runs (model.t5_rescale, optim.lr, ...) goes into `variant`.
+_NOT_VARIANT = (
+    "model.name",
+    "model.n_layer",
+    "model.n_head",
+    "model.n_embd",
+    "model.block_size",
+    "model.vocab_size",
+    "trainer.progress",
+    "trainer.log_interval",
+    "trainer.ckpt_interval",
+    "trainer.peak_tflops",
+    "trainer.device",
+    "trainer.compile",
+    "trainer.eval_batch_size",
+    "trainer.loss_chunk",
+    "trainer.eval_interval",
+    "trainer.test_eval",
+)
+_VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from", "untie_at")
+SUMMARY_KEYS = [
+    c
+    for c in RUN_COLUMNS
+    if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr")
+    and not c.startswith(("params_", "init_std_resolved_"))
+]
+# Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
+_TYPES = typing.get_type_hints(RunSummary)
+INT_COLUMNS = [
+    c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")
+]
+FLOAT_COLUMNS = [
+    c
+    for c in RUN_COLUMNS
+    if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
+] + ["ln_vocab", "lr"]
+# When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
+STATUS_RANK = {"finished": 0, "diverged": 1, "running": 2, "failed": 3, "unknown": 4}
+
+
+def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per config: "key=value, ..." for the model/optim/trainer keys whose values differ among
+    ``configs`` ("" where none does). A key a config lacks is not counted as a difference."""
+    flat = [
+        {
+            k: v
+            for k, v in flatten(c or {}).items()
+            if k.startswith(_VARIANT_SECTIONS) and not k.startswith(_NOT_VARIANT)
+        }
+        for c in configs
+    ]
+    keys = sorted({k for f in flat for k in f})
+    differing = [
+        k
+        for k in keys
+        if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1
+    ]
+    return [", ".join(f"{k}={f[k]}" for k in differing if k in f) for f in flat]
+
+
+def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Logged dicts -> one numeric row per step; later records of a step win (a resumed run logs
+    the steps after its checkpoint again); W&B's ``_step`` is ``step``, its other ``_`` keys go."""
+    rows = [
+        {k: v for k, v in {"step": rec.get("_step"), **rec}.items() if not k.startswith("_")}
+        for rec in records
+    ]
+    if not rows:
+        return pd.DataFrame()
+    df = (
+        pd.DataFrame.from_records(rows)
+        .apply(pd.to_numeric, errors="coerce")
+        .dropna(subset=["step"])
+    )
+    df["step"] = df["step"].astype("int64")
+    return df.groupby("step", sort=True).last().reset_index().replace([np.inf, -np.inf], np.nan)
+
+
+def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}."""
+    return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
+
+
+def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
+    """{'a.b': 1} -> {'a': {'b': 1}} (nested dicts pass through)."""
+    out: dict[str, Any] = {}
+    for k, v in flatten(d).items():
+        *parents, leaf = str(k).split(".")
+        functools.reduce(lambda node, p: node.setdefault(p, {}), parents, out)[leaf] = v
+    return out
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, str):
+        value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+            value.lower()
+        )
+    return (
+        bool(value)
+        if isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
+        else None
+    )
+
+
+def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = config.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary with what it lacks taken from the config: its top-level keys, ``derived``,
+    then the model/data/trainer sections (first value found wins)."""
+    filled = dict(summary or {})
+    derived = config.get("derived") or {}
+    model = _section(config, "model")
+    fallbacks = {
+        "model": model.get("name"),
+        "data": _section(config, "data").get("name"),
+        "max_steps": _section(config, "trainer").get("max_steps"),
+        **{
+            k: model.get(k)
+            for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size", "t5_rescale")
+        },
+    }
+    nested = ("params", "init_std_resolved")
+    for key in [*SUMMARY_KEYS, *nested, "data_fingerprint"]:
+        for value in (filled.get(key), config.get(key), derived.get(key), fallbacks.get(key)):
+            if value is not None and (not isinstance(value, Mapping) or key in nested):
+                filled[key] = value
+                break
+    return filled
+
+
+def _data_id(summary: Mapping[str, Any], data: Mapping[str, Any], vocab_size) -> str | None:
+    """Runs are comparable only when they share it: the corpus fingerprint, else (runs from
+    before it) a hash of the data config without its cache keys."""
+    if summary.get("data_fingerprint"):
+        return str(summary["data_fingerprint"])[:12]
+    if not data:
+        return None
+    blob = json.dumps(
+        {
+            "data": {k: v for k, v in data.items() if "cache" not in str(k).lower()},
+            "vocab_size": vocab_size,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+def run_row(
+    summary: Mapping[str, Any],
+    config: Mapping[str, Any] | None = None,
+    *,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """One runs-table row from a ``summary.json`` dict; the config (nested, or W&B's dotted keys:
+    ``derived``, top-level keys, the model/data/trainer sections) fills what the summary lacks."""
+    config = unflatten(config or {})
+    filled = _filled_summary(summary, config)
+    row: dict[str, Any] = {c: filled.get(c) for c in RUN_COLUMNS}
+    row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
+    row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
+    try:
+        row["init_std"] = (
+            canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
+        )
+    except (TypeError, ValueError):
+        row["init_std"] = str(row["init_std"])
+    nested = pd.json_normalize(
+        {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_"
+    )  # params_total...
+    row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
+    row["status"] = row["status"] or "unknown"
+    row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
+    row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
+    row["lr"] = _section(config, "optim").get("lr")
+    row["source"], row["path"], row["variant"] = source, None, None
+    return row
+
+
+def wandb_run_row(
+    config: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    *,
+    run_id: str,
+    name: str | None = None,
+    group: str | None = None,
+    state: str | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
+    """One runs-table row from a W&B run: the summary.json values the trainer mirrors (dicts as
+    "params/total"), gaps filled from the last metrics. Crashed, or "running" after W&B saw it
+    stop: failed."""
+    values = {k: v for k, v in summary.items() if not k.startswith("_")}
+    for prefix in ("params", "init_std_resolved"):
+        sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
+        if sub and not isinstance(values.get(prefix), Mapping):
+            values[prefix] = sub
+    for ours, theirs in (
+        ("final_val_loss", "val/loss"),
+        ("test_loss", "test/loss"),
+        ("step", "_step"),
+        ("test_loss_at_best", "test/loss_at_best"),
+        ("init_logit_std", "init/logit_std"),
+        ("init_self_logit", "init/self_logit"),
+    ):
+        if values.get(ours) is None and summary.get(theirs) is not None:
+            values[ours] = summary[theirs]
+    values = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **values}
+    wb_state = {
+        "running": "running",
+        "finished": "finished",
+        "crashed": "failed",
+        "failed": "failed",
+        "killed": "failed",
+        "preempted": "failed",
+    }.get(str(state or "").lower())
+    if not values.get("status"):
+        values["status"] = wb_state or "unknown"
+    elif values["status"] == "running" and wb_state in ("failed", "finished"):
+        values["status"] = "failed"  # W&B says it stopped, but it never recorded an end: it died
+    return run_row(values, config, source=url or f"wandb:{run_id}")

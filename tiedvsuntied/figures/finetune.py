@@ -1,0 +1,82 @@
+"""Figure 7: fine-tuning runs, retention and embedding drift per untie x trainable mode."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from tiedvsuntied.figures.style import TIE_COLOR, figure, legend, new_figure, note, run_label
+
+UNTIE_COLOR = {"keep": TIE_COLOR[True], "copy": TIE_COLOR[False], "fresh": "#009E73"}
+TRAINABLE_STYLE = {
+    "all": ("-", "o"),
+    "head": ("--", "s"),
+    "body": (":", "^"),
+    "embedding": ("-.", "D"),
+}
+
+
+def _finetune_mode(variant: str) -> tuple[str, str]:
+    """(untie, trainable) from a run's variant ("finetune.trainable=head, finetune.untie=copy")."""
+    kv = dict(p.split("=", 1) for p in str(variant or "").split(", ") if "=" in p)
+    return kv.get("finetune.untie", "keep"), kv.get("finetune.trainable", "all")
+
+
+@figure(
+    "fig7_finetune",
+    "fine-tuning: retention and embedding drift vs fine-tuning loss, per untie x trainable",
+    uses=("runs", "history"),
+)
+def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
+    """Fine-tuning runs (init_from) as trajectories over their evaluations, from the start (step 0,
+    shared) on: (a) the loss on the start's own data (retention) and (b) 1 − cosine of each
+    embedding row to its step-0 value, tokens seen (solid) and unseen (dashed) in the fine-tuning
+    data, against the fine-tuning validation loss. Colour: finetune.untie; line and marker:
+    finetune.trainable. One run per mode (the lowest seed); others are listed as left out."""
+    fig, axes = new_figure(1, 2, 2.8)
+    keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
+    if missing := [k for k in keys if k not in history.columns]:
+        for ax in axes.flat:
+            note(ax, f"not fine-tuning runs: no {', '.join(missing)} logged")
+        return fig
+    shown = (
+        runs.sort_values("seed")
+        .assign(mode=runs["variant"].map(_finetune_mode))
+        .drop_duplicates("mode")
+    )
+    fig.skipped += [
+        f"{run_label(r)}: another seed of a mode shown"
+        for _, r in runs.drop(shown.index).iterrows()
+    ]
+    for _, r in shown.iterrows():
+        h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()].sort_values(
+            "step"
+        )
+        (untie, trainable), color = r["mode"], UNTIE_COLOR.get(r["mode"][0], "#444444")
+        ls, marker = TRAINABLE_STYLE.get(trainable, ("-", "o"))
+        kw = dict(
+            color=color, marker=marker, ms=3, lw=1, mfc="white" if untie == "fresh" else color
+        )
+        axes[0, 0].plot(h["val/loss"], h["retain/loss"], ls=ls, **kw)
+        axes[0, 1].plot(h["val/loss"], 1 - h["drift/emb_cos_seen"], ls="-", **kw)
+        if "drift/emb_cos_unseen" in h:
+            axes[0, 1].plot(
+                h["val/loss"], 1 - h["drift/emb_cos_unseen"], ls="--", **{**kw, "mfc": "white"}
+            )
+    axes[0, 0].set_ylabel("loss on the start's data (nats)")
+    axes[0, 1].set_ylabel("embedding drift: 1 − cos(row, step-0 row)")
+    axes[0, 1].set_yscale("symlog", linthresh=1e-4)
+    for ax in axes[0]:
+        ax.set_xlabel("fine-tuning validation loss (nats)")
+        ax.invert_xaxis()  # training runs left to right
+    handles = [Line2D([], [], color=c, lw=2, label=f"untie={u}") for u, c in UNTIE_COLOR.items()]
+    handles += [
+        Line2D([], [], color="#444444", ls=ls, marker=m, ms=3, label=f"trainable={t}")
+        for t, (ls, m) in TRAINABLE_STYLE.items()
+    ]
+    handles.append(
+        Line2D([], [], color="#444444", ls="--", mfc="white", label="(b) dashed: tokens unseen")
+    )
+    legend(fig, handles, 4)
+    return fig

@@ -1,0 +1,203 @@
+"""Figure 4: embedding geometry at the last probe (norms vs frequency, E·Eᵀ cosines per
+vocabulary stratum, input-output cosines)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
+from scipy import stats
+
+from tiedvsuntied.analysis import load_stratum_cosines, load_token_probes, representative_runs
+from tiedvsuntied.figures.style import (
+    REF_COLOR,
+    TIE_COLOR,
+    figure,
+    init_label,
+    init_order,
+    legend,
+    new_figure,
+    note,
+    plain_log,
+    tie_handles,
+)
+
+UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
+
+
+def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
+    """Median and IQR of ``col`` per quantile bin of log count (each bin holds about as many
+    tokens, so the few very frequent ones are no bin of their own); count 0 sits at UNSEEN_X."""
+    d = df[df["count"].notna() & df[col].notna()].astype({"count": float})
+    seen = d[d["count"] > 0]
+    groups = [(UNSEEN_X, d.loc[d["count"] == 0, col])] if (d["count"] == 0).any() else []
+    bins = pd.qcut(np.log10(seen["count"]), n_bins, duplicates="drop") if len(seen) else []
+    groups += [(float(g["count"].median()), g[col]) for _, g in seen.groupby(bins, observed=True)]
+    return pd.DataFrame(
+        [(x, v.median(), v.quantile(0.25), v.quantile(0.75), len(v)) for x, v in groups],
+        columns=["x", "median", "q25", "q75", "n"],
+    )
+
+
+def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(a) row norm vs train-split count: median per log bin (embedding: IQR band), head dashed."""
+    drawn, max_count, init_norm = False, 1.0, None
+    for _, r in cell.iterrows():
+        tp = token_probes[token_probes["run_id"] == r["run_id"]]
+        if tp.empty or tp["count"].isna().all():
+            continue
+        color = TIE_COLOR[bool(r["tie"])]
+        for col, ls in [("emb_norm", "-")] + ([] if r["tie"] else [("head_norm", "--")]):
+            b = _binned_norms(tp, col)
+            ax.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
+            if col == "emb_norm":
+                ax.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
+        drawn, max_count = True, max(max_count, float(tp["count"].max()))
+        if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
+            init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
+    if not drawn:
+        return note(ax, "no probe arrays with token frequencies for these runs")
+    if init_norm:
+        ax.axhline(init_norm, color=REF_COLOR, ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("token count in training split")
+    plain_log(
+        ax, "y", token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"], ratio=20
+    )
+    n_decades = int(math.ceil(math.log10(max(max_count, 10)))) + 1
+    decades = list(range(n_decades))[:: 2 if n_decades > 5 else 1]
+    ax.set_xticks(
+        [UNSEEN_X] + [10.0**k for k in decades], ["0"] + [f"$10^{{{k}}}$" for k in decades]
+    )
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
+
+
+STRATA = ["unseen", "rare", "frequent", "all"]  # "all": runs probed before the strata existed
+
+
+def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> None:
+    """(b, c) off-diagonal cosines of E·Eᵀ per vocabulary stratum at the last probe: median and
+    interquartile range, tied (filled) beside untied (open); the first probe (init) in grey."""
+    c = cosines[cosines["run_id"].isin(cell["run_id"]) & (cosines["kind"] == kind)]
+    if c.empty:
+        return note(ax, f"no {kind} cosines per stratum (probes/*.npz) for these runs")
+    strata = [s for s in STRATA if s in set(c["stratum"])]
+    for x, stratum in enumerate(strata):
+        for dx, (which, tie) in zip(
+            (-0.25, -0.08, 0.08, 0.25),
+            (("first", True), ("last", True), ("first", False), ("last", False)),
+            strict=True,
+        ):
+            v = c[
+                (c["stratum"] == stratum)
+                & (c["which"] == which)
+                & c["run_id"].isin(cell.loc[cell["tie"] == tie, "run_id"])
+            ]["cos"]
+            if v.empty:
+                continue
+            q = v.quantile([0.25, 0.5, 0.75]).to_numpy()
+            color = TIE_COLOR[tie] if which == "last" else REF_COLOR
+            ax.errorbar(
+                x + dx,
+                q[1],
+                yerr=[[q[1] - q[0]], [q[2] - q[1]]],
+                marker="o",
+                ms=3.5,
+                capsize=2,
+                color=color,
+                mfc=color if tie else "white",
+            )
+    ax.axhline(0, color="black", lw=0.8, ls="--")
+    ax.set_xticks(range(len(strata)), strata)
+    ax.set_xlim(-0.5, len(strata) - 0.5)
+    ax.grid(axis="x", visible=False)
+
+
+def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
+    """(c) untied: cosine between each token's input and output vector, against N(0, 1/d)."""
+    untied = cell[cell["tie"].eq(False)]
+    io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
+    if untied.empty or io.empty:
+        return note(
+            ax,
+            "tied only: input and output vectors are one (cos = 1)"
+            if untied.empty
+            else "no in_out_cos in the untied run's probes",
+        )
+    lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
+    ax.hist(io, bins=np.linspace(-lim, lim, 61), density=True, color=TIE_COLOR[False], alpha=0.8)
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    xs = np.linspace(
+        -lim, lim, 200
+    )  # two independent random vectors in d dimensions: cos ~ N(0, 1/d)
+    ax.plot(
+        xs,
+        stats.norm.pdf(xs, scale=1 / math.sqrt(untied["n_embd"].iloc[0])),
+        color=REF_COLOR,
+        lw=1,
+        ls=":",
+    )
+    ax.set_xlabel("cos(input vector, output vector)")
+
+
+@figure(
+    "fig4_embedding_geometry",
+    "norms vs frequency, E·Eᵀ cosines per vocabulary stratum, input-output cosines",
+)
+def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
+    """Embedding geometry at the last probe of one run per tie and init std (a column each): (a)
+    row norm vs token count, (b) off-diagonal cosines of E·Eᵀ per vocabulary stratum, (c) the
+    same mean-centred, (d) untied: input-output cosine per token. The strata keep apart what a
+    uniform sample mixes: tokens never seen in training (untied: at init; tied: pushed onto one
+    direction)."""
+    shown = representative_runs(runs)
+    token_probes, cosines, inits = (
+        load_token_probes(shown),
+        load_stratum_cosines(shown),
+        init_order(shown),
+    )
+    fig, axes = new_figure(4, len(inits), 1.6)
+    fig.skipped += token_probes.attrs["missing"] + cosines.attrs["missing"]
+    if n_other := len(runs) - len(shown):
+        fig.skipped.append(
+            f"{n_other} other run(s): one run per tie and init std is shown "
+            f"(largest size, lowest seed, finished first)"
+        )
+    seen = shown["seen_vocab_frac"].dropna()
+    if len(seen):
+        fig.flagged.append(
+            f"{seen.iloc[0]:.1%} of the vocabulary occurs in the training split (seen_vocab_frac)"
+        )
+    for j, init in enumerate(inits):
+        cell = shown[shown["setting"] == init]
+        axes[0, j].set_title(init_label(init))
+        _norms_panel(axes[0, j], cell, token_probes)
+        _strata_panel(axes[1, j], cell, cosines, "raw")
+        _strata_panel(axes[2, j], cell, cosines, "centred")
+        _in_out_panel(axes[3, j], cell, token_probes)
+    labels = ("row norm", "cos of E·Eᵀ", "centred cos", "density (untied)")
+    for ax, label in zip(axes[:, 0], labels, strict=True):
+        ax.set_ylabel(label)
+    handles = tie_handles(marker="o") + [
+        Line2D([], [], color=REF_COLOR, marker="o", label="init (first probe): median, IQR"),
+        Line2D([], [], color="#444444", ls="--", label="head (untied)"),
+        Line2D(
+            [],
+            [],
+            color=REF_COLOR,
+            ls=(0, (1, 3)),
+            label=r"init norm $\sigma_\mathrm{init}\sqrt{d}$",
+        ),
+        Line2D([], [], color=REF_COLOR, ls=":", lw=1, label="independent random: N(0, 1/d)"),
+    ]
+    steps = token_probes["probe_step"].unique()  # the title rides on the legend
+    title = f"{shown['model'].iloc[0]}, last probe" + (
+        f" (step {steps[0]})" if len(steps) == 1 else " per run"
+    )
+    legend(fig, handles, 3, title=title if len(steps) else None, title_fontsize=8)
+    return fig

@@ -1,0 +1,102 @@
+"""Figure 5: a tied matrix's input-side (lookup) vs output-side (head) gradient norm."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
+
+from tiedvsuntied.figures.style import (
+    REF_COLOR,
+    TIE_COLOR,
+    figure,
+    init_label,
+    init_order,
+    legend,
+    mean_line,
+    model_order,
+    new_figure,
+    note,
+    plain_log,
+    run_label,
+    size_handles,
+    size_markers,
+)
+
+GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
+
+
+def _note_tied_runs_left_out(fig: Figure, runs: pd.DataFrame, logged: set) -> None:
+    for _, run in runs[runs["tie"].eq(True)].iterrows():
+        if run["run_id"] not in logged:
+            fig.skipped.append(f"{run_label(run)}: no gradient norms logged ({run['status']})")
+        elif run["status"] not in ("finished", "running"):
+            fig.skipped.append(f"{run_label(run)}: {run['status']}, not averaged")
+
+
+def _note_clipping(fig: Figure, runs: pd.DataFrame, init: str) -> None:
+    clip = runs.loc[(runs["setting"] == init) & runs["tie"].eq(True), "clip_frac"].dropna()
+    if len(clip):
+        fig.flagged.append(
+            f"{init_label(init, short=True)}: gradient clipped on "
+            f"{clip.min():.0%}–{clip.max():.0%} of steps (the norms drawn are before clipping)"
+        )
+
+
+def _grad_column(axes, cell: pd.DataFrame, models: list[str]) -> None:
+    """Norms (top) and their ratio out/in (bottom) of one init std, a marker per size."""
+    norms, ratio = axes
+    for k, model in enumerate(models):
+        sized = cell[cell["model"] == model]
+        if sized.empty:
+            continue
+        markers = size_markers(k, models)
+        for key, ls in zip(GRAD_KEYS, ("-", "--"), strict=True):
+            mean_line(norms, sized, key, True, ["model"], ls=ls, **markers)
+        mean_line(ratio, sized, "ratio", True, ["model"], 0.15, log=True, **markers)
+    plain_log(norms, "y")
+    ratio.axhline(1, color=REF_COLOR, ls=":", lw=1)
+    plain_log(ratio, "y", cell["ratio"], ratio=3)
+    ratio.set_xlabel("training tokens")
+    ratio.xaxis.set_major_formatter(EngFormatter(sep=""))
+
+
+@figure("fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history"))
+def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
+    """Tied runs: input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the one
+    embedding matrix, mean over seeds, a column per init std; below, their ratio out/in per size:
+    geometric mean with a t-interval in log space (below 3 seeds: each seed). The norms are
+    pre-clip; how often clipping acted is noted per init std (clip_frac)."""
+    inits, models = init_order(runs), model_order(runs)
+    fig, axes = new_figure(2, len(inits), 1.8, sharex="col")
+    if n := int(runs["tie"].eq(False).sum()):
+        fig.skipped.append(f"{n} untied run(s) (the figure shows tied runs)")
+    if missing := [k for k in GRAD_KEYS if k not in history.columns or history[k].isna().all()]:
+        fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
+        for ax in axes.flat:
+            note(ax, "gradient split not logged")
+        return fig
+    tied = history[history["tie"].eq(True)]
+    tied = tied.assign(ratio=tied[GRAD_KEYS[1]] / tied[GRAD_KEYS[0]])
+    _note_tied_runs_left_out(fig, runs, set(tied.loc[tied[GRAD_KEYS[0]].notna(), "run_id"]))
+    for j, init in enumerate(inits):
+        axes[0, j].set_title(init_label(init))
+        cell = tied[tied["setting"] == init]
+        if cell.empty:
+            for ax in axes[:, j]:
+                note(ax, "no runs")
+            continue
+        _grad_column(axes[:, j], cell, models)
+        _note_clipping(fig, runs, init)
+    axes[0, 0].set_ylabel("gradient norm")
+    axes[1, 0].set_ylabel("output / input side")
+    handles = [
+        Line2D([], [], color=TIE_COLOR[True], ls=ls, label=f"tied: {side} side ({part})")
+        for ls, side, part in (("-", "input", "lookup"), ("--", "output", "head"))
+    ]
+    handles += size_handles(runs, models)
+    label = "pre-clip norms; ratio: geometric mean, log-space CI"
+    handles.append(Line2D([], [], color="none", label=label))
+    legend(fig, handles, 4)
+    return fig

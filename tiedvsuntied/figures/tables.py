@@ -1,0 +1,69 @@
+"""The tables: parameters of every named size (md, tex) and the paired comparisons (md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from tiedvsuntied.analysis import (
+    arms_table,
+    best_lr_comparison,
+    markdown,
+    paired_table,
+    parameter_table,
+)
+from tiedvsuntied.figures.style import REGISTRY, Output
+
+
+def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
+    """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` in ``out_dir`` (counts
+    with thousands separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
+    vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
+    table = parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257).rename(
+        columns=lambda c: c.replace("_", " ")
+    )
+    tex = table.to_latex(
+        index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]}
+    )
+    texts = {
+        "md": table.to_markdown(index=False, intfmt=",") + "\n",
+        "tex": tex.replace(",", "{,}"),
+    }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    paths = [Path(out_dir, f"table_params.{ext}") for ext in texts]
+    for path, text in zip(paths, texts.values(), strict=True):
+        path.write_text(text)
+    return paths
+
+
+REGISTRY["table_params"] = Output(
+    "parameters of every named size, tied and untied (md, tex)",
+    lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None),
+)
+
+
+def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
+    """``table_paired.md`` (every cell, final and best), ``table_classic.md`` (each arm at its
+    own best learning rate) and ``table_arms.md`` (every arm against the tied one) in
+    ``out_dir``."""
+    classic, arms = best_lr_comparison(runs), arms_table(runs)
+    texts = {
+        "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
+        "table_classic.md": markdown(classic)
+        if len(classic)
+        else "No learning-rate grid in these runs: no arm can be compared at its own best rate.",
+        "table_arms.md": markdown(arms)
+        if len(arms)
+        else "No tied arm to compare the other arms with.",
+    }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        Path(out_dir, name).write_text(text + "\n")
+    return [Path(out_dir, name) for name in texts]
+
+
+REGISTRY["table_paired"] = Output(
+    "tied − untied per cell, and at each arm's best lr (md)",
+    lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None),
+)
