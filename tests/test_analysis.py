@@ -752,7 +752,6 @@ def test_runs_measured_against_different_mfu_peaks_are_noted(sweep):
     )
 
 
-@pytest.mark.xfail(strict=False, reason="until the model split merges")
 def test_reading_side_loads_no_torch():
     """Figures and notebooks read results without torch (the reading side imports none)."""
     code = (

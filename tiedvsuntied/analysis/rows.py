@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.model import canonical_init_std
+from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.results import RunSummary
 
 RUN_COLUMNS = [

@@ -13,7 +13,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 from scipy import integrate, stats
 
-from tiedvsuntied.model import ModelConfig, count_parameters_for, flops_per_token
+from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token
+from tiedvsuntied.model.config import ModelConfig
 
 THEORY_DRAWS = (
     256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_analysis.py)
