@@ -268,6 +268,7 @@ def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
     """``tied_init0.036_nano_seed0``: no '=' or ',', so a run's path can be given to Hydra
     (``init_from=PATH``) as it is."""
     init = init_std.replace("/", "_")
+    model = model.rstrip("/").rsplit("/", 1)[-1]  # a Hugging Face start is named by its path
     return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}"
 
 

@@ -4,6 +4,8 @@ the machine or the files. A check never changes the config."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -191,21 +193,27 @@ def check_config(cfg: Config, overrides: Sequence[str] = ()) -> RunPlan:
             f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
         )
     check_data(cfg.data)
-    make_results_dir(Path(cfg.results_dir))
+    check_writable(Path(cfg.results_dir))
     return RunPlan(cfg, start, device)
 
 
-def make_results_dir(path: Path) -> None:
-    """Create ``results_dir`` now: whether it can be written is known only by trying."""
+def check_writable(path: Path) -> None:
+    """Whether ``results_dir`` can be written is known only by trying: make it, then remove
+    what was made (nothing is left behind by a check)."""
+    made = [p for p in [path, *path.absolute().parents] if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):
-            raise PermissionError("not writable")
+            raise PermissionError(errno.EACCES, "not writable")
     except OSError as e:
         raise ConfigError(
             f"results_dir={str(path)!r} cannot be written ({e.strerror or e}): "
             "choose another results_dir"
         ) from None
+    finally:
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def resolved_config(cfg: Config) -> dict:
