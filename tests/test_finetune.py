@@ -166,7 +166,7 @@ def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_p
     ref = _finetune(tmp_path / "ref", start_dir, data, *extra)[2]
     with monkeypatch.context() as patch:  # stopped right after the step-2 checkpoint
         _stop_after_checkpoint(patch, 2)
-        with pytest.raises(KeyboardInterrupt, match="SIGTERM at step 2"):
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             _finetune(tmp_path / "run", start_dir, data, *extra)
     s, _, evals, _ = _finetune(tmp_path / "run", start_dir, data, *extra)
     assert s.status.value == "finished" and s.resumed_from_step == 2

@@ -287,7 +287,7 @@ def _interrupted_run(tmp_path, monkeypatch, *extra):
     cfg = compose(*over, f"results_dir={tmp_path}")
     with monkeypatch.context() as patch:
         patch.setattr(Checkpoints, "save", save_then_sigterm)
-        with pytest.raises(KeyboardInterrupt, match="SIGTERM at step 2"):
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             train(cfg)
     (run_dir,) = [p for p in (tmp_path / cfg.sweep).iterdir() if p.is_dir()]
     assert R.read_summary(run_dir).status == R.Status.failed and R.read_summary(run_dir).step == 2

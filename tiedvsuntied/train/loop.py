@@ -215,4 +215,4 @@ def stop_here(run: Run, stop: dist.StopRequest) -> None:
     if dist.is_main():
         run.checkpoints.save(run.model, run.optimizer, run.state)
     stop.hand_on()
-    raise Interrupted(f"{stop.name or 'a signal to another process'} at step {run.state.step}")
+    raise Interrupted(stop.name or "a signal to another process")
