@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 from conftest import QUICK, USE_GPT2, compose, generated_corpus, run_cli
+from test_untie_at import stop_after_checkpoint
 
 from tiedvsuntied.train import ConfigError, train
 
@@ -165,7 +166,7 @@ def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_p
     extra = ("finetune.untie=copy", "finetune.trainable=head", "trainer.ckpt_interval=2")
     ref = _finetune(tmp_path / "ref", start_dir, data, *extra)[2]
     with monkeypatch.context() as patch:  # stopped right after the step-2 checkpoint
-        _stop_after_checkpoint(patch, 2)
+        stop_after_checkpoint(patch, 2)
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             _finetune(tmp_path / "run", start_dir, data, *extra)
     s, _, evals, _ = _finetune(tmp_path / "run", start_dir, data, *extra)
@@ -214,20 +215,3 @@ def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
         {"model": {"n_embd": 64, "logit_scale": "0.5", "emb_scale": "1"}},
     ):
         assert R.run_id({**now, **changed}, "n", "fp") != R.run_id(before, "n", "fp")
-
-
-def _stop_after_checkpoint(monkeypatch, step: int) -> None:
-    """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
-    import os
-    import signal
-
-    from tiedvsuntied.train import Checkpoints
-
-    real = Checkpoints.save
-
-    def save_then_sigterm(self, *args):
-        real(self, *args)
-        if self.saved_step == step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(Checkpoints, "save", save_then_sigterm)

@@ -41,7 +41,7 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     assert ref.params_untied["total"] == ref.params["total"] + d and ref.params_untied["head"] == d
 
     with monkeypatch.context() as patch:  # stopped right after the switch's checkpoint
-        _stop_after_checkpoint(patch, 2)
+        stop_after_checkpoint(patch, 2)
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
     ckpt = torch.load(
@@ -154,7 +154,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]
 
 
-def _stop_after_checkpoint(monkeypatch, step: int) -> None:
+def stop_after_checkpoint(monkeypatch, step: int) -> None:
     """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
     import os
     import signal

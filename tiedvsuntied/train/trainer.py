@@ -157,9 +157,9 @@ def train_and_record(
     t0 = time.time()
     try:
         run = build_run(plan, corpus, record, run_dir)
-    except ConfigError:
+    except ConfigError:  # a checkpoint that does not fit: no file changes
         raise
-    except Exception as e:
+    except (Exception, KeyboardInterrupt) as e:
         record_failure(record, run_dir, entry, e)
         raise
     write_run_files(run)
@@ -199,7 +199,7 @@ def train_to_the_end(run: Run) -> None:
         log.warning("[%s] diverged: %s", run.record.name, e)
 
 
-def record_failure(record: RunSummary, run_dir: Path, entry: IndexEntry, e: Exception) -> None:
+def record_failure(record: RunSummary, run_dir: Path, entry: IndexEntry, e: BaseException) -> None:
     """A run that failed before it was set up: its summary and index entry say so."""
     record.status, record.error = Status.failed, results.scrub(f"{type(e).__name__}: {e}")
     log.error("[%s] failed: %s", record.name, record.error)
