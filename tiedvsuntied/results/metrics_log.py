@@ -126,6 +126,7 @@ class MetricsLog:
             log.warning(
                 "W&B server unreachable (%s): logging offline; %s", scrub(str(e)), OFFLINE_HINT
             )
+            wandb.teardown()  # the failed start still holds the run id
             self.wandb = start(WandbMode.offline.value)
         return WandbMode(
             {"dryrun": "offline"}.get(self.wandb.settings.mode, self.wandb.settings.mode)
