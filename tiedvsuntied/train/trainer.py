@@ -29,6 +29,7 @@ from tiedvsuntied import results
 from tiedvsuntied.data import Corpus, prepare_data
 from tiedvsuntied.results import IndexEntry, MetricsLog, RunSummary, Status
 from tiedvsuntied.train import dist
+from tiedvsuntied.train.checkpoint import CheckpointMismatch
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,
@@ -157,7 +158,7 @@ def train_and_record(
     t0 = time.time()
     try:
         run = build_run(plan, corpus, record, run_dir)
-    except ConfigError:  # a checkpoint that does not fit: no file changes
+    except CheckpointMismatch:  # one line from the entry point; no file changes
         raise
     except (Exception, KeyboardInterrupt) as e:
         record_failure(record, run_dir, entry, e)
