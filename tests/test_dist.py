@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from conftest import CORPUS_OVERRIDES, REPO
 
 RUN = [
@@ -62,6 +63,9 @@ def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_c
     (id1, s1, m1), (id2, s2, m2) = _only_run(tmp_path / "one"), _only_run(tmp_path / "two")
     assert id1 == id2  # the number of processes is not part of a run's identity
     assert s2["status"] == "finished" and s2["step"] == 6
+    assert (s1["world_size"], s2["world_size"]) == (1, 2)  # recorded, though not in the identity
+    derived = yaml.safe_load((tmp_path / "two" / "ddp" / id2 / "config.yaml").read_text())
+    assert derived["derived"]["world_size"] == 2
     assert s1["params"] == s2["params"] and s1["params_untied"] == s2["params_untied"]
     assert (s2["params_untied"] is not None) == (
         "untie_at=3" in head
@@ -76,7 +80,7 @@ def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_c
         a = [(r["step"], r[key]) for r in m1 if key in r]
         b = [(r["step"], r[key]) for r in m2 if key in r]
         assert [s for s, _ in a] == [s for s, _ in b] and a, key
-        assert max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < 1e-5, (key, a, b)
+        assert max(abs(x - y) for (_, x), (_, y) in zip(a, b, strict=True)) < 1e-5, (key, a, b)
     for key in ("final_val_loss", "test_loss", "best_val_loss"):
         assert s1[key] == pytest.approx(s2[key], abs=1e-5), key
 
@@ -86,8 +90,8 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, ses
     out = _run([*TORCHRUN, *RUN, "trainer.batch_size=3"], tmp_path / "r", session_cache)
     assert out.returncode != 0
     assert (
-        "error: trainer.batch_size=3 does not split over 2 processes (torchrun): use a multiple of 2"
-        in out.stderr
+        "error: trainer.batch_size=3 does not split over 2 processes (torchrun): "
+        "use a multiple of 2" in out.stderr
     )
     assert not (tmp_path / "r").exists()  # refused before any result directory is made
 
@@ -95,14 +99,14 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, ses
 def test_each_rank_takes_its_own_contiguous_share_of_the_global_batch(monkeypatch):
     import torch
 
-    from tiedvsuntied.train import dist as D
+    from tiedvsuntied.train import dist
 
     batch = torch.arange(8).view(4, 2)
     monkeypatch.setenv("WORLD_SIZE", "2")
     shares = []
     for rank in ("0", "1"):
         monkeypatch.setenv("RANK", rank)
-        shares.append(D.shard(batch))
+        shares.append(dist.shard(batch))
     assert torch.equal(torch.cat(shares), batch) and shares[0].shape == (2, 2)
 
 

@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, USE_GPT2, compose, generated_corpus
+import yaml
+from conftest import QUICK, USE_GPT2, compose, generated_corpus, run_cli
+from test_untie_at import stop_after_checkpoint
 
 from tiedvsuntied.train import ConfigError, train
 
@@ -46,6 +48,22 @@ def _finetune(root, start_dir, data, *extra):
 
 def _start_weights(start_dir):
     return torch.load(start_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
+
+
+@pytest.mark.slow
+def test_a_run_path_pasted_unquoted_into_init_from_starts_the_fine_tune(start, tmp_path):
+    """The user copies a run directory from the listing into the command as it is."""
+    _, start_dir, _, data = start
+    assert not set("=,") & set(start_dir.name)
+    proc = run_cli(
+        [*QUICK, *data, *STEPS, f"init_from={start_dir}", f"results_dir={tmp_path}", "sweep=ft"],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = [p for p in (tmp_path / "ft").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["step"] == 4
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["init_from"] == str(start_dir)
 
 
 def test_tied_head_training_moves_embedding_rows_of_tokens_absent_from_the_new_data(start):
@@ -100,7 +118,8 @@ def test_untied_by_copy_head_training_leaves_the_embedding_bit_for_bit(start):
         (["model.n_embd=128"], "model.n_embd=128 conflicts with init_from (its n_embd is 64)"),
         (
             ["tie=false"],
-            "tie=false conflicts with init_from (tie=true): to untie a tied start use finetune.untie=copy",
+            "tie=false conflicts with init_from (tie=true): "
+            "to untie a tied start use finetune.untie=copy",
         ),
         (
             ["data.encoding=bytes" if USE_GPT2 else "data.encoding=gpt2"],
@@ -143,23 +162,13 @@ def test_untie_from_an_untied_start_is_refused(start, tmp_path):
 
 
 def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_path, monkeypatch):
-    import tiedvsuntied.train as T
-
     _, start_dir, _, data = start
     extra = ("finetune.untie=copy", "finetune.trainable=head", "trainer.ckpt_interval=2")
     ref = _finetune(tmp_path / "ref", start_dir, data, *extra)[2]
-    real, calls = T.save_checkpoint, []
-
-    def save_then_interrupt(*args):
-        real(*args)
-        calls.append(1)
-        if len(calls) == 1:  # Ctrl-C right after the step-2 checkpoint
-            raise KeyboardInterrupt("test")
-
-    monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        _finetune(tmp_path / "run", start_dir, data, *extra)
-    monkeypatch.setattr(T, "save_checkpoint", real)
+    with monkeypatch.context() as patch:  # stopped right after the step-2 checkpoint
+        stop_after_checkpoint(patch, 2)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _finetune(tmp_path / "run", start_dir, data, *extra)
     s, _, evals, _ = _finetune(tmp_path / "run", start_dir, data, *extra)
     assert s.status.value == "finished" and s.resumed_from_step == 2
     assert evals[-1]["step"] == 4 and evals[-1] == pytest.approx(

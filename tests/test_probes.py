@@ -56,7 +56,8 @@ def test_stats_per_stratum_separate_collapsed_unseen_rows_from_random_seen_rows(
     s, a = probe(model_with(emb), freq)
     assert s["probe/unseen/emb_cos_mean"] > 0.99
     assert abs(s["probe/rare/emb_cos_mean"]) < 0.05 and abs(s["probe/frequent/emb_cos_mean"]) < 0.05
-    # centred, the unseen rows are as isotropic as random ones: only their common direction was shared
+    # centred, the unseen rows are as isotropic as random ones: only their common direction was
+    # shared
     assert s["probe/unseen/emb_ccos_abs_mean"] == pytest.approx(
         s["probe/rare/emb_ccos_abs_mean"], rel=0.15
     )

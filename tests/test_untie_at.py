@@ -31,8 +31,6 @@ def _run(root, *extra):
 def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes(
     tmp_path, monkeypatch
 ):
-    import tiedvsuntied.train as T
-
     _, _, tied = _run(tmp_path / "tied")
     ref, _, untied = _run(tmp_path / "ref", "untie_at=0.5")
     assert ref.status.value == "finished" and ref.untie_step == 2
@@ -42,16 +40,10 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     d = ref.params["embedding"]
     assert ref.params_untied["total"] == ref.params["total"] + d and ref.params_untied["head"] == d
 
-    real, calls = T.save_checkpoint, []
-
-    def save_then_interrupt(*args):
-        real(*args)
-        calls.append(1)
-        raise KeyboardInterrupt("test")  # Ctrl-C right after the first checkpoint: the switch's
-
-    monkeypatch.setattr(T, "save_checkpoint", save_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
+    with monkeypatch.context() as patch:  # stopped right after the switch's checkpoint
+        stop_after_checkpoint(patch, 2)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
     ckpt = torch.load(
         next((tmp_path / "run" / "u").glob("*/checkpoints/last.pt")), weights_only=True
     )
@@ -72,7 +64,6 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     for k in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(state[head_id][k], state[wte_id][k])
 
-    monkeypatch.setattr(T, "save_checkpoint", real)
     s, run_dir, resumed = _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
     assert (
         s.status.value == "finished"
@@ -98,13 +89,13 @@ def test_an_untie_at_outside_training_or_on_an_untied_run_is_refused_in_one_line
 def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_it_ended_as(
     tmp_path,
 ):
-    from tiedvsuntied.train import finetune as FT
+    from tiedvsuntied.train.finetune import build, read_start
 
     s, run_dir, _ = _run(tmp_path, "untie_at=0.5")
-    start = FT.read_start(str(run_dir))
+    start = read_start(str(run_dir))
     assert start.tie is False  # its config says tie=true, but it ended with a head of its own
     over = [*QUICK, f"init_from='{run_dir}'"]
-    model = FT.build(start, compose(*over), seed=0)
+    model = build(start, compose(*over), seed=0)
     saved = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["model"]
     assert torch.equal(model.lm_head.weight, saved["lm_head.weight"])
     assert torch.equal(model.transformer.wte.weight, saved["transformer.wte.weight"])
@@ -113,8 +104,8 @@ def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_i
 def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tied_one_by_seed(
     tmp_path,
 ):
-    from tiedvsuntied import analysis as A
-    from tiedvsuntied.figures import paired as P
+    from tiedvsuntied import analysis
+    from tiedvsuntied.figures import paired
 
     test = [
         "trainer.test_eval=true",
@@ -125,14 +116,15 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     for seed in (0, 1):
         for arm in ([], ["untie_at=0.5"], ["tie=false"]):
             _run(tmp_path, *test, f"seed={seed}", *arm)
-    runs = A.load_results(tmp_path / "u").runs
-    table = P.arms_table(runs, ("final",)).set_index("arm")
+    runs = analysis.load_results(tmp_path / "u").runs
+    table = paired.arms_table(runs, ("final",)).set_index("arm")
     assert (
         set(table.index) == {"untied at step 3", "untied"} and (table["reference"] == "tied").all()
     )
-    by = lambda **kw: runs[
-        (runs["tie"] == kw["tie"]) & (runs["untie_step"].isna() != kw["sched"])
-    ].sort_values("seed")
+
+    def by(tie: bool, sched: bool):
+        return runs[(runs["tie"] == tie) & (runs["untie_step"].isna() != sched)].sort_values("seed")
+
     tied = by(tie=True, sched=False)["test_loss"].to_numpy()
     for arm, rows in (
         ("untied at step 3", by(tie=True, sched=True)),
@@ -144,7 +136,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     assert table.loc["untied at step 3", "share"] == pytest.approx(
         table.loc["untied at step 3", "diff"] / table.loc["untied", "diff"]
     )
-    fig = P.fig_arms(runs, A.load_results(tmp_path / "u").history)
+    fig = paired.fig_arms(runs, analysis.load_results(tmp_path / "u").history)
     curves, diffs = fig.axes
     assert [
         line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")
@@ -152,7 +144,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     switch = [
         line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2
     ]
-    history = A.load_results(tmp_path / "u").history
+    history = analysis.load_results(tmp_path / "u").history
     at_switch = history.loc[history["step"] == 3, "tokens"]
     assert (
         at_switch.isna().all()
@@ -160,3 +152,20 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     per_step = history.loc[history["step"] == 2, "tokens"].iloc[0] / 2
     assert len(switch) == 1 and switch[0].get_xdata()[0] == pytest.approx(3 * per_step)
     assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]
+
+
+def stop_after_checkpoint(monkeypatch, step: int) -> None:
+    """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
+    import os
+    import signal
+
+    from tiedvsuntied.train import Checkpoints
+
+    real = Checkpoints.save
+
+    def save_then_sigterm(self, *args):
+        real(self, *args)
+        if self.saved_step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_sigterm)

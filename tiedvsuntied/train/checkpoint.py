@@ -1,21 +1,49 @@
-"""Checkpoints: ``last.pt`` and ``prev.pt`` of a run, written atomically."""
+"""A run's ``checkpoints/`` folder and its whole policy, here and nowhere else.
+
+- ``last.pt``: weights, optimizer, the TrainState and the RNG states; written every
+  ``trainer.ckpt_interval`` steps, at the last step and when a signal stops the run. The file
+  it replaces stays as ``prev.pt`` until the next save, so a file cut short (a kill, a full
+  disk) never costs the run more than one interval.
+- ``best.pt``: the weights of the best validation step so far (with ``trainer.test_eval``),
+  whose test loss is taken when the run finishes (early stopping's, without evaluating the
+  test split during training).
+- ``model.pt``: the final weights and TrainState, all that a finished run keeps (resuming is
+  over, so the optimizer state goes); ``init_from`` starts from it.
+- ``*.pt.bad``: a file that could not be read, set aside (a later save would otherwise rotate
+  it into ``prev.pt``); removed once the run has finished.
+
+A file that cannot be read falls back to the older one. A file that can be read but does not
+fit the model (a parameter renamed or reshaped since) is a CheckpointMismatch: one line that
+names the parameter, and no file is changed.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
+import textwrap
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from tiedvsuntied.results import atomic_write, scrub
+from tiedvsuntied.train.config import ConfigError
 
 log = logging.getLogger(__name__)
 
+UNREADABLE = (RuntimeError, OSError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
+PARTS = ("model", "optimizer", "train_state", "rng_cpu", "rng_cuda")
+
+
+class CheckpointMismatch(ConfigError):
+    """A readable checkpoint that does not fit this code's model or optimizer."""
+
 
 def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
-    """``last.pt`` (weights, optimizer, ``state.state_dict()``, RNGs); the one it replaces stays as ``prev.pt`` until the next save, so a file cut
-    short (a kill, a full disk) or corrupted later never costs the run more than one interval."""
+    """``last.pt``; the one it replaces becomes ``prev.pt``."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -28,35 +56,128 @@ def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
     atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
 
 
-def load_checkpoint(ckpt_dir: Path, model, optimizer, state, layout=None) -> Path | None:
-    """Resume from ``last.pt``, else ``prev.pt``; a bad file is named and skipped. Returns the
-    file used, or None (start over). ``layout(ckpt)`` may first reshape model and optimizer to
-    the checkpoint's (a run untied on schedule)."""
-    for path in (ckpt_dir / "last.pt", ckpt_dir / "prev.pt"):
-        if not path.exists():
-            continue
+def read_checkpoint(path: Path) -> dict | None:
+    """The checkpoint in ``path``, or None if it cannot be read (set aside as ``.bad``)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        if not (isinstance(ckpt, dict) and set(PARTS) <= ckpt.keys()):
+            raise EOFError("not a checkpoint of this harness")
+    except UNREADABLE as e:
+        reason = textwrap.shorten(scrub(f"{type(e).__name__}: {e}"), 200, placeholder=" ...")
+        log.warning(
+            "checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one",
+            path,
+            reason,
+            path.name,
+        )
+        os.replace(path, path.with_suffix(".pt.bad"))
+        return None
+    return ckpt
+
+
+def mismatch(saved: dict, expected: dict) -> str | None:
+    """How a saved state dict differs from the model's (the first difference), or None."""
+    missing = [k for k in expected if k not in saved]
+    unexpected = [k for k in saved if k not in expected]
+    if missing:
+        instead = f" (it has {unexpected[0]} instead)" if unexpected else ""
+        return f"parameter {missing[0]} is not in it{instead}"
+    if unexpected:
+        return f"it has a parameter {unexpected[0]} that the model has not"
+    for key, value in expected.items():
+        if saved[key].shape != value.shape:
+            return (
+                f"parameter {key} is {tuple(saved[key].shape)} in it, "
+                f"{tuple(value.shape)} in the model"
+            )
+    return None
+
+
+def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
+    """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch
+    (before anything is loaded)."""
+    what = mismatch(ckpt["model"], model.state_dict())
+    if what is None:
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-            if layout is not None:
-                layout(ckpt)
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
-        except Exception as e:  # truncated zip, wrong keys, ...: any of them means unusable
-            log.warning(
-                "checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one",
-                path,
-                scrub(f"{type(e).__name__}: {e}")[:200],
-                path.name,
-            )
-            os.replace(
-                path, path.with_suffix(".pt.bad")
-            )  # so the next save cannot rotate it into prev.pt
+        except (RuntimeError, ValueError, KeyError) as e:
+            what = f"its optimizer state does not fit ({str(e).splitlines()[0]})"
+    if what is not None:
+        raise CheckpointMismatch(
+            f"checkpoint {path} does not match this code: {what}. No file was changed: "
+            f"resume with the code that wrote it, or delete {path.parent} to train from step 0"
+        )
+    state.load_state_dict(ckpt["train_state"])
+    torch.set_rng_state(ckpt["rng_cpu"])
+    if torch.cuda.is_available() and ckpt["rng_cuda"]:
+        torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+
+
+def load_checkpoint(
+    ckpt_dir: Path,
+    model,
+    optimizer,
+    state,
+    layout: Callable[[dict], None] | None = None,
+    only: Path | None = None,
+) -> Path | None:
+    """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
+    None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
+    checkpoint's (a run untied on schedule)."""
+    for path in [only] if only else [ckpt_dir / "last.pt", ckpt_dir / "prev.pt"]:
+        ckpt = read_checkpoint(path) if path.exists() else None
+        if ckpt is None:
             continue
-        state.load_state_dict(ckpt["train_state"])
-        torch.set_rng_state(ckpt["rng_cpu"])
-        if torch.cuda.is_available() and ckpt["rng_cuda"]:
-            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+        if layout is not None:
+            layout(ckpt)
+        restore(path, ckpt, model, optimizer, state)
         return path
     if any(ckpt_dir.glob("*.pt")):
         log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
     return None
+
+
+class Checkpoints:
+    """The checkpoints of one run being trained; see the module's docstring for the policy."""
+
+    def __init__(self, folder: Path, interval: int, max_steps: int):
+        self.folder, self.interval, self.max_steps = Path(folder), interval, max_steps
+        self.saved_step: int | None = None  # the step of the newest last.pt
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.max_steps
+
+    def load(self, model, optimizer, state, layout=None, only: Path | None = None):
+        path = load_checkpoint(self.folder, model, optimizer, state, layout, only)
+        self.saved_step = state.step if path else None
+        return path
+
+    def save(self, model, optimizer, state) -> None:
+        """``last.pt`` at this step, once (a second copy would rotate the older one out)."""
+        if self.saved_step != state.step:
+            save_checkpoint(self.folder, model, optimizer, state)
+            self.saved_step = state.step
+
+    def save_best(self, step: int, model) -> None:
+        weights = {"step": step, "model": model.state_dict()}
+        atomic_write(self.folder / "best.pt", lambda f: torch.save(weights, f))
+
+    def best_weights(self, step: int) -> dict | None:
+        """The weights of ``best.pt`` if they are step ``step``'s (a resume can leave an older
+        run's best.pt behind), else None."""
+        path = self.folder / "best.pt"
+        best = torch.load(path, map_location="cpu", weights_only=True) if path.exists() else {}
+        return best["model"] if best.get("step") == step else None
+
+    def save_final(self, model, state) -> None:
+        weights = {"model": model.state_dict(), "train_state": state.state_dict()}
+        atomic_write(self.folder / "model.pt", lambda f: torch.save(weights, f))
+
+    def finish(self) -> None:
+        """The run is over: keep only ``model.pt``."""
+        for name in ("last.pt", "prev.pt", "best.pt"):
+            (self.folder / name).unlink(missing_ok=True)
+        for bad in sorted(self.folder.glob("*.pt.bad")):
+            log.info("removing %s: the run finished, it is no longer needed", bad)
+            bad.unlink()

@@ -85,6 +85,27 @@ def from_main(obj: Any) -> Any:
     return box[0]
 
 
+def share_decision(trains: bool | None) -> bool:
+    """Rank 0 decides whether the run trains (``trains``; None on the other ranks) and every
+    rank returns that decision."""
+    return bool(from_main(trains))
+
+
+def wait_for_main() -> None:
+    """Every rank waits here until rank 0 has arrived too."""
+    if world_size() > 1:
+        dist.barrier()
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Whether ``flag`` is set on at least one rank."""
+    if world_size() == 1:
+        return flag
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def wrap(model: torch.nn.Module) -> torch.nn.Module:
     """DDP around the (compiled) model; the tied matrix stays one parameter."""
     if world_size() == 1:
@@ -97,46 +118,49 @@ def wrap(model: torch.nn.Module) -> torch.nn.Module:
 
 def no_sync(model: torch.nn.Module, last: bool):
     """No gradient all-reduce on the micro-batches before the last one of a step."""
-    import contextlib
-
     return model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
 
 
+class StopRequest:
+    """Set by Ctrl-C, SIGTERM (a scheduler) or SIGUSR2 (SLURM's warning before a time limit or
+    preemption, as submitit asks for it). The loop reads it between steps, saves a checkpoint
+    and stops; nothing is interrupted halfway. A second Ctrl-C stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.previous: dict = {}  # the handlers this one replaced
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    def handle(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def hand_on(self) -> None:
+        """After the checkpoint: SIGUSR2 goes on to the handler it replaced (submitit's
+        requeues the job, which resumes from that checkpoint)."""
+        before = self.previous.get(self.signum)
+        if self.signum == signal.SIGUSR2 and callable(before):
+            before(self.signum, None)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+
 @contextlib.contextmanager
-def signals(hold: bool):
-    """SIGTERM (a scheduler) and SIGUSR2 (SLURM's warning before a time limit or preemption, as
-    submitit asks for it) raise KeyboardInterrupt, so the loop saves a checkpoint; the exception's
-    ``then`` hands SIGUSR2 on to the handler it replaced (submitit's requeues the job). hold:
-    Ctrl-C / SIGTERM / SIGUSR2 wait until the block is done, then go to the handler they would
-    have met (a checkpoint being written would be torn otherwise)."""
-    held, sigs = (
-        [],
-        (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
-        if hold
-        else (signal.SIGTERM, signal.SIGUSR2),
-    )
-
-    def handler(signum, frame):
-        if hold:
-            return held.append(signum)
-        e, before = KeyboardInterrupt(f"signal {signum}"), old.get(signum)
-        e.then = (
-            (lambda: before(signum, frame))
-            if callable(before) and signum == signal.SIGUSR2
-            else None
-        )
-        raise e
-
+def stop_requests():
+    """A StopRequest set by the signals while the block runs; the handlers are restored after."""
+    request = StopRequest()
+    # Not the main thread (some launchers): signals cannot reach this code, nothing to set.
+    with contextlib.suppress(ValueError):
+        request.previous = {s: signal.signal(s, request.handle) for s in request.SIGNALS}
     try:
-        old = {s: signal.signal(s, handler) for s in sigs}
-    except ValueError:  # not the main thread (some launchers): signals cannot reach this code
-        old = {}
-    try:
-        yield
+        yield request
     finally:
-        for s, previous in old.items():
+        for s, previous in request.previous.items():
             signal.signal(s, previous)
-    if held:
-        if callable(before := old.get(held[0])):
-            before(held[0], None)
-        raise KeyboardInterrupt(f"signal {held[0]}")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied import results as R
 from tiedvsuntied.data import DataConfig
 from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
+from tiedvsuntied.results import Status, read_config, read_summary
 
 log = logging.getLogger(__name__)
 SHAPE_KEYS = (
@@ -76,7 +76,7 @@ def _run_dir(path: Path) -> Path | None:
     finished = [
         p.parent
         for p in sorted(path.glob("*/summary.json"))
-        if (s := R.read_summary(p.parent)) and s.status == R.Status.finished
+        if (s := read_summary(p.parent)) and s.status == Status.finished
     ]
     if len(finished) > 1:
         raise ModelConfigError(
@@ -87,15 +87,16 @@ def _run_dir(path: Path) -> Path | None:
 
 
 def read_start(init_from: str) -> Start:
-    """What ``init_from`` names, without loading its weights; one clear line if it cannot start a run."""
+    """What ``init_from`` names, without loading its weights; one clear line if it cannot
+    start a run."""
     path = Path(init_from).expanduser()
     if path.is_dir() and (run := _run_dir(path)) is not None:
         cfg, summary, weights = (
-            R.read_config(run),
-            R.read_summary(run),
+            read_config(run),
+            read_summary(run),
             run / "checkpoints" / "model.pt",
         )
-        if not summary or summary.status != R.Status.finished or not weights.is_file():
+        if not summary or summary.status != Status.finished or not weights.is_file():
             raise ModelConfigError(
                 f"init_from={run}: not a finished run (status "
                 f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
@@ -122,17 +123,15 @@ def read_start(init_from: str) -> Start:
     )
 
 
-def adopt(cfg, start: Start, overrides: list[str]) -> None:
-    """The run takes the start's shapes and tying (in place, before its identity is made); an
-    override that contradicts the start is refused, as is untying an untied head. block_size
-    may be given smaller than the start's (wpe is cropped)."""
+def adopt(cfg, start: Start, overrides: list[str]):
+    """A copy of the run's config with the start's shapes and tying; an override that
+    contradicts the start is refused, as is untying an untied head. block_size may be given
+    smaller than the start's (wpe is cropped)."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     for key in SHAPE_KEYS:
         ours, theirs = getattr(cfg.model, key), getattr(start.model, key)
-        if key == "vocab_size" or (
-            key == "block_size" and ours < theirs
-        ):  # the tokenizer is checked with the data
-            continue
+        if key == "vocab_size" or (key == "block_size" and ours < theirs):
+            continue  # the tokenizer is checked with the data; a shorter block crops wpe
         if ("model" in given or f"model.{key}" in given) and ours != theirs:
             raise ModelConfigError(
                 f"model.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
@@ -148,16 +147,12 @@ def adopt(cfg, start: Start, overrides: list[str]) -> None:
             f"finetune.untie={Untie(cfg.finetune.untie).value} needs a tied start; init_from is "
             "untied: use finetune.untie=keep"
         )
-    block = (
-        min(cfg.model.block_size, start.model.block_size)
-        if "model.block_size" in given
-        else start.model.block_size
-    )
-    cfg.model = dataclasses.replace(
-        cfg.model, **{k: getattr(start.model, k) for k in SHAPE_KEYS}, name=start.model.name
-    )
-    cfg.model.block_size = block
-    cfg.tie = start.tie
+    block = start.model.block_size
+    if "model.block_size" in given:
+        block = min(cfg.model.block_size, block)
+    shapes = {k: getattr(start.model, k) for k in SHAPE_KEYS}
+    model = dataclasses.replace(cfg.model, **{**shapes, "block_size": block}, name=start.model.name)
+    return dataclasses.replace(cfg, model=model, tie=start.tie)
 
 
 def build(start: Start, cfg, seed: int) -> GPT:
@@ -187,8 +182,8 @@ def build(start: Start, cfg, seed: int) -> GPT:
     counts = set_trainable(model, cfg.finetune.trainable.value)
     if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):
         log.warning(
-            "finetune.trainable=%s on a tied model trains the one shared matrix: the embedding (and "
-            "every token's row) moves too; finetune.untie=copy trains a separate head",
+            "finetune.trainable=%s on a tied model trains the one shared matrix: the embedding "
+            "(and every token's row) moves too; finetune.untie=copy trains a separate head",
             cfg.finetune.trainable.value,
         )
     if counts["trainable"] == 0:

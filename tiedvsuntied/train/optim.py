@@ -4,24 +4,12 @@ switch of scheduled untying (``untie_at``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from tiedvsuntied.train.config import OptimConfig, untie_step
 
-@dataclass
-class OptimConfig:
-    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
-
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    decay_embeddings: bool = False  # also decay wte/lm_head (the shared matrix when tied)
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
+__all__ = ["OptimConfig", "build_optimizer", "lr_at", "untie", "untie_step"]
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -50,20 +38,6 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
     min_lr = cfg.lr * cfg.min_lr_ratio
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
-
-
-def untie_step(untie_at: float | None, max_steps: int) -> int | None:
-    """``untie_at`` as a step: a fraction of training (< 1) or a step (a whole number >= 1).
-    Raises ValueError, naming the key, where that is not a step inside training."""
-    if untie_at is None:
-        return None
-    step = round(untie_at * max_steps) if untie_at < 1 else int(untie_at)
-    if untie_at <= 0 or (untie_at >= 1 and untie_at != step) or not 1 <= step < max_steps:
-        raise ValueError(
-            f"untie_at={untie_at} is invalid: use a fraction in (0, 1) or a whole step in "
-            f"[1, trainer.max_steps={max_steps}) (here it gives step {step})"
-        )
-    return step
 
 
 def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

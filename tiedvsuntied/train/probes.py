@@ -106,28 +106,9 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
         arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(
             1e-12
         )
-    for s, ids in vocab_strata(freq).items():
-        if len(ids) < 2:
-            continue
-        ids_t = torch.from_numpy(ids).to(e.device)
-        p = f"probe/{s}/"
-        scalars[p + "emb_norm_mean"] = emb_norm[ids_t].mean().item()
-        scalars[p + "head_norm_mean"] = head_norm[ids_t].mean().item()
-        rows = sample_rows(ids)
-        n_pairs = len(rows) * (len(rows) - 1)
-        i, j = (t.to(e.device) for t in _kept_pairs(len(rows)))
-        for name, w in (("emb", e), ("head", h)):
-            if w is None:
-                continue
-            raw, centred = _cosines(w[torch.from_numpy(rows).to(w.device)])
-            scalars[p + f"{name}_cos_mean"] = (raw.sum() / n_pairs).item()
-            scalars[p + f"{name}_ccos_abs_mean"] = (centred.abs().sum() / n_pairs).item()
-            if name == "emb":
-                scalars[p + "emb_cos_abs_mean"] = (raw.abs().sum() / n_pairs).item()
-                arrays.update({f"cos_{s}": raw[i, j], f"ccos_{s}": centred[i, j]})
-        if h is not None:
-            scalars[p + "in_out_cos_mean"] = arrays["in_out_cos"][ids_t].mean().item()
-        arrays[f"rows_{s}"] = torch.from_numpy(rows)
+    for stratum, ids in vocab_strata(freq).items():
+        if len(ids) >= 2:
+            _probe_stratum(stratum, ids, e, h, scalars, arrays)
     if parts := [arrays[f"rows_{s}"] for s in ("rare", "frequent") if f"rows_{s}" in arrays]:
         seen = torch.cat(parts).sort().values
         arrays.update(
@@ -135,11 +116,38 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
             emb_seen=e[seen.to(e.device)],
             **({} if h is None else {"head_seen": h[seen.to(h.device)]}),
         )
-    dtype = lambda k: (
-        np.int64 if k.startswith("rows_") else np.float16 if k.endswith("_seen") else np.float32
-    )
-    out = {k: v.cpu().numpy().astype(dtype(k)) for k, v in arrays.items()}
+    out = {k: v.cpu().numpy().astype(_dtype(k)) for k, v in arrays.items()}
     return scalars, out
+
+
+def _dtype(key: str):
+    """Row ids exact, the rows of the seen samples in half precision, the rest fp32."""
+    if key.startswith("rows_"):
+        return np.int64
+    return np.float16 if key.endswith("_seen") else np.float32
+
+
+def _probe_stratum(s: str, ids: np.ndarray, e, h, scalars: dict, arrays: dict) -> None:
+    """Stratum ``s``'s scalars and arrays (see probe), added to ``scalars`` and ``arrays``."""
+    ids_t = torch.from_numpy(ids).to(e.device)
+    p = f"probe/{s}/"
+    scalars[p + "emb_norm_mean"] = arrays["emb_norm"][ids_t].mean().item()
+    scalars[p + "head_norm_mean"] = arrays["head_norm"][ids_t].mean().item()
+    rows = sample_rows(ids)
+    n_pairs = len(rows) * (len(rows) - 1)
+    i, j = (t.to(e.device) for t in _kept_pairs(len(rows)))
+    for name, w in (("emb", e), ("head", h)):
+        if w is None:
+            continue
+        raw, centred = _cosines(w[torch.from_numpy(rows).to(w.device)])
+        scalars[p + f"{name}_cos_mean"] = (raw.sum() / n_pairs).item()
+        scalars[p + f"{name}_ccos_abs_mean"] = (centred.abs().sum() / n_pairs).item()
+        if name == "emb":
+            scalars[p + "emb_cos_abs_mean"] = (raw.abs().sum() / n_pairs).item()
+            arrays.update({f"cos_{s}": raw[i, j], f"ccos_{s}": centred[i, j]})
+    if h is not None:
+        scalars[p + "in_out_cos_mean"] = arrays["in_out_cos"][ids_t].mean().item()
+    arrays[f"rows_{s}"] = torch.from_numpy(rows)
 
 
 @torch.no_grad()

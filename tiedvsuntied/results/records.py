@@ -1,0 +1,322 @@
+"""The results contract as code: what a run writes (summary.json, index.json) and the readers
+the analysis uses; docs/ARCHITECTURE.md draws the layout. No torch: the reading side imports it.
+
+A run is identified by its config: ``run_id`` is its name plus a hash of every key that can
+change the result, so the same command run again finds the same directory and resumes it.
+The trainer writes through this module and the analysis reads through it; it imports neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+
+
+class Status(str, Enum):
+    """A run's state. ``diverged`` (NaN/inf loss) is a result of the study, not an error;
+    ``failed`` and ``running`` (killed) runs resume when the command is run again."""
+
+    running = "running"
+    finished = "finished"
+    diverged = "diverged"
+    failed = "failed"
+
+    @property
+    def done(self) -> bool:
+        return self in (Status.finished, Status.diverged)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+@dataclass
+class RunSummary:
+    """``summary.json``: one run's identity, status and headline numbers."""
+
+    run_id: str
+    name: str
+    sweep: str
+    tie: bool
+    init_std: str  # canonical spelling (model.canonical_init_std)
+    model: str
+    seed: int
+    status: Status = Status.running
+    error: str | None = None
+    init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
+    n_layer: int = 0
+    n_head: int = 0
+    n_embd: int = 0
+    vocab_size: int = 0
+    block_size: int = 0
+    t5_rescale: bool = False
+    data: str = ""
+    data_fingerprint: str = ""
+    max_steps: int = 0
+    params: dict = field(default_factory=dict)  # model.count_parameters
+    untie_at: float | None = None  # scheduled untying: the config's value
+    untie_step: int | None = None  # ... as a step
+    params_untied: dict | None = (
+        None  # model.count_parameters after the switch (or a resume past it)
+    )
+    flops_per_token: float | None = None
+    step: int = 0
+    tokens: int = 0
+    init_val_loss: float | None = None
+    init_logit_std: float | None = None
+    init_self_logit: float | None = None  # step 0: mean logit of the input token itself
+    init_self_target_frac: float | None = (
+        None  # validation positions whose target is the input token
+    )
+    final_val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    test_loss: float | None = None
+    test_loss_at_best: float | None = None  # test split at best_step: early stopping on validation
+    seen_vocab_frac: float | None = (
+        None  # of the vocabulary, the part that occurs in the train split
+    )
+    clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
+    peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
+    diverged_at_step: int | None = None
+    resumed_from_step: int | None = None
+    wandb_run_id: str | None = None
+    wandb_mode: str | None = None
+    wandb_dir: str | None = None
+    device: str | None = None
+    world_size: int = 1  # processes that trained it (torchrun)
+    precision: str | None = None
+    compiled: bool | None = None
+    started_at: str = field(default_factory=now)
+    updated_at: str = field(default_factory=now)
+    wall_time_s: float | None = None
+
+    def to_dict(self) -> dict:
+        d = {k: jsonable(v) for k, v in dataclasses.asdict(self).items()}
+        d["status"] = Status(self.status).value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSummary:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in d.items() if k in names}
+        kept["status"] = Status(kept.get("status", "running"))
+        for k, v in kept.items():  # nan/inf were written as strings (JSON has no such numbers)
+            if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+                kept[k] = float(v)
+        return cls(**kept)
+
+    def update(self, **values) -> None:
+        for k, v in values.items():
+            setattr(self, k, v)
+
+    def write(self, run_dir: Path) -> None:
+        self.updated_at = now()
+        write_json(Path(run_dir) / "summary.json", self.to_dict())
+
+
+@dataclass
+class IndexEntry:
+    """One run in ``<sweep>/index.json``: how it was asked for and where it stands."""
+
+    name: str
+    status: Status
+    path: str  # the run directory, relative to the sweep directory
+    updated_at: str = field(default_factory=now)
+    overrides: list = field(default_factory=list)  # the Hydra overrides that made it
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def atomic_write(path: Path, data: bytes | str | Callable[[BinaryIO], Any]) -> None:
+    """Write ``data`` (or what ``data(file)`` writes, e.g. ``lambda f: torch.save(obj, f)``)
+    to ``path`` so that a reader, or a kill, sees the old file or the new one, never a torn
+    one: temporary file, fsync, rename. The one writer of every result file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        if callable(data):
+            data(f)
+        else:
+            f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def jsonable(value: Any) -> Any:
+    """nan/inf become strings (JSON has no such numbers), enums their values, 0-d arrays numbers."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return jsonable(value.item())
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(jsonable(obj), indent=2, sort_keys=True, default=str) + "\n")
+
+
+def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
+    """Record one run in ``<sweep>/index.json`` (locked: parallel jobs share the file)."""
+    from filelock import FileLock
+
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(sweep_dir / ".index.lock")):
+        index = read_json(sweep_dir / "index.json") or {}
+        if not entry.overrides:  # a rerun without overrides keeps those of the first call
+            entry.overrides = index.get(run_id, {}).get("overrides", [])
+        index[run_id] = {**dataclasses.asdict(entry), "status": Status(entry.status).value}
+        write_json(sweep_dir / "index.json", index)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_summary(run_dir: Path) -> RunSummary | None:
+    d = read_json(Path(run_dir) / "summary.json")
+    try:
+        return RunSummary.from_dict(d) if d else None
+    except (TypeError, ValueError):
+        return None
+
+
+def read_index(sweep_dir: Path) -> dict[str, IndexEntry]:
+    index = read_json(Path(sweep_dir) / "index.json") or {}
+    return {
+        run_id: IndexEntry(**{**e, "status": Status(e["status"])}) for run_id, e in index.items()
+    }
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The lines of ``metrics.jsonl``; a line cut short by a kill is skipped."""
+    try:
+        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def read_config(run_dir: Path) -> dict:
+    try:
+        return yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+# ---------------------------------------------------------------------------- identity
+
+# Keys that change where and how a run is recorded, not what it computes.
+IDENTITY_EXCLUDE = (
+    "sweep",
+    "results_dir",
+    "wandb",
+    "trainer.progress",
+    "trainer.log_interval",
+    "trainer.ckpt_interval",
+    "trainer.peak_tflops",
+    "trainer.device",
+    "data.cache_dir",
+    "data.num_threads",
+    "data.files",  # files: replaced by the corpus fingerprint (content)
+)
+
+
+# Keys added after results existed, at the values that change nothing: left out of the hash, so
+# runs made before a key existed keep their identity (a rerun still skips or resumes them).
+NEUTRAL = {
+    "init_from": None,
+    "untie_at": None,
+    "finetune": {"untie": "keep", "trainable": "all"},
+    "model.logit_scale": "1",
+    "model.emb_scale": "1",
+}
+
+
+def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
+    """``tied_init0.036_nano_seed0``: no '=' or ',', so a run's path can be given to Hydra
+    (``init_from=PATH``) as it is."""
+    init = init_std.replace("/", "_")
+    model = model.rstrip("/").rsplit("/", 1)[-1]  # a Hugging Face start is named by its path
+    return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}"
+
+
+def run_id(config: dict, name: str, data_fingerprint: str) -> str:
+    """``<name>-<hash>``: the hash covers every key of the resolved ``config`` (a plain dict,
+    init_std already canonical) that can change the result, and the data's fingerprint."""
+    tree = json.loads(json.dumps(config, default=str))
+    for key in IDENTITY_EXCLUDE:
+        node, _, leaf = key.partition(".")
+        (tree.get(node, {}) if leaf else tree).pop(leaf or node, None)
+    for key, neutral in NEUTRAL.items():
+        node, _, leaf = key.partition(".")
+        parent = tree.get(node, {}) if leaf else tree
+        if (leaf or node) in parent and parent[leaf or node] == neutral:
+            del parent[leaf or node]
+    tree["data_fingerprint"] = data_fingerprint
+    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}-{digest}"
+
+
+def find_run_dir(sweep_dir: Path, run_id: str) -> Path:
+    """The directory of ``run_id`` in the sweep: found by the hash alone, so a run recorded
+    under an older naming scheme (``tie=true_init=...-<hash>``) is still skipped or resumed."""
+    sweep_dir = Path(sweep_dir)
+    digest = run_id.rsplit("-", 1)[-1]
+    if not (sweep_dir / run_id).is_dir():
+        for old in sorted(sweep_dir.glob(f"*-{digest}")):
+            if (old / "summary.json").is_file():
+                return old
+    return sweep_dir / run_id
+
+
+def wandb_id(sweep: str, run_id: str) -> str:
+    """A stable W&B run id, so a resumed run continues the same W&B run."""
+    return "tvu-" + hashlib.sha256(f"{sweep}/{run_id}".encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- secrets
+
+_SECRET = re.compile(r"(?i)(api[_-]?key|token|secret|password)(\s*[=:]\s*)\S+")
+_KEY_SHAPE = re.compile(r"\b[0-9a-f]{40}\b")  # the shape of a W&B API key
+
+
+def scrub(text: str) -> str:
+    """``text`` without credentials: secret-looking environment values, key=value secrets."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and any(
+            s in name.upper() for s in ("KEY", "TOKEN", "SECRET", "PASSWORD")
+        ):
+            text = text.replace(value, "***")
+    return _KEY_SHAPE.sub("***", _SECRET.sub(r"\1\2***", text))

@@ -1,0 +1,224 @@
+"""The run's config as Hydra composes it (conf/config.yaml), each field with its doc and, in
+``__post_init__``, its check (as torchtitan's config does); ``check_config`` adds what needs
+the machine or the files. A check never changes the config."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from tiedvsuntied.data import DataConfig, check_data
+from tiedvsuntied.model import ModelConfig, canonical_init_std
+from tiedvsuntied.model import check_config as check_model
+from tiedvsuntied.results import WandbConfig
+from tiedvsuntied.train import dist
+from tiedvsuntied.train.finetune import FinetuneConfig, Start, adopt, read_start
+from tiedvsuntied.train.hardware import Precision, resolve_device
+
+
+class ConfigError(ValueError):
+    """A config a run cannot start with; the message is one line naming the key."""
+
+
+def show(value) -> str:
+    """A value as the user would have typed it: ``5``, not ``5.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is valid)
+
+
+def check_fields(prefix: str, obj, rules: dict[str, Rule]) -> None:
+    """Raise a one-line ConfigError for the first field of ``obj`` its rule refuses."""
+    for key, (ok, valid) in rules.items():
+        value = getattr(obj, key)
+        if not ok(value):
+            raise ConfigError(f"{prefix}{key}={show(value)} is invalid: it must be {valid}")
+
+
+AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
+
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    decay_embeddings: bool = False  # also decay wte/lm_head (the shared matrix when tied)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
+
+    def __post_init__(self) -> None:
+        check_fields(
+            "optim.",
+            self,
+            {
+                "lr": (lambda v: v > 0, "> 0"),
+                "min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+                "warmup_steps": (lambda v: v >= 0, ">= 0"),
+                "weight_decay": (lambda v: v >= 0, ">= 0"),
+                "beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+                "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+                "eps": (lambda v: v > 0, "> 0"),
+                "grad_clip": (lambda v: v >= 0, ">= 0 (0 disables)"),
+            },
+        )
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 2000
+    batch_size: int = 8  # sequences per micro-batch (of all processes together)
+    grad_accum: int = 1  # micro-batches per optimizer step
+    eval_interval: int = 100  # also at step 0 (the initial loss is a result) and the last step
+    eval_windows: int = 0  # fixed validation/test windows, the same for every run; 0 = all that fit
+    eval_batch_size: int = 16
+    log_interval: int = 10
+    ckpt_interval: int = 200  # also at the last step and on Ctrl-C / SIGTERM
+    precision: Precision = Precision.auto
+    compile: bool | None = None  # null: on CUDA, and on CPU for runs of >= 500 steps
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | cuda:free (a GPU no other job holds)
+    loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits
+    test_eval: bool = True
+    peak_tflops: float = 0.0  # MFU denominator; 0 measures this machine's matmul peak at start
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        steps = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batch_size")
+        check_fields(
+            "trainer.",
+            self,
+            {
+                **dict.fromkeys((*steps, "log_interval", "ckpt_interval"), AT_LEAST_1),
+                "eval_windows": (lambda v: v >= 0, ">= 0 (0 = the whole split)"),
+                "loss_chunk": (lambda v: v >= 0, ">= 0 (0 = full logits)"),
+                "peak_tflops": (lambda v: v >= 0, ">= 0 (0 = measure)"),
+            },
+        )
+
+
+SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def untie_step(untie_at: float | None, max_steps: int) -> int | None:
+    """``untie_at`` as a step: a fraction of training (< 1) or a step (a whole number >= 1).
+    Raises ConfigError, naming the key, where that is not a step inside training."""
+    if untie_at is None:
+        return None
+    step = round(untie_at * max_steps) if untie_at < 1 else int(untie_at)
+    if untie_at <= 0 or (untie_at >= 1 and untie_at != step) or not 1 <= step < max_steps:
+        raise ConfigError(
+            f"untie_at={show(untie_at)} is invalid: use a fraction in (0, 1) or a whole step in "
+            f"[1, trainer.max_steps={max_steps}) (here it gives step {step})"
+        )
+    return step
+
+
+@dataclass
+class Config:
+    """The whole run, as Hydra composes it (conf/config.yaml). ``tie``, ``init_std`` and
+    ``seed`` are top-level because they are what a sweep varies; the model node is the
+    architecture only."""
+
+    tie: bool = True  # lm_head.weight is wte.weight
+    untie_at: float | None = None  # tied until this step (>= 1) or fraction (< 1), then a copy
+    init_std: str = "0.02"  # std of wte and the untied head: a number, or inv_sqrt_d
+    seed: int = 0  # model init, batch order, dropout: tied and untied share it
+    sweep: str = "default"  # results/<sweep>/ and the W&B group
+    results_dir: str = "results"
+    init_from: str | None = None  # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def __post_init__(self) -> None:
+        check_fields("", self, {"seed": (lambda v: v >= 0, ">= 0")})
+        if not SWEEP_NAME.match(self.sweep):
+            raise ConfigError(
+                f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"
+            )
+        if untie_step(self.untie_at, self.trainer.max_steps) and not (
+            self.tie and not self.init_from
+        ):
+            raise ConfigError(
+                f"untie_at={show(self.untie_at)} needs tie=true and no init_from "
+                "(finetune.untie unties a start)"
+            )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a checked config implies, worked out once per job: the config with the start's
+    shapes and tying (``init_from``), the start itself, and this process's device."""
+
+    cfg: Config
+    start: Start | None
+    device: torch.device
+
+
+def check_config(cfg: Config, overrides: Sequence[str] = ()) -> RunPlan:
+    """Refuse a config no run can start with, before any data is read (the fields checked
+    themselves when the config was made). With ``init_from`` the plan's config takes the
+    start's shapes and tying (``overrides``: what the user set, which must not contradict
+    them); ``cfg`` itself is left as it is."""
+    try:
+        start = read_start(cfg.init_from) if cfg.init_from else None
+        if start is not None:
+            cfg = adopt(cfg, start, list(overrides))
+        check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # allocates nothing
+        device = resolve_device(dist.device(cfg.trainer.device))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.trainer.batch_size % dist.world_size():
+        raise ConfigError(
+            f"trainer.batch_size={cfg.trainer.batch_size} does not split over "
+            f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
+        )
+    check_data(cfg.data)
+    check_writable(Path(cfg.results_dir))
+    return RunPlan(cfg, start, device)
+
+
+def check_writable(path: Path) -> None:
+    """Whether ``results_dir`` can be written is known only by trying: make it, then remove
+    what was made (nothing is left behind by a check)."""
+    made = [p for p in [path, *path.absolute().parents] if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as e:
+        raise ConfigError(
+            f"results_dir={str(path)!r} cannot be written ({e.strerror or e}): "
+            "choose another results_dir"
+        ) from None
+    finally:
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def resolved_config(cfg: Config) -> dict:
+    """The config as a plain dict, init_std in its canonical spelling (run identity,
+    config.yaml)."""
+    tree = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    tree["init_std"] = canonical_init_std(cfg.init_std)
+    return tree

@@ -1,0 +1,167 @@
+"""Evaluation on the fixed windows, what each evaluation records, and the end of a finished
+run (test losses, the weights it keeps)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import torch
+
+from tiedvsuntied.data.batches import iter_eval_batches
+from tiedvsuntied.results import Status, atomic_write
+from tiedvsuntied.train.config import TrainerConfig
+from tiedvsuntied.train.hardware import autocast
+from tiedvsuntied.train.probes import drift, probe
+from tiedvsuntied.train.state import Run
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def evaluate(
+    model, tokens, block_size: int, trainer: TrainerConfig, device, precision, first=False
+) -> dict:
+    """The loss of each of the split's fixed windows (the same windows every time, every run:
+    paired comparisons and bootstrap intervals over them need that) and their mean. ``first``
+    (step 0): also the logits' std and the mean logit of each input token at its own position
+    (tied, h·e_x: at a large init std it dominates the initial loss)."""
+    model.eval()
+    windows, repeats, out = [], [], {}
+    batches = iter_eval_batches(tokens, block_size, trainer.eval_batch_size, trainer.eval_windows)
+    for i, (x, y) in enumerate(batches):
+        x, y = x.to(device), y.to(device)
+        with autocast(precision, device):
+            logits, loss = model(
+                x,
+                y,
+                loss_chunk=trainer.loss_chunk,
+                return_logits=first and i == 0,
+                reduction="none",
+            )
+        if logits is not None:
+            out["logit_std"] = logits.std().item()
+            out["self_logit"] = logits.gather(-1, x[..., None]).mean().item()
+        windows.append(loss.float().mean(1))
+        repeats.append((x == y).float().mean(1))  # tied: the target is the input token itself
+    model.train()
+    losses = torch.cat(windows).cpu().numpy()
+    if first:
+        out["self_target_frac"] = torch.cat(repeats).mean().item()
+    # the windows are equally long: their mean is the split's loss
+    return {**out, "loss": float(losses.mean()), "windows": losses.astype(np.float32)}
+
+
+def evaluate_split(run: Run, split: str, first: bool = False) -> dict:
+    return evaluate(
+        run.model,
+        run.corpus.tokens(split),
+        run.cfg.model.block_size,
+        run.cfg.trainer,
+        run.device,
+        run.precision,
+        first=first,
+    )
+
+
+def record_evaluation(run: Run, first: bool = False) -> float:
+    """Validation loss (per window, beside the probes) and probes at this step, into the
+    metrics, probes/ and the summary; the validation loss. A new best keeps its weights
+    (best.pt) for the test loss at the end."""
+    state = run.state
+    result = evaluate_split(run, "val", first=first)
+    loss = result["loss"]
+    metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
+    if first:
+        state.init_val_loss = loss
+        state.init_logit_std = result["logit_std"]
+        state.init_self_logit = result["self_logit"]
+        state.init_self_target_frac = result["self_target_frac"]
+        metrics.update(
+            {f"init/{k}": result[k] for k in ("logit_std", "self_logit", "self_target_frac")}
+        )
+    if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
+        state.best_val_loss, state.best_step = loss, state.step
+        if run.cfg.trainer.test_eval:
+            run.checkpoints.save_best(state.step, run.model)
+    scalars, arrays = probe(run.model, run.freq)
+    if run.start_rows is not None:
+        scalars.update(drift(run.model, run.start_rows, run.freq))
+    if run.retain is not None:  # the start's own validation split
+        scalars["retain/loss"] = evaluate(
+            run.model,
+            run.retain.tokens("val"),
+            run.cfg.model.block_size,
+            run.cfg.trainer,
+            run.device,
+            run.precision,
+        )["loss"]
+    save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
+    run.metrics.log({**metrics, **scalars}, state.step)
+    state.last_val_loss = loss
+    run.write_summary()
+    run.write(
+        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
+        f"ppl {math.exp(min(loss, 700)):.4g} | tokens {state.tokens:,}"
+    )
+    return loss
+
+
+def save_arrays(run: Run, step: int, **arrays) -> None:
+    """Add arrays to probes/step_<step>.npz (written whole, atomically)."""
+    path = run.run_dir / "probes" / f"step_{step:07d}.npz"
+    if path.exists() and "val_window_loss" not in arrays:
+        with np.load(path) as saved:
+            arrays = {**{k: saved[k] for k in saved.files}, **arrays}
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def measure_test_loss(run: Run, step: int) -> float:
+    """The test loss of the model as it is, its windows beside step ``step``'s probes."""
+    result = evaluate_split(run, "test")
+    save_arrays(run, step, test_window_loss=result["windows"])
+    return result["loss"]
+
+
+def finish(run: Run) -> None:
+    """Test loss of the final weights and of the best ones, status ``finished``, and only the
+    final weights kept."""
+    record, state = run.record, run.state
+    if run.cfg.trainer.test_eval:
+        record.test_loss = measure_test_loss(run, state.step)
+    run.checkpoints.save_final(run.model, state)  # before the best weights replace them
+    if run.cfg.trainer.test_eval:
+        record_test_at_best(run)
+    record.status = Status.finished
+    run.write_summary()
+    run.checkpoints.finish()
+    log.info(
+        "[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)",
+        record.name,
+        state.last_val_loss,
+        state.best_val_loss,
+        state.best_step,
+        record.test_loss,
+        record.test_loss_at_best,
+    )
+
+
+def record_test_at_best(run: Run) -> None:
+    """The test loss at the best validation step (early stopping's), into the metrics."""
+    record, state = run.record, run.state
+    best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
+    if best is not None:
+        run.model.load_state_dict(best)
+        record.test_loss_at_best = measure_test_loss(run, state.best_step)
+    else:  # the last step is the best, or best.pt is not that step's (a resume diverged from it)
+        record.test_loss_at_best = record.test_loss if state.best_step == state.step else None
+    run.metrics.log(
+        {
+            "tokens": state.tokens,
+            "test/loss": record.test_loss,
+            "test/ppl": math.exp(min(record.test_loss, 700)),
+            "test/loss_at_best": record.test_loss_at_best,
+        },
+        state.step,
+    )
