@@ -156,6 +156,21 @@ def test_binary_data_and_unwritable_results_dir_are_refused(tmp_path):
         assert "\n" not in str(err.value)
 
 
+def test_a_number_that_is_another_widths_inv_sqrt_d_is_explained_once(tmp_path, caplog):
+    """The user's own command (init_std=0.036) on nano (d = 64): one warning naming inv_sqrt_d
+    and this width's value; 0.02 gets none. The config is left as the user wrote it."""
+    cfg = compose(*QUICK, f"results_dir={tmp_path}", "init_std=0.036")
+    with caplog.at_level(logging.WARNING):
+        plan = check_config(cfg)
+    notes = [r.getMessage() for r in caplog.records if "inv_sqrt_d" in r.getMessage()]
+    assert len(notes) == 1 and "d=768" in notes[0] and "d=64 (0.12)" in notes[0]
+    assert plan.cfg.init_std == "0.036"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_config(compose(*QUICK, f"results_dir={tmp_path}", "init_std=0.02"))
+    assert not [r for r in caplog.records if "inv_sqrt_d" in r.getMessage()]
+
+
 @pytest.mark.parametrize(
     "override,echo",
     [("untie_at=5", "untie_at=5 "), ("optim.lr=0", "optim.lr=0 "), ("optim.eps=0.0", "eps=0 ")],

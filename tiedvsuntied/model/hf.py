@@ -95,10 +95,6 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
     )
 
 
-# The old private name: train/finetune.py imports it until it uses config_from_hf.
-_config_from_hf = config_from_hf
-
-
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -16,12 +17,14 @@ import torch
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data import DataConfig, check_data
-from tiedvsuntied.model import ModelConfig, canonical_init_std
+from tiedvsuntied.model import ModelConfig, canonical_init_std, init_std_notes
 from tiedvsuntied.model import check_config as check_model
 from tiedvsuntied.results import WandbConfig
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.finetune import FinetuneConfig, Start, adopt, read_start
 from tiedvsuntied.train.hardware import Precision, resolve_device
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -194,6 +197,8 @@ def check_config(cfg: Config, overrides: Sequence[str] = ()) -> RunPlan:
         )
     check_data(cfg.data)
     check_writable(Path(cfg.results_dir))
+    for note in init_std_notes(cfg.model, cfg.init_std):  # 0.036 is d^-0.5 only at d = 768
+        log.warning(note)
     return RunPlan(cfg, start, device)
 
 

@@ -108,12 +108,12 @@ def read_start(init_from: str) -> Start:
     if path.is_dir() and (path / "config.json").is_file():
         import json
 
-        from tiedvsuntied.model.hf import _config_from_hf
+        from tiedvsuntied.model.hf import config_from_hf
 
         hf = json.loads((path / "config.json").read_text())
         return Start(
             str(path),
-            _config_from_hf(hf, str(path)),
+            config_from_hf(hf, str(path)),
             bool(hf.get("tie_word_embeddings", True)),
             None,
         )
