@@ -71,17 +71,25 @@ def shown_status(status: str, run_dir: Path) -> str:
     return "running (another process)" if lock_held(run_dir) else "stopped (a rerun resumes)"
 
 
-def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
-    """The sweep's runs (those updated since ``since``, a timestamp, if given): status, size
-    and losses, read by ``tiedvsuntied.analysis`` (the one reader of a sweep directory)."""
+def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | None:
+    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory),
+    only the runs updated since ``since`` (a timestamp) if given; None if there are none."""
     try:
         runs = analysis.load_results(sweep_dir).runs
     except analysis.ResultsError:  # no runs yet
-        return pd.DataFrame(columns=TABLE_COLUMNS[:-1])
+        return None
     if since is not None:
         updated = pd.to_datetime(runs["updated_at"], utc=True, errors="coerce", format="ISO8601")
         runs = runs[updated >= pd.Timestamp(since - 1, unit="s", tz="UTC")]
-    runs = runs.sort_values("run_id")
+    return runs.sort_values("run_id") if len(runs) else None
+
+
+def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
+    """The sweep's runs (those updated since ``since``, a timestamp, if given): status, size
+    and losses."""
+    runs = sweep_runs(sweep_dir, since)
+    if runs is None:
+        return pd.DataFrame(columns=TABLE_COLUMNS[:-1])
     table = pd.DataFrame(
         {
             "run": runs["name"],
@@ -228,14 +236,13 @@ def refuse(error: Exception) -> typing.NoReturn:
     raise SystemExit(REFUSED) from None
 
 
-def interrupted_step(config: Config, error: BaseException | None = None) -> int | None:
-    """The step an interrupted run saved: the trainer's exception carries it, else the newest
-    interrupted run of the sweep has it."""
+def interrupted_step(config: Config, since: float, error: BaseException) -> int | None:
+    """The step an interrupted run saved: the trainer's exception carries it, else this job's
+    run recorded it (None: interrupted before the run began)."""
     if getattr(error, "step", None) is not None:
         return error.step
-    try:
-        runs = analysis.load_results(Path(config.results_dir) / config.sweep).runs
-    except analysis.ResultsError:
+    runs = sweep_runs(Path(config.results_dir) / config.sweep, since)
+    if runs is None:
         return None
     runs = runs[runs["error"].fillna("").str.startswith("interrupted")]
     return None if runs.empty else int(runs.sort_values("updated_at")["step"].iloc[-1])
@@ -258,12 +265,13 @@ def main(cfg: DictConfig) -> float | None:
     except USER_ERRORS as e:
         refuse(e)
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
+    started = time.time()
     try:
         summary = train(config, overrides=overrides)
     except USER_ERRORS as e:  # offline and not cached, a start of another tokenizer: no run yet
         refuse(e)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
-        interrupted(interrupted_step(config, e))
+        interrupted(interrupted_step(config, started, e))
     if summary is not None and (summary.error or "").startswith("interrupted"):
         interrupted(summary.step)
     return summary.final_val_loss if summary else None  # for sweepers that optimise
