@@ -31,7 +31,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from tiedvsuntied import analysis
+from tiedvsuntied import analysis, results
 from tiedvsuntied.data import DataError, DataUnavailableError
 from tiedvsuntied.model import ModelConfigError
 from tiedvsuntied.train import Config, ConfigError, check_config, dist, train
@@ -72,16 +72,30 @@ def shown_status(status: str, run_dir: Path) -> str:
 
 
 def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | None:
-    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory),
-    only the runs updated since ``since`` (a timestamp) if given; None if there are none."""
+    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory); with
+    ``since`` (a timestamp), the runs written since then; None if there are none."""
     try:
         runs = analysis.load_results(sweep_dir).runs
     except analysis.ResultsError:  # no runs yet
         return None
-    if since is not None:
-        updated = pd.to_datetime(runs["updated_at"], utc=True, errors="coerce", format="ISO8601")
-        runs = runs[updated >= pd.Timestamp(since - 1, unit="s", tz="UTC")]
+    if since is not None:  # and every run still said to be running: whose it is matters
+        recent = touched(runs, sweep_dir) >= pd.Timestamp(since - 1, unit="s", tz="UTC")
+        runs = runs[recent | (runs["status"] == "running")]
     return runs.sort_values("run_id") if len(runs) else None
+
+
+def touched(runs: pd.DataFrame, sweep_dir: Path) -> pd.Series:
+    """When each run was last written: its summary, or its index entry (a job that finds
+    its run finished, or trained by another process, updates only that)."""
+    index = results.read_index(sweep_dir)
+    stamps = pd.DataFrame(
+        {
+            "summary": runs["updated_at"],
+            "index": [index[r].updated_at if r in index else None for r in runs["run_id"]],
+        }
+    )
+    as_times = stamps.apply(pd.to_datetime, utc=True, errors="coerce", format="ISO8601")
+    return as_times.max(axis=1).set_axis(runs.index)
 
 
 def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
@@ -268,8 +282,8 @@ def main(cfg: DictConfig) -> float | None:
     started = time.time()
     try:
         summary = train(config, overrides=overrides)
-    except USER_ERRORS as e:  # offline and not cached, a start of another tokenizer: no run yet
-        refuse(e)
+    except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
+        refuse(e)  # another tokenizer: raised before the run is made (other errors are the run's)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
         interrupted(interrupted_step(config, started, e))
     if summary is not None and (summary.error or "").startswith("interrupted"):
