@@ -79,8 +79,8 @@ def test_every_job_of_every_experiment_composes_and_passes_the_checks(
     experiment, tmp_path, request
 ):
     results_dir = request.getfixturevalue("pretrained") if experiment == "finetune" else tmp_path
-    data = OmegaConf.to_object(composed(f"+experiment={experiment}")).data
-    corpus = CORPUS_OVERRIDES[1:] if data.source == "text" else []
+    source = composed(f"+experiment={experiment}").data.source
+    corpus = CORPUS_OVERRIDES[1:] if source == "text" else []
     jobs = sweep_jobs(experiment, *corpus, f"results_dir={results_dir}")
     assert len(jobs) > 1 or experiment == "finetune_pretrain"
     sweep_names = {checked(job).sweep for job in jobs}
