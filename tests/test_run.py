@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
 
+from tiedvsuntied.results import run_name
+
 LN_V = math.log(VOCAB)
 
 
@@ -73,14 +75,14 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         assert s["init_std_resolved"]["emb"] == pytest.approx(float(s["init_std"]))
         for k in ("init_val_loss", "final_val_loss", "best_val_loss", "test_loss"):
             assert math.isfinite(s[k]), k
-    tied = runs["tie=true_init=1.0_model=nano_seed=0"]
-    untied = runs["tie=false_init=1.0_model=nano_seed=0"]
+    tied = runs[run_name(True, "1.0", "nano", 0)]
+    untied = runs[run_name(False, "1.0", "nano", 0)]
     assert untied["params"]["total"] - tied["params"]["total"] == VOCAB * 64
 
     # The initial loss is a result of the study: ~ln V for a small head std, far above it for 1.0.
-    for tie in ("true", "false"):
-        small = runs[f"tie={tie}_init=0.036_model=nano_seed=0"]["init_val_loss"]
-        large = runs[f"tie={tie}_init=1.0_model=nano_seed=0"]["init_val_loss"]
+    for tie in (True, False):
+        small = runs[run_name(tie, "0.036", "nano", 0)]["init_val_loss"]
+        large = runs[run_name(tie, "1.0", "nano", 0)]["init_val_loss"]
         assert abs(small - LN_V) < 0.5, small
         assert large > LN_V + 5, large
 
