@@ -275,13 +275,13 @@ def main(cfg: DictConfig) -> float | None:
     try:  # a user's mistake: one line, exit 2, nothing written
         check_overrides(overrides)
         config = OmegaConf.to_object(cfg)
-        check_config(config, overrides)
+        plan = check_config(config, overrides)  # what init_from implies, worked out once
     except USER_ERRORS as e:
         refuse(e)
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
     started = time.time()
     try:
-        summary = train(config, overrides=overrides)
+        summary = train(plan or config, overrides=overrides)  # a plan is not checked again
     except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
         refuse(e)  # another tokenizer: raised before the run is made (other errors are the run's)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
