@@ -251,8 +251,8 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
         and done["step"] == 100
         and done["resumed_from_step"] < s["step"]
     )
-    # Finished: resuming is over, so only the weights stay.
-    assert sorted(p.name for p in ckpts.iterdir()) == ["last.pt.bad", "model.pt"]
+    # Finished: resuming is over, so only the weights stay (the unreadable copy too is gone).
+    assert sorted(p.name for p in ckpts.iterdir()) == ["model.pt"]
 
 
 @pytest.mark.slow
@@ -276,12 +276,12 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     proc = run_cli(["-m", *args, "trainer.max_steps=12"], cwd=tmp_path, env_extra=env)
     # Hydra reports the failed job after running the others
     assert proc.returncode == 1, proc.stderr[-3000:]
-    runs = list((tmp_path / "results" / "mixed").glob("*/summary.json"))
-    by = {}
-    for p in runs:
-        s = json.loads(p.read_text())
-        cfg = (p.parent / "config.yaml").read_text()
-        by[("block_size: 128" in cfg, "lr: 100000.0" in cfg)] = s
+    sweep = tmp_path / "results" / "mixed"
+    by = {}  # (block_size 128?, lr 1e5?) -> summary; a run that failed at set-up has no config.yaml
+    for run_id, entry in json.loads((sweep / "index.json").read_text()).items():
+        asked = entry["overrides"]
+        key = ("model.block_size=128" in asked, "optim.lr=100000.0" in asked)
+        by[key] = json.loads((sweep / run_id / "summary.json").read_text())
     assert len(by) == 4
     assert by[(False, False)]["status"] == "finished"
     diverged = by[(False, True)]

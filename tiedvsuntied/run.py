@@ -72,35 +72,45 @@ def shown_status(status: str, run_dir: Path) -> str:
 
 
 def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | None:
-    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory); with
-    ``since`` (a timestamp), the runs written since then; None if there are none."""
+    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory) with
+    each run's entry of the sweep's index (``overrides``, ``indexed_at``); with ``since`` (a
+    timestamp), only the runs written since then; None if there are none."""
     try:
         runs = analysis.load_results(sweep_dir).runs
     except analysis.ResultsError:  # no runs yet
         return None
+    index = results.read_index(sweep_dir)
+    entries = [index.get(run_id) for run_id in runs["run_id"]]
+    runs["overrides"] = [set(entry.overrides) if entry else set() for entry in entries]
+    runs["indexed_at"] = [entry.updated_at if entry else None for entry in entries]
     if since is not None:  # and every run still said to be running: whose it is matters
-        recent = touched(runs, sweep_dir) >= pd.Timestamp(since - 1, unit="s", tz="UTC")
+        recent = last_written(runs) >= pd.Timestamp(since - 1, unit="s", tz="UTC")
         runs = runs[recent | (runs["status"] == "running")]
     return runs.sort_values("run_id") if len(runs) else None
 
 
-def touched(runs: pd.DataFrame, sweep_dir: Path) -> pd.Series:
-    """When each run was last written: its summary, or its index entry (a job that finds
-    its run finished, or trained by another process, updates only that)."""
-    index = results.read_index(sweep_dir)
-    stamps = pd.DataFrame(
-        {
-            "summary": runs["updated_at"],
-            "index": [index[r].updated_at if r in index else None for r in runs["run_id"]],
-        }
-    )
+def last_written(runs: pd.DataFrame) -> pd.Series:
+    """When each run was last written: its summary, or its index entry (a job that finds its
+    run finished, or trained by another process, updates only that)."""
+    stamps = runs[["updated_at", "indexed_at"]]
     as_times = stamps.apply(pd.to_datetime, utc=True, errors="coerce", format="ISO8601")
-    return as_times.max(axis=1).set_axis(runs.index)
+    return as_times.max(axis=1)
+
+
+def distinguishing(overrides: pd.Series) -> list[str]:
+    """What else the user set that tells runs apart (optim.lr=...): the overrides that not
+    every run shares, less the axes the run's name already shows."""
+    shared = set.intersection(*overrides) if len(overrides) else set()
+    named = ("tie=", "init_std=", "model=", "seed=")
+    return [
+        " ".join(sorted(o for o in asked - shared if not o.startswith(named)))
+        for asked in overrides
+    ]
 
 
 def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
-    """The sweep's runs (those updated since ``since``, a timestamp, if given): status, size
-    and losses."""
+    """The sweep's runs (those written since ``since``, a timestamp, if given): status, size
+    and losses, and what else tells them apart."""
     runs = sweep_runs(sweep_dir, since)
     if runs is None:
         return pd.DataFrame(columns=TABLE_COLUMNS[:-1])
@@ -114,8 +124,7 @@ def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
             "init val": runs["init_val_loss"],
             "final val": runs["final_val_loss"],
             "test": runs["test_loss"],
-            # what else tells runs apart (optim.lr=..., model.t5_rescale=...)
-            "also": runs["variant"].fillna(""),
+            "also": distinguishing(runs["overrides"]),
         },
         columns=TABLE_COLUMNS,
     )
