@@ -50,7 +50,8 @@ TABLE_COLUMNS = ["run", "status", "params", "init val", "final val", "test", "al
 
 
 def lock_held(run_dir: Path) -> bool:
-    """Whether a process is training this run now (the trainer holds ``<run>/.lock``)."""
+    """Whether a process is training this run now (the trainer holds ``<run>/.lock``). A free
+    lock is taken and let go at once: filelock has no way to ask without taking it."""
     path = Path(run_dir) / ".lock"
     if not path.exists():
         return False
