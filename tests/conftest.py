@@ -4,13 +4,16 @@ Nothing here reaches the network. With ``../shared/data`` beside the checkout (C
 developers' machines) the end-to-end tests train on Tiny Shakespeare with the GPT-2
 encoding from its tiktoken cache. Without it (a fresh clone elsewhere) they use GPT-2 if
 tiktoken can load it (its normal download), else a corpus generated here with the built-in
-byte-level encoding (V = 257): every pipeline test still runs.
+byte-level encoding (V = 257): every pipeline test still runs. A test about the GPT-2 tokenizer
+itself is marked ``needs_gpt2`` and skips, saying why, where it cannot be loaded.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,11 +55,21 @@ def generated_corpus(path: Path, n_words: int = 60_000, seed: int = 0) -> Path:
     return path
 
 
-USE_GPT2 = SHAKESPEARE.exists() and gpt2_available()
-CORPUS = (
-    SHAKESPEARE
-    if USE_GPT2
-    else generated_corpus(Path(tempfile.mkdtemp(prefix="tvu-corpus-")) / "corpus.txt")
+def generated_corpus_dir() -> Path:
+    """A folder for the generated corpus, removed when the test session's process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="tvu-corpus-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+GPT2 = gpt2_available()
+USE_GPT2 = SHAKESPEARE.exists() and GPT2
+CORPUS = SHAKESPEARE if USE_GPT2 else generated_corpus(generated_corpus_dir() / "corpus.txt")
+# For a test about the GPT-2 tokenizer itself: a fresh clone offline has no copy of it.
+needs_gpt2 = pytest.mark.skipif(
+    not GPT2,
+    reason="the GPT-2 tokenizer cannot be loaded here (offline and not cached): "
+    "set TIKTOKEN_CACHE_DIR=../shared/data/tiktoken",
 )
 CORPUS_OVERRIDES = [
     "data=text",

@@ -1,8 +1,10 @@
-"""The benchmark a user reruns: real training steps in their own processes, MFU against the
-peak measured in the same run, ratios to the baseline; a device that is not there is one line."""
+"""The benchmark a user reruns: real training steps in their own processes, a row per size,
+head and variant with MFU against the peak measured in the same run; a command line it cannot
+run is one line and exit code 2."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -10,6 +12,8 @@ import sys
 
 import pytest
 from conftest import REPO
+
+from tiedvsuntied.bench import VARIANTS
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -24,32 +28,46 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_bench_reports_speed_memory_and_mfu_as_ratios_within_one_run():
+def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run():
+    sizes, batch, block = ["nano", "micro"], 2, 32
     out = _bench(
-        "--sizes",
-        "nano",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--no-compile",
-        "--tie",
-        "true",
+        *("--sizes", ",".join(sizes), "--tie", "true,false", "--no-compile"),
+        *("--steps", "2", "--warmup", "1", "--batch-size", str(batch), "--block-size", str(block)),
         "--json",
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout)
-    rows = {r["variant"]: r for r in result["rows"]}
-    assert len(rows) == 3 and all(
-        r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0 for r in rows.values()
+    result = json.loads(out.stdout)  # stdout is the JSON alone; progress went to stderr
+    rows = {(r["size"], r["tie"], r["variant"]): r for r in result["rows"]}
+    eager = [v.name for v in VARIANTS if not v.compile]
+    assert sorted(rows) == sorted(itertools.product(sizes, [True, False], eager))
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0 and r["timed_steps"] >= 1
+        assert 0 < r["mfu"] <= 1, r  # a FLOP count or a peak off by a factor shows here
+        # the two speeds a user reads agree: tokens per step over the step time
+        assert r["tokens_per_s"] * r["step_ms"] / 1000 == pytest.approx(batch * block)
+    untied, tied = rows["micro", False, eager[0]], rows["micro", True, eager[0]]
+    assert untied["params"] - tied["params"] == 50257 * 128  # the untied head, at GPT-2's V
+    # MFU is against the peak this very run measured and printed first
+    peaks = result["peak_tflops"]
+    assert out.stderr.startswith(
+        f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
+        f"bf16 {peaks['bf16']:.3f} TFLOP/s"
     )
-    assert rows["baseline: fp32 eager, full-logit CE"]["speedup_vs_baseline"] == 1.0
-    assert result["peak_tflops"]["fp32"] > 0 and result["peak_tflops"]["bf16"] > 0
-    for (
-        r
-    ) in rows.values():  # MFU = FLOPs/token x tokens/s over the same run's peak of that precision
-        peak = result["peak_tflops"][r["precision"]] * 1e12
-        assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / peak)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: large, medium, micro,"),
+        (["--tie", "maybe"], "error: --tie=maybe is invalid: use true, false or true,false"),
+        (["--steps", "0"], "error: --steps=0: it must be >= 1"),
+    ],
+)
+def test_a_command_line_the_benchmark_cannot_run_is_one_line_and_exit_2(args, said):
+    out = _bench(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(said)
 
 
 @pytest.mark.skipif(
@@ -57,7 +75,7 @@ def test_bench_reports_speed_memory_and_mfu_as_ratios_within_one_run():
 )
 def test_bench_on_a_device_that_is_not_there_says_so_in_one_line():
     out = _bench("--device", "cuda", "--sizes", "nano")
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr.strip() == (
         "error: --device=cuda but CUDA is not available here: use --device=cpu or auto"
     )

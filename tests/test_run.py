@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
 
+from tiedvsuntied.results import run_name
+
 LN_V = math.log(VOCAB)
 
 
@@ -29,7 +31,7 @@ def summaries(sweep_dir: Path) -> dict[str, dict]:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def wandb_inspect(run_dir: Path, *args: str):
@@ -73,14 +75,14 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         assert s["init_std_resolved"]["emb"] == pytest.approx(float(s["init_std"]))
         for k in ("init_val_loss", "final_val_loss", "best_val_loss", "test_loss"):
             assert math.isfinite(s[k]), k
-    tied = runs["tie=true_init=1.0_model=nano_seed=0"]
-    untied = runs["tie=false_init=1.0_model=nano_seed=0"]
+    tied = runs[run_name(True, "1.0", "nano", 0)]
+    untied = runs[run_name(False, "1.0", "nano", 0)]
     assert untied["params"]["total"] - tied["params"]["total"] == VOCAB * 64
 
     # The initial loss is a result of the study: ~ln V for a small head std, far above it for 1.0.
-    for tie in ("true", "false"):
-        small = runs[f"tie={tie}_init=0.036_model=nano_seed=0"]["init_val_loss"]
-        large = runs[f"tie={tie}_init=1.0_model=nano_seed=0"]["init_val_loss"]
+    for tie in (True, False):
+        small = runs[run_name(tie, "0.036", "nano", 0)]["init_val_loss"]
+        large = runs[run_name(tie, "1.0", "nano", 0)]["init_val_loss"]
         assert abs(small - LN_V) < 0.5, small
         assert large > LN_V + 5, large
 
@@ -110,9 +112,9 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         assert got["summary"]["params/total"] == s["params"]["total"]
         assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
         hist = [
-            json.loads(l)["history"]["item"]
-            for l in wandb_inspect(rd).splitlines()
-            if '"type":"history"' in l
+            json.loads(line)["history"]["item"]
+            for line in wandb_inspect(rd).splitlines()
+            if '"type":"history"' in line
         ]
         local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
         wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
@@ -196,7 +198,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
         metrics(tmp_path / "ref" / "resume" / reference["run_id"]),
     )
     assert [r["step"] for r in got] == [r["step"] for r in want]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         timing = ("train/tokens_per_s", "train/mfu")
         assert g.keys() == w.keys()
         assert {k: v for k, v in g.items() if k not in timing} == pytest.approx(
@@ -228,10 +230,12 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
-    assert proc.returncode != 0
     [s] = summaries(sweep).values()
     assert s["status"] == "failed" and "interrupted" in s["error"]
     assert 5 <= s["step"] < 100
+    # One line, no traceback, and the exit code a shell gives Ctrl-C.
+    said = f"interrupted at step {s['step']}: rerun the same command to resume"
+    assert (proc.returncode, proc.stderr.read().strip()) == (130, said)
     ckpts = sweep / s["run_id"] / "checkpoints"
     last = ckpts / "last.pt"
     assert last.exists() and (ckpts / "prev.pt").exists()
@@ -247,8 +251,8 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
         and done["step"] == 100
         and done["resumed_from_step"] < s["step"]
     )
-    # Finished: resuming is over, so only the weights stay.
-    assert sorted(p.name for p in ckpts.iterdir()) == ["last.pt.bad", "model.pt"]
+    # Finished: resuming is over, so only the weights stay (the unreadable copy too is gone).
+    assert sorted(p.name for p in ckpts.iterdir()) == ["model.pt"]
 
 
 @pytest.mark.slow
@@ -270,15 +274,14 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
         "optim.lr=1e-3,1e5",
     )
     proc = run_cli(["-m", *args, "trainer.max_steps=12"], cwd=tmp_path, env_extra=env)
-    assert proc.returncode == 1, proc.stderr[
-        -3000:
-    ]  # Hydra reports the failed job after running the others
-    runs = list((tmp_path / "results" / "mixed").glob("*/summary.json"))
-    by = {}
-    for p in runs:
-        s = json.loads(p.read_text())
-        cfg = (p.parent / "config.yaml").read_text()
-        by[("block_size: 128" in cfg, "lr: 100000.0" in cfg)] = s
+    # Hydra reports the failed job after running the others
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    sweep = tmp_path / "results" / "mixed"
+    by = {}  # (block_size 128?, lr 1e5?) -> summary; a run that failed at set-up has no config.yaml
+    for run_id, entry in json.loads((sweep / "index.json").read_text()).items():
+        asked = entry["overrides"]
+        key = ("model.block_size=128" in asked, "optim.lr=100000.0" in asked)
+        by[key] = json.loads((sweep / run_id / "summary.json").read_text())
     assert len(by) == 4
     assert by[(False, False)]["status"] == "finished"
     diverged = by[(False, True)]
@@ -294,19 +297,18 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     assert got["summary"]["status"] == "diverged"
     # The sweep table lists every run with its status, though a job failed.
     table = proc.stdout[proc.stdout.index("Sweep mixed") :]
-    assert (
-        table.count("diverged") == 1 and table.count("failed") == 2 and table.count("finished") == 1
-    )
-    assert (
-        table.count("optim.lr=100000.0") == 2
-    )  # what tells runs of one name apart is in the table
+    assert table.count("diverged") == 1 and table.count("failed") == 2
+    assert table.count("finished") == 1
+    # what tells runs of one name apart is in the table
+    assert table.count("optim.lr=100000.0") == 2
     # No secret from the environment reached anything the runs wrote.
     for f in (tmp_path / "results").rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes(), f
 
 
-BAD = [  # one of each kind: schema (type, choice, unknown key), relation, value, file, override spelling
+# One of each kind: schema (type, choice, unknown key), relation, value, file, override spelling.
+BAD = [
     (["tie=maybe"], "tie"),
     (["tie=1"], "tie=1"),
     (["model=huge"], "model"),
@@ -336,9 +338,26 @@ def test_bad_input_is_one_clear_message_before_anything_is_made(override, key, t
         env_extra={"TIEDVSUNTIED_CACHE": str(cache)},
         timeout=300,
     )
-    assert proc.returncode != 0
+    assert proc.returncode != 0  # 2 from the checks; 1 where Hydra's composition refuses it
     assert key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert not (tmp_path / "r").exists() and not cache.exists()
+    # Nothing made: no results, no cache, and no log folder of Hydra's (outputs/, multirun/).
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_multirun_leaves_no_folder_and_keeps_what_was_there(tmp_path: Path):
+    (tmp_path / "outputs" / "mine").mkdir(parents=True)  # the user's: it stays
+    proc = run_cli(
+        ["-m", "sweep=a b", "tie=true,false", f"results_dir={tmp_path / 'r'}"], cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: sweep='a b' is invalid: use letters, digits, '.', '_' or '-'"
+    ]
+    assert "Sweep" not in proc.stdout  # no table of a sweep that never started
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == [
+        Path("outputs"),
+        Path("outputs/mine"),
+    ]
 
 
 def test_cfg_job_is_resolved_and_help_lists_groups(tmp_path: Path):
@@ -399,5 +418,46 @@ def test_parallel_launcher_runs_jobs_in_processes_and_tokenizes_once(tmp_path: P
     assert len(json.loads((tmp_path / "results" / "par" / "index.json").read_text())) == 2
     # Both workers asked for the corpus at once; the lock let exactly one tokenize it.
     [log] = cache.glob("tokens/*/builds.log")
-    events = [json.loads(l) for l in log.read_text().splitlines()]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(events) == 2, events  # one "started", one "finished"
+
+
+def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path: Path):
+    from tiedvsuntied import results
+    from tiedvsuntied.run import runs_table
+
+    sweep = tmp_path / "s"
+    for name, status in [("held", "running"), ("killed", "running"), ("done", "finished")]:
+        summary = results.RunSummary(
+            run_id=name, name=name, sweep="s", tie=True, init_std="0.02", model="nano", seed=0
+        )
+        summary.status, summary.final_val_loss = results.Status(status), 5.0
+        summary.params = {"total": 1234567}
+        summary.write(sweep / name)
+        (sweep / name / ".lock").touch()  # a lock file outlives the process that held it
+    holder = subprocess.Popen(  # a trainer elsewhere: holds the run's lock until told to stop
+        [
+            sys.executable,
+            "-c",
+            f"from filelock import FileLock; lock = FileLock({str(sweep / 'held' / '.lock')!r}); "
+            "lock.acquire(); print('held', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        table = runs_table(sweep).set_index("run")
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert table["status"].to_dict() == {
+        "done": "finished",
+        "held": "running (another process)",
+        "killed": "stopped (a rerun resumes)",
+    }
+    assert set(table["params"]) == {"1,234,567"} and set(table["final val"]) == {5.0}
+    # released: the run is no longer trained by anyone
+    assert runs_table(sweep).set_index("run")["status"]["held"] == "stopped (a rerun resumes)"
+    # The table at the end of a multirun: the runs it wrote, and any still said to be running.
+    assert set(runs_table(sweep, since=time.time() + 60)["run"]) == {"held", "killed"}

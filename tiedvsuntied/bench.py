@@ -6,25 +6,32 @@ Times full training steps (forward, backward, clip, AdamW) of the trainer's own 
 and untied, fp32 and bf16, eager and compiled, against a baseline (eager fp32, full-logit
 cross-entropy), and measures the machine's matmul peak in the same run: MFU and speed-ups are
 ratios within one run. Each configuration runs in its own process (isolated peak memory and
-compilation); tokens are random ids, since the data does not change a step's cost.
+compilation); tokens are random ids, since the data does not change a step's cost. Steps are
+timed by ``torch.utils.benchmark.Timer.blocked_autorange`` (the median step of its blocks).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
+VOCAB_SIZE = 50257  # GPT-2's: the head's cost at the study's vocabulary
 
 
-@dataclass
+class BenchError(ValueError):
+    """A command line the benchmark cannot run: one line naming the option, exit code 2."""
+
+
+@dataclasses.dataclass
 class Variant:
     name: str
     precision: str  # fp32 | bf16
@@ -41,79 +48,83 @@ VARIANTS = [
 ]
 
 
-def model_config(size: str):
-    """conf/model/<size>.yaml as a ModelConfig; an unknown size names the valid ones."""
+@dataclasses.dataclass
+class Settings:
+    """What every configuration of one benchmark run shares (its command line)."""
+
+    steps: int  # about this many timed steps (blocked_autorange runs whole blocks)
+    warmup: int
+    batch_size: int
+    block_size: int  # 0: the size's own
+    device: str
+
+
+def model_config(size: str, block_size: int = 0):
+    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary; an unknown size names
+    the valid ones."""
     from omegaconf import OmegaConf
 
     from tiedvsuntied.model import ModelConfig
 
     path = CONF_MODEL / f"{size}.yaml"
     if not path.is_file():
-        raise SystemExit(
-            f"error: --sizes: unknown size {size!r}; valid: "
-            + ", ".join(sorted(p.stem for p in CONF_MODEL.glob("*.yaml")))
-        )
-    return ModelConfig(**OmegaConf.to_container(OmegaConf.load(path)))
+        valid = ", ".join(sorted(p.stem for p in CONF_MODEL.glob("*.yaml")))
+        raise BenchError(f"--sizes: unknown size {size!r}; valid: {valid}")
+    cfg = ModelConfig(**OmegaConf.to_container(OmegaConf.load(path)))
+    return dataclasses.replace(cfg, vocab_size=VOCAB_SIZE, block_size=block_size or cfg.block_size)
 
 
-def _measure_one(
-    size: str,
-    tie: bool,
-    v: Variant,
-    steps: int,
-    warmup: int,
-    batch: int,
-    block: int,
-    device_name: str,
-) -> dict:
-    import dataclasses
-
+def training_step(model, variant: Variant, batch_size: int, device):
+    """One full training step of ``model`` on random tokens (the next batch at each call)."""
     import numpy as np
     import torch
 
     from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
     from tiedvsuntied.train import OptimConfig, build_optimizer
-    from tiedvsuntied.train.hardware import Precision, autocast, resolve_device
+    from tiedvsuntied.train.hardware import Precision, autocast
 
-    device = resolve_device(device_name)
-    mcfg = dataclasses.replace(
-        model_config(size), vocab_size=50257, block_size=block or model_config(size).block_size
-    )
-    torch.manual_seed(0)
-    model = GPT(mcfg, tie=tie, seed=0).to(device)
-    opt = build_optimizer(model, OptimConfig())
-    fwd = torch.compile(model) if v.compile else model
-    tokens = (
-        np.random.default_rng(0).integers(0, 50257, size=200_000, dtype=np.int64).astype(np.uint16)
-    )
-    sampler = BatchSampler(tokens, mcfg.block_size, batch, seed=0)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    optimizer = build_optimizer(model, OptimConfig())
+    forward = torch.compile(model) if variant.compile else model
+    tokens = np.random.default_rng(0).integers(0, VOCAB_SIZE, size=200_000).astype(np.uint16)
+    sampler = BatchSampler(tokens, model.config.block_size, batch_size, seed=0)
+    batches = itertools.count()
 
-    def step(i):
-        x, y = (t.to(device) for t in sampler.get(i))
-        with autocast(Precision(v.precision), device):
-            _, loss = fwd(x, y, loss_chunk=v.loss_chunk, return_logits=False)
+    def step() -> torch.Tensor:
+        x, y = (t.to(device) for t in sampler.get(next(batches)))
+        with autocast(Precision(variant.precision), device):
+            _, loss = forward(x, y, loss_chunk=variant.loss_chunk, return_logits=False)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         return loss
 
+    return step
+
+
+def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> dict:
+    """Tokens/s, step time and peak memory of one configuration, in this process."""
+    import torch
+    from torch.utils import benchmark
+
+    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+    from tiedvsuntied.train.hardware import resolve_device
+
+    device = resolve_device(settings.device)
+    config = model_config(size, settings.block_size)
+    torch.manual_seed(0)
+    model = GPT(config, tie=tie, seed=0).to(device)
+    step = training_step(model, variant, settings.batch_size, device)
     t0 = time.perf_counter()
-    for i in range(warmup):
-        step(i).item()
-    sync()
-    warm_s = time.perf_counter() - t0
+    for _ in range(settings.warmup):  # compilation happens here
+        last = time.perf_counter()
+        step().item()
+    warmup_s, one_step_s = time.perf_counter() - t0, time.perf_counter() - last
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for i in range(warmup, warmup + steps):
-        loss = step(i)
-    loss.item()
-    sync()
-    dt = time.perf_counter() - t0
-    tps = steps * batch * mcfg.block_size / dt
+    timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    timed = timer.blocked_autorange(min_run_time=settings.steps * one_step_s)
+    tokens_per_step = settings.batch_size * config.block_size
     peak_mem = (
         torch.cuda.max_memory_allocated()
         if device.type == "cuda"
@@ -122,24 +133,26 @@ def _measure_one(
     return {
         "size": size,
         "tie": tie,
-        "variant": v.name,
-        "precision": v.precision,
-        "compile": v.compile,
-        "loss_chunk": v.loss_chunk,
-        "batch_size": batch,
-        "block_size": mcfg.block_size,
+        "variant": variant.name,
+        "precision": variant.precision,
+        "compile": variant.compile,
+        "loss_chunk": variant.loss_chunk,
+        "batch_size": settings.batch_size,
+        "block_size": config.block_size,
         "params": count_parameters(model)["total"],
         "flops_per_token": flops_per_token(model),
-        "tokens_per_s": tps,
-        "step_ms": 1000 * dt / steps,
-        "warmup_s": warm_s,
+        "tokens_per_s": tokens_per_step / timed.median,
+        "step_ms": 1000 * timed.median,
+        "timed_steps": timed.number_per_run * len(timed.raw_times),
+        "warmup_s": warmup_s,
         "peak_mem_mib": peak_mem / 2**20,
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
 
 
-def _peaks(device_name: str) -> dict:
+def matmul_peaks(device_name: str) -> dict:
+    """This machine's dense matmul TFLOP/s per precision: the MFU denominators of this run."""
     import torch
 
     from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_device
@@ -151,39 +164,26 @@ def _peaks(device_name: str) -> dict:
     }
 
 
-def _run_one(size: str, tie: bool, v: Variant, args) -> dict:
+def run_isolated(size: str, tie: bool, variant: Variant, settings: Settings) -> dict:
     """One configuration in a fresh process: isolated peak memory and compilation."""
-    spec = json.dumps({"size": size, "tie": tie, "variant": asdict(v)})
-    cmd = [
-        sys.executable,
-        "-m",
-        "tiedvsuntied.bench",
-        "--_one",
-        spec,
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--batch-size",
-        str(args.batch_size),
-        "--block-size",
-        str(args.block_size),
-        "--device",
-        args.device,
-    ]
+    spec = json.dumps(
+        {
+            "size": size,
+            "tie": tie,
+            "variant": dataclasses.asdict(variant),
+            "settings": dataclasses.asdict(settings),
+        }
+    )
+    cmd = [sys.executable, "-m", "tiedvsuntied.bench", "--_one", spec]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode or line is None:
-        return {
-            "size": size,
-            "tie": tie,
-            "variant": v.name,
-            "error": (proc.stderr.strip().splitlines() or ["?"])[-1],
-        }
-    return json.loads(line[len("RESULT ") :])
+        error = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"size": size, "tie": tie, "variant": variant.name, "error": error}
+    return json.loads(line.removeprefix("RESULT "))
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.bench",
         description=__doc__,
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--sizes", default="micro,mini", help="comma-separated model sizes (conf/model/*.yaml)"
     )
-    p.add_argument("--steps", type=int, default=10, help="timed steps per configuration")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per configuration (about)")
     p.add_argument(
         "--warmup", type=int, default=3, help="untimed steps first (compilation happens here)"
     )
@@ -203,70 +203,85 @@ def main(argv=None) -> int:
     p.add_argument("--tie", default="true,false", help="which heads to time: true, false or both")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--_one", help=argparse.SUPPRESS)  # internal: run one configuration
-    args = p.parse_args(argv)
-    if args._one:
-        spec = json.loads(args._one)
-        print(
-            "RESULT "
-            + json.dumps(
-                _measure_one(
-                    spec["size"],
-                    spec["tie"],
-                    Variant(**spec["variant"]),
-                    args.steps,
-                    args.warmup,
-                    args.batch_size,
-                    args.block_size,
-                    args.device,
-                )
-            )
-        )
-        return 0
+    return p.parse_args(argv)
 
-    import pandas as pd
 
+def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
+    """The sizes and heads to time; a value that cannot run raises BenchError naming it."""
     from tiedvsuntied.train.hardware import resolve_device
 
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    for s in sizes:
-        model_config(s)  # unknown names fail now, naming the valid ones
+    if not sizes:
+        raise BenchError("--sizes is empty: name one or more of conf/model/*.yaml")
+    for size in sizes:
+        model_config(size)
+    heads = [t.strip().lower() for t in args.tie.split(",")]
+    if not set(heads) <= {"true", "false"}:
+        raise BenchError(f"--tie={args.tie} is invalid: use true, false or true,false")
+    for key in ("steps", "warmup", "batch_size"):
+        if getattr(args, key) < 1:
+            raise BenchError(f"--{key.replace('_', '-')}={getattr(args, key)}: it must be >= 1")
     try:
         resolve_device(args.device)
     except ValueError as e:
-        raise SystemExit(
-            f"error: {e}".replace("trainer.device", "--device").replace("trainer.", "--")
-        ) from None
-    log = lambda *a: print(*a, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
-    peaks = _peaks(args.device)
-    log(
-        f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s"
+        raise BenchError(str(e).replace("trainer.device", "--device")) from None
+    return sizes, [head == "true" for head in heads]
+
+
+def add_ratios(rows: list[dict], peaks: dict):
+    """The table, with MFU against this run's peak and speed-ups against this run's baseline."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    if "tokens_per_s" in table:
+        table["mfu"] = (
+            table.flops_per_token * table.tokens_per_s / (table.precision.map(peaks) * 1e12)
+        )
+        by_model = table.set_index(["size", "tie"])
+        baseline = by_model[by_model.variant == VARIANTS[0].name].tokens_per_s
+        table["speedup_vs_baseline"] = table.tokens_per_s / by_model.index.map(baseline)
+    return table
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args._one:
+        spec = json.loads(args._one)
+        variant, settings = Variant(**spec["variant"]), Settings(**spec["settings"])
+        print("RESULT " + json.dumps(measure_one(spec["size"], spec["tie"], variant, settings)))
+        return 0
+    try:
+        sizes, heads = check_args(args)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
+    settings = Settings(args.steps, args.warmup, args.batch_size, args.block_size, args.device)
+    peaks = matmul_peaks(args.device)
+    print(
+        f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
+        f"bf16 {peaks['bf16']:.3f} TFLOP/s",
+        file=out,
+        flush=True,
     )
     rows = []
-    for size in sizes:
-        for tie in (t.strip().lower() == "true" for t in args.tie.split(",")):
-            for v in (v for v in VARIANTS if not (args.no_compile and v.compile)):
-                rows.append(_run_one(size, tie, v, args))
-                log(
-                    f"  {size} tie={str(tie).lower():5s} {v.name:44s} "
-                    + rows[-1].get("error", f"{rows[-1].get('tokens_per_s', 0):>10,.0f} tok/s")
-                )
-    df = pd.DataFrame(rows)
-    if "tokens_per_s" in df:
-        df["mfu"] = df.flops_per_token * df.tokens_per_s / (df.precision.map(peaks) * 1e12)
-        base = df[df.variant == VARIANTS[0].name].set_index(["size", "tie"]).tokens_per_s
-        df["speedup_vs_baseline"] = df.tokens_per_s / df.set_index(["size", "tie"]).index.map(base)
-    result = {
-        "peak_tflops": peaks,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "rows": json.loads(df.to_json(orient="records")),
-    }
-    print(json.dumps(result, indent=2) if args.json else "\n" + format_table(df, peaks))
-    return 1 if "error" in df and df["error"].notna().any() else 0
+    for size, tie in itertools.product(sizes, heads):
+        for variant in (v for v in VARIANTS if not (args.no_compile and v.compile)):
+            rows.append(row := run_isolated(size, tie, variant, settings))
+            speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
+            print(f"  {size} tie={str(tie).lower():5s} {variant.name:44s} {speed}", file=out)
+    table = add_ratios(rows, peaks)
+    if args.json:
+        records = json.loads(table.to_json(orient="records"))
+        result = {"peak_tflops": peaks, "steps": args.steps, "warmup": args.warmup, "rows": records}
+        print(json.dumps(result, indent=2))
+    else:
+        print("\n" + format_table(table, peaks))
+    return 1 if "error" in table and table["error"].notna().any() else 0
 
 
-def format_table(df, peaks: dict) -> str:
-    cols = {
+def format_table(table, peaks: dict) -> str:
+    columns = {
         "size": "size",
         "head": "head",
         "variant": "variant",
@@ -276,15 +291,18 @@ def format_table(df, peaks: dict) -> str:
         "peak_mem_mib": "peak mem (MiB)",
         "step_ms": "step (ms)",
     }
-    t = df.assign(
-        head=df.tie.map({True: "tied", False: "untied"}), mfu_pct=100 * df.get("mfu", float("nan"))
+    shown = table.assign(
+        head=table.tie.map({True: "tied", False: "untied"}),
+        mfu_pct=100 * table.get("mfu", float("nan")),
     )
-    table = (
-        t.reindex(columns=list(cols)).rename(columns=cols).to_markdown(index=False, floatfmt=",.2f")
+    markdown = (
+        shown.reindex(columns=list(columns))
+        .rename(columns=columns)
+        .to_markdown(index=False, floatfmt=",.2f")
     )
     return (
-        f"{table}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, bf16 {peaks['bf16']:.3f} "
-        f"TFLOP/s (MFU of each row is against the peak of its precision)."
+        f"{markdown}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, "
+        f"bf16 {peaks['bf16']:.3f} TFLOP/s (MFU of each row is against the peak of its precision)."
     )
 
 

@@ -1,72 +1,135 @@
 """``python -m tiedvsuntied.run``: the Hydra entry point. Thin on purpose.
 
-    python -m tiedvsuntied.run -m tie=true,false init_std=1.0,0.036
+    python -m tiedvsuntied.run -m tie=true,false init_std=1.0,inv_sqrt_d
 
 Each job turns its config into the typed ``train.Config`` and calls ``train.train``. A user's
-mistake ends the job with one line naming the key (exit code 2), before anything is written;
-a callback prints the table of the sweep's runs when a multirun ends, also when a job failed.
+mistake ends the job with one line naming the key (exit code 2), before anything is written,
+and takes back the log folders Hydra made for the job; Ctrl-C is one line (exit code 130)
+and a rerun resumes. A callback prints the table of the sweep's runs when a multirun ends,
+also when a job failed.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import importlib
+import logging
+import os
 import sys
 import time
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import hydra
 import pandas as pd
+from filelock import FileLock, Timeout
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from tiedvsuntied import results as R
+from tiedvsuntied import analysis, results
 from tiedvsuntied.data import DataError, DataUnavailableError
-from tiedvsuntied.train import Config, ConfigError, check_config, train
-from tiedvsuntied.train import dist as D
+from tiedvsuntied.model import ModelConfigError
+from tiedvsuntied.train import Config, ConfigError, check_config, dist, train
 
 ConfigStore.instance().store(name="base_config", node=Config)
 
+# What a user's command can get wrong: each is one line naming the key, and exit code 2.
+# The typed config's __post_init__ checks raise these inside OmegaConf.to_object, which lets
+# a ValueError through as it is (it wraps only TypeError).
+USER_ERRORS = (ConfigError, ModelConfigError, DataError, DataUnavailableError)
+REFUSED, INTERRUPTED = 2, 130  # exit codes; 130 = 128 + SIGINT, as a shell reports Ctrl-C
+TABLE_COLUMNS = ["run", "status", "params", "init val", "final val", "test", "also"]
+
+
+# ---------------------------------------------------------------------------- the sweep table
+
+
+def lock_held(run_dir: Path) -> bool:
+    """Whether a process is training this run now (the trainer holds ``<run>/.lock``). A free
+    lock is taken and let go at once: filelock has no way to ask without taking it."""
+    path = Path(run_dir) / ".lock"
+    if not path.exists():
+        return False
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def shown_status(status: str, run_dir: Path) -> str:
+    """A summary says ``running`` both while a process trains the run and after that process
+    was killed; the run's lock tells the two apart."""
+    if status != "running":
+        return status
+    return "running (another process)" if lock_held(run_dir) else "stopped (a rerun resumes)"
+
+
+def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | None:
+    """The runs table of ``tiedvsuntied.analysis`` (the one reader of a sweep directory) with
+    each run's entry of the sweep's index (``overrides``, ``indexed_at``); with ``since`` (a
+    timestamp), only the runs written since then; None if there are none."""
+    try:
+        runs = analysis.load_results(sweep_dir).runs
+    except analysis.ResultsError:  # no runs yet
+        return None
+    index = results.read_index(sweep_dir)
+    entries = [index.get(run_id) for run_id in runs["run_id"]]
+    runs["overrides"] = [set(entry.overrides) if entry else set() for entry in entries]
+    runs["indexed_at"] = [entry.updated_at if entry else None for entry in entries]
+    if since is not None:  # and every run still said to be running: whose it is matters
+        recent = last_written(runs) >= pd.Timestamp(since - 1, unit="s", tz="UTC")
+        runs = runs[recent | (runs["status"] == "running")]
+    return runs.sort_values("run_id") if len(runs) else None
+
+
+def last_written(runs: pd.DataFrame) -> pd.Series:
+    """When each run was last written: its summary, or its index entry (a job that finds its
+    run finished, or trained by another process, updates only that)."""
+    stamps = runs[["updated_at", "indexed_at"]]
+    as_times = stamps.apply(pd.to_datetime, utc=True, errors="coerce", format="ISO8601")
+    return as_times.max(axis=1)
+
+
+def distinguishing(overrides: pd.Series) -> list[str]:
+    """What else the user set that tells runs apart (optim.lr=...): the overrides that not
+    every run shares, less the axes the run's name already shows."""
+    shared = set.intersection(*overrides) if len(overrides) else set()
+    named = ("tie=", "init_std=", "model=", "seed=")
+    return [
+        " ".join(sorted(o for o in asked - shared if not o.startswith(named)))
+        for asked in overrides
+    ]
+
 
 def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
-    """The sweep's runs (those touched since ``since``, a timestamp, if given): status,
-    parameters and losses, from the index and the summaries."""
-    rows = []
-    for run_id, entry in sorted(R.read_index(sweep_dir).items()):
-        s = R.read_summary(Path(sweep_dir) / entry.path)
-        updated = (
-            time.mktime(time.strptime(entry.updated_at[:19], "%Y-%m-%dT%H:%M:%S"))
-            if entry.updated_at
-            else 0
-        )
-        if since is not None and updated < since - 1:
-            continue
-        rows.append(
-            {
-                "run": entry.name,
-                "status": (s.status if s else entry.status).value,
-                "params": f"{s.params['total']:,}" if s and s.params else "-",
-                "init val": s and s.init_val_loss,
-                "final val": s and s.final_val_loss,
-                "test": s and s.test_loss,
-                "overrides": set(entry.overrides),
-            }
-        )
+    """The sweep's runs (those written since ``since``, a timestamp, if given): status, size
+    and losses, and what else tells them apart."""
+    runs = sweep_runs(sweep_dir, since)
+    if runs is None:
+        return pd.DataFrame(columns=TABLE_COLUMNS[:-1])
     table = pd.DataFrame(
-        rows, columns=["run", "status", "params", "init val", "final val", "test", "overrides"]
+        {
+            "run": runs["name"],
+            "status": [
+                shown_status(s, Path(p)) for s, p in zip(runs["status"], runs["path"], strict=True)
+            ],
+            "params": [f"{n:,}" if pd.notna(n) else "-" for n in runs["params_total"]],
+            "init val": runs["init_val_loss"],
+            "final val": runs["final_val_loss"],
+            "test": runs["test_loss"],
+            "also": distinguishing(runs["overrides"]),
+        },
+        columns=TABLE_COLUMNS,
     )
-    # what else tells runs apart (optim.lr=..., ...): the overrides that not every run shares
-    shared = set.intersection(*table["overrides"]) if len(table) else set()
-    named = ("tie=", "init_std=", "model=", "seed=")
-    table["also"] = [
-        " ".join(sorted(o for o in ov - shared if not o.startswith(named)))
-        for ov in table.pop("overrides")
-    ]
-    return table if table["also"].any() else table.drop(columns="also")
+    return table if table["also"].astype(bool).any() else table.drop(columns="also")
 
 
 class SweepTable(Callback):
@@ -82,14 +145,92 @@ class SweepTable(Callback):
         atexit.unregister(self.print_table)
 
     def print_table(self) -> None:
-        df = runs_table(self.sweep_dir, self.t0)
+        if HydraFolders.refused:  # the error line says it all
+            return
+        table = runs_table(self.sweep_dir, self.t0)
         text = (
-            df.to_string(index=False, float_format="%.4f", na_rep="-") if len(df) else "(no runs)"
+            table.to_string(index=False, float_format="%.4f", na_rep="-")
+            if len(table)
+            else "(no runs)"
         )
         print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)
 
 
-def _field_type(key: str) -> Any:
+# ---------------------------------------------------------------------------- Hydra's folders
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if it all exists)."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+class HydraFolders(Callback):
+    """Hydra makes a job's log folder (``hydra.run.dir``, a multirun's ``hydra.sweep.dir``)
+    before the job starts. This notes which folders of that path did not exist before, so that
+    a refused job removes what it made and nothing else (:meth:`take_back`)."""
+
+    made: Path | None = None  # the outermost folder this process made for Hydra's logs
+    refused = False
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraFolders.made = first_missing(Path(os.path.abspath(config.hydra.run.dir)))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraFolders.made = first_missing(Path(os.path.abspath(config.hydra.sweep.dir)))
+
+    @classmethod
+    def take_back(cls) -> None:
+        """Remove the files Hydra wrote for this job (its log, its copies of the config), then
+        each folder on the way up that is empty and that this process made."""
+        cls.refused = True
+        hydra_cfg = HydraConfig.get()
+        job_dir = Path(hydra_cfg.runtime.output_dir)
+        remove_log_files(job_dir)
+        folders = []
+        if hydra_cfg.output_subdir is not None:
+            folders.append(saved := job_dir / hydra_cfg.output_subdir)
+            for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+                (saved / name).unlink(missing_ok=True)
+        # Above the saved config: the job's folder and its parents that this process made. A
+        # multirun's job folder (sweep.subdir) is the job's own, also in a launcher's worker,
+        # which knows nothing of what its parent process made.
+        made = cls.made
+        if made is not None and (made == job_dir or made in job_dir.parents):
+            folders += [job_dir, *(p for p in job_dir.parents if p == made or made in p.parents)]
+        elif hydra_cfg.mode == RunMode.MULTIRUN:
+            folders.append(job_dir)
+        sweep_record = job_dir.parent / "multirun.yaml"  # the sweeper's, beside the job folders
+        for folder in folders:
+            if folder == job_dir.parent and sweep_record.exists():
+                if set(folder.iterdir()) != {sweep_record}:
+                    break  # other jobs of the sweep ran: their logs stay
+                sweep_record.unlink()
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: not only this job's
+                break
+
+
+def remove_log_files(job_dir: Path) -> None:
+    """Close and delete the log files Hydra's job logging opened in ``job_dir``."""
+    for handler in list(logging.root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            path = Path(handler.baseFilename)
+            if job_dir in path.parents:
+                handler.close()
+                logging.root.removeHandler(handler)
+                path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- the job
+
+
+def field_type(key: str) -> Any:
     """The schema type of a dotted key (``model.bias`` -> bool), or None if it has none."""
     cls: Any = Config
     for part in key.split("."):
@@ -103,35 +244,60 @@ def _field_type(key: str) -> Any:
 def check_overrides(overrides: list[str]) -> None:
     """OmegaConf reads 1/0/yes/no/on/off as booleans; for a study's switch that silently turns
     ``tie=1`` into true. Accept only true/false (and null where the key allows it)."""
-    for o in overrides:
-        key, _, value = o.lstrip("+~").partition("=")
-        kind = _field_type(key)
-        if kind in (bool, Optional[bool]) and value.lower() not in ("true", "false", "null"):
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        kind = field_type(key)
+        if kind in (bool, bool | None) and value.lower() not in ("true", "false", "null"):
             valid = "true, false or null" if kind is not bool else "true or false"
             raise ConfigError(f"{key}={value} is invalid: use {valid}")
+
+
+def refuse(error: Exception) -> typing.NoReturn:
+    print(f"error: {error}", file=sys.stderr)
+    # The HydraFolders that Hydra's callbacks filled: the one of the module they name
+    # (`python -m tiedvsuntied.run` runs this file a second time, as __main__).
+    importlib.import_module("tiedvsuntied.run").HydraFolders.take_back()
+    raise SystemExit(REFUSED) from None
+
+
+def interrupted_step(config: Config, since: float, error: BaseException) -> int | None:
+    """The step an interrupted run saved: the trainer's exception carries it, else this job's
+    run recorded it (None: interrupted before the run began)."""
+    if getattr(error, "step", None) is not None:
+        return error.step
+    runs = sweep_runs(Path(config.results_dir) / config.sweep, since)
+    if runs is None:
+        return None
+    runs = runs[runs["error"].fillna("").str.startswith("interrupted")]
+    return None if runs.empty else int(runs.sort_values("updated_at")["step"].iloc[-1])
+
+
+def interrupted(step: int | None) -> typing.NoReturn:
+    at = f" at step {step}" if step is not None else ""
+    print(f"interrupted{at}: rerun the same command to resume", file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED) from None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     overrides = list(HydraConfig.get().overrides.task)
-    D.adopt_submitit()
+    dist.adopt_submitit()
     try:  # a user's mistake: one line, exit 2, nothing written
         check_overrides(overrides)
         config = OmegaConf.to_object(cfg)
-        check_config(config, overrides)
-    except (ConfigError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        plan = check_config(config, overrides)  # what init_from implies, worked out once
+    except USER_ERRORS as e:
+        refuse(e)
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
+    started = time.time()
     try:
-        summary = train(config, overrides=overrides)
-    except (
-        DataUnavailableError,
-        ConfigError,
-    ) as e:  # offline and not cached, a start of another tokenizer:
-        # raised before the run is created
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        summary = train(plan or config, overrides=overrides)  # a plan is not checked again
+    except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
+        refuse(e)  # another tokenizer: raised before the run is made (other errors are the run's)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
+        interrupted(interrupted_step(config, started, e))
+    if summary is not None and (summary.error or "").startswith("interrupted"):
+        interrupted(summary.step)
     return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 

@@ -9,7 +9,6 @@ import contextlib
 import os
 import re
 import tempfile
-import time
 from enum import Enum
 
 import torch
@@ -92,15 +91,10 @@ def autocast(precision: Precision, device: torch.device):
 def measure_matmul_tflops(
     device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5
 ) -> float:
-    """This machine's dense matmul throughput for ``dtype``: the MFU denominator."""
+    """This machine's dense matmul throughput for ``dtype``: the MFU denominator. Timed by
+    ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses."""
+    from torch.utils import benchmark
+
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    a @ b
-    sync()
-    iters, t0 = 0, time.perf_counter()
-    while (dt := time.perf_counter() - t0) < seconds or iters == 0:
-        for _ in range(4):
-            a @ b
-        iters += 4
-        sync()
-    return 2 * n**3 * iters / dt / 1e12
+    timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    return 2 * n**3 / timer.blocked_autorange(min_run_time=seconds).median / 1e12

@@ -1,0 +1,124 @@
+"""Every config a user can name: each option of each group and every job of every experiment's
+sweep composes with Hydra's own compose API into the typed ``Config`` and passes the run's
+checks; the group files hold only what differs from their dataclass; and the fine-tuning study
+(the one experiment that starts from another's run) runs as the real multiruns a user starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS_OVERRIDES, QUICK, REPO, run_cli
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
+from tiedvsuntied import results
+from tiedvsuntied.train import check_config, train
+
+CONF = REPO / "conf"
+GROUP_OPTIONS = [
+    (group.name, option.stem)
+    for group in sorted(CONF.iterdir())
+    if group.is_dir() and group.name not in ("hydra", "experiment")
+    for option in sorted(group.glob("*.yaml"))
+]
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# What a group option cannot run without (the user names it on the command line).
+SWEEP_NAMES = {"finetune": "ft", "finetune_pretrain": "ft_pretrain"}  # others: the experiment's
+REQUIRED = {("data", "text"): CORPUS_OVERRIDES[1:], ("data", "hub"): ["data.path=org/name"]}
+
+
+def composed(*overrides: str, hydra_config: bool = False):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+def checked(overrides: list[str]):
+    """The typed config of these overrides, after the checks every run passes first."""
+    config = OmegaConf.to_object(composed(*overrides))
+    check_config(config, overrides)
+    return config
+
+
+def sweep_jobs(experiment: str, *extra: str) -> list[list[str]]:
+    """The overrides of each job of ``-m +experiment=NAME *extra``, expanded by Hydra's basic
+    sweeper as a multirun does (the command line wins over the experiment's sweep params)."""
+    params = composed(f"+experiment={experiment}", hydra_config=True).hydra.sweeper.params
+    given = [f"{key}={value}" for key, value in params.items()]
+    given += [f"+experiment={experiment}", *extra]
+    parsed = OverridesParser.create().parse_overrides(given)
+    [jobs] = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return jobs
+
+
+@pytest.mark.parametrize("group,option", GROUP_OPTIONS)
+def test_every_group_option_composes_and_passes_the_checks(group, option, tmp_path):
+    required = REQUIRED.get((group, option), [])
+    config = checked([f"{group}={option}", *required, f"results_dir={tmp_path}"])
+    if group in ("model", "data"):
+        assert getattr(config, group).name == option
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """The results_dir holding the finished run of finetune_pretrain that finetune starts from."""
+    results_dir = tmp_path_factory.mktemp("pretrained")
+    overrides = ["+experiment=finetune_pretrain", *QUICK, f"results_dir={results_dir}"]
+    assert train(checked(overrides)).status == results.Status.finished
+    return results_dir
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_job_of_every_experiment_composes_and_passes_the_checks(
+    experiment, tmp_path, request
+):
+    results_dir = request.getfixturevalue("pretrained") if experiment == "finetune" else tmp_path
+    source = composed(f"+experiment={experiment}").data.source
+    corpus = CORPUS_OVERRIDES[1:] if source == "text" else []
+    jobs = sweep_jobs(experiment, *corpus, f"results_dir={results_dir}")
+    assert len(jobs) > 1 or experiment == "finetune_pretrain"
+    sweep_names = {checked(job).sweep for job in jobs}
+    assert sweep_names == {SWEEP_NAMES.get(experiment, experiment)}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [path for group in ("optim", "trainer", "wandb") for path in sorted(CONF.glob(f"{group}/*"))],
+    ids=lambda path: f"{path.parent.name}/{path.name}",
+)
+def test_group_files_name_their_dataclass_and_repeat_none_of_its_defaults(path: Path):
+    """conf/{optim,trainer,wandb}: the first line names the class that gives the defaults (an
+    import path that works), and every key the file sets differs from that default."""
+    first = path.read_text().splitlines()[0]
+    module, _, name = first.removeprefix("# ").split(":")[0].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    assert dataclasses.is_dataclass(cls), first
+    given = OmegaConf.to_container(OmegaConf.load(path))
+    defaults = {
+        field.name: field.default
+        for field in dataclasses.fields(cls)
+        if field.default is not dataclasses.MISSING
+    }
+    assert set(given) <= set(defaults), set(given) - set(defaults)
+    assert not {key: value for key, value in given.items() if value == defaults[key]}
+
+
+@pytest.mark.slow
+def test_the_fine_tuning_study_runs_as_two_real_multiruns(tmp_path, session_cache):
+    """finetune_pretrain, then every arm of finetune (untie x trainable) from its run, each job
+    a few steps: the multiruns a user starts, down to the sweep table."""
+    tiny = [*QUICK, f"results_dir={tmp_path / 'results'}"]
+    env = {"TIEDVSUNTIED_CACHE": str(session_cache)}
+    for experiment in ("finetune_pretrain", "finetune"):
+        proc = run_cli(["-m", f"+experiment={experiment}", *tiny], cwd=tmp_path, env_extra=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.loads((tmp_path / "results" / "ft" / "index.json").read_text())
+    assert len(index) == len(sweep_jobs("finetune")) == 12
+    assert {entry["status"] for entry in index.values()} == {"finished"}
+    assert "Sweep ft:" in proc.stdout and proc.stdout.count("finished") >= 12
