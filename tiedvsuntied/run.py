@@ -291,7 +291,7 @@ def main(cfg: DictConfig) -> float | None:
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
     started = time.time()
     try:
-        summary = train(plan or config, overrides=overrides)  # a plan is not checked again
+        summary = train(plan, overrides=overrides)  # the plan is not checked again
     except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
         refuse(e)  # another tokenizer: raised before the run is made (other errors are the run's)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
