@@ -108,12 +108,33 @@ def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp
             "trainer.progress=false",
             "trainer.log_interval=3",
             "data.num_threads=1",
+            "replicate=0",  # the key's neutral value: runs made before it existed are found
         )
         == a
     )
-    for other in ("tie=false", "init_std=0.036", "seed=1", "optim.lr=3e-4", "model=nano"):
+    others = ("tie=false", "init_std=0.036", "seed=1", "replicate=1", "optim.lr=3e-4", "model=nano")
+    for other in others:
         assert rid("init_std=1.0", other) != a, other
     assert R.run_id(resolved_config(compose("init_std=1.0")), "n", "other-data") != a
+
+
+def test_a_replicate_is_another_run_of_one_config_that_changes_nothing_else(tmp_path):
+    """The noise floor needs one config trained twice: replicate=1 is not skipped as done, and
+    (eager CPU runs being bitwise reproducible) it trains exactly the losses of replicate 0."""
+    runs = []
+    for replicate in (0, 1):
+        over = [*QUICK, f"results_dir={tmp_path}", f"replicate={replicate}"]
+        runs.append(train(compose(*over), overrides=over))
+    first, second = runs
+    assert first.status == second.status == R.Status.finished
+    assert first.run_id != second.run_id and second.name.endswith("_seed0_rep1")
+    assert (first.replicate, second.replicate) == (0, 1)
+
+    def losses(summary):
+        lines = R.read_metrics(tmp_path / summary.sweep / summary.run_id)
+        return [(m["step"], m[k]) for m in lines for k in sorted(m) if k.endswith("/loss")]
+
+    assert losses(first) == losses(second) and len(losses(first)) >= 3
 
 
 def _file(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -125,6 +146,7 @@ BAD_VALUES = [  # override -> text the one-line error must contain
     (["optim.lr=0"], "optim.lr"),
     (["optim.beta2=1.0"], "optim.beta2"),
     (["seed=-1"], "seed"),
+    (["replicate=-1"], "replicate"),
     (["trainer.max_steps=0"], "trainer.max_steps"),
     (["sweep=a/b"], "sweep"),
     (["init_std=abc"], "init_std"),

@@ -55,6 +55,7 @@ class RunSummary:
     model: str
     seed: int
     status: Status = Status.running
+    replicate: int = 0  # a second run of one config: the noise floor
     error: str | None = None
     init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
     n_layer: int = 0
@@ -261,15 +262,17 @@ NEUTRAL = {
     "finetune": {"untie": "keep", "trainable": "all"},
     "model.logit_scale": "1",
     "model.emb_scale": "1",
+    "replicate": 0,
 }
 
 
-def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
+def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:
     """``tied_init0.036_nano_seed0``: no '=' or ',', so a run's path can be given to Hydra
     (``init_from=PATH``) as it is."""
     init = init_std.replace("/", "_")
     model = model.rstrip("/").rsplit("/", 1)[-1]  # a Hugging Face start is named by its path
-    return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}"
+    rep = f"_rep{replicate}" if replicate else ""
+    return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}{rep}"
 
 
 def run_id(config: dict, name: str, data_fingerprint: str) -> str:

@@ -142,6 +142,9 @@ class Config:
     untie_at: float | None = None  # tied until this step (>= 1) or fraction (< 1), then a copy
     init_std: str = "0.02"  # std of wte and the untied head: a number, or inv_sqrt_d
     seed: int = 0  # model init, batch order, dropout: tied and untied share it
+    # A second run of one config (the noise floor): it enters the run's identity, so the run
+    # is not skipped as done, and changes nothing else (same seed, data, init).
+    replicate: int = 0
     sweep: str = "default"  # results/<sweep>/ and the W&B group
     results_dir: str = "results"
     init_from: str | None = None  # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
@@ -153,7 +156,8 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
-        check_fields("", self, {"seed": (lambda v: v >= 0, ">= 0")})
+        at_least_0: Rule = (lambda v: v >= 0, ">= 0")
+        check_fields("", self, {"seed": at_least_0, "replicate": at_least_0})
         if not SWEEP_NAME.match(self.sweep):
             raise ConfigError(
                 f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"

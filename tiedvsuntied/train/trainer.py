@@ -78,7 +78,7 @@ def new_record(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     """The summary of the run as it starts, and its directory (an existing run of the same
     identity keeps its directory and name, whatever naming scheme made them)."""
     cfg, config = plan.cfg, resolved_config(plan.cfg)
-    name = results.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed)
+    name = results.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
     run_dir = results.find_run_dir(
         Path(cfg.results_dir) / cfg.sweep, results.run_id(config, name, corpus.fingerprint)
     )
@@ -90,6 +90,7 @@ def new_record(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
         init_std=config["init_std"],
         model=cfg.model.name,
         seed=cfg.seed,
+        replicate=cfg.replicate,
         n_layer=cfg.model.n_layer,
         n_head=cfg.model.n_head,
         n_embd=cfg.model.n_embd,
