@@ -23,8 +23,9 @@ from tiedvsuntied.train.probes import vocab_strata
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
 
 
-def run_name(tie: bool, init_std: str, model: str, seed: int) -> str:
-    return f"tie={'true' if tie else 'false'}_init={init_std}_model={model}_seed={seed}"
+def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:
+    rep = f"_replicate={replicate}" if replicate else ""
+    return f"tie={'true' if tie else 'false'}_init={init_std}_model={model}_seed={seed}{rep}"
 
 
 @dataclass
@@ -48,10 +49,11 @@ class FakeRun:
     lr: float | None = None
     floor_shift: float = 0.0
     n_windows: int = 40
+    replicate: int = 0  # the same config trained again: its own noise, same everything else
 
     def __post_init__(self):
         self.n_layer, self.n_head, self.n_embd = SIZES[self.model]
-        self.name = run_name(self.tie, self.init_std, self.model, self.seed)
+        self.name = run_name(self.tie, self.init_std, self.model, self.seed, self.replicate)
         identity = f"{self.name}{self.vocab_size}{self.data_files}{self.t5_rescale}"
         identity += f"{self.max_steps}{self.lr}"
         self.run_id = f"{self.name}-{zlib.crc32(identity.encode()):08x}"
@@ -159,6 +161,7 @@ def _summary(run: FakeRun, val: list, best_step, test: dict) -> dict:
         "vocab_size": run.vocab_size,
         "block_size": 64,
         "seed": run.seed,
+        "replicate": run.replicate,
         "params": params,
         "flops_per_token": 6.0 * params["total"],
         "step": run.last_step,
@@ -187,6 +190,7 @@ def _config(run: FakeRun) -> dict:
         "tie": run.tie,
         "init_std": run.init_std,
         "seed": run.seed,
+        "replicate": run.replicate,
         "sweep": run.sweep_dir.name,
         "model": {
             "name": run.model,

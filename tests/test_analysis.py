@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fake_results import write_run, write_sweep
+from scipy import stats
 
 from tiedvsuntied import analysis
 
@@ -700,8 +701,15 @@ def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
     assert sorted(t.loc["final", "seed_diffs"]) == pytest.approx(
         sorted(expected.tolist()), abs=1e-5
     )
-    assert t.loc["final", "low"] < t.loc["final", "diff"] < t.loc["final", "high"]
-    assert "3 seeds x 40 windows" in t.loc["final", "method"]
+    # the primary interval: Student's t over the 3 seeds' differences (scipy's, by hand here)
+    half = stats.t.ppf(0.975, 2) * expected.std() / np.sqrt(3)
+    assert t.loc["final", "low"] == pytest.approx(expected.mean() - half, abs=1e-5)
+    assert t.loc["final", "high"] == pytest.approx(expected.mean() + half, abs=1e-5)
+    assert t.loc["final", "method"] == "95% t over 3 seeds' paired differences"
+    # the secondary bootstrap reads the windows, and is narrower (it undercovers at 3 seeds)
+    assert "3 seeds x 40 windows" in t.loc["final", "boot_method"]
+    assert t.loc["final", "boot_high"] - t.loc["final", "boot_low"] < 2 * half
+    assert t["floor"].isna().all()  # no replicates: no floor
     best = runs.pivot_table(index="seed", columns="tie", values="test_loss_at_best").dropna()
     assert t.loc["best", "diff"] == pytest.approx((best[True] - best[False]).mean(), abs=1e-5)
 
@@ -709,7 +717,17 @@ def test_paired_table_pairs_by_seed_and_reads_the_windows(tmp_path):
 def test_paired_table_without_window_losses_falls_back_to_summary_values(tmp_path):
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1), probes=False)
     t = analysis.paired_table(analysis.load_results(sweep).runs).set_index("point")
-    assert t.loc["final", "n_windows"] == 0 and "no window losses" in t.loc["final", "method"]
+    assert t.loc["final", "n_windows"] == 0 and t.loc["final", "boot_method"] == "none"
+    assert np.isnan(t.loc["final", "boot_low"]) and t.loc["final", "low"] < t.loc["final", "high"]
+
+
+def test_one_seed_has_no_interval_never_a_windows_only_one(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0,))
+    t = analysis.paired_table(analysis.load_results(sweep).runs).set_index("point")
+    assert np.isnan(t.loc["final", "low"]) and np.isnan(t.loc["final", "high"])
+    assert t.loc["final", "method"] == "1 seed: no interval (needs 2)"
+    text = analysis.markdown(t.reset_index())
+    assert text.startswith("0 intervals at 95% each") and "| none " in text
 
 
 def test_classic_comparison_picks_each_arms_own_best_learning_rate(tmp_path):
@@ -762,3 +780,76 @@ def test_reading_side_loads_no_torch():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ replicates and interactions
+
+
+def _with_replicates(tmp_path, seeds=(0, 1, 2), models=("nano",)):
+    """tie x init std {1.0, inv_sqrt_d} x seeds, and a second replicate of seed 0 at init 1.0."""
+    sweep = write_sweep(
+        tmp_path / "sw", init_stds=("1.0", "inv_sqrt_d"), seeds=seeds, models=models
+    )
+    for tie in (True, False):
+        write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=1)
+    return analysis.load_results(sweep).runs
+
+
+def test_replicates_measure_the_floor_and_enter_no_seed_statistic(tmp_path):
+    runs = _with_replicates(tmp_path)
+    assert runs["replicate"].dtype == "Int64" and sorted(runs["replicate"].unique()) == [0, 1]
+    floors = analysis.noise_floor(runs).set_index("init_std")
+    assert list(floors.index) == ["1.0"] and floors.loc["1.0", "n"] == 2
+    by = runs[runs["init_std"] == "1.0"].set_index(["tie", "seed", "replicate"])["test_loss"]
+    expected = np.mean([abs(by[(tie, 0, 0)] - by[(tie, 0, 1)]) for tie in (True, False)])
+    assert floors.loc["1.0", "floor_final"] == pytest.approx(expected)
+    assert floors.loc["1.0", "floor_final"] > 0  # the fake replicate trains its own noise
+    # replicates are no extra seeds: pairs, means and single-run picks see replicate 0 only
+    t = analysis.paired_table(runs, ("final",)).set_index("init_std")
+    assert (t["n_seeds"] == 3).all()
+    assert t.loc["1.0", "floor"] == pytest.approx(expected) and np.isnan(
+        t.loc["inv_sqrt_d", "floor"]
+    )
+    assert (analysis.aggregate_runs(runs)["n"] == 3).all()
+    assert (analysis.representative_runs(runs)["replicate"] == 0).all()
+    unpaired = analysis.paired_differences(runs).attrs["unpaired"]
+    assert len(unpaired) == 2 and all("replicate 1 (noise floor only)" in u for u in unpaired)
+    text = analysis.markdown(t.reset_index())
+    assert "noise floor (mean |replicate 0 − replicate 1| of one config): column floor" in text
+    assert "| not measured " in text
+    hist = analysis.load_results(tmp_path / "sw").history
+    assert (analysis.aggregate_history(hist, by=["tie", "init_std"])["n"] <= 3).all()
+
+
+def test_old_runs_without_a_replicate_key_are_replicate_0(sweep):
+    summary = json.loads(next(sweep.glob("*/summary.json")).read_text())
+    summary.pop("replicate")
+    assert analysis.run_row(summary)["replicate"] == 0
+
+
+def test_interaction_is_the_tie_effect_at_one_init_minus_at_the_other_paired_by_seed(tmp_path):
+    runs = _with_replicates(tmp_path, models=("nano", "micro"))
+    table = analysis.interaction_table(runs, levels=("1", "d^-0.5"))  # spellings made canonical
+    assert list(table["contrast"]) == ["init_std: 1.0 − inv_sqrt_d"] * 2
+    first = runs[(runs["replicate"] == 0) & (runs["model"] == "micro")]
+    effect = first.pivot_table(index="seed", columns=["init_std", "tie"], values="test_loss")
+    per_seed = (effect[("1.0", True)] - effect[("1.0", False)]) - (
+        effect[("inv_sqrt_d", True)] - effect[("inv_sqrt_d", False)]
+    )
+    row = table.set_index("model").loc["micro"]
+    assert row["n_seeds"] == 3 and row["diff"] == pytest.approx(per_seed.mean())
+    half = stats.t.ppf(0.975, 2) * per_seed.std() / np.sqrt(3)
+    assert (row["low"], row["high"]) == pytest.approx(
+        (per_seed.mean() - half, per_seed.mean() + half)
+    )
+    # the primary contrast is the row of the largest size
+    assert table.set_index("model")["primary"].to_dict() == {"micro": True, "nano": False}
+    sizes = analysis.interaction_table(runs, "model", ("micro", "nano")).set_index("init_std")
+    assert list(sizes["contrast"]) == ["model: micro − nano"] * 2 and not sizes["primary"].any()
+    with pytest.raises(KeyError, match="valid factors are data_id, model, variant, init_std"):
+        analysis.interaction_table(runs, "tie")
+    assert analysis.interaction_table(runs, levels=("1.0", "0.02")).empty
+    assert analysis.markdown(table).startswith("2 intervals at 95% each")
+    assert "primary contrast: interaction of tying with init std at the largest size" in (
+        analysis.markdown(table)
+    )

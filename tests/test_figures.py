@@ -47,6 +47,11 @@ def _texts(fig: Figure) -> str:
     return " ".join(" ".join(t.get_text() for t in fig.findobj(Text)).split())
 
 
+def _caption(fig: Figure) -> str:
+    """The caption line under a figure's panels, unwrapped."""
+    return " ".join(fig._supxlabel.get_text().split())
+
+
 def _run_id(results, name):
     return results.runs.set_index("name").loc[name, "run_id"]
 
@@ -298,14 +303,17 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
     assert "4 runs: 4 finished" in proc.stdout
     tables = {
         "table_params": ["table_params.md", "table_params.tex"],
-        "table_paired": ["table_paired.md", "table_classic.md"],
+        "table_paired": ["table_paired.md", "table_interaction.md", "table_classic.md"],
     }
     for name in figures.REGISTRY:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
             assert path.exists() and path.stat().st_size > 0, path
-    # the tiny sweep pairs tied and untied by seed and keeps window losses: real intervals
-    assert "bootstrap over 8 windows only (1 seed" in (out / "table_paired.md").read_text()
+    # the tiny sweep has one seed: no interval, and no windows-only one in its place
+    paired_text = (out / "table_paired.md").read_text()
+    assert (
+        paired_text.startswith("0 intervals at 95% each") and "1 seed: no interval" in paired_text
+    )
 
 
 def _bands(fig: Figure) -> int:
@@ -346,25 +354,56 @@ def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
 
 
 def test_paired_difference_figure_and_tables(tmp_path):
-    res = analysis.load_results(
-        write_sweep(
-            tmp_path / "sw",
-            init_stds=("1.0", "0.036"),
-            seeds=(0, 1, 2),
-            statuses={(False, "0.036", "nano", 2): "failed"},
-        )
+    sweep = write_sweep(
+        tmp_path / "sw",
+        init_stds=("1.0", "0.036"),
+        seeds=(0, 1, 2),
+        statuses={(False, "0.036", "nano", 2): "failed"},
     )
+    for tie in (True, False):  # the noise floor of init 1.0
+        write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=1)
+    res = analysis.load_results(sweep)
     fig = figures.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
     assert "tie=true_init=0.036_model=nano_seed=2: finished, no partner" in fig.skipped
-    assert any("3 seeds x 40 windows" in f for f in fig.flagged) and any(
-        "windows only" in f for f in fig.flagged
+    assert "tie=true_init=1.0_model=nano_seed=0_replicate=1: replicate 1 (noise floor only)" in (
+        fig.skipped
     )
+    assert any("95% t over 3 seeds" in f for f in fig.flagged)
+    assert any("95% t over 2 seeds" in f for f in fig.flagged)
+    # the caption names the method, n seeds and the floor; the floor is shaded where measured
+    title = _caption(fig)
+    assert "95% t-interval over n = 2–3 seeds per cell" in title and "noise floor" in title
+    assert "2 configs trained twice" in title
+    assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 2  # error bars + floor bands
     t = analysis.paired_table(res.runs)
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
-    files = figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
-    assert "[+" in files[0].read_text() or "[-" in files[0].read_text()
-    assert "No learning-rate grid" in files[1].read_text()
+    files = {
+        p.name: p.read_text() for p in figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
+    }
+    assert "[+" in files["table_paired.md"] or "[-" in files["table_paired.md"]
+    assert files["table_paired.md"].startswith("6 intervals at 95% each")
+    assert "No learning-rate grid" in files["table_classic.md"]
+    assert (
+        "No cell has finished tied/untied pairs at both init_std=1.0 and inv_sqrt_d"
+        in (files["table_interaction.md"])
+    )
+
+
+def test_interaction_table_file_and_one_seed_cells(tmp_path):
+    sweep = write_sweep(
+        tmp_path / "sw", init_stds=("1.0", "inv_sqrt_d"), seeds=(0, 1, 2), models=("nano", "micro")
+    )
+    res = analysis.load_results(sweep)
+    text = figures.tables.interaction_text(res.runs)
+    assert "## Tying x init std" in text and "## Tying x size (micro − nano)" in text
+    assert text.count("intervals at 95% each") == 2 and "| True " in text  # the primary row
+    one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("1.0",)))
+    fig = figures.fig_paired_difference(one.runs)
+    assert "t-interval over n = 1 seed per cell" in _caption(fig)
+    assert "noise floor not measured" in _caption(fig)
+    assert not any(ax.collections for ax in fig.axes)  # one seed: a mean, no interval drawn
+    assert any("1 seed: no interval" in f for f in fig.flagged)
 
 
 def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and_retention():
@@ -488,7 +527,7 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
         )
     assert len(points) == 2 and np.ravel(points) == pytest.approx(np.ravel(sorted(expected)))
     assert points[0][0] < points[1][0]  # the larger vocabulary holds the larger share
-    assert any("3 seeds x 40 windows" in f for f in fig.flagged)
+    assert any("95% t over 3 seeds" in f for f in fig.flagged)
     # the CLI makes it from mixed sweeps; the single-dataset figures say to pick one
     args = [
         str(tmp_path / "a"),

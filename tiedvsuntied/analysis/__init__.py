@@ -3,14 +3,23 @@
 - :mod:`.rows`: the runs-table columns; one row per run from a summary or a W&B run
 - :mod:`.load`: sweep directories or a W&B project -> :class:`Results` (runs, history, notes)
 - :mod:`.probes`: the per-token and per-window probe files of a few runs
-- :mod:`.stats`: means over seeds with t-intervals, the tied/untied pairing, paired tables
-- :mod:`.arms`: every arm of a sweep against its tied arm
+- :mod:`.stats`: means over seeds with t-intervals, the tied/untied pairing, paired tables with
+  t-intervals over seeds, the noise floor (replicates), PRIMARY_CONTRAST, tables as markdown
+- :mod:`.arms`: every arm against its tied arm, each arm at its best lr, interactions
 - :mod:`.theory`: the initial loss in theory, parameters and FLOPs per size
 
 No torch: ``python -m tiedvsuntied.figures`` and the notebooks read results without it.
 docs/figures.md lists the columns."""
 
-from tiedvsuntied.analysis.arms import ARM_KEYS, arm_label, arms_table, with_arms
+from tiedvsuntied.analysis.arms import (
+    ARM_KEYS,
+    arm_label,
+    arms_table,
+    best_lr_comparison,
+    interaction_interval,
+    interaction_table,
+    with_arms,
+)
 from tiedvsuntied.analysis.load import (
     Results,
     ResultsError,
@@ -41,27 +50,40 @@ from tiedvsuntied.analysis.rows import (
 from tiedvsuntied.analysis.stats import (
     CELL,
     CONFIDENCE,
+    FLOOR_COLUMNS,
     GROUP_COLUMNS,
+    INTERVAL_COLUMNS,
     MIN_BAND_SEEDS,
+    MIN_INTERVAL_SEEDS,
     MIN_SEEDS,
     N_BOOT,
     PAIR_COLUMNS,
     POINTS,
+    PRIMARY_CONTRAST,
+    Contrast,
     aggregate,
     aggregate_history,
     aggregate_runs,
-    best_lr_comparison,
     bootstrap_mean,
+    caption,
+    first_replicates,
+    is_replicate,
+    largest_model,
     markdown,
     match,
+    noise_floor,
     paired_differences,
     paired_interval,
     paired_table,
     pairs,
     representative_runs,
+    seed_interval,
+    seed_method,
     summarize_differences,
     t_interval,
     unpaired,
+    window_bootstrap,
+    with_floor,
 )
 from tiedvsuntied.analysis.theory import (
     THEORY_DRAWS,
@@ -77,16 +99,21 @@ __all__ = [
     "ARM_KEYS",
     "CELL",
     "CONFIDENCE",
+    "FLOOR_COLUMNS",
     "GROUP_COLUMNS",
     "HISTORY_ID_COLUMNS",
+    "INTERVAL_COLUMNS",
     "MIN_BAND_SEEDS",
+    "MIN_INTERVAL_SEEDS",
     "MIN_SEEDS",
     "N_BOOT",
     "PAIR_COLUMNS",
     "POINTS",
+    "PRIMARY_CONTRAST",
     "RUN_COLUMNS",
     "STATUS_RANK",
     "THEORY_DRAWS",
+    "Contrast",
     "Results",
     "ResultsError",
     "WandbUnavailableError",
@@ -97,14 +124,20 @@ __all__ = [
     "arms_table",
     "best_lr_comparison",
     "bootstrap_mean",
+    "caption",
     "check_consistency",
     "expected_max_normal",
+    "first_replicates",
     "flatten",
     "gaussian_logit_loss",
     "gaussian_logit_loss_approx",
     "history_from_records",
     "initial_loss_table",
+    "interaction_interval",
+    "interaction_table",
+    "is_replicate",
     "iter_probes",
+    "largest_model",
     "load",
     "load_results",
     "load_stratum_cosines",
@@ -112,6 +145,7 @@ __all__ = [
     "load_wandb",
     "markdown",
     "match",
+    "noise_floor",
     "paired_differences",
     "paired_interval",
     "paired_table",
@@ -120,6 +154,8 @@ __all__ = [
     "representative_runs",
     "require_single_data",
     "run_row",
+    "seed_interval",
+    "seed_method",
     "summarize_differences",
     "t_interval",
     "tied_initial_loss",
@@ -127,6 +163,8 @@ __all__ = [
     "unpaired",
     "variants",
     "wandb_run_row",
+    "window_bootstrap",
     "window_losses",
     "with_arms",
+    "with_floor",
 ]

@@ -1,13 +1,29 @@
-"""Every arm of a sweep (tie x untie_at x head init, scales ...) against its tied arm, paired by
-seed, data, size and init std, with the intervals of :func:`stats.paired_interval`."""
+"""Contrasts beyond one cell's tied − untied, each paired by seed with the t-intervals of
+:mod:`.stats`: every arm of a sweep (tie x untie_at x head init, scales ...) against its tied arm;
+each arm at its own best learning rate (the classic comparison); and the interaction of tying
+with a factor (the tie effect at init std 1.0 minus at d^-0.5, or at one size minus another)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pandas as pd
 
-from tiedvsuntied.analysis.stats import INTERVAL_COLUMNS, match, paired_interval
+from tiedvsuntied.analysis.stats import (
+    CELL,
+    INTERVAL_COLUMNS,
+    POINTS,
+    PRIMARY_CONTRAST,
+    first_replicates,
+    largest_model,
+    match,
+    paired_interval,
+    pairs,
+    seed_interval,
+    seed_method,
+)
+from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.results import NEUTRAL
 
 ARM_KEYS = ["data_id", "model", "init_std", "seed"]  # an arm's run and its tied reference share
@@ -37,7 +53,7 @@ def arm_label(run: pd.Series) -> str:
 def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Finished runs with an ``arm`` column, and the reference arm: plain 'tied', else the tied
     runs' one arm (None when there is no tied arm, or several and none plain)."""
-    finished = runs[runs["status"] == "finished"]
+    finished = first_replicates(runs[runs["status"] == "finished"])
     finished = finished.assign(
         arm=[arm_label(r) for _, r in finished.iterrows()] if len(finished) else None
     ).astype({"arm": object})
@@ -76,3 +92,100 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     full = table.join(untied.rename("untied_diff"), on=[*ARM_CELL, "point"])
     scheduled = table["arm"].str.startswith("untied at step")
     return table.assign(share=(full["diff"] / full["untied_diff"]).where(scheduled))
+
+
+def _without_lr(variant) -> str:
+    return re.sub(r"(, )?optim\.lr=[^,]*", "", variant or "").strip(", ")
+
+
+def best_lr_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """The classic comparison (Press & Wolf 2017; Inan et al. 2017): each arm at its OWN best
+    learning rate (lowest mean best validation loss over its finished seeds), then tied − untied
+    paired by seed at those rates, for the test loss at the best validation step (early
+    stopping) and at the final step. One row per data/size/init std/other variant keys."""
+    finished = first_replicates(runs[(runs["status"] == "finished") & runs["lr"].notna()])
+    finished = finished.assign(base=finished["variant"].map(_without_lr))
+    keys = ["data_id", "model", "init_std", "base"]
+    rows = []
+    for key, cell in finished.groupby(keys, dropna=False, sort=True):
+        means = cell.groupby(["tie", "lr"])["best_val_loss"].agg(["mean", "count"]).reset_index()
+        best = {
+            tie: means[means["tie"] == tie].sort_values("mean").iloc[0]
+            for tie in (True, False)
+            if (means["tie"] == tie).any()
+        }
+        if len(best) < 2:
+            continue
+        at_best = cell["lr"] == cell["tie"].map({True: best[True]["lr"], False: best[False]["lr"]})
+        cell_pairs = pairs(cell[at_best], [*keys, "seed"])
+        rows += [
+            {
+                **dict(zip(keys, key, strict=True)),
+                "point": point,
+                "lr_tied": best[True]["lr"],
+                "lr_untied": best[False]["lr"],
+                "lrs": int(means["lr"].nunique()),
+                "val_tied": best[True]["mean"],
+                "val_untied": best[False]["mean"],
+                **paired_interval(cell_pairs, point),
+            }
+            for point in ("best", "final")
+        ]
+    return pd.DataFrame(rows)
+
+
+def interaction_interval(at_first: pd.Series, at_second: pd.Series) -> dict:
+    """Tie effects per seed (Series indexed by seed) at two levels of a factor -> the mean of
+    their difference over the seeds that have both, with :func:`seed_interval`'s t-interval."""
+    diffs = at_first.sub(at_second).dropna()  # aligned by seed: NaN where a level lacks it
+    mean, low, high = seed_interval(diffs)
+    return {
+        "n_seeds": len(diffs),
+        "effect_first": at_first[diffs.index].mean(),
+        "effect_second": at_second[diffs.index].mean(),
+        "diff": mean,
+        "low": low,
+        "high": high,
+        "method": seed_method(len(diffs), "differences of paired differences"),
+        "seed_diffs": diffs.tolist(),
+    }
+
+
+def interaction_table(
+    runs: pd.DataFrame,
+    factor: str = PRIMARY_CONTRAST.factor,
+    levels: Sequence[str] = PRIMARY_CONTRAST.levels,
+    points: Sequence[str] = (PRIMARY_CONTRAST.point,),
+) -> pd.DataFrame:
+    """Per cell of the other CELL columns and point: the tie effect (tied − untied, paired) at
+    ``factor`` = levels[0] minus at levels[1], paired by seed, with its t-interval; ``primary``
+    marks the row of PRIMARY_CONTRAST. ``factor="model"`` contrasts sizes."""
+    if factor not in CELL:
+        raise KeyError(f"factor={factor!r}: valid factors are {', '.join(CELL)}")
+    first, second = (canonical_init_std(v) if factor == "init_std" else str(v) for v in levels)
+    keys = [c for c in CELL if c != factor]
+    both = pairs(runs)
+    rows = []
+    for key, cell in both.groupby(keys, dropna=False, sort=True):
+        for point in points:
+            col = POINTS[point][0]
+            effect = (cell[f"{col}_t"] - cell[f"{col}_u"]).set_axis(cell["seed"]).astype(float)
+            level = cell[factor].astype(str).to_numpy()
+            if {first, second} <= set(level):
+                rows.append(
+                    {
+                        **dict(zip(keys, key, strict=True)),
+                        "contrast": f"{factor}: {first} − {second}",
+                        "point": point,
+                        **interaction_interval(effect[level == first], effect[level == second]),
+                    }
+                )
+    columns = [*keys, "contrast", "point", "n_seeds", "effect_first", "effect_second"]
+    table = pd.DataFrame(rows, columns=[*columns, "diff", "low", "high", "method", "seed_diffs"])
+    primary = (factor, (first, second)) == PRIMARY_CONTRAST[:2]
+    largest = largest_model(runs[runs["status"] == "finished"])
+    return table.assign(
+        primary=primary
+        & (table["point"] == PRIMARY_CONTRAST.point)
+        & (table.get("model", largest) == largest)
+    )

@@ -36,6 +36,7 @@ RUN_COLUMNS = [
     "vocab_size",
     "block_size",
     "seed",
+    "replicate",
     "t5_rescale",
     "data",
     "data_id",
@@ -83,6 +84,7 @@ HISTORY_ID_COLUMNS = [
     "model",
     "variant",
     "seed",
+    "replicate",
 ]
 
 # Config keys that never make two runs different experiments (bookkeeping, the study's axes,
@@ -262,6 +264,7 @@ def run_row(
     )  # params_total...
     row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
     row["status"] = row["status"] or "unknown"
+    row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
     row["lr"] = _section(config, "optim").get("lr")

@@ -1,7 +1,7 @@
-"""Figures 6, 10 and 11: tied − untied, paired by seed, with the intervals of
-:mod:`tiedvsuntied.analysis.stats` (which explains them). The tables are in
-:mod:`tiedvsuntied.figures.tables`; the statistics are re-exported here for older imports
-(``from tiedvsuntied.figures.paired import paired_table``)."""
+"""Figures 6, 10 and 11: tied − untied, paired by seed, with the t-intervals over seeds of
+:mod:`tiedvsuntied.analysis.stats` (which explains them and their simulated coverage). The
+tables are in :mod:`tiedvsuntied.figures.tables`; the statistics are re-exported here for older
+imports (``from tiedvsuntied.figures.paired import paired_table``)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ from tiedvsuntied.analysis import (
     ARM_KEYS,
     CELL,
     CONFIDENCE,
-    MIN_SEEDS,
+    MIN_INTERVAL_SEEDS,
     N_BOOT,
     PAIR_COLUMNS,
     POINTS,
     arms_table,
     best_lr_comparison,
     bootstrap_mean,
+    interaction_table,
+    is_replicate,
     markdown,
+    noise_floor,
     paired_table,
     pairs,
     window_losses,
@@ -56,7 +59,9 @@ __all__ = [
     "fig_arms",
     "fig_crossover",
     "fig_paired_difference",
+    "interaction_table",
     "markdown",
+    "noise_floor",
     "paired_table",
     "window_losses",
     "write_tables",
@@ -67,7 +72,12 @@ SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
 
 
 def _difference(ax, x: float, row: pd.Series, scale: float = 1.0, **style) -> None:
-    """One cell's mean difference with its interval (``low``, ``high``), times ``scale``."""
+    """One cell's mean difference with its interval (``low``, ``high``), times ``scale``; the mean
+    alone (open) where there is no interval (one seed)."""
+    if pd.isna(row["low"]):
+        style = {**style, "mfc": "white"}
+        ax.plot(x, row["diff"] * scale, marker="o", ms=5, ls="none", **style)
+        return
     yerr = [[(row["diff"] - row["low"]) * scale], [(row["high"] - row["diff"]) * scale]]
     ax.errorbar(x, row["diff"] * scale, yerr=yerr, marker="o", capsize=3, ms=5, **style)
 
@@ -78,17 +88,33 @@ def _seed_dots(ax, x: float, seed_diffs) -> None:
     ax.plot(x + np.linspace(-0.12, 0.12, len(seeds)) * (len(seeds) > 1), seeds, **SEED_DOT)
 
 
-def _full_interval(row: pd.Series) -> bool:
-    """Seeds x windows (drawn filled), not windows only or t over seeds (drawn open)."""
-    return row["n_seeds"] >= MIN_SEEDS and row["n_windows"] > 0
-
-
-def _interval_handles(few: str) -> list:
-    label = f"mean, {CONFIDENCE:.0%} bootstrap over seeds × windows"
+def _interval_handles() -> list:
+    label = f"mean, {CONFIDENCE:.0%} t-interval over seeds (paired by seed)"
     return [
         Line2D([], [], color="black", marker="o", label=label),
-        Line2D([], [], color="black", marker="o", mfc="white", label=few),
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker="o",
+            mfc="white",
+            ls="none",
+            label=f"fewer than {MIN_INTERVAL_SEEDS} seeds: mean only, no interval",
+        ),
     ]
+
+
+def _floor_text(runs: pd.DataFrame) -> str:
+    """The noise floor of test loss (final weights) in words, for a caption."""
+    floors = noise_floor(runs)
+    if floors.empty:
+        return "noise floor not measured (no replicate runs)"
+    low, high = floors["floor_final"].min(), floors["floor_final"].max()
+    value = f"{low:.3f}" if np.isclose(low, high) else f"{low:.3f}–{high:.3f}"
+    return (
+        f"noise floor (|replicate 0 − 1| of one config, shaded ±) {value} nats, "
+        f"{int(floors['n'].sum())} configs trained twice"
+    )
 
 
 def _setting(table: pd.DataFrame) -> pd.Series:
@@ -104,8 +130,11 @@ def _paired_panel(fig: Figure, ax, table: pd.DataFrame, point: str, several: boo
         return note(ax, "no tied/untied pair finished")
     for x, row in cells.iterrows():
         _seed_dots(ax, x, row["seed_diffs"])
-        full = _full_interval(row)
-        _difference(ax, x, row, color="black", mfc="black" if full else "white", zorder=3)
+        _difference(ax, x, row, color="black", zorder=3)
+        if pd.notna(row["floor"]):
+            ax.fill_between(
+                [x - 0.3, x + 0.3], -row["floor"], row["floor"], color=REF_COLOR, alpha=0.2, lw=0
+            )
         label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
         fig.flagged.append(f"{label}: {row['method']}")
     labels = [
@@ -117,19 +146,31 @@ def _paired_panel(fig: Figure, ax, table: pd.DataFrame, point: str, several: boo
     ax.grid(axis="x", visible=False)
 
 
-@figure("fig6_paired_difference", "tied − untied test loss, paired, with bootstrap intervals")
+@figure("fig6_paired_difference", "tied − untied test loss, paired, with t-intervals over seeds")
 def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     """The study's headline: tied − untied test loss per init std (and size), paired by seed, at
-    the final weights and at the best validation step; mean with its interval (seeds x windows,
-    or windows only below MIN_SEEDS seeds), every seed's own difference as a small dot."""
+    the final weights and at the best validation step; mean with its t-interval over seeds (none
+    for one seed), every seed's own difference as a small dot, the noise floor shaded when
+    replicates measured it. The caption below says the method, n seeds and the floor."""
     table = paired_table(runs, ("final", "best"))
     fig, axes = new_figure(1, 2, 2.4, sharey=True)
     paired_ids = set(pairs(runs)[["run_id_t", "run_id_u"]].stack())
     fig.skipped += [
-        f"{run_label(run)}: {run['status']}"
-        + (", no partner" if run["status"] == "finished" else "")
+        f"{run_label(run)}: "
+        + (
+            f"replicate {run['replicate']} (noise floor only)"
+            if is_replicate(run)
+            else run["status"] + (", no partner" if run["status"] == "finished" else "")
+        )
         for _, run in runs[~runs["run_id"].isin(paired_ids)].iterrows()
     ]
+    low, high = table["n_seeds"].min(), table["n_seeds"].max()
+    seeds = "0" if table.empty else f"{low}" if low == high else f"{low}–{high}"
+    caption = (
+        f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over n = {seeds} "
+        f"seed{'' if high == 1 else 's'} per cell; {_floor_text(runs)}"
+    )
+    fig.supxlabel(textwrap.fill(caption, 120), fontsize=7)  # below: the legend sits on top
     table = table.assign(setting=_setting(table))
     several = table["model"].nunique() > 1
     for ax, point, title in zip(
@@ -142,7 +183,7 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
         _paired_panel(fig, ax, table, point, several)
     axes[0, 0].set_ylabel("tied − untied (nats)")
     one_seed = Line2D([], [], label="one seed", **SEED_DOT)
-    legend(fig, [*_interval_handles(f"fewer than {MIN_SEEDS} seeds: windows only"), one_seed], 3)
+    legend(fig, [*_interval_handles(), one_seed], 3)
     return fig
 
 
@@ -265,8 +306,7 @@ def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) 
             continue
         scale, x = 100 / base[(*key, row["init_std"])], 100 * share[key]
         vocab = runs.loc[runs["data_id"] == row["data_id"], "vocab_size"].iloc[0]
-        fill = "black" if _full_interval(row) else "white"
-        _difference(ax, x, row, scale, color="black", mfc=fill)
+        _difference(ax, x, row, scale, color="black")
         ax.annotate(
             f"V={vocab:,}, {row['model']}\n{init_label(row['init_std'], short=True)}",
             (x, row["diff"] * scale),
@@ -303,5 +343,5 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     ax.set_xlabel("embedding share of the tied model's parameters (%)")
     ax.set_ylabel("(tied − untied) / untied test loss (%)")
     ax.set_xlim(0, 100)
-    legend(fig, _interval_handles(f"< {MIN_SEEDS} seeds: windows only"), 1)
+    legend(fig, _interval_handles(), 1)
     return fig

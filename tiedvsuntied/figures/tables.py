@@ -1,4 +1,6 @@
-"""The tables: parameters of every named size (md, tex) and the paired comparisons (md)."""
+"""The tables: parameters of every named size (md, tex) and the paired comparisons (md), each
+of the latter under a first line that says how many intervals it holds, their method, the
+primary contrast and the noise floor (:func:`analysis.caption`)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis import (
+    PRIMARY_CONTRAST,
     arms_table,
     best_lr_comparison,
+    interaction_table,
     markdown,
     paired_table,
     parameter_table,
 )
-from tiedvsuntied.figures.style import REGISTRY, Output
+from tiedvsuntied.figures.style import REGISTRY, Output, model_order
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
@@ -43,13 +47,38 @@ REGISTRY["table_params"] = Output(
 )
 
 
+def interaction_text(runs: pd.DataFrame) -> str:
+    """``table_interaction.md``: the tie effect at one init std minus at the other
+    (PRIMARY_CONTRAST's levels, its row marked), and with several sizes, at the largest size minus
+    at the smallest; or why there is none."""
+    first, second = PRIMARY_CONTRAST.levels
+    by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
+    parts = [
+        "## Tying x init std\n\n"
+        + (
+            markdown(by_init)
+            if len(by_init)
+            else f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
+        )
+    ]
+    sizes = model_order(runs[runs["status"] == "finished"])
+    if len(sizes) > 1:
+        by_size = interaction_table(runs, "model", (sizes[-1], sizes[0]), ("final",))
+        parts.append(
+            f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n"
+            + (markdown(by_size) if len(by_size) else "No seed has pairs at both sizes.")
+        )
+    return "\n\n".join(parts)
+
+
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
-    """``table_paired.md`` (every cell, final and best), ``table_classic.md`` (each arm at its
-    own best learning rate) and ``table_arms.md`` (every arm against the tied one) in
-    ``out_dir``."""
+    """``table_paired.md`` (every cell, final and best, with the noise floor),
+    ``table_interaction.md`` (:func:`interaction_text`), ``table_classic.md`` (each arm at its own
+    best learning rate) and ``table_arms.md`` (every arm against the tied one) in ``out_dir``."""
     classic, arms = best_lr_comparison(runs), arms_table(runs)
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
+        "table_interaction.md": interaction_text(runs),
         "table_classic.md": markdown(classic)
         if len(classic)
         else "No learning-rate grid in these runs: no arm can be compared at its own best rate.",
@@ -64,6 +93,6 @@ def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
 
 
 REGISTRY["table_paired"] = Output(
-    "tied − untied per cell, and at each arm's best lr (md)",
+    "tied − untied per cell with the noise floor, the interactions, each arm at its best lr (md)",
     lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None),
 )
