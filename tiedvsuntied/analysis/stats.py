@@ -84,6 +84,7 @@ def seed_interval(values) -> tuple[float, float, float]:
     """Mean of one value per seed and its CONFIDENCE Student-t interval (scipy's one-sample t;
     NaN bounds below MIN_INTERVAL_SEEDS seeds): the interval of every paired table."""
     values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]  # a run without the value (no test evaluation)
     if len(values) < MIN_INTERVAL_SEEDS:
         return (float(values.mean()) if len(values) else np.nan), np.nan, np.nan
     if np.ptp(values) == 0:  # identical differences (eager replicas): scipy's t is undefined
@@ -312,7 +313,7 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
     with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), each
     seed's difference, and the secondary window bootstrap (:func:`window_bootstrap`)."""
     col = POINTS[point][0]
-    diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float)
+    diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
     mean, low, high = seed_interval(diffs)
     return {
         "n_seeds": len(diffs),
@@ -332,7 +333,7 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     (FLOOR_COLUMNS: test loss final and best, final validation loss). An effect below it is not a
     finding. Empty without replicates."""
     finished = runs[runs["status"] == "finished"]
-    replicate = pd.to_numeric(finished.get("replicate", 0), errors="coerce")
+    replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index)))
     again = match(
         finished[replicate.fillna(0).eq(0)],
         finished[replicate.eq(1)],
