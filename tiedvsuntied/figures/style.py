@@ -24,6 +24,7 @@ from tiedvsuntied.analysis import (
     Results,
     ResultsError,
     aggregate_history,
+    first_replicates,
     require_single_data,
 )
 
@@ -240,9 +241,10 @@ def mean_line(
             lw=0,
         )
     elif band:
-        for _, run in h[h[metric].notna() & h["status"].isin(["finished", "running"])].groupby(
-            "run_id"
-        ):
+        drawn = first_replicates(h)  # a replicate is the noise floor, not another seed
+        for _, run in drawn[
+            drawn[metric].notna() & drawn["status"].isin(["finished", "running"])
+        ].groupby("run_id"):
             ax.plot(
                 run["tokens"],
                 np.exp(run[metric]) if log else run[metric],
