@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import difflib
+import enum
 import importlib
 import logging
 import os
 import sys
 import time
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ import pandas as pd
 from filelock import FileLock, Timeout
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -241,15 +245,70 @@ def field_type(key: str) -> Any:
     return cls
 
 
+CONF = Path(__file__).resolve().parents[1] / "conf"
+GROUPS = ("model", "data", "optim", "trainer", "wandb", "experiment")  # conf/<group>/<option>.yaml
+
+
+def check_value(key: str, value: str) -> None:
+    """One value against the schema's type of ``key``. OmegaConf reads 1/0/yes/no/on/off as
+    booleans, which silently turns ``tie=1`` into true: only true/false (and null where the key
+    allows it) pass; a choice must be one of its names."""
+    kind = field_type(key)
+    optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
+    kind = next((k for k in typing.get_args(kind) if k is not type(None)), kind)
+    if kind is bool:
+        names = ["true", "false", *(["null"] if optional else [])]
+        value = value.lower()
+    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+        names = [m.name for m in kind] + (["null"] if optional else [])
+    else:
+        return
+    if value not in names:
+        raise ConfigError(f"{key}={value} is invalid: use {', '.join(names[:-1])} or {names[-1]}")
+
+
+def check_key(key: str) -> None:
+    """A dotted key the schema does not have, named with the nearest one it has."""
+    node, _, leaf = key.rpartition(".")
+    cls = field_type(node) if node else Config
+    if dataclasses.is_dataclass(cls) and field_type(key) is None:
+        have = [f.name for f in dataclasses.fields(cls)]
+        near = difflib.get_close_matches(leaf, have, n=1)
+        hint = f"did you mean {node + '.' if node else ''}{near[0]}?" if near else "no such key"
+        raise ConfigError(f"{key} is not a key of the config: {hint}")
+
+
 def check_overrides(overrides: list[str]) -> None:
-    """OmegaConf reads 1/0/yes/no/on/off as booleans; for a study's switch that silently turns
-    ``tie=1`` into true. Accept only true/false (and null where the key allows it)."""
-    for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        kind = field_type(key)
-        if kind in (bool, bool | None) and value.lower() not in ("true", "false", "null"):
-            valid = "true, false or null" if kind is not bool else "true or false"
-            raise ConfigError(f"{key}={value} is invalid: use {valid}")
+    """The command line's overrides (every value of a sweep too) against the typed schema and
+    the config groups, before Hydra composes anything: a mistake is one line, exit 2, and no
+    folder is made. What the schema cannot judge is left to Hydra and to the run's checks."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's own syntax error says it better
+        return
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_hydra_override() or override.is_delete() or "/" in key:
+            continue
+        if override.is_sweep_override() and not override.is_discrete_sweep():
+            continue  # range(...) and interval(...): numbers
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.get_value_element_as_str()]
+        )
+        for value in values:
+            check_one(key, value, add=override.is_add())
+
+
+def check_one(key: str, value: str, add: bool) -> None:
+    if key in GROUPS:
+        options = sorted(f.stem for f in (CONF / key).glob("*.yaml"))
+        if value not in options:
+            raise ConfigError(f"{key}={value} is invalid: use one of {', '.join(options)}")
+    elif not add:
+        check_key(key)
+        check_value(key, value)
 
 
 def refuse(error: Exception) -> typing.NoReturn:
@@ -302,4 +361,9 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    try:  # before Hydra starts: a refused command line makes no folder
+        check_overrides([a for a in sys.argv[1:] if "=" in a and not a.startswith("-")])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(REFUSED) from None
     main()
