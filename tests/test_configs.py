@@ -30,7 +30,7 @@ GROUP_OPTIONS = [
 ]
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # What a group option cannot run without (the user names it on the command line).
-SWEEP_NAMES = {"finetune": "ft", "finetune_pretrain": "ft_pretrain"}  # others: the experiment's
+SWEEP_NAMES = {"finetune": "ft", "finetune_pretrain": "ft_pretrain", "t5_rescale": "tie_x_init"}
 REQUIRED = {("data", "text"): CORPUS_OVERRIDES[1:], ("data", "hub"): ["data.path=org/name"]}
 
 

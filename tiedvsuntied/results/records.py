@@ -99,6 +99,7 @@ class RunSummary:
     wandb_dir: str | None = None
     device: str | None = None
     world_size: int = 1  # processes that trained it (torchrun)
+    threads: int | None = None  # torch's CPU threads (compiled CPU runs differ between counts)
     precision: str | None = None
     compiled: bool | None = None
     started_at: str = field(default_factory=now)
@@ -245,6 +246,8 @@ IDENTITY_EXCLUDE = (
     "wandb",
     "trainer.progress",
     "trainer.log_interval",
+    "trainer.log_first",
+    "trainer.threads",  # recorded as summary.threads: hardware, like the device
     "trainer.ckpt_interval",
     "trainer.peak_tflops",
     "trainer.device",
@@ -263,6 +266,7 @@ NEUTRAL = {
     "model.logit_scale": "1",
     "model.emb_scale": "1",
     "replicate": 0,
+    "trainer.eval_log_steps": False,
 }
 
 

@@ -55,7 +55,7 @@ def evaluate(
 
 def evaluate_split(run: Run, split: str, first: bool = False) -> dict:
     return evaluate(
-        run.model,
+        run.eval_model,
         run.corpus.tokens(split),
         run.cfg.model.block_size,
         run.cfg.trainer,

@@ -194,15 +194,14 @@ def run_loop(run: Run) -> None:
     with dist.stop_requests() as stop, run.bar:
         while state.step < trainer.max_steps:
             t0 = time.perf_counter()
-            log_now = (state.step + 1) % trainer.log_interval == 0
-            step = train_step(run, log_now or state.step + 1 == trainer.max_steps, window)
+            step = train_step(run, trainer.logs_at(state.step + 1), window)
             window.seconds += time.perf_counter() - t0
             window.steps += 1
             run.bar.update(1)
             if step.grad_split is not None and main:
                 log_step(run, step, window)
                 window = Window()
-            if state.step % trainer.eval_interval == 0 or state.step == trainer.max_steps:
+            if trainer.evaluates_at(state.step):
                 validation_on_every_rank(run)
             if main and run.checkpoints.due(state.step):
                 run.checkpoints.save(run.model, run.optimizer, state)

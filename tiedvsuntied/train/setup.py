@@ -73,6 +73,7 @@ def derived_numbers(run: Run, params: dict) -> dict:
         "init_std_resolved": run.model.init_stds(),
         "device": str(run.device),
         "world_size": dist.world_size(),
+        "threads": torch.get_num_threads(),
         "precision": run.precision.value,
         "compiled": run.record.compiled,
         "peak_tflops": run.peak_tflops,
@@ -85,6 +86,8 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
     """The run ready for its first (or next) step; raises CheckpointMismatch before
     anything is written if its checkpoint does not fit the code."""
     cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
+    if trainer.threads:
+        torch.set_num_threads(trainer.threads)
     precision = resolve_precision(trainer.precision, device)
     if device.type == "cuda":  # TF32 for the fp32 matmuls autocast leaves (all, in fp32 runs)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -118,6 +121,7 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
         state=state,
         checkpoints=checkpoints,
         step_model=model,
+        eval_model=model,
         peak_tflops=trainer.peak_tflops
         or measure_matmul_tflops(
             device, torch.bfloat16 if precision == Precision.bf16 else torch.float32
@@ -168,6 +172,7 @@ def fill_record(run: Run, params: dict, untied: bool) -> None:
         device=str(run.device),
         init_std_resolved={"emb": stds["emb"], "head": stds["head"]},
         precision=run.precision.value,
+        threads=torch.get_num_threads(),
         peak_tflops=run.peak_tflops,
         seen_vocab_frac=float((run.freq > 0).mean()),
         resumed_from_step=run.resumed_from,
