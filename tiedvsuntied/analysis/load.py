@@ -23,6 +23,7 @@ from tiedvsuntied.analysis.rows import (
     variants,
     wandb_run_row,
 )
+from tiedvsuntied.results import bundles
 
 
 class ResultsError(ValueError):
@@ -119,6 +120,7 @@ def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEn
         )
     if (path / "summary.json").exists():
         return [(path, None)]
+    note_bundle(path, notes)
     if _looks_like_sweep(path):
         return _sweep_runs(path)
     sweeps = sorted(p for p in path.iterdir() if p.is_dir() and _looks_like_sweep(p))
@@ -133,6 +135,28 @@ def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEn
         + ", ".join(p.name for p in sweeps)
     )
     return [r for s in sweeps for r in _sweep_runs(s)]
+
+
+def note_bundle(path: Path, notes: list[str]) -> None:
+    """A results bundle (results.bundles) is read like the sweep it reduces; say so, and name
+    any file that differs from its manifest."""
+    try:
+        manifest = bundles.read_manifest(path)
+    except bundles.BundleError as e:
+        raise ResultsError(str(e)) from None
+    if manifest is None:
+        return
+    notes.append(
+        f"{path}: results bundle (format {manifest['version']}) of sweep {manifest['sweep']}, "
+        f"{manifest['runs']} runs, made {manifest['made_at'][:10]} at commit "
+        f"{(manifest.get('commit') or 'unknown')[:10]}; it keeps {manifest['kept']}"
+    )
+    changed = bundles.changed_files(path, manifest)
+    if changed:
+        notes.append(
+            f"{path}: {len(changed)} files differ from the bundle's manifest: "
+            + ", ".join(changed[:5])
+        )
 
 
 def _is_run_dir(p: Path) -> bool:

@@ -1,0 +1,106 @@
+"""The results bundle: a real sweep, bundled by the command, reads back as the sweep did."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tiedvsuntied.analysis import ResultsError, load_results, load_token_probes, window_losses
+from tiedvsuntied.bundle import write_bundle
+from tiedvsuntied.results.bundles import MANIFEST, read_manifest
+
+COMPARED = ["run_id", "name", "tie", "init_std", "seed", "status", "best_step", "test_loss"]
+
+
+def bundle_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tiedvsuntied.bundle", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def bundled(tiny_sweep: Path, tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("bundle") / "results"
+    proc = bundle_cli(str(tiny_sweep), str(dest))
+    assert proc.returncode == 0, proc.stderr
+    assert "runs of sweep tiny" in proc.stdout
+    return dest
+
+
+def test_a_bundle_reads_back_as_its_sweep(tiny_sweep, bundled):
+    sweep, bundle = load_results(tiny_sweep), load_results(bundled)
+    pd.testing.assert_frame_equal(
+        sweep.runs[COMPARED].reset_index(drop=True), bundle.runs[COMPARED].reset_index(drop=True)
+    )
+    metrics = [c for c in sweep.history.columns if c != "source"]
+    pd.testing.assert_frame_equal(
+        sweep.history[metrics].reset_index(drop=True),
+        bundle.history[metrics].reset_index(drop=True),
+    )
+    assert any("results bundle (format 1) of sweep tiny" in n for n in bundle.notes)
+    for (_, a), (_, b) in zip(sweep.runs.iterrows(), bundle.runs.iterrows(), strict=True):
+        for split, step in (("test", "best_step"), ("val", "step")):
+            np.testing.assert_array_equal(
+                window_losses(a, split, step), window_losses(b, split, step)
+            )
+
+
+def test_a_bundle_keeps_per_token_arrays_of_the_lowest_seed_only_and_no_checkpoints(
+    tiny_sweep, bundled
+):
+    runs = load_results(bundled).runs
+    probes = load_token_probes(runs)
+    lowest = runs.groupby(["tie", "init_std"])["seed"].transform("min") == runs["seed"]
+    assert set(probes["run_id"]) == set(runs.loc[lowest, "run_id"])
+    full = load_token_probes(load_results(tiny_sweep).runs)
+    merged = probes.merge(full, on=["run_id", "token"], suffixes=("_b", "_s"))
+    assert len(merged) == len(probes) > 0
+    np.testing.assert_allclose(merged["emb_norm_b"], merged["emb_norm_s"], rtol=1e-3)
+    assert not list(bundled.rglob("*.pt")) and not list(bundled.rglob("wandb"))
+    assert read_manifest(bundled)["runs"] == len(runs)
+
+
+def test_a_changed_file_or_a_newer_format_is_reported(bundled, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(bundled, copy)
+    summary = next(copy.glob("*/summary.json"))
+    summary.write_text(summary.read_text().replace('"status"', '"status" ', 1))
+    notes = load_results(copy).notes
+    assert any("1 files differ from the bundle's manifest" in n for n in notes)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    (copy / MANIFEST).write_text(json.dumps({**manifest, "version": 2}))
+    with pytest.raises(ResultsError, match="format version 2; this code reads version 1"):
+        load_results(copy)
+
+
+def test_bundling_in_pieces_keeps_the_runs_already_bundled(tiny_sweep, tmp_path):
+    runs = load_results(tiny_sweep).runs
+    part = tmp_path / "part" / "tiny"
+    shutil.copytree(tiny_sweep, part)
+    gone = runs["run_id"].iloc[0]
+    shutil.rmtree(part / gone)
+    (part / "index.json").unlink()
+    dest = tmp_path / "bundle"
+    write_bundle([tiny_sweep], dest)
+    manifest = write_bundle([part], dest)  # the second piece lacks one run: still shipped
+    assert manifest["runs"] == len(runs)
+    assert gone in set(load_results(dest).runs["run_id"])
+    assert not list(tmp_path.glob(".bundle.*"))  # no partial or old copy left behind
+
+
+def test_the_command_refuses_a_missing_sweep_in_one_line(tmp_path):
+    proc = bundle_cli(str(tmp_path / "nowhere"), str(tmp_path / "dest"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "does not exist" in proc.stderr
+    assert not (tmp_path / "dest").exists()

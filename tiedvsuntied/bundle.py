@@ -1,0 +1,169 @@
+"""Ship a study's results: ``python -m tiedvsuntied.bundle SWEEP_DIR [SWEEP_DIR ...] DEST``.
+
+Writes DEST as a results bundle (the format: :mod:`tiedvsuntied.results.bundles`): the sweep
+reduced to what the figures and tables read, small enough to commit (the study of the paper
+is a few MB). Runs DEST already holds and the sweeps do not are kept, so a study bundled in
+pieces, or from two machines, grows; a run in both is taken from the sweep. DEST is replaced
+whole at the end (written beside it, then renamed), so a kill leaves the old bundle.
+
+    python -m tiedvsuntied.bundle results/tie_x_init experiments/tie_x_init/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied.analysis import ResultsError, first_replicates, load_results
+from tiedvsuntied.results import IndexEntry, Status, atomic_write, now, update_index, write_json
+from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
+from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
+
+RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
+WINDOW_KEYS = ("val_window_loss", "test_window_loss")
+SHIPPED = ("finished", "diverged")  # a running run is resumed by its sweep, then bundled
+CELL = ["model", "tie", "init_std", "variant"]
+KEPT = (
+    "summary.json, config.yaml, metrics.jsonl whole; per-window val/test losses at the best "
+    "and last step; for the lowest-seed run of each (model, tie, init std, variant): per-token "
+    "norms and in/out cosines, stratum cosines (float16) at the first and last probe, and "
+    "token_freq.npy. No checkpoints, W&B files or sampled embedding rows."
+)
+
+
+def full_runs(runs: pd.DataFrame) -> set[str]:
+    """The run ids whose per-token probes are kept: the lowest seed of each cell (replicate 0)."""
+    usable = first_replicates(runs)
+    lowest = usable.sort_values("seed", kind="stable").groupby(CELL, dropna=False).head(1)
+    return set(lowest["run_id"])
+
+
+def reduced_probe(path: Path, windows: bool, arrays: bool) -> dict[str, np.ndarray]:
+    """What the bundle keeps of one probe file: window losses and/or the figure arrays."""
+    kept = {}
+    with np.load(path) as z:
+        for key in z.files:
+            value = z[key]
+            if key in WINDOW_KEYS:
+                if windows:
+                    kept[key] = value
+            elif arrays and not key.endswith("_seen"):
+                floats = np.issubdtype(value.dtype, np.floating)
+                kept[key] = value.astype(np.float16) if floats else value
+    return kept
+
+
+def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
+    """One run directory into the bundle, reduced."""
+    src = Path(run["path"])
+    for name in RUN_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
+    probes = sorted((src / "probes").glob("step_*.npz"))
+    steps = {int(p.stem.removeprefix("step_")): p for p in probes}
+    points = {int(s) for s in (run["best_step"], run["step"]) if pd.notna(s)}
+    ends = {min(steps), max(steps)} if steps else set()
+    for step in sorted(points | (ends if full else set())):
+        if step not in steps:
+            continue
+        kept = reduced_probe(steps[step], windows=step in points, arrays=full and step in ends)
+        if kept:
+            target = dest / "probes" / steps[step].name
+            atomic_write(target, lambda f, kept=kept: np.savez_compressed(f, **kept))
+    if full and (src / "token_freq.npy").is_file():
+        shutil.copy2(src / "token_freq.npy", dest / "token_freq.npy")
+
+
+def commit_of_code() -> str | None:
+    """The git commit of this code, if it runs from a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def write_bundle(sources: list[Path], dest: Path) -> dict:
+    """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
+    manifest written."""
+    dest = Path(dest)
+    old = read_bundle_manifest(dest) if dest.exists() else None
+    found = load_results(*sources, *([dest] if old else []))
+    shipped = found.runs["status"].isin(SHIPPED)
+    for name in found.runs.loc[~shipped, "name"]:
+        print(f"not bundled (not finished or diverged): {name}", file=sys.stderr)
+    runs = found.runs[shipped]
+    if runs.empty:
+        raise ResultsError(f"no finished or diverged run in {', '.join(map(str, sources))}")
+    sweeps = sorted(runs["sweep"].dropna().unique())
+    if len(sweeps) != 1:
+        raise ResultsError(f"a bundle holds one sweep; these runs come from {', '.join(sweeps)}")
+    tmp = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    full = full_runs(runs)
+    for _, run in runs.iterrows():
+        run_dir = tmp / run["run_id"]
+        (run_dir / "probes").mkdir(parents=True)
+        copy_run(run, run_dir, run["run_id"] in full)
+        entry = IndexEntry(name=run["name"], status=Status(run["status"]), path=run["run_id"])
+        update_index(tmp, run["run_id"], entry)
+    (tmp / ".index.lock").unlink(missing_ok=True)
+    files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "sweep": sweeps[0],
+        "made_at": now(),
+        "commit": commit_of_code(),
+        "sources": [str(s) for s in sources] + (old or {}).get("sources", []),
+        "runs": len(runs),
+        "kept": KEPT,
+        "files": {str(p.relative_to(tmp)): sha256(p) for p in files},
+    }
+    write_json(tmp / MANIFEST, manifest)
+    swap(tmp, dest)
+    return manifest
+
+
+def swap(new: Path, dest: Path) -> None:
+    """Put ``new`` where ``dest`` is; the old bundle is removed only once the new one is there."""
+    old = dest.with_name(f".{dest.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        dest.rename(old)
+    new.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m tiedvsuntied.bundle",
+        description="Write a study's results bundle (what the paper's figures read) from sweeps.",
+    )
+    ap.add_argument("paths", nargs="+", metavar="PATH", help="sweep directories, then DEST")
+    args = ap.parse_args(argv)
+    if len(args.paths) < 2:
+        ap.error("give one or more sweep directories and then the bundle's directory")
+    *sources, dest = (Path(p) for p in args.paths)
+    try:
+        manifest = write_bundle(sources, dest)
+    except (ResultsError, BundleError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    print(f"{dest}: {manifest['runs']} runs of sweep {manifest['sweep']}, {size / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
