@@ -95,6 +95,8 @@ def test_bundling_in_pieces_keeps_the_runs_already_bundled(tiny_sweep, tmp_path)
     manifest = write_bundle([part], dest)  # the second piece lacks one run: still shipped
     assert manifest["runs"] == len(runs)
     assert gone in set(load_results(dest).runs["run_id"])
+    again = write_bundle([part], dest)  # nothing new: the bundle is left byte for byte
+    assert again["made_at"] == manifest["made_at"]
     assert not list(tmp_path.glob(".bundle.*"))  # no partial or old copy left behind
 
 

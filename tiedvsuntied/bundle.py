@@ -115,20 +115,29 @@ def write_bundle(sources: list[Path], dest: Path) -> dict:
         run_dir = tmp / run["run_id"]
         (run_dir / "probes").mkdir(parents=True)
         copy_run(run, run_dir, run["run_id"] in full)
-        entry = IndexEntry(name=run["name"], status=Status(run["status"]), path=run["run_id"])
+        entry = IndexEntry(
+            name=run["name"],
+            status=Status(run["status"]),
+            path=run["run_id"],
+            updated_at=run["updated_at"],  # the run's, so an unchanged bundle is byte-equal
+        )
         update_index(tmp, run["run_id"], entry)
     (tmp / ".index.lock").unlink(missing_ok=True)
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    checksums = {str(p.relative_to(tmp)): sha256(p) for p in files}
+    if old is not None and old.get("files") == checksums:  # nothing new: leave it as it is
+        shutil.rmtree(tmp)
+        return old
     manifest = {
         "format": FORMAT,
         "version": VERSION,
         "sweep": sweeps[0],
         "made_at": now(),
         "commit": commit_of_code(),
-        "sources": [str(s) for s in sources] + (old or {}).get("sources", []),
+        "sources": list(dict.fromkeys([*map(str, sources), *(old or {}).get("sources", [])])),
         "runs": len(runs),
         "kept": KEPT,
-        "files": {str(p.relative_to(tmp)): sha256(p) for p in files},
+        "files": checksums,
     }
     write_json(tmp / MANIFEST, manifest)
     swap(tmp, dest)
