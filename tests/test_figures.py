@@ -48,34 +48,84 @@ def _texts(fig: Figure) -> str:
 
 
 def _caption(fig: Figure) -> str:
-    """The caption line under a figure's panels, unwrapped."""
-    return " ".join(fig._supxlabel.get_text().split())
+    """The caption under a figure's panels, unwrapped."""
+    return " ".join(fig.caption_text.get_text().split())
 
 
 def _run_id(results, name):
     return results.runs.set_index("name").loc[name, "run_id"]
 
 
-def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
+def test_every_figure_draws_and_says_on_the_image_what_it_shows_and_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
     for name, output in figures.REGISTRY.items():
         files, fig = output.write(results, tmp_path, ["png"])
         if fig is None:  # tables
             assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
             continue
-        assert [p.name for p in files] == [f"{name}.png"]
-        if name == "fig7_finetune":  # these runs are not fine-tuned: the panels say so
-            assert "not fine-tuning runs: no retain/loss" in _texts(fig)
+        if name == "fig7_finetune":  # not fine-tuned: the panels say so, and no file is written
+            assert fig.empty and "not fine-tuning runs: no retain/loss" in _texts(fig)
+            assert files == [] and not (tmp_path / f"{name}.png").exists()
             continue
+        assert [p.name for p in files] == [f"{name}.png"] and not fig.empty
         assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
-        # what is left out goes to the caption/log, never into the image
+        # the caption says what is drawn: sizes, steps, corpus, V, seeds per cell ...
+        caption = _caption(fig)
+        assert "20 steps" in caption and "input (text)" in caption, (name, caption)
+        assert "V = 512" in caption and "seed" in caption.split("V = 512")[1], (name, caption)
+        # ... and, as a footnote, what is left out (all of it, or how many more the console has)
         for item in fig.skipped + fig.flagged:
-            assert item in figures.caption(fig) and item[:30] not in _texts(fig), (name, item)
+            assert " ".join(item.split()) in caption or "more (the console lists them)" in caption
         small = [
             t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6
         ]
         assert not small, f"{name}: text below 6 pt: {small[:3]}"
     assert dict(matplotlib.rcParams) == rc_before  # figures never change the global style
+
+
+def test_caption_counts_seeds_per_cell_and_names_the_corpus(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    write_run(sweep, tie=True, init_std="1.0", seed=3)  # one cell with 4 seeds
+    write_run(sweep, tie=True, init_std="1.0", seed=0, replicate=1)
+    res = analysis.load_results(sweep)
+    text = figures.style.describe_runs(res.runs)
+    assert text == (
+        "nano (d=32), 20 steps · input (text) · V = 512 · "
+        "n = 3–4 seeds/cell (+1 replicate run: noise floor)"
+    )
+    one = res.runs[res.runs["seed"] == 0].iloc[:1]
+    assert figures.style.seeds_per_cell(one) == "n = 1 seed/cell"
+
+
+def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path):
+    from tiedvsuntied.figures.labels import corpus_label
+
+    configs = {
+        "shakespeare": "data:\n  name: text\n  files: /x/tinyshakespeare/input.txt\n"
+        "  encoding: gpt2\n  vocab: full\n",
+        "wiki": "data:\n  name: wikitext2\n  source: hub\n  path: Salesforce/wikitext\n"
+        "  config: wikitext-2-raw-v1\n  encoding: gpt2\n  vocab: seen\n",
+        "mine": "data:\n  name: text\n  files: [/x/novels/moby_dick.txt]\n  encoding: bytes\n",
+    }
+    labels = {}
+    for name, config in configs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(config)
+        labels[name] = corpus_label({"path": str(tmp_path / name), "data": "x", "data_id": "i"})
+    assert labels == {
+        "shakespeare": "Tiny Shakespeare (text, GPT-2 tokens)",
+        "wiki": "WikiText-2 (wikitext2, GPT-2 tokens, closed vocabulary)",
+        "mine": "moby_dick (text, bytes)",
+    }
+    assert corpus_label({"path": None, "data": "text", "data_id": "abc"}) == "data text (abc)"
+
+
+def test_a_numeric_init_std_of_another_width_is_labelled_with_both_numbers():
+    label = figures.style.init_label("0.036", short=True, widths=[128])
+    assert label == "init std 0.036, ($d^{-1/2}$ at d=768; here $d^{-1/2}$ = 0.088)"
+    assert figures.style.init_label("0.036", widths=[768]) == "init std 0.036"  # d^-0.5 here
+    assert figures.style.init_label("1.0", widths=[128]) == "init std 1.0"
+    assert figures.style.init_label("inv_sqrt_d", widths=[128]) == r"init std $d^{-1/2}$"
 
 
 def test_val_loss_colours_and_flags(results):
@@ -87,7 +137,7 @@ def test_val_loss_colours_and_flags(results):
     flagged = " ".join(fig.flagged)
     assert f"{DIVERGED}: diverged at step 10" in flagged
     assert f"{RUNNING}: running" in flagged and f"{FAILED}: failed" in flagged
-    assert "Marked:" in figures.caption(fig) and "Marked" not in _texts(fig)
+    assert _caption(fig).count("Marked:") == 1  # the footnote on the image
 
 
 def test_diverged_curve_ends_where_it_diverged(results):
@@ -301,19 +351,28 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NOT MADE" not in proc.stderr
     assert "4 runs: 4 finished" in proc.stdout
+    # no fine-tuning runs: figure 7 is skipped in one line, not written empty
+    assert "fig7_finetune: skipped: not fine-tuning runs" in proc.stdout
+    skipped = {line.split(":")[0] for line in proc.stdout.splitlines() if ": skipped: " in line}
+    assert skipped == {"fig7_finetune"}
+    assert not (out / "fig7_finetune.png").exists()
     tables = {
         "table_params": ["table_params.md", "table_params.tex"],
-        "table_paired": ["table_paired.md", "table_interaction.md", "table_classic.md"],
+        "table_paired": ["table_paired.md", "table_interaction.md"],
+        "table_early": ["table_early.md"],
     }
-    for name in figures.REGISTRY:
+    for name in set(figures.REGISTRY) - skipped:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
             assert path.exists() and path.stat().st_size > 0, path
+    assert not (out / "table_classic.md").exists()  # no learning-rate grid
     # the tiny sweep has one seed: no interval, and no windows-only one in its place
     paired_text = (out / "table_paired.md").read_text()
     assert (
         paired_text.startswith("0 intervals at 95% each") and "1 seed: no interval" in paired_text
     )
+    early = (out / "table_early.md").read_text()
+    assert early.startswith("nano (d=64), 12 steps · ") and "n = 1 seed/cell" in early
 
 
 def _bands(fig: Figure) -> int:
@@ -374,20 +433,62 @@ def test_paired_difference_figure_and_tables(tmp_path):
     title = _caption(fig)
     assert "95% t-interval over n = 2–3 seeds per cell" in title and "noise floor" in title
     assert "2 configs trained twice" in title
-    assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 2  # error bars + floor bands
-    t = analysis.paired_table(res.runs)
+    # every run's best validation step is its last: one panel, not two identical ones
+    assert len(fig.axes) == 1 and "= best validation step" in fig.axes[0].get_title()
+    assert "step 20" in fig.axes[0].get_title() and fig.axes[0].get_xlabel() == "init std (nano)"
+    assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 1  # error bars + the floor band
+    t = analysis.paired_table(res.runs, ("final",))
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
+    # both arms' means beside each effect, as the table has them
+    beside = sorted(a.get_text() for a in fig.axes[0].texts if a.get_text().startswith("tied "))
+    assert beside == sorted(f"tied {r.mean_t:.2f}\nuntied {r.mean_u:.2f}" for r in t.itertuples())
+    # the legend holds what is drawn: every cell has an interval, so no open "mean only" marker
+    legend = [h.get_text() for h in fig.legends[0].get_texts()]
+    assert legend == [
+        "mean, 95% t-interval over seeds (paired by seed)",
+        "one seed",
+        "noise floor (±)",
+    ]
     files = {
         p.name: p.read_text() for p in figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
     }
+    assert set(files) == {"table_paired.md", "table_interaction.md"}  # no lr grid, no other arms
     assert "[+" in files["table_paired.md"] or "[-" in files["table_paired.md"]
     assert files["table_paired.md"].startswith("6 intervals at 95% each")
-    assert "No learning-rate grid" in files["table_classic.md"]
+    assert "mean_t" in files["table_paired.md"] and "mean_u" in files["table_paired.md"]
     assert (
         "No cell has finished tied/untied pairs at both init_std=1.0 and inv_sqrt_d"
         in (files["table_interaction.md"])
     )
+
+
+def test_paired_difference_has_a_best_step_panel_only_when_a_best_step_is_not_the_last(tmp_path):
+    res = analysis.load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2)))
+    runs = res.runs.copy()
+    early = runs["seed"] == 0
+    runs.loc[early, "best_step"] = 10
+    runs.loc[early, "test_loss_at_best"] = runs.loc[early, "test_loss"] + 0.5
+    fig = figures.fig_paired_difference(runs)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [
+        "test loss, final weights (step 20)",
+        "test loss, best validation step (10–20)",
+    ]
+
+
+def test_table_classic_is_written_for_a_learning_rate_grid_only(tmp_path):
+    for lr in (1e-3, 3e-3):
+        write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1), lr=lr)
+    res = analysis.load_results(tmp_path / "sw")
+    files = {p.name: p for p in figures.write_tables(tmp_path / "o", res.runs)}
+    assert "table_classic.md" in files
+    text = files["table_classic.md"].read_text()
+    assert "lr_tied" in text and "|     2 |" in text  # two rates in the grid
+    one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("0.02",), lr=1e-3))
+    assert "table_classic.md" not in {
+        p.name for p in figures.write_tables(tmp_path / "p", one.runs)
+    }
 
 
 def test_interaction_table_file_and_one_seed_cells(tmp_path):

@@ -42,7 +42,9 @@ POINTS = {
     "best": ("test_loss_at_best", "test", "best_step"),
     "final_val": ("final_val_loss", "val", "step"),
 }
-INTERVAL_COLUMNS = ["n_seeds", "diff", "low", "high", "method"]
+# mean_t, mean_u: the compared value's mean in the _t (tied, or the arm) and _u (untied, or the
+# reference) runs of the pairs: how far from the start both arms are, beside their difference
+INTERVAL_COLUMNS = ["n_seeds", "mean_t", "mean_u", "diff", "low", "high", "method"]
 INTERVAL_COLUMNS += ["n_windows", "boot_low", "boot_high", "boot_method", "seed_diffs"]
 FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's columns
 
@@ -310,13 +312,17 @@ def window_bootstrap(pairs: pd.DataFrame, point: str) -> dict:
 
 def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
     """Mean difference _t − _u of one cell's pairs at one comparison point (POINTS): ``diff``
-    with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), each
-    seed's difference, and the secondary window bootstrap (:func:`window_bootstrap`)."""
+    with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), both
+    sides' means over the same pairs (``mean_t``, ``mean_u``), each seed's difference, and the
+    secondary window bootstrap (:func:`window_bootstrap`)."""
     col = POINTS[point][0]
     diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
     mean, low, high = seed_interval(diffs)
+    both = pairs.loc[diffs.index]
     return {
         "n_seeds": len(diffs),
+        "mean_t": float(both[f"{col}_t"].astype(float).mean()) if len(both) else np.nan,
+        "mean_u": float(both[f"{col}_u"].astype(float).mean()) if len(both) else np.nan,
         "diff": mean,
         "low": low,
         "high": high,

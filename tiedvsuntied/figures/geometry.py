@@ -22,8 +22,10 @@ from tiedvsuntied.figures.style import (
     legend,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     tie_handles,
+    widths,
 )
 
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
@@ -163,6 +165,9 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     )
     fig, axes = new_figure(4, len(inits), 1.6)
     fig.skipped += token_probes.attrs["missing"] + cosines.attrs["missing"]
+    fig.drawn = shown
+    if token_probes.empty and cosines.empty:
+        return nothing_to_draw(fig, axes, "no probe arrays (norms, cosines) for these runs")
     if n_other := len(runs) - len(shown):
         fig.skipped.append(
             f"{n_other} other run(s): one run per tie and init std is shown "
@@ -175,7 +180,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         )
     for j, init in enumerate(inits):
         cell = shown[shown["setting"] == init]
-        axes[0, j].set_title(init_label(init))
+        axes[0, j].set_title(init_label(init, widths=widths(shown, init)))
         _norms_panel(axes[0, j], cell, token_probes)
         _strata_panel(axes[1, j], cell, cosines, "raw")
         _strata_panel(axes[2, j], cell, cosines, "centred")

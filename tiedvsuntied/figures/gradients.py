@@ -18,10 +18,12 @@ from tiedvsuntied.figures.style import (
     model_order,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     run_label,
     size_handles,
     size_markers,
+    widths,
 )
 
 GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
@@ -74,14 +76,15 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         fig.skipped.append(f"{n} untied run(s) (the figure shows tied runs)")
     if missing := [k for k in GRAD_KEYS if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
-        for ax in axes.flat:
-            note(ax, "gradient split not logged")
-        return fig
+        return nothing_to_draw(fig, axes, "gradient split not logged")
+    if not runs["tie"].eq(True).any():
+        return nothing_to_draw(fig, axes, "no tied runs: the gradient split is a tied matrix's")
+    fig.drawn = runs[runs["tie"].eq(True)]
     tied = history[history["tie"].eq(True)]
     tied = tied.assign(ratio=tied[GRAD_KEYS[1]] / tied[GRAD_KEYS[0]])
     _note_tied_runs_left_out(fig, runs, set(tied.loc[tied[GRAD_KEYS[0]].notna(), "run_id"]))
     for j, init in enumerate(inits):
-        axes[0, j].set_title(init_label(init))
+        axes[0, j].set_title(init_label(init, widths=widths(runs, init)))
         cell = tied[tied["setting"] == init]
         if cell.empty:
             for ax in axes[:, j]:

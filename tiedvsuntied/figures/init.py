@@ -27,6 +27,7 @@ from tiedvsuntied.figures.style import (
     model_order,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     run_label,
     tie_handles,
@@ -73,7 +74,10 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
                 )  # NaN where a run has no init_logit_std: not drawn
             ticks.append(x)
             labels.append(
-                "\n".join([init_label(init, prefix="")] + ([model] if len(models) > 1 else []))
+                "\n".join(
+                    [init_label(init, prefix="", widths=cell["n_embd"].unique())]
+                    + ([model] if len(models) > 1 else [])
+                )
             )
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
@@ -161,9 +165,8 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
         for _, r in runs.drop(have.index).iterrows()
     ]
     if have.empty:
-        for ax in axes[0]:
-            note(ax, "no run has an initial validation loss yet")
-        return fig
+        return nothing_to_draw(fig, axes, "no run has an initial validation loss yet")
+    fig.drawn = have
     fig.skipped += [
         f"{run_label(r)}: no init_logit_std (right panel)"
         for _, r in have[have["init_logit_std"].isna()].iterrows()
