@@ -3,7 +3,9 @@ the tiny sweep."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import subprocess
 import sys
 
@@ -662,3 +664,123 @@ def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_lo
         for x in line.get_xdata()
     ]
     assert points and min(points) > 0  # the runs' points: nothing at σ = 0 on the log axis
+
+
+# ----------------------------------------------------------------------------- the first steps
+
+
+def _log_spaced_sweep(path):
+    """Fake runs with the training loss at every step and evaluations at 1, 2, 4 as well (what
+    trainer.log_first and trainer.eval_log_steps give)."""
+    sweep = write_sweep(path, init_stds=("1.0", "inv_sqrt_d"), seeds=(0, 1, 2), log_interval=1)
+    for metrics in sweep.glob("*/metrics.jsonl"):
+        first = json.loads(metrics.read_text().splitlines()[0])
+        extra = [
+            {"step": s, "tokens": 256 * s, "val/loss": first["val/loss"] - s} for s in (1, 2, 4)
+        ]
+        with open(metrics, "a") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in extra)
+    return sweep
+
+
+def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = figures.fig_val_loss(res.runs, res.history)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog" and "log scale" in fig.axes[-1].get_xlabel()
+    curves = {(to_hex(line.get_color()), line.get_linewidth() < 1): line for line in _lines(fig)}
+    tied, untied = curves[(TIED, False)], curves[(UNTIED, False)]
+    assert list(tied.get_xdata()[:4]) == [0, 1, 2, 4]  # step 0 has a place on the axis
+    # where the arms overlap both stay visible: tied dashed and lighter, on top of untied solid
+    assert tied.get_linestyle() == "--" and untied.get_linestyle() == "-"
+    assert tied.get_zorder() > untied.get_zorder() and tied.get_alpha() < 1
+    # the training loss at every step, thin, beneath
+    train = curves[(TIED, True)]
+    assert list(train.get_xdata()) == list(range(1, 21)) and train.get_zorder() < 2
+    assert "thin: training loss, every step to 20" in _texts(fig)
+    tokens = figures.fig_val_loss(res.runs, res.history, x="tokens")
+    assert tokens.axes[0].get_xscale() == "linear" and "training tokens" in _texts(tokens)
+    assert not any(line.get_linewidth() < 1 for line in _lines(tokens))  # no train loss
+    with pytest.raises(ValueError, match="x='steps'"):
+        figures.fig_val_loss(res.runs, res.history, x="steps")
+
+
+def test_evaluations_at_a_fixed_interval_keep_the_token_axis(results):
+    fig = figures.fig_val_loss(results.runs, results.history)
+    assert fig.axes[0].get_xscale() == "linear" and "training tokens" in _texts(fig)
+
+
+def test_table_early_names_the_runs_and_gives_steps_per_cell(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    path = figures.REGISTRY["table_early"].write(res, tmp_path / "o", [])[0][0]
+    text = path.read_text()
+    assert text.startswith("nano (d=32), 20 steps · input (text) · V = 512 · n = 3 seeds/cell\n")
+    assert "(here: train/loss)" in text and "## Every run" in text
+    summary = analysis.early_summary(analysis.early_steps(res.runs, res.history))
+    for _, row in summary.iterrows():  # each cell's line, as the summary has it
+        head = "tied" if row["tie"] else "untied"
+        line = next(
+            x for x in text.splitlines() if f"| {head} " in x and f" {row['init_std']} " in x
+        )
+        n, never = row["step_below_ln_v_n"], row["step_below_ln_v_never"]
+        if never == n:
+            assert "never (by step 20)" in line
+        else:
+            assert f"{row['step_below_ln_v_median']:g} [" in line or (
+                f"| {int(row['step_below_ln_v_min'])} " in line
+            )
+    assert "no d^-0.5 arm" in text  # the d^-0.5 runs themselves have none
+
+
+# ----------------------------------------------------------------------------- the paper
+
+
+def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert figures.main(["--paper", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"no results bundle at {tmp_path / 'experiments/tie_x_init/results'}" in err
+    assert "python -m tiedvsuntied.bundle results/tie_x_init" in err
+
+
+def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    bundle = tmp_path / "experiments" / "tie_x_init" / "results"
+    _log_spaced_sweep(bundle)
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert figures.main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
+    out = capsys.readouterr().out
+    made = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert made == sorted(
+        [f"{name}.png" for name in cli.PAPER if name.startswith("fig")]
+        + ["table_early.md", "table_interaction.md", "table_paired.md"]
+        + ["table_params.md", "table_params.tex"]
+    )
+    assert re.search(rf"the paper from {bundle} in \d+\.\d s", out)
+
+
+def _strip_probes(sweep, keep=("val_window_loss", "test_window_loss")):
+    """What a bundle keeps of most runs: window losses only, no per-token arrays."""
+    for path in sweep.glob("*/probes/*.npz"):
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files if k in keep}
+        np.savez(path, **arrays)
+
+
+def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_path, capsys):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    _strip_probes(sweep)
+    args = [str(sweep), "--out", str(tmp_path / "o"), "--formats", "png"]
+    assert figures.main(args) == 0
+    out = capsys.readouterr().out
+    assert "fig4_embedding_geometry: skipped: no probe arrays" in out
+    assert "fig8_cka: skipped: no tied/untied pairs with probe rows" in out
+    assert not (tmp_path / "o" / "fig4_embedding_geometry.png").exists()
+    assert (tmp_path / "o" / "fig6_paired_difference.png").exists()  # needs windows only
+    res = analysis.load_results(sweep)
+    fig = figures.fig_embedding_geometry(res.runs)
+    assert fig.empty and "has no 'emb_norm'" in _caption(fig)  # the footnote says what is missing

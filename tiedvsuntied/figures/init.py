@@ -34,6 +34,28 @@ from tiedvsuntied.figures.style import (
 )
 
 
+def _initial_loss_cell(ax, x: float, cell: pd.DataFrame) -> None:
+    """One init std x size: each seed's loss as a dot, tied left and untied right, and each
+    run's predicted loss as an open diamond (NaN without init_logit_std: not drawn)."""
+    for tie, dx in ((True, -0.18), (False, 0.18)):
+        c = cell[cell["tie"] == tie]
+        jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
+        ax.plot(
+            x + dx + jitter,
+            c["init_val_loss"],
+            ls="none",
+            marker="o",
+            ms=3.5,
+            color=TIE_COLOR[tie],
+            mfc=MFC[tie],
+            alpha=0.9,
+            zorder=3,
+        )
+        predicted = initial_loss_table(c)["predicted_tied" if tie else "predicted"]
+        diamond = {"marker": "D", "ms": 4.5, "mfc": "none", "mec": "black", "mew": 0.7}
+        ax.plot(np.full(len(c), x + dx), predicted, ls="none", zorder=4, **diamond)
+
+
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
     """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
     with the prediction from each run's σ (open diamonds; tied: with its step-0 own-token logit,
@@ -45,40 +67,10 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
             cell = have[(have["setting"] == init) & (have["model"] == model)]
             if cell.empty:
                 continue
-            x = len(ticks)
-            for tie, dx in ((True, -0.18), (False, 0.18)):
-                c = cell[cell["tie"] == tie]
-                jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
-                ax.plot(
-                    x + dx + jitter,
-                    c["init_val_loss"],
-                    ls="none",
-                    marker="o",
-                    ms=3.5,
-                    color=TIE_COLOR[tie],
-                    mfc=MFC[tie],
-                    alpha=0.9,
-                    zorder=3,
-                )
-                predicted = initial_loss_table(c)["predicted_tied" if tie else "predicted"]
-                ax.plot(
-                    np.full(len(c), x + dx),
-                    predicted,
-                    ls="none",
-                    marker="D",
-                    ms=4.5,
-                    mfc="none",
-                    mec="black",
-                    mew=0.7,
-                    zorder=4,
-                )  # NaN where a run has no init_logit_std: not drawn
-            ticks.append(x)
-            labels.append(
-                "\n".join(
-                    [init_label(init, prefix="", widths=cell["n_embd"].unique())]
-                    + ([model] if len(models) > 1 else [])
-                )
-            )
+            _initial_loss_cell(ax, len(ticks), cell)
+            ticks.append(len(ticks))
+            label = init_label(init, prefix="", widths=cell["n_embd"].unique())
+            labels.append(label + (f"\n{model}" if len(models) > 1 else ""))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     turn = len(ticks) > 6  # a long row of labels is turned so they do not overlap

@@ -64,11 +64,13 @@ EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
 
 
 def log_spaced(history: pd.DataFrame, metric: str = "val/loss") -> bool:
-    """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, ...)."""
+    """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, not 3)."""
     if metric not in history:
         return False
     steps = history.loc[history[metric].notna(), ["run_id", "step"]]
-    return any(set(s) >= EARLY_EVAL_STEPS for _, s in steps.groupby("run_id")["step"])
+    return any(
+        set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps.groupby("run_id")["step"]
+    )
 
 
 def _dense_train(history: pd.DataFrame) -> pd.DataFrame:

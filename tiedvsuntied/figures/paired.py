@@ -40,8 +40,10 @@ from tiedvsuntied.figures.style import (
     TIE_COLOR,
     figure,
     init_label,
+    init_order,
     legend,
     mean_line,
+    model_order,
     new_figure,
     nothing_to_draw,
     run_label,
@@ -207,6 +209,10 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     )
     widths = runs.groupby("model")["n_embd"].first()
     table = table.assign(setting=_setting(table), n_embd=table["model"].map(widths))
+    rank = {v: k for k, v in enumerate([*model_order(runs), *init_order(runs)])}
+    table = table.sort_values(  # sizes small to large, init std large to small within each
+        ["model", "setting"], key=lambda col: col.map(rank), kind="stable"
+    )
     several = table["model"].nunique() > 1
     for ax, (point, title) in zip(axes[0], panels, strict=True):
         ax.set_title(title)

@@ -20,6 +20,7 @@ from tiedvsuntied.analysis import (
     paired_table,
     parameter_table,
 )
+from tiedvsuntied.analysis.early import STEP_COLUMNS
 from tiedvsuntied.figures.style import REGISTRY, Output, describe_runs, model_order
 
 
@@ -122,6 +123,24 @@ def _steps_text(row: pd.Series, col: str) -> str:
     return text + (f"; {never} of {n} never" if never else "")
 
 
+def _early_runs(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """early_steps' rows for reading: names, not run ids; steps as integers, NaN as '–'."""
+    names = runs.set_index("run_id")["name"]
+    steps = {c: table[c].map(lambda v: f"{v:.0f}" if pd.notna(v) else "–") for c in STEP_COLUMNS}
+    return pd.DataFrame(
+        {
+            "run": table["name"],
+            "status": table["status"],
+            "loss": table["metric"],
+            "last step": table["last_step"],
+            "below ln V": steps["step_below_ln_v"],
+            "d^-0.5 arm": table["arm_run_id"].map(names).fillna("–"),
+            "its loss": table["arm_metric"].fillna("–"),
+            "below the arm": steps["step_below_arm"],
+        }
+    )
+
+
 def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
     """``table_early.md``: per cell, the first step below ln V and below the d^-0.5 arm
     (analysis.early_steps; median [range] over seeds), then every run's; the first lines say what
@@ -156,7 +175,7 @@ def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
             "",
             "## Every run",
             "",
-            table.drop(columns=["data_id"]).to_markdown(index=False) if len(table) else "No runs.",
+            _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
         ]
     )
 
