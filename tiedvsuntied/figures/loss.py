@@ -128,11 +128,22 @@ def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list
     ]
 
 
-def _x_axis(ax, x: str, log: bool, last_row: bool) -> None:
+def x_axis(x: str, history: pd.DataFrame) -> tuple[str, bool]:
+    """(history column drawn on x, log scale?) for ``x`` (X_AXES): "auto" is log steps when the
+    runs were evaluated at log-spaced early steps (:func:`log_spaced`), else tokens."""
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r}: valid are {', '.join(X_AXES)}")
+    log = x == "log_step" or (x == "auto" and log_spaced(history))
+    return ("step" if log else ("tokens" if x == "auto" else x)), log
+
+
+def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
+    """Ticks and label of an x axis chosen by :func:`x_axis`."""
     if x == "tokens":
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     elif log:  # symlog: linear from 0 to 1, so the step-0 evaluation has a place
         ax.set_xscale("symlog", linthresh=1, linscale=0.4)
+        ax.set_xlim(left=-0.05)  # steps are never negative; a curve from step 1 starts at 1
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     if last_row:
         label = "training step" + (" (log scale; 0 at the left)" if log else "")
@@ -168,10 +179,7 @@ def fig_val_loss(
     the training loss thin where it was logged at every step (trainer.log_first). Finished and
     running runs: mean over seeds, t-band from 3 seeds; diverged and failed runs alone, dashed,
     ending with a marker where they stopped."""
-    if x not in X_AXES:
-        raise ValueError(f"x={x!r}: valid are {', '.join(X_AXES)}")
-    metric, log = "val/loss", x == "log_step" or (x == "auto" and log_spaced(history))
-    x = "step" if log else ("tokens" if x == "auto" else x)
+    metric, (x, log) = "val/loss", x_axis(x, history)
     inits, models = init_order(runs), model_order(runs)
     fig, axes = new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     logged = history[history[metric].notna()] if metric in history else history.iloc[:0]
@@ -186,7 +194,7 @@ def fig_val_loss(
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
         ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
         ax.set_title(init_label(init, widths=widths(runs, init)) if i == 0 else "")
-        _x_axis(ax, x, log, i == len(models) - 1)
+        set_x_axis(ax, x, log, i == len(models) - 1)
         if j == 0:
             size = f"\n{model_label(runs, model)}" if len(models) > 1 else ""
             ax.set_ylabel("validation loss (nats)" + size)

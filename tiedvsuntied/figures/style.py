@@ -11,6 +11,7 @@ nothing to draw sets ``fig.empty`` (the reason): its panels say why, and it is n
 from __future__ import annotations
 
 import functools
+import re
 import textwrap
 from collections import namedtuple
 from collections.abc import Callable, Sequence
@@ -393,12 +394,15 @@ def save_figure(
 
 
 def print_notes(fig: Figure | None, indent: str = "") -> None:
+    """What a figure leaves out and draws apart, one line each; mathtext as plain text
+    ('$d^{-1/2}$' -> 'd^-1/2')."""
     for head, items in (
         ("not shown", getattr(fig, "skipped", [])),
         ("marked", getattr(fig, "flagged", [])),
     ):
         for item in items:
-            print(f"{indent}{head}: {item}")
+            plain = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"[{}]", "", m.group(1)), item)
+            print(f"{indent}{head}: {plain}")
 
 
 def publish(
