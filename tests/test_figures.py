@@ -705,6 +705,23 @@ def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
         figures.fig_val_loss(res.runs, res.history, x="steps")
 
 
+def test_gradient_split_follows_the_step_axis_of_figure_1(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = figures.fig_grad_split(res.runs, res.history)
+    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_xlim()[0] > -0.1
+    first = fig.axes[0].get_lines()[0]
+    assert first.get_xdata()[0] == 1  # gradients from step 1, at their step
+    tokens = figures.fig_grad_split(res.runs, res.history, x="tokens")
+    assert tokens.axes[0].get_xscale() == "linear"
+
+
+def test_publish_shows_an_empty_figure_but_writes_no_file(results, tmp_path, capsys):
+    fig = figures.fig_finetune(results.runs, results.history)
+    figures.publish(fig, tmp_path, "fig7_finetune", ("png",))
+    assert "fig7_finetune: not written: not fine-tuning runs" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+
+
 def test_evaluations_at_a_fixed_interval_keep_the_token_axis(results):
     fig = figures.fig_val_loss(results.runs, results.history)
     assert fig.axes[0].get_xscale() == "linear" and "training tokens" in _texts(fig)
