@@ -434,7 +434,7 @@ def test_paired_difference_figure_and_tables(tmp_path):
     # the caption names the method, n seeds and the floor; the floor is shaded where measured
     title = _caption(fig)
     assert "95% t-interval over n = 2–3 seeds per cell" in title and "noise floor" in title
-    assert "2 configs trained twice" in title
+    assert "from 2 re-runs of a config" in title
     # every run's best validation step is its last: one panel, not two identical ones
     assert len(fig.axes) == 1 and "= best validation step" in fig.axes[0].get_title()
     assert "step 20" in fig.axes[0].get_title() and fig.axes[0].get_xlabel() == "init std (nano)"
@@ -463,6 +463,21 @@ def test_paired_difference_figure_and_tables(tmp_path):
         "No cell has finished tied/untied pairs at both init_std=1.0 and inv_sqrt_d"
         in (files["table_interaction.md"])
     )
+
+
+def test_the_noise_floor_pools_every_replicate_against_replicate_0(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1))
+    for k in (1, 2):
+        for tie in (True, False):
+            write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=k)
+    runs = analysis.load_results(sweep).runs
+    loss = runs[runs["seed"] == 0].set_index(["tie", "replicate"])["test_loss"]
+    expected = np.mean([abs(loss[t, 0] - loss[t, k]) for t in (True, False) for k in (1, 2)])
+    floor = analysis.noise_floor(runs).iloc[0]
+    assert floor["n"] == 4 and floor["floor_final"] == pytest.approx(expected)
+    caption = _caption(figures.fig_paired_difference(runs))
+    assert f"{expected:.3f} nats, from 4 re-runs of a config" in caption
+    assert "(+4 replicate runs: noise floor)" not in caption  # the paired runs are described
 
 
 def test_paired_difference_has_a_best_step_panel_only_when_a_best_step_is_not_the_last(tmp_path):

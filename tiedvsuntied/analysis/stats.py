@@ -334,21 +334,28 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
 
 # ----------------------------------------------------------------------------- the noise floor
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (CELL): ``n`` configs trained twice (replicates 0 and 1, same tie and seed) and
-    the mean absolute difference between the two runs of each at every comparison point
-    (FLOOR_COLUMNS: test loss final and best, final validation loss). An effect below it is not a
-    finding. Empty without replicates."""
+    """Per cell (CELL): ``n`` re-runs of a config (replicate k >= 1 against replicate 0, same
+    tie and seed; a config trained three times counts twice) and the mean absolute difference
+    |replicate 0 − replicate k| at every comparison point (FLOOR_COLUMNS: test loss final and
+    best, final validation loss). An effect below it is not a finding. Empty without
+    replicates."""
     finished = runs[runs["status"] == "finished"]
-    replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index)))
-    again = match(
-        finished[replicate.fillna(0).eq(0)],
-        finished[replicate.eq(1)],
-        [*PAIR_COLUMNS, "tie"],
-        suffixes=("_0", "_1"),
-    )
+    replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
+    again = [
+        match(
+            finished[replicate.eq(0)],
+            finished[replicate.eq(k)],
+            [*PAIR_COLUMNS, "tie"],
+            suffixes=("_0", "_k"),
+        )
+        for k in sorted(replicate[replicate > 0].unique())
+    ]
+    if not again:
+        return pd.DataFrame(columns=[*CELL, "n", *FLOOR_COLUMNS.values()])
+    again = pd.concat(again, ignore_index=True)
     floors = again[CELL].assign(
         **{
-            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_1"]).abs()
+            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
             for point, (col, _, _) in POINTS.items()
         }
     )

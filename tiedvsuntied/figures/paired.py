@@ -113,9 +113,10 @@ def _floor_text(runs: pd.DataFrame) -> str:
         return "noise floor not measured (no replicate runs)"
     low, high = floors["floor_final"].min(), floors["floor_final"].max()
     value = f"{low:.3f}" if np.isclose(low, high) else f"{low:.3f}–{high:.3f}"
+    n = int(floors["n"].sum())
     return (
-        f"noise floor (|replicate 0 − 1| of one config, shaded ±) {value} nats, "
-        f"{int(floors['n'].sum())} configs trained twice"
+        f"noise floor (mean |replicate 0 − replicate k| of one config, shaded ±) {value} nats, "
+        f"from {n} re-run{'s' * (n != 1)} of a config"
     )
 
 
