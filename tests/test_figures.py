@@ -703,6 +703,7 @@ def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
     fig = figures.fig_val_loss(res.runs, res.history)
     ax = fig.axes[0]
     assert ax.get_xscale() == "symlog" and "log scale" in fig.axes[-1].get_xlabel()
+    assert -0.1 < ax.get_xlim()[0] <= 0 and ax.get_xlim()[1] >= 20  # steps 0 to 20 in view
     curves = {(to_hex(line.get_color()), line.get_linewidth() < 1): line for line in _lines(fig)}
     tied, untied = curves[(TIED, False)], curves[(UNTIED, False)]
     assert list(tied.get_xdata()[:4]) == [0, 1, 2, 4]  # step 0 has a place on the axis

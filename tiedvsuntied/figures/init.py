@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tiedvsuntied.analysis import (
+    first_replicates,
     gaussian_logit_loss,
     gaussian_logit_loss_approx,
     initial_loss_table,
@@ -151,10 +152,15 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     configuration (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ
     with E[logsumexp z]."""
     fig, axes = new_figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
-    have = runs[runs["init_val_loss"].notna()]
+    first = first_replicates(runs)  # a replicate starts where its replicate 0 did: no new dot
+    fig.skipped += [
+        f"{run_label(r)}: replicate {r['replicate']} (its step 0 is replicate 0's)"
+        for _, r in runs.drop(first.index).iterrows()
+    ]
+    have = first[first["init_val_loss"].notna()]
     fig.skipped += [
         f"{run_label(r)}: no init_val_loss ({r['status']})"
-        for _, r in runs.drop(have.index).iterrows()
+        for _, r in first.drop(have.index).iterrows()
     ]
     if have.empty:
         return nothing_to_draw(fig, axes, "no run has an initial validation loss yet")

@@ -138,7 +138,8 @@ def x_axis(x: str, history: pd.DataFrame) -> tuple[str, bool]:
 
 
 def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
-    """Ticks and label of an x axis chosen by :func:`x_axis`."""
+    """Ticks and label of an x axis chosen by :func:`x_axis`; with ``log``, after the curves
+    are drawn (it fixes the left limit at step 0)."""
     if x == "tokens":
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     elif log:  # symlog: linear from 0 to 1, so the step-0 evaluation has a place
@@ -194,18 +195,17 @@ def fig_val_loss(
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
         ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
         ax.set_title(init_label(init, widths=widths(runs, init)) if i == 0 else "")
-        set_x_axis(ax, x, log, i == len(models) - 1)
         if j == 0:
             size = f"\n{model_label(runs, model)}" if len(models) > 1 else ""
             ax.set_ylabel("validation loss (nats)" + size)
         cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
         if cell.empty:
             note(ax, "no runs with this init std" if cell_runs.empty else f"no {metric} logged")
-            continue
-        counts, ended_here = _val_loss_cell(
-            ax, cell, train[train["run_id"].isin(cell_runs["run_id"])], x
-        )
-        seed_counts, ended = seed_counts | counts, ended | ended_here
+        else:
+            cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
+            counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)
+            seed_counts, ended = seed_counts | counts, ended | ended_here
+        set_x_axis(ax, x, log, i == len(models) - 1)
     handles = _val_loss_handles(seed_counts, ended, train)
     legend(fig, handles, 4 if len(inits) > 1 else 2)
     return fig
