@@ -429,8 +429,8 @@ def test_paired_difference_figure_and_tables(tmp_path):
     assert "tie=true_init=1.0_model=nano_seed=0_replicate=1: replicate 1 (noise floor only)" in (
         fig.skipped
     )
-    assert any("95% t over 3 seeds" in f for f in fig.flagged)
-    assert any("95% t over 2 seeds" in f for f in fig.flagged)
+    # the cell with fewer seeds than the others is named; the caption gives the range
+    assert fig.flagged == ["init std 0.036 (nano, final): 95% t over 2 seeds' paired differences"]
     # the caption names the method, n seeds and the floor; the floor is shaded where measured
     title = _caption(fig)
     assert "95% t-interval over n = 2–3 seeds per cell" in title and "noise floor" in title
@@ -518,10 +518,11 @@ def test_interaction_table_file_and_one_seed_cells(tmp_path):
     assert text.count("intervals at 95% each") == 2 and "| True " in text  # the primary row
     one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("1.0",)))
     fig = figures.fig_paired_difference(one.runs)
-    assert "t-interval over n = 1 seed per cell" in _caption(fig)
+    assert "t-interval over n = 1 seed per cell (below 2 seeds: the mean only)" in _caption(fig)
     assert "noise floor not measured" in _caption(fig)
     assert not any(ax.collections for ax in fig.axes)  # one seed: a mean, no interval drawn
-    assert any("1 seed: no interval" in f for f in fig.flagged)
+    legend = [h.get_text() for h in fig.legends[0].get_texts()]
+    assert legend == ["fewer than 2 seeds: mean only, no interval", "one seed"]
 
 
 def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and_retention():

@@ -142,7 +142,7 @@ def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
     are drawn (it fixes the left limit at step 0)."""
     if x == "tokens":
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    elif log:  # symlog: linear from 0 to 1, so the step-0 evaluation has a place
+    elif log and ax.has_data():  # symlog: linear from 0 to 1, so step 0 has a place
         ax.set_xscale("symlog", linthresh=1, linscale=0.4)
         ax.set_xlim(left=-0.05)  # steps are never negative; a curve from step 1 starts at 1
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -200,7 +200,9 @@ def fig_val_loss(
             ax.set_ylabel("validation loss (nats)" + size)
         cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
         if cell.empty:
-            note(ax, "no runs with this init std" if cell_runs.empty else f"no {metric} logged")
+            note(
+                ax, "no runs of this setting and size" if cell_runs.empty else f"no {metric} logged"
+            )
         else:
             cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
             counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)

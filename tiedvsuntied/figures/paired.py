@@ -147,8 +147,9 @@ def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: st
             ax.fill_between(
                 [x - 0.3, x + 0.3], -row["floor"], row["floor"], color=REF_COLOR, alpha=0.2, lw=0
             )
-        label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
-        fig.flagged.append(f"{label}: {row['method']}")
+        if row["n_seeds"] < cells["n_seeds"].max():  # the caption gives the common n
+            label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
+            fig.flagged.append(f"{label}: {row['method']}")
     labels = [
         init_label(row["setting"], prefix="", widths=[row["n_embd"]])
         + (f"\n{row['model']}" if several else "")
@@ -203,7 +204,13 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     seeds = f"{low}" if low == high else f"{low}–{high}"
     fig.captions.append(
         f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over n = {seeds} "
-        f"seed{'' if high == 1 else 's'} per cell; beside it both arms' mean test loss (nats); "
+        f"seed{'' if high == 1 else 's'} per cell"
+        + (
+            f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)"
+            if low < MIN_INTERVAL_SEEDS
+            else ""
+        )
+        + "; beside it both arms' mean test loss (nats); "
         + _floor_text(runs)
     )
     widths = runs.groupby("model")["n_embd"].first()
