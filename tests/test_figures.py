@@ -797,9 +797,9 @@ def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, mo
     assert re.search(rf"the paper from {bundle} in \d+\.\d s", out)
 
 
-def _strip_probes(sweep, keep=("val_window_loss", "test_window_loss")):
-    """What a bundle keeps of most runs: window losses only, no per-token arrays."""
-    for path in sweep.glob("*/probes/*.npz"):
+def _strip_probes(sweep, runs="*", keep=("val_window_loss", "test_window_loss")):
+    """What a bundle keeps of most runs (those matching ``runs``): window losses only."""
+    for path in sweep.glob(f"{runs}/probes/*.npz"):
         with np.load(path) as z:
             arrays = {k: z[k] for k in z.files if k in keep}
         np.savez(path, **arrays)
@@ -818,3 +818,19 @@ def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_pat
     res = analysis.load_results(sweep)
     fig = figures.fig_embedding_geometry(res.runs)
     assert fig.empty and "has no 'emb_norm'" in _caption(fig)  # the footnote says what is missing
+
+
+def test_geometry_from_a_bundle_draws_no_init_it_did_not_keep(tmp_path):
+    """A bundle keeps probe files at the best and last step only, per-token arrays and cosines
+    for the lowest seed: the last probe is drawn, and no later probe passes for step 0."""
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1))
+    for path in sweep.glob("*/probes/step_0000000.npz"):
+        path.unlink()
+    _strip_probes(sweep, runs="*seed=1-*")
+    res = analysis.load_results(sweep)
+    fig = figures.fig_embedding_geometry(res.runs)
+    assert not fig.empty
+    strata = fig.axes[2]  # raw cosines of the first column
+    colours = {to_hex(line.get_color()) for line in strata.get_lines() if line.get_marker() == "o"}
+    assert colours == {TIED, UNTIED}  # the last probe, and no grey "init"
+    assert "no probe at step 0" in _caption(fig)
