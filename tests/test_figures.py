@@ -834,3 +834,13 @@ def test_geometry_from_a_bundle_draws_no_init_it_did_not_keep(tmp_path):
     colours = {to_hex(line.get_color()) for line in strata.get_lines() if line.get_marker() == "o"}
     assert colours == {TIED, UNTIED}  # the last probe, and no grey "init"
     assert "no probe at step 0" in _caption(fig)
+
+
+def test_arms_and_anisotropy_on_tied_runs_only_draw_and_name_nothing_else(results):
+    from tiedvsuntied.figures.similarity import fig_anisotropy
+
+    tied = results.select(results.runs["tie"] == True)  # noqa: E712
+    fig = figures.fig_arms(tied.runs, tied.history)
+    assert fig.empty == "only the tied arm finished: no other arm to compare"
+    legend = [t.get_text() for t in fig_anisotropy(tied.runs, tied.history).legends[0].texts]
+    assert legend[0] == "tied" and not any(label.startswith("untied") for label in legend)

@@ -323,6 +323,8 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         f"{run_label(run)}: another size or init std (one cell per figure)"
         for _, run in finished.drop(cell.index).iterrows()
     ]
+    if set(cell["arm"]) == {ref}:
+        return nothing_to_draw(fig, axes, f"only the {ref} arm finished: no other arm to compare")
     colors = _arm_colors(set(cell["arm"]), ref)
     _arm_curves(axes[0, 0], cell, history, colors)
     init = init_label(first["init_std"], short=True, widths=[first["n_embd"]])

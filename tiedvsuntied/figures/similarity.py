@@ -232,9 +232,13 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
     handles = [
-        Line2D([], [], color=TIE_COLOR[True], label="tied"),
-        Line2D([], [], color=TIE_COLOR[False], label="untied input (wte)"),
-        Line2D([], [], color=TIE_COLOR[False], ls="--", label="untied output (lm_head)"),
+        Line2D([], [], color=TIE_COLOR[tie], ls=ls, label=label)
+        for tie, ls, label in (
+            (True, "-", "tied"),
+            (False, "-", "untied input (wte)"),
+            (False, "--", "untied output (lm_head)"),
+        )
+        if runs["tie"].eq(tie).any()  # the legend names what is drawn
     ]
     legend(fig, handles + size_handles(runs, models), 3)
     return fig
