@@ -173,6 +173,17 @@ ANISOTROPY = {
 }
 
 
+def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
+    """Raw (top) and centred (bottom) anisotropy of one init std and size: tied, untied input
+    (solid) and untied output (dashed), each where logged."""
+    for row, ax in enumerate(axes):
+        for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
+            key = ANISOTROPY[side][row]
+            hs = h[(h["tie"] == tie) & h[key].notna()] if key in h else h[:0]
+            if not hs.empty:
+                mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
+
+
 @figure(
     "fig9_anisotropy",
     "anisotropy over training: mean cosine of embedding rows, raw and mean-centred",
@@ -211,22 +222,7 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         axes[0, j].set_title(init_label(init, widths=widths(runs, init)))
         for k, model in enumerate(models):
             h = history[(history["setting"] == init) & (history["model"] == model)]
-            markers = size_markers(k, models)
-            for row, ax in enumerate(axes[:, j]):
-                for tie, side, ls in (
-                    (True, "emb", "-"),
-                    (False, "emb", "-"),
-                    (False, "head", "--"),
-                ):
-                    hs = (
-                        h[(h["tie"] == tie) & h[ANISOTROPY[side][row]].notna()]
-                        if ANISOTROPY[side][row] in h
-                        else h[:0]
-                    )
-                    if not hs.empty:
-                        mean_line(
-                            ax, hs, ANISOTROPY[side][row], tie, ["model"], 0.15, ls=ls, **markers
-                        )
+            _anisotropy_column(axes[:, j], h, size_markers(k, models))
         axes[1, j].set_xlabel("training tokens")
         axes[1, j].xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("mean cosine (raw)")
