@@ -169,7 +169,9 @@ def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
             "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
             "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
             "train/loss where it was logged at every step from step 1, else val/loss "
-            f"(here: {metrics}); replicates are left out.",
+            f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
+            "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
+            "out.",
             "",
             shown.to_markdown(index=False) if len(shown) else "No runs.",
             "",
