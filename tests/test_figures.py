@@ -3,7 +3,9 @@ the tiny sweep."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import subprocess
 import sys
 
@@ -48,34 +50,84 @@ def _texts(fig: Figure) -> str:
 
 
 def _caption(fig: Figure) -> str:
-    """The caption line under a figure's panels, unwrapped."""
-    return " ".join(fig._supxlabel.get_text().split())
+    """The caption under a figure's panels, unwrapped."""
+    return " ".join(fig.caption_text.get_text().split())
 
 
 def _run_id(results, name):
     return results.runs.set_index("name").loc[name, "run_id"]
 
 
-def test_every_figure_draws_and_lists_what_it_leaves_out(results, tmp_path):
+def test_every_figure_draws_and_says_on_the_image_what_it_shows_and_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
     for name, output in figures.REGISTRY.items():
         files, fig = output.write(results, tmp_path, ["png"])
         if fig is None:  # tables
             assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
             continue
-        assert [p.name for p in files] == [f"{name}.png"]
-        if name == "fig7_finetune":  # these runs are not fine-tuned: the panels say so
-            assert "not fine-tuning runs: no retain/loss" in _texts(fig)
+        if name == "fig7_finetune":  # not fine-tuned: the panels say so, and no file is written
+            assert fig.empty and "not fine-tuning runs: no retain/loss" in _texts(fig)
+            assert files == [] and not (tmp_path / f"{name}.png").exists()
             continue
+        assert [p.name for p in files] == [f"{name}.png"] and not fig.empty
         assert any(len(line.get_xdata()) for line in _lines(fig)), f"{name} draws nothing"
-        # what is left out goes to the caption/log, never into the image
+        # the caption says what is drawn: sizes, steps, corpus, V, seeds per cell ...
+        caption = _caption(fig)
+        assert "20 steps" in caption and "input (text)" in caption, (name, caption)
+        assert "V = 512" in caption and "seed" in caption.split("V = 512")[1], (name, caption)
+        # ... and, as a footnote, what is left out (all of it, or how many more the console has)
         for item in fig.skipped + fig.flagged:
-            assert item in figures.caption(fig) and item[:30] not in _texts(fig), (name, item)
+            assert " ".join(item.split()) in caption or "more (the console lists them)" in caption
         small = [
             t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6
         ]
         assert not small, f"{name}: text below 6 pt: {small[:3]}"
     assert dict(matplotlib.rcParams) == rc_before  # figures never change the global style
+
+
+def test_caption_counts_seeds_per_cell_and_names_the_corpus(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    write_run(sweep, tie=True, init_std="1.0", seed=3)  # one cell with 4 seeds
+    write_run(sweep, tie=True, init_std="1.0", seed=0, replicate=1)
+    res = analysis.load_results(sweep)
+    text = figures.style.describe_runs(res.runs)
+    assert text == (
+        "nano (d=32), 20 steps · input (text) · V = 512 · "
+        "n = 3–4 seeds/cell (+1 replicate run: noise floor)"
+    )
+    one = res.runs[res.runs["seed"] == 0].iloc[:1]
+    assert figures.style.seeds_per_cell(one) == "n = 1 seed/cell"
+
+
+def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path):
+    from tiedvsuntied.figures.labels import corpus_label
+
+    configs = {
+        "shakespeare": "data:\n  name: text\n  files: /x/tinyshakespeare/input.txt\n"
+        "  encoding: gpt2\n  vocab: full\n",
+        "wiki": "data:\n  name: wikitext2\n  source: hub\n  path: Salesforce/wikitext\n"
+        "  config: wikitext-2-raw-v1\n  encoding: gpt2\n  vocab: seen\n",
+        "mine": "data:\n  name: text\n  files: [/x/novels/moby_dick.txt]\n  encoding: bytes\n",
+    }
+    labels = {}
+    for name, config in configs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(config)
+        labels[name] = corpus_label({"path": str(tmp_path / name), "data": "x", "data_id": "i"})
+    assert labels == {
+        "shakespeare": "Tiny Shakespeare (text, GPT-2 tokens)",
+        "wiki": "WikiText-2 (wikitext2, GPT-2 tokens, closed vocabulary)",
+        "mine": "moby_dick (text, bytes)",
+    }
+    assert corpus_label({"path": None, "data": "text", "data_id": "abc"}) == "data text (abc)"
+
+
+def test_a_numeric_init_std_of_another_width_is_labelled_with_both_numbers():
+    label = figures.style.init_label("0.036", short=True, widths=[128])
+    assert label == "init std 0.036, ($d^{-1/2}$ at d=768; here $d^{-1/2}$ = 0.088)"
+    assert figures.style.init_label("0.036", widths=[768]) == "init std 0.036"  # d^-0.5 here
+    assert figures.style.init_label("1.0", widths=[128]) == "init std 1.0"
+    assert figures.style.init_label("inv_sqrt_d", widths=[128]) == r"init std $d^{-1/2}$"
 
 
 def test_val_loss_colours_and_flags(results):
@@ -87,7 +139,7 @@ def test_val_loss_colours_and_flags(results):
     flagged = " ".join(fig.flagged)
     assert f"{DIVERGED}: diverged at step 10" in flagged
     assert f"{RUNNING}: running" in flagged and f"{FAILED}: failed" in flagged
-    assert "Marked:" in figures.caption(fig) and "Marked" not in _texts(fig)
+    assert _caption(fig).count("Marked:") == 1  # the footnote on the image
 
 
 def test_diverged_curve_ends_where_it_diverged(results):
@@ -301,19 +353,28 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NOT MADE" not in proc.stderr
     assert "4 runs: 4 finished" in proc.stdout
+    # no fine-tuning runs: figure 7 is skipped in one line, not written empty
+    assert "fig7_finetune: skipped: not fine-tuning runs" in proc.stdout
+    skipped = {line.split(":")[0] for line in proc.stdout.splitlines() if ": skipped: " in line}
+    assert skipped == {"fig7_finetune"}
+    assert not (out / "fig7_finetune.png").exists()
     tables = {
         "table_params": ["table_params.md", "table_params.tex"],
-        "table_paired": ["table_paired.md", "table_interaction.md", "table_classic.md"],
+        "table_paired": ["table_paired.md", "table_interaction.md"],
+        "table_early": ["table_early.md"],
     }
-    for name in figures.REGISTRY:
+    for name in set(figures.REGISTRY) - skipped:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
             assert path.exists() and path.stat().st_size > 0, path
+    assert not (out / "table_classic.md").exists()  # no learning-rate grid
     # the tiny sweep has one seed: no interval, and no windows-only one in its place
     paired_text = (out / "table_paired.md").read_text()
     assert (
         paired_text.startswith("0 intervals at 95% each") and "1 seed: no interval" in paired_text
     )
+    early = (out / "table_early.md").read_text()
+    assert early.startswith("nano (d=64), 12 steps · ") and "n = 1 seed/cell" in early
 
 
 def _bands(fig: Figure) -> int:
@@ -368,26 +429,83 @@ def test_paired_difference_figure_and_tables(tmp_path):
     assert "tie=true_init=1.0_model=nano_seed=0_replicate=1: replicate 1 (noise floor only)" in (
         fig.skipped
     )
-    assert any("95% t over 3 seeds" in f for f in fig.flagged)
-    assert any("95% t over 2 seeds" in f for f in fig.flagged)
+    # the cell with fewer seeds than the others is named; the caption gives the range
+    assert fig.flagged == ["init std 0.036 (nano, final): 95% t over 2 seeds' paired differences"]
     # the caption names the method, n seeds and the floor; the floor is shaded where measured
     title = _caption(fig)
     assert "95% t-interval over n = 2–3 seeds per cell" in title and "noise floor" in title
-    assert "2 configs trained twice" in title
-    assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 2  # error bars + floor bands
-    t = analysis.paired_table(res.runs)
+    assert "from 2 re-runs of a config" in title
+    # every run's best validation step is its last: one panel, not two identical ones
+    assert len(fig.axes) == 1 and "= best validation step" in fig.axes[0].get_title()
+    assert "step 20" in fig.axes[0].get_title() and fig.axes[0].get_xlabel() == "init std (nano)"
+    assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 1  # error bars + the floor band
+    t = analysis.paired_table(res.runs, ("final",))
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
+    # both arms' means beside each effect, as the table has them
+    beside = sorted(a.get_text() for a in fig.axes[0].texts if a.get_text().startswith("tied "))
+    assert beside == sorted(f"tied {r.mean_t:.2f}\nuntied {r.mean_u:.2f}" for r in t.itertuples())
+    # the legend holds what is drawn: every cell has an interval, so no open "mean only" marker
+    legend = [h.get_text() for h in fig.legends[0].get_texts()]
+    assert legend == [
+        "mean, 95% t-interval over seeds (paired by seed)",
+        "one seed",
+        "noise floor (±)",
+    ]
     files = {
         p.name: p.read_text() for p in figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
     }
+    assert set(files) == {"table_paired.md", "table_interaction.md"}  # no lr grid, no other arms
     assert "[+" in files["table_paired.md"] or "[-" in files["table_paired.md"]
     assert files["table_paired.md"].startswith("6 intervals at 95% each")
-    assert "No learning-rate grid" in files["table_classic.md"]
+    assert "mean_t" in files["table_paired.md"] and "mean_u" in files["table_paired.md"]
     assert (
         "No cell has finished tied/untied pairs at both init_std=1.0 and inv_sqrt_d"
         in (files["table_interaction.md"])
     )
+
+
+def test_the_noise_floor_pools_every_replicate_against_replicate_0(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1))
+    for k in (1, 2):
+        for tie in (True, False):
+            write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=k)
+    runs = analysis.load_results(sweep).runs
+    loss = runs[runs["seed"] == 0].set_index(["tie", "replicate"])["test_loss"]
+    expected = np.mean([abs(loss[t, 0] - loss[t, k]) for t in (True, False) for k in (1, 2)])
+    floor = analysis.noise_floor(runs).iloc[0]
+    assert floor["n"] == 4 and floor["floor_final"] == pytest.approx(expected)
+    caption = _caption(figures.fig_paired_difference(runs))
+    assert f"{expected:.3f} nats, from 4 re-runs of a config" in caption
+    assert "(+4 replicate runs: noise floor)" not in caption  # the paired runs are described
+
+
+def test_paired_difference_has_a_best_step_panel_only_when_a_best_step_is_not_the_last(tmp_path):
+    res = analysis.load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2)))
+    runs = res.runs.copy()
+    early = runs["seed"] == 0
+    runs.loc[early, "best_step"] = 10
+    runs.loc[early, "test_loss_at_best"] = runs.loc[early, "test_loss"] + 0.5
+    fig = figures.fig_paired_difference(runs)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [
+        "test loss, final weights (step 20)",
+        "test loss, best validation step (10–20)",
+    ]
+
+
+def test_table_classic_is_written_for_a_learning_rate_grid_only(tmp_path):
+    for lr in (1e-3, 3e-3):
+        write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1), lr=lr)
+    res = analysis.load_results(tmp_path / "sw")
+    files = {p.name: p for p in figures.write_tables(tmp_path / "o", res.runs)}
+    assert "table_classic.md" in files
+    text = files["table_classic.md"].read_text()
+    assert "lr_tied" in text and "|     2 |" in text  # two rates in the grid
+    one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("0.02",), lr=1e-3))
+    assert "table_classic.md" not in {
+        p.name for p in figures.write_tables(tmp_path / "p", one.runs)
+    }
 
 
 def test_interaction_table_file_and_one_seed_cells(tmp_path):
@@ -400,10 +518,11 @@ def test_interaction_table_file_and_one_seed_cells(tmp_path):
     assert text.count("intervals at 95% each") == 2 and "| True " in text  # the primary row
     one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("1.0",)))
     fig = figures.fig_paired_difference(one.runs)
-    assert "t-interval over n = 1 seed per cell" in _caption(fig)
+    assert "t-interval over n = 1 seed per cell (below 2 seeds: the mean only)" in _caption(fig)
     assert "noise floor not measured" in _caption(fig)
     assert not any(ax.collections for ax in fig.axes)  # one seed: a mean, no interval drawn
-    assert any("1 seed: no interval" in f for f in fig.flagged)
+    legend = [h.get_text() for h in fig.legends[0].get_texts()]
+    assert legend == ["fewer than 2 seeds: mean only, no interval", "one seed"]
 
 
 def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and_retention():
@@ -561,3 +680,167 @@ def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_lo
         for x in line.get_xdata()
     ]
     assert points and min(points) > 0  # the runs' points: nothing at σ = 0 on the log axis
+
+
+# ----------------------------------------------------------------------------- the first steps
+
+
+def _log_spaced_sweep(path):
+    """Fake runs with the training loss at every step and evaluations at 1, 2, 4 as well (what
+    trainer.log_first and trainer.eval_log_steps give)."""
+    sweep = write_sweep(path, init_stds=("1.0", "inv_sqrt_d"), seeds=(0, 1, 2), log_interval=1)
+    for metrics in sweep.glob("*/metrics.jsonl"):
+        first = json.loads(metrics.read_text().splitlines()[0])
+        extra = [
+            {"step": s, "tokens": 256 * s, "val/loss": first["val/loss"] - s} for s in (1, 2, 4)
+        ]
+        with open(metrics, "a") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in extra)
+    return sweep
+
+
+def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = figures.fig_val_loss(res.runs, res.history)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog" and "log scale" in fig.axes[-1].get_xlabel()
+    assert -0.1 < ax.get_xlim()[0] <= 0 and ax.get_xlim()[1] >= 20  # steps 0 to 20 in view
+    curves = {(to_hex(line.get_color()), line.get_linewidth() < 1): line for line in _lines(fig)}
+    tied, untied = curves[(TIED, False)], curves[(UNTIED, False)]
+    assert list(tied.get_xdata()[:4]) == [0, 1, 2, 4]  # step 0 has a place on the axis
+    # where the arms overlap both stay visible: tied dashed and lighter, on top of untied solid
+    assert tied.get_linestyle() == "--" and untied.get_linestyle() == "-"
+    assert tied.get_zorder() > untied.get_zorder() and tied.get_alpha() < 1
+    # the training loss at every step, thin, beneath
+    train = curves[(TIED, True)]
+    assert list(train.get_xdata()) == list(range(1, 21)) and train.get_zorder() < 2
+    assert "thin: training loss, every step to 20" in _texts(fig)
+    tokens = figures.fig_val_loss(res.runs, res.history, x="tokens")
+    assert tokens.axes[0].get_xscale() == "linear" and "training tokens" in _texts(tokens)
+    assert not any(line.get_linewidth() < 1 for line in _lines(tokens))  # no train loss
+    with pytest.raises(ValueError, match="x='steps'"):
+        figures.fig_val_loss(res.runs, res.history, x="steps")
+
+
+def test_gradient_split_follows_the_step_axis_of_figure_1(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = figures.fig_grad_split(res.runs, res.history)
+    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_xlim()[0] > -0.1
+    first = fig.axes[0].get_lines()[0]
+    assert first.get_xdata()[0] == 1  # gradients from step 1, at their step
+    tokens = figures.fig_grad_split(res.runs, res.history, x="tokens")
+    assert tokens.axes[0].get_xscale() == "linear"
+
+
+def test_publish_shows_an_empty_figure_but_writes_no_file(results, tmp_path, capsys):
+    fig = figures.fig_finetune(results.runs, results.history)
+    figures.publish(fig, tmp_path, "fig7_finetune", ("png",))
+    assert "fig7_finetune: not written: not fine-tuning runs" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+
+
+def test_evaluations_at_a_fixed_interval_keep_the_token_axis(results):
+    fig = figures.fig_val_loss(results.runs, results.history)
+    assert fig.axes[0].get_xscale() == "linear" and "training tokens" in _texts(fig)
+
+
+def test_table_early_names_the_runs_and_gives_steps_per_cell(tmp_path):
+    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
+    path = figures.REGISTRY["table_early"].write(res, tmp_path / "o", [])[0][0]
+    text = path.read_text()
+    assert text.startswith("nano (d=32), 20 steps · input (text) · V = 512 · n = 3 seeds/cell\n")
+    assert "(here: train/loss)" in text and "## Every run" in text
+    summary = analysis.early_summary(analysis.early_steps(res.runs, res.history))
+    for _, row in summary.iterrows():  # each cell's line, as the summary has it
+        head = "tied" if row["tie"] else "untied"
+        line = next(
+            x for x in text.splitlines() if f"| {head} " in x and f" {row['init_std']} " in x
+        )
+        n, never = row["step_below_ln_v_n"], row["step_below_ln_v_never"]
+        if never == n:
+            assert "never (by step 20)" in line
+        else:
+            assert f"{row['step_below_ln_v_median']:g} [" in line or (
+                f"| {int(row['step_below_ln_v_min'])} " in line
+            )
+    assert "no d^-0.5 arm" in text  # the d^-0.5 runs themselves have none
+
+
+# ----------------------------------------------------------------------------- the paper
+
+
+def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert figures.main(["--paper", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"no results bundle at {tmp_path / 'experiments/tie_x_init/results'}" in err
+    assert "python -m tiedvsuntied.bundle results/tie_x_init" in err
+
+
+def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    bundle = tmp_path / "experiments" / "tie_x_init" / "results"
+    _log_spaced_sweep(bundle)
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert figures.main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
+    out = capsys.readouterr().out
+    made = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert made == sorted(
+        [f"{name}.png" for name in cli.PAPER if name.startswith("fig")]
+        + ["table_early.md", "table_interaction.md", "table_paired.md"]
+        + ["table_params.md", "table_params.tex"]
+    )
+    assert re.search(rf"the paper from {bundle} in \d+\.\d s", out)
+
+
+def _strip_probes(sweep, runs="*", keep=("val_window_loss", "test_window_loss")):
+    """What a bundle keeps of most runs (those matching ``runs``): window losses only."""
+    for path in sweep.glob(f"{runs}/probes/*.npz"):
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files if k in keep}
+        np.savez(path, **arrays)
+
+
+def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_path, capsys):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    _strip_probes(sweep)
+    args = [str(sweep), "--out", str(tmp_path / "o"), "--formats", "png"]
+    assert figures.main(args) == 0
+    out = capsys.readouterr().out
+    assert "fig4_embedding_geometry: skipped: no probe arrays" in out
+    assert "fig8_cka: skipped: no tied/untied pairs with probe rows" in out
+    assert not (tmp_path / "o" / "fig4_embedding_geometry.png").exists()
+    assert (tmp_path / "o" / "fig6_paired_difference.png").exists()  # needs windows only
+    res = analysis.load_results(sweep)
+    fig = figures.fig_embedding_geometry(res.runs)
+    assert fig.empty and "has no 'emb_norm'" in _caption(fig)  # the footnote says what is missing
+
+
+def test_geometry_from_a_bundle_draws_no_init_it_did_not_keep(tmp_path):
+    """A bundle keeps probe files at the best and last step only, per-token arrays and cosines
+    for the lowest seed: the last probe is drawn, and no later probe passes for step 0."""
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1))
+    for path in sweep.glob("*/probes/step_0000000.npz"):
+        path.unlink()
+    _strip_probes(sweep, runs="*seed=1-*")
+    res = analysis.load_results(sweep)
+    fig = figures.fig_embedding_geometry(res.runs)
+    assert not fig.empty
+    strata = fig.axes[2]  # raw cosines of the first column
+    colours = {to_hex(line.get_color()) for line in strata.get_lines() if line.get_marker() == "o"}
+    assert colours == {TIED, UNTIED}  # the last probe, and no grey "init"
+    assert "no probe at step 0" in _caption(fig)
+
+
+def test_arms_and_anisotropy_on_tied_runs_only_draw_and_name_nothing_else(results):
+    from tiedvsuntied.figures.similarity import fig_anisotropy
+
+    tied = results.select(results.runs["tie"] == True)  # noqa: E712
+    fig = figures.fig_arms(tied.runs, tied.history)
+    assert fig.empty == "only the tied arm finished: no other arm to compare"
+    legend = [t.get_text() for t in fig_anisotropy(tied.runs, tied.history).legends[0].texts]
+    assert legend[0] == "tied" and not any(label.startswith("untied") for label in legend)

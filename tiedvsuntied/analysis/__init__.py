@@ -6,6 +6,7 @@
 - :mod:`.stats`: means over seeds with t-intervals, the tied/untied pairing, paired tables with
   t-intervals over seeds, the noise floor (replicates), PRIMARY_CONTRAST, tables as markdown
 - :mod:`.arms`: every arm against its tied arm, each arm at its best lr, interactions
+- :mod:`.early`: the first steps: when the loss falls below ln V and below the d^-0.5 arm
 - :mod:`.theory`: the initial loss in theory, parameters and FLOPs per size
 
 No torch: ``python -m tiedvsuntied.figures`` and the notebooks read results without it.
@@ -19,6 +20,14 @@ from tiedvsuntied.analysis.arms import (
     interaction_interval,
     interaction_table,
     with_arms,
+)
+from tiedvsuntied.analysis.early import (
+    EARLY_COLUMNS,
+    dense_steps,
+    early_steps,
+    early_summary,
+    first_below,
+    loss_curve,
 )
 from tiedvsuntied.analysis.load import (
     Results,
@@ -99,6 +108,7 @@ __all__ = [
     "ARM_KEYS",
     "CELL",
     "CONFIDENCE",
+    "EARLY_COLUMNS",
     "FLOOR_COLUMNS",
     "GROUP_COLUMNS",
     "HISTORY_ID_COLUMNS",
@@ -126,7 +136,11 @@ __all__ = [
     "bootstrap_mean",
     "caption",
     "check_consistency",
+    "dense_steps",
+    "early_steps",
+    "early_summary",
     "expected_max_normal",
+    "first_below",
     "first_replicates",
     "flatten",
     "gaussian_logit_loss",
@@ -143,6 +157,7 @@ __all__ = [
     "load_stratum_cosines",
     "load_token_probes",
     "load_wandb",
+    "loss_curve",
     "markdown",
     "match",
     "noise_floor",

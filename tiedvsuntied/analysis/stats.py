@@ -42,7 +42,9 @@ POINTS = {
     "best": ("test_loss_at_best", "test", "best_step"),
     "final_val": ("final_val_loss", "val", "step"),
 }
-INTERVAL_COLUMNS = ["n_seeds", "diff", "low", "high", "method"]
+# mean_t, mean_u: the compared value's mean in the _t (tied, or the arm) and _u (untied, or the
+# reference) runs of the pairs: how far from the start both arms are, beside their difference
+INTERVAL_COLUMNS = ["n_seeds", "mean_t", "mean_u", "diff", "low", "high", "method"]
 INTERVAL_COLUMNS += ["n_windows", "boot_low", "boot_high", "boot_method", "seed_diffs"]
 FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's columns
 
@@ -310,13 +312,17 @@ def window_bootstrap(pairs: pd.DataFrame, point: str) -> dict:
 
 def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
     """Mean difference _t − _u of one cell's pairs at one comparison point (POINTS): ``diff``
-    with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), each
-    seed's difference, and the secondary window bootstrap (:func:`window_bootstrap`)."""
+    with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), both
+    sides' means over the same pairs (``mean_t``, ``mean_u``), each seed's difference, and the
+    secondary window bootstrap (:func:`window_bootstrap`)."""
     col = POINTS[point][0]
     diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
     mean, low, high = seed_interval(diffs)
+    both = pairs.loc[diffs.index]
     return {
         "n_seeds": len(diffs),
+        "mean_t": float(both[f"{col}_t"].astype(float).mean()) if len(both) else np.nan,
+        "mean_u": float(both[f"{col}_u"].astype(float).mean()) if len(both) else np.nan,
         "diff": mean,
         "low": low,
         "high": high,
@@ -328,21 +334,28 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
 
 # ----------------------------------------------------------------------------- the noise floor
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (CELL): ``n`` configs trained twice (replicates 0 and 1, same tie and seed) and
-    the mean absolute difference between the two runs of each at every comparison point
-    (FLOOR_COLUMNS: test loss final and best, final validation loss). An effect below it is not a
-    finding. Empty without replicates."""
+    """Per cell (CELL): ``n`` re-runs of a config (replicate k >= 1 against replicate 0, same
+    tie and seed; a config trained three times counts twice) and the mean absolute difference
+    |replicate 0 − replicate k| at every comparison point (FLOOR_COLUMNS: test loss final and
+    best, final validation loss). An effect below it is not a finding. Empty without
+    replicates."""
     finished = runs[runs["status"] == "finished"]
-    replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index)))
-    again = match(
-        finished[replicate.fillna(0).eq(0)],
-        finished[replicate.eq(1)],
-        [*PAIR_COLUMNS, "tie"],
-        suffixes=("_0", "_1"),
-    )
+    replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
+    again = [
+        match(
+            finished[replicate.eq(0)],
+            finished[replicate.eq(k)],
+            [*PAIR_COLUMNS, "tie"],
+            suffixes=("_0", "_k"),
+        )
+        for k in sorted(replicate[replicate > 0].unique())
+    ]
+    if not again:
+        return pd.DataFrame(columns=[*CELL, "n", *FLOOR_COLUMNS.values()])
+    again = pd.concat(again, ignore_index=True)
     floors = again[CELL].assign(
         **{
-            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_1"]).abs()
+            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
             for point, (col, _, _) in POINTS.items()
         }
     )

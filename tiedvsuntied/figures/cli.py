@@ -1,19 +1,37 @@
 """``python -m tiedvsuntied.figures SWEEP_DIR... --out DIR``: every output of REGISTRY (or
-``--only`` some) from sweep directories or a W&B project; one failing output does not stop the
-others, and the exit status says whether any failed."""
+``--only`` some) from sweep directories, shipped bundles or a W&B project; one failing output does
+not stop the others, and the exit status says whether any failed. An output with nothing to draw
+(no fine-tuning runs, arrays a bundle does not keep) is skipped, in one line that says why.
+
+``--paper``: the paper's figures and tables (PAPER) from the shipped bundle(s) (PAPER_BUNDLES,
+relative to the repository), or from SWEEP_DIRs when given; no training; prints the time taken."""
 
 from __future__ import annotations
 
 import argparse
 import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import tiedvsuntied
 from tiedvsuntied.analysis import Results, ResultsError, WandbUnavailableError, load
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
 FORMATS = ("pdf", "png", "svg")
+REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent: the checkout
+PAPER_BUNDLES = ("experiments/tie_x_init/results",)  # the studies the paper shows, shipped
+PAPER = (  # the paper's figures and tables, in its order
+    "fig1_val_loss",
+    "fig3_initial_loss",
+    "fig4_embedding_geometry",
+    "fig5_grad_split",
+    "fig6_paired_difference",
+    "table_paired",
+    "table_early",
+    "table_params",
+)
 
 
 def output_names() -> list[str]:
@@ -29,8 +47,8 @@ def output_names() -> list[str]:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.figures",
-        description="Regenerate every figure of the paper from sweep directories (or a W&B "
-        "project).",
+        description="Regenerate every figure and table from sweep directories, shipped bundles "
+        "or a W&B project; --paper: the paper's, from the shipped bundles.",
         epilog="Outputs: "
         + "; ".join(f"{name} ({REGISTRY[name].description})" for name in output_names()),
     )
@@ -53,11 +71,21 @@ def parser() -> argparse.ArgumentParser:
         help="read runs from W&B instead (online)",
     )
     ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
+    ap.add_argument(
+        "--paper",
+        action="store_true",
+        help="the paper's figures and tables ("
+        + ", ".join(PAPER)
+        + ") from the shipped bundles ("
+        + ", ".join(PAPER_BUNDLES)
+        + " in the repository), or from SWEEP_DIRs when given; prints how long it took",
+    )
     return ap
 
 
 def write_outputs(results: Results, names: Sequence[str], out: Path, formats: list[str]) -> bool:
-    """Write each named output, print its files and notes; True if all were made."""
+    """Write each named output, print its files and notes (or why it is skipped); True if none
+    failed."""
     made = True
     for name in names:
         try:
@@ -66,26 +94,54 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
             print(f"{name}: NOT MADE: {type(e).__name__}: {e}", file=sys.stderr)
             made = False
             continue
+        if fig is not None and fig.empty:
+            print(f"{name}: skipped: {fig.empty}")
+            continue
         print(f"{name}: " + ", ".join(str(p) for p in files))
         print_notes(fig, "    ")
     return made
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = parser()
-    args = ap.parse_args(argv)
-    formats = args.formats.lower().split(",")
-    only = args.only.split(",") if args.only else output_names()
+def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
+    """The directories --paper reads: SWEEP_DIRs when given, else the shipped bundles; None (and
+    one line saying where it looked and how to make them) if a bundle is missing."""
+    if sweep_dirs:
+        return list(sweep_dirs)
+    missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
+    for path in missing:
+        study = path.parent.name
+        print(
+            f"error: no results bundle at {path}: make it from the finished sweep with "
+            f"`python -m tiedvsuntied.bundle results/{study} {path.relative_to(REPO)}`, "
+            "or pass SWEEP_DIR",
+            file=sys.stderr,
+        )
+    return None if missing else [str(REPO / b) for b in PAPER_BUNDLES]
+
+
+def _check_args(ap: argparse.ArgumentParser, args, formats: list[str], only: list[str]) -> None:
     if set(formats) - set(FORMATS):
         ap.error(f"--formats {args.formats!r}: valid formats are {', '.join(FORMATS)}")
     if unknown := [s for s in only if s not in REGISTRY]:
         ap.error(f"--only: unknown figure(s) {unknown}; valid: {', '.join(output_names())}")
-    if bool(args.sweep_dirs) == bool(args.wandb):
+    if args.paper and args.wandb:
+        ap.error("--paper reads the shipped bundles (or SWEEP_DIRs), not --wandb")
+    if not args.paper and bool(args.sweep_dirs) == bool(args.wandb):
         ap.error("give one or more SWEEP_DIRs or --wandb ENTITY/PROJECT (not both)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = time.perf_counter()
+    ap = parser()
+    args = ap.parse_args(argv)
+    formats = args.formats.lower().split(",")
+    only = args.only.split(",") if args.only else list(PAPER if args.paper else output_names())
+    _check_args(ap, args, formats, only)
+    dirs = paper_dirs(args.sweep_dirs) if args.paper else args.sweep_dirs
+    if dirs is None:
+        return 2
     try:
-        results = load(
-            args.sweep_dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id
-        )
+        results = load(dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
     except (ResultsError, WandbUnavailableError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -93,4 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in statuses))
     for note in results.notes:
         print(f"note: {note}")
-    return int(not write_outputs(results, only, Path(args.out), formats))
+    made = write_outputs(results, only, Path(args.out), formats)
+    if args.paper:
+        print(f"the paper from {', '.join(dirs)} in {time.perf_counter() - started:.1f} s")
+    return int(not made)

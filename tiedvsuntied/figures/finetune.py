@@ -6,7 +6,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tiedvsuntied.figures.style import TIE_COLOR, figure, legend, new_figure, note, run_label
+from tiedvsuntied.figures.style import (
+    TIE_COLOR,
+    figure,
+    legend,
+    new_figure,
+    nothing_to_draw,
+    run_label,
+)
 
 UNTIE_COLOR = {"keep": TIE_COLOR[True], "copy": TIE_COLOR[False], "fresh": "#009E73"}
 TRAINABLE_STYLE = {
@@ -37,9 +44,7 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     fig, axes = new_figure(1, 2, 2.8)
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
     if missing := [k for k in keys if k not in history.columns]:
-        for ax in axes.flat:
-            note(ax, f"not fine-tuning runs: no {', '.join(missing)} logged")
-        return fig
+        return nothing_to_draw(fig, axes, f"not fine-tuning runs: no {', '.join(missing)} logged")
     shown = (
         runs.sort_values("seed")
         .assign(mode=runs["variant"].map(_finetune_mode))
@@ -49,6 +54,7 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         f"{run_label(r)}: another seed of a mode shown"
         for _, r in runs.drop(shown.index).iterrows()
     ]
+    fig.drawn = shown
     for _, r in shown.iterrows():
         h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()].sort_values(
             "step"

@@ -22,8 +22,10 @@ from tiedvsuntied.figures.style import (
     legend,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     tie_handles,
+    widths,
 )
 
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
@@ -82,7 +84,9 @@ STRATA = ["unseen", "rare", "frequent", "all"]  # "all": runs probed before the 
 
 def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> None:
     """(b, c) off-diagonal cosines of E·Eᵀ per vocabulary stratum at the last probe: median and
-    interquartile range, tied (filled) beside untied (open); the first probe (init) in grey."""
+    interquartile range, tied (filled) beside untied (open); the step-0 probe (init) in grey.
+    Its ``which`` is "0" (asked for by step: a bundle that kept no step-0 probe has no init
+    here, rather than its first kept probe drawn as one)."""
     c = cosines[cosines["run_id"].isin(cell["run_id"]) & (cosines["kind"] == kind)]
     if c.empty:
         return note(ax, f"no {kind} cosines per stratum (probes/*.npz) for these runs")
@@ -90,7 +94,7 @@ def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> N
     for x, stratum in enumerate(strata):
         for dx, (which, tie) in zip(
             (-0.25, -0.08, 0.08, 0.25),
-            (("first", True), ("last", True), ("first", False), ("last", False)),
+            (("0", True), ("last", True), ("0", False), ("last", False)),
             strict=True,
         ):
             v = c[
@@ -158,11 +162,14 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     shown = representative_runs(runs)
     token_probes, cosines, inits = (
         load_token_probes(shown),
-        load_stratum_cosines(shown),
+        load_stratum_cosines(shown, (0, "last")),
         init_order(shown),
     )
     fig, axes = new_figure(4, len(inits), 1.6)
     fig.skipped += token_probes.attrs["missing"] + cosines.attrs["missing"]
+    fig.drawn = shown
+    if token_probes.empty and cosines.empty:
+        return nothing_to_draw(fig, axes, "no probe arrays (norms, cosines) for these runs")
     if n_other := len(runs) - len(shown):
         fig.skipped.append(
             f"{n_other} other run(s): one run per tie and init std is shown "
@@ -175,7 +182,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         )
     for j, init in enumerate(inits):
         cell = shown[shown["setting"] == init]
-        axes[0, j].set_title(init_label(init))
+        axes[0, j].set_title(init_label(init, widths=widths(shown, init)))
         _norms_panel(axes[0, j], cell, token_probes)
         _strata_panel(axes[1, j], cell, cosines, "raw")
         _strata_panel(axes[2, j], cell, cosines, "centred")
@@ -184,7 +191,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     for ax, label in zip(axes[:, 0], labels, strict=True):
         ax.set_ylabel(label)
     handles = tie_handles(marker="o") + [
-        Line2D([], [], color=REF_COLOR, marker="o", label="init (first probe): median, IQR"),
+        Line2D([], [], color=REF_COLOR, marker="o", label="init (step 0): median, IQR"),
         Line2D([], [], color="#444444", ls="--", label="head (untied)"),
         Line2D(
             [],

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tiedvsuntied.analysis import (
+    first_replicates,
     gaussian_logit_loss,
     gaussian_logit_loss_approx,
     initial_loss_table,
@@ -27,10 +28,33 @@ from tiedvsuntied.figures.style import (
     model_order,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     run_label,
     tie_handles,
 )
+
+
+def _initial_loss_cell(ax, x: float, cell: pd.DataFrame) -> None:
+    """One init std x size: each seed's loss as a dot, tied left and untied right, and each
+    run's predicted loss as an open diamond (NaN without init_logit_std: not drawn)."""
+    for tie, dx in ((True, -0.18), (False, 0.18)):
+        c = cell[cell["tie"] == tie]
+        jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
+        ax.plot(
+            x + dx + jitter,
+            c["init_val_loss"],
+            ls="none",
+            marker="o",
+            ms=3.5,
+            color=TIE_COLOR[tie],
+            mfc=MFC[tie],
+            alpha=0.9,
+            zorder=3,
+        )
+        predicted = initial_loss_table(c)["predicted_tied" if tie else "predicted"]
+        diamond = {"marker": "D", "ms": 4.5, "mfc": "none", "mec": "black", "mew": 0.7}
+        ax.plot(np.full(len(c), x + dx), predicted, ls="none", zorder=4, **diamond)
 
 
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
@@ -44,37 +68,10 @@ def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
             cell = have[(have["setting"] == init) & (have["model"] == model)]
             if cell.empty:
                 continue
-            x = len(ticks)
-            for tie, dx in ((True, -0.18), (False, 0.18)):
-                c = cell[cell["tie"] == tie]
-                jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
-                ax.plot(
-                    x + dx + jitter,
-                    c["init_val_loss"],
-                    ls="none",
-                    marker="o",
-                    ms=3.5,
-                    color=TIE_COLOR[tie],
-                    mfc=MFC[tie],
-                    alpha=0.9,
-                    zorder=3,
-                )
-                predicted = initial_loss_table(c)["predicted_tied" if tie else "predicted"]
-                ax.plot(
-                    np.full(len(c), x + dx),
-                    predicted,
-                    ls="none",
-                    marker="D",
-                    ms=4.5,
-                    mfc="none",
-                    mec="black",
-                    mew=0.7,
-                    zorder=4,
-                )  # NaN where a run has no init_logit_std: not drawn
-            ticks.append(x)
-            labels.append(
-                "\n".join([init_label(init, prefix="")] + ([model] if len(models) > 1 else []))
-            )
+            _initial_loss_cell(ax, len(ticks), cell)
+            ticks.append(len(ticks))
+            label = init_label(init, prefix="", widths=cell["n_embd"].unique())
+            labels.append(label + (f"\n{model}" if len(models) > 1 else ""))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=REF_COLOR, ls="--", lw=1)
     turn = len(ticks) > 6  # a long row of labels is turned so they do not overlap
@@ -155,15 +152,19 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     configuration (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ
     with E[logsumexp z]."""
     fig, axes = new_figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
-    have = runs[runs["init_val_loss"].notna()]
+    first = first_replicates(runs)  # a replicate starts where its replicate 0 did: no new dot
+    fig.skipped += [
+        f"{run_label(r)}: replicate {r['replicate']} (its step 0 is replicate 0's)"
+        for _, r in runs.drop(first.index).iterrows()
+    ]
+    have = first[first["init_val_loss"].notna()]
     fig.skipped += [
         f"{run_label(r)}: no init_val_loss ({r['status']})"
-        for _, r in runs.drop(have.index).iterrows()
+        for _, r in first.drop(have.index).iterrows()
     ]
     if have.empty:
-        for ax in axes[0]:
-            note(ax, "no run has an initial validation loss yet")
-        return fig
+        return nothing_to_draw(fig, axes, "no run has an initial validation loss yet")
+    fig.drawn = have
     fig.skipped += [
         f"{run_label(r)}: no init_logit_std (right panel)"
         for _, r in have[have["init_logit_std"].isna()].iterrows()

@@ -1,4 +1,5 @@
-"""Figures 1 and 2: validation loss over training, and final loss against parameters."""
+"""Figures 1 and 2: the loss over training (log steps by default for log-spaced evaluations),
+and final loss against parameters."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter
 
-from tiedvsuntied.analysis import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs
+from tiedvsuntied.analysis import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs, dense_steps
+from tiedvsuntied.analysis.early import MIN_DENSE_STEPS
 from tiedvsuntied.figures.style import (
     LINESTYLES,
     MARKERS,
@@ -26,9 +28,11 @@ from tiedvsuntied.figures.style import (
     model_order,
     new_figure,
     note,
+    nothing_to_draw,
     plain_log,
     run_label,
     tie_handles,
+    widths,
     with_setting,
 )
 
@@ -49,28 +53,64 @@ def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric:
             )
 
 
-def _val_loss_curves(ax, cell: pd.DataFrame, metric: str, tie: bool) -> tuple[set, set]:
+# Where tied and untied overlap both stay visible: untied solid and wider below, tied dashed on
+# top and lighter; markers filled (tied) or open (untied) as everywhere.
+TIE_LINE = {
+    True: {"ls": "--", "lw": 1.3, "alpha": 0.85, "zorder": 3},
+    False: {"ls": "-", "lw": 1.8, "zorder": 2},
+}
+X_AXES = ("auto", "log_step", "step", "tokens")
+EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
+
+
+def log_spaced(history: pd.DataFrame, metric: str = "val/loss") -> bool:
+    """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, not 3)."""
+    if metric not in history:
+        return False
+    steps = history.loc[history[metric].notna(), ["run_id", "step"]]
+    return any(
+        set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps.groupby("run_id")["step"]
+    )
+
+
+def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
+    """train/loss of each run at its steps 1..k logged at every step (analysis.dense_steps)."""
+    if "train/loss" not in history:
+        return history.iloc[:0]
+    parts = [
+        h[h["train/loss"].notna() & (h["step"] <= k)]
+        for _, h in history.groupby("run_id", sort=False)
+        if (k := dense_steps(h)) >= MIN_DENSE_STEPS
+    ]
+    return pd.concat(parts) if parts else history.iloc[:0]
+
+
+def _val_loss_curves(ax, cell: pd.DataFrame, metric: str, tie: bool, x: str) -> tuple[set, set]:
     """One tie's mean curve (band from MIN_BAND_SEEDS) and its ended runs, each alone, dashed,
     with a marker where it stopped; returns (seed counts averaged, statuses of ended runs)."""
     drawn = cell[cell["tie"] == tie]
     in_mean = drawn["status"].isin(DRAWN_IN_MEAN)
     few = drawn.loc[in_mean, "step"].nunique() <= FEW_STEPS
-    style = {"marker": "o" if few else None, "ms": 2.5, "mfc": MFC[tie]}
-    counts = set(mean_line(ax, drawn, metric, tie, ["tie"], 0.2, **style)["n"])
+    style = {"marker": "o" if few else None, "ms": 2.5, "mfc": MFC[tie], **TIE_LINE[tie]}
+    counts = set(mean_line(ax, drawn, metric, tie, ["tie"], 0.2, x=x, **style)["n"])
     ended = set()
     for _, run in drawn[~in_mean].groupby("run_id"):
         status = run["status"].iloc[0]
-        ax.plot(run["tokens"], run[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
+        ax.plot(run[x], run[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
         last = run.iloc[-1:]
         marker = STATUS_MARKER.get(status, "x")
         end = {"color": TIE_COLOR[tie], "ls": "none", "marker": marker, "ms": 5, "mew": 1.2}
-        ax.plot(last["tokens"], last[metric], **end)
+        ax.plot(last[x], last[metric], **end)
         ended.add(status)
     return counts, ended
 
 
-def _val_loss_handles(seed_counts: set, ended: set) -> list:
-    handles = tie_handles()
+def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list:
+    handles = [
+        Line2D([], [], color=TIE_COLOR[t], marker="o", ms=2.5, mfc=MFC[t], label=label, **line)
+        for t, label in ((True, "tied"), (False, "untied"))
+        for line in [{k: v for k, v in TIE_LINE[t].items() if k != "zorder"}]
+    ]
     if counts := sorted({int(n) for n in seed_counts if n >= MIN_BAND_SEEDS}):
         n_range = "–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))
         label = f"{CONFIDENCE:.0%} t-CI over seeds (n={n_range})"
@@ -78,6 +118,9 @@ def _val_loss_handles(seed_counts: set, ended: set) -> list:
     if any(n < MIN_BAND_SEEDS for n in seed_counts):
         label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
         handles.append(Line2D([], [], color="#999999", lw=0.6, label=label))
+    if len(train):
+        label = f"thin: training loss, every step to {int(train['step'].max())}"
+        handles.append(Line2D([], [], color="#bbbbbb", lw=0.6, ls="--", label=label))
     return handles + [
         Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
         for s in ("diverged", "failed")
@@ -85,40 +128,88 @@ def _val_loss_handles(seed_counts: set, ended: set) -> list:
     ]
 
 
-@figure("fig1_val_loss", "validation loss vs tokens, per init std", uses=("runs", "history"))
-def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
-    """Validation loss vs training tokens, tied vs untied; a panel per init std and size. Finished
-    and running runs: mean over seeds, t-CI band when n ≥ 2. Diverged and failed runs: drawn
-    alone, dashed, ending with × where they stopped."""
-    metric = "val/loss"
+def x_axis(x: str, history: pd.DataFrame) -> tuple[str, bool]:
+    """(history column drawn on x, log scale?) for ``x`` (X_AXES): "auto" is log steps when the
+    runs were evaluated at log-spaced early steps (:func:`log_spaced`), else tokens."""
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r}: valid are {', '.join(X_AXES)}")
+    log = x == "log_step" or (x == "auto" and log_spaced(history))
+    return ("step" if log else ("tokens" if x == "auto" else x)), log
+
+
+def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
+    """Ticks and label of an x axis chosen by :func:`x_axis`; with ``log``, after the curves
+    are drawn (it fixes the left limit at step 0)."""
+    if x == "tokens":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    elif log and ax.has_data():  # symlog: linear from 0 to 1, so step 0 has a place
+        ax.set_xscale("symlog", linthresh=1, linscale=0.4)
+        ax.set_xlim(left=-0.05)  # steps are never negative; a curve from step 1 starts at 1
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    if last_row:
+        label = "training step" + (" (log scale; 0 at the left)" if log else "")
+        ax.set_xlabel("training tokens" if x == "tokens" else label)
+
+
+def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> tuple[set, set]:
+    """A panel's curves: each tie's validation loss, its dense training loss thin beneath."""
+    seed_counts, ended = set(), set()
+    for tie in (False, True):  # tied last: on top
+        counts, ended_here = _val_loss_curves(ax, cell, "val/loss", tie, x)
+        seed_counts |= counts
+        ended |= ended_here
+        dense = train[train["tie"] == tie]
+        if len(dense):
+            line = {**TIE_LINE[tie], "lw": 0.6, "alpha": 0.5, "zorder": 1}
+            mean_line(ax, dense, "train/loss", tie, ["tie"], x=x, **line)
+    plain_log(ax, "y", pd.concat([cell["val/loss"], train["train/loss"]]), ratio=4)
+    return seed_counts, ended
+
+
+@figure(
+    "fig1_val_loss",
+    "validation loss vs training steps (log) or tokens, per init std",
+    uses=("runs", "history"),
+)
+def fig_val_loss(
+    runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto", train_loss: bool | None = None
+) -> Figure:
+    """Validation loss over training, tied vs untied; a panel per init std and size. ``x``:
+    "log_step" (symlog steps, so step 0 shows), "step", "tokens", or "auto": log steps when the
+    runs were evaluated at log-spaced early steps. ``train_loss`` (default: with step axes) adds
+    the training loss thin where it was logged at every step (trainer.log_first). Finished and
+    running runs: mean over seeds, t-band from 3 seeds; diverged and failed runs alone, dashed,
+    ending with a marker where they stopped."""
+    metric, (x, log) = "val/loss", x_axis(x, history)
     inits, models = init_order(runs), model_order(runs)
     fig, axes = new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
-    if metric in history:
-        history = history[history[metric].notna()]
-    else:
-        history = history.iloc[:0].assign(**{metric: 1.0})
-    _note_runs_drawn_apart(fig, runs, set(history["run_id"]), metric)
+    logged = history[history[metric].notna()] if metric in history else history.iloc[:0]
+    _note_runs_drawn_apart(fig, runs, set(logged["run_id"]), metric)
+    if logged.empty:
+        return nothing_to_draw(fig, axes, f"no {metric} logged yet")
+    drawn_train = (
+        train_loss if train_loss is not None else x == "step"
+    ) and "train/loss" in history
+    train = _dense_train(history) if drawn_train else history.iloc[:0]
     ended, seed_counts = set(), set()
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
-        ax = axes[i, j]
-        ax.set_title(init_label(init) if i == 0 else "")
-        ax.set_xlabel("training tokens" if i == len(models) - 1 else "")
+        ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
+        ax.set_title(init_label(init, widths=widths(runs, init)) if i == 0 else "")
         if j == 0:
             size = f"\n{model_label(runs, model)}" if len(models) > 1 else ""
             ax.set_ylabel("validation loss (nats)" + size)
-        cell_runs = runs[(runs["model"] == model) & (runs["setting"] == init)]
-        cell = history[history["run_id"].isin(cell_runs["run_id"])]
+        cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
         if cell.empty:
-            note(ax, "no runs with this init std" if cell_runs.empty else f"no {metric} logged")
-            continue
-        for tie in (True, False):
-            counts, ended_here = _val_loss_curves(ax, cell, metric, tie)
-            seed_counts |= counts
-            ended |= ended_here
-        plain_log(ax, "y", cell[metric], ratio=4)
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    handles = _val_loss_handles(seed_counts, ended)
-    legend(fig, handles, len(handles))
+            note(
+                ax, "no runs of this setting and size" if cell_runs.empty else f"no {metric} logged"
+            )
+        else:
+            cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
+            counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)
+            seed_counts, ended = seed_counts | counts, ended | ended_here
+        set_x_axis(ax, x, log, i == len(models) - 1)
+    handles = _val_loss_handles(seed_counts, ended, train)
+    legend(fig, handles, 4 if len(inits) > 1 else 2)
     return fig
 
 
@@ -157,7 +248,7 @@ def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
             color="#444444",
             marker=MARKERS[k % len(MARKERS)],
             ls=LINESTYLES[k % len(LINESTYLES)],
-            label=init_label(init, short=True),
+            label=init_label(init, short=True, widths=widths(agg, init)),
         )
         for k, init in enumerate(inits)
     ]
@@ -187,14 +278,14 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     ]
     agg = with_setting(aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
+    if agg.empty:
+        return nothing_to_draw(fig, axes, f"no finished run with a {value}")
+    fig.drawn = runs[(runs["status"] == "finished") & runs[value].notna()]
     inits = init_order(runs)
     for ax, xcol, xlabel in (
         (axes[0, 0], "params_total", "parameters (total, unique)"),
         (axes[0, 1], "params_non_embedding", "parameters (non-embedding)"),
     ):
-        if agg.empty:
-            note(ax, f"no finished run with a {value}")
-            continue
         _loss_vs_params_panel(ax, runs, agg, xcol, value, inits)
         ax.set_xlabel(xlabel)
     axes[0, 0].set_ylabel("final validation loss (nats)")

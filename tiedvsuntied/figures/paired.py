@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter
 
 from tiedvsuntied.analysis import (
@@ -39,10 +40,12 @@ from tiedvsuntied.figures.style import (
     TIE_COLOR,
     figure,
     init_label,
+    init_order,
     legend,
     mean_line,
+    model_order,
     new_figure,
-    note,
+    nothing_to_draw,
     run_label,
 )
 from tiedvsuntied.figures.tables import write_tables
@@ -88,20 +91,19 @@ def _seed_dots(ax, x: float, seed_diffs) -> None:
     ax.plot(x + np.linspace(-0.12, 0.12, len(seeds)) * (len(seeds) > 1), seeds, **SEED_DOT)
 
 
-def _interval_handles() -> list:
-    label = f"mean, {CONFIDENCE:.0%} t-interval over seeds (paired by seed)"
-    return [
-        Line2D([], [], color="black", marker="o", label=label),
-        Line2D(
-            [],
-            [],
-            color="black",
-            marker="o",
-            mfc="white",
-            ls="none",
-            label=f"fewer than {MIN_INTERVAL_SEEDS} seeds: mean only, no interval",
-        ),
-    ]
+def _interval_handles(table: pd.DataFrame) -> list:
+    """Legend entries for what ``table``'s rows draw: the mean with its interval, and (fewer
+    than MIN_INTERVAL_SEEDS seeds) the mean alone, open."""
+    handles = []
+    if table["low"].notna().any():
+        label = f"mean, {CONFIDENCE:.0%} t-interval over seeds (paired by seed)"
+        handles.append(Line2D([], [], color="black", marker="o", label=label))
+    if (table["low"].isna() & table["diff"].notna()).any():
+        label = f"fewer than {MIN_INTERVAL_SEEDS} seeds: mean only, no interval"
+        handles.append(
+            Line2D([], [], color="black", marker="o", mfc="white", ls="none", label=label)
+        )
+    return handles
 
 
 def _floor_text(runs: pd.DataFrame) -> str:
@@ -111,9 +113,10 @@ def _floor_text(runs: pd.DataFrame) -> str:
         return "noise floor not measured (no replicate runs)"
     low, high = floors["floor_final"].min(), floors["floor_final"].max()
     value = f"{low:.3f}" if np.isclose(low, high) else f"{low:.3f}–{high:.3f}"
+    n = int(floors["n"].sum())
     return (
-        f"noise floor (|replicate 0 − 1| of one config, shaded ±) {value} nats, "
-        f"{int(floors['n'].sum())} configs trained twice"
+        f"noise floor (mean |replicate 0 − replicate k| of one config, shaded ±) {value} nats, "
+        f"from {n} re-run{'s' * (n != 1)} of a config"
     )
 
 
@@ -123,38 +126,69 @@ def _setting(table: pd.DataFrame) -> pd.Series:
     return init.where(variant == "", init + " | " + variant)
 
 
-def _paired_panel(fig: Figure, ax, table: pd.DataFrame, point: str, several: bool) -> None:
-    cells = table[table["point"] == point].reset_index(drop=True)
+def _arm_means(ax, x: float, row: pd.Series) -> None:
+    """Both arms' mean losses beside an effect: a difference of 0.5 nats means little at 18."""
+    ax.annotate(
+        f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}",
+        (x + 0.15, row["diff"]),  # right of the seed dots (_seed_dots: within ±0.12)
+        va="center",
+        fontsize=6,
+        color="#444444",
+    )
+
+
+def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: str) -> None:
     ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
-    if cells.empty:
-        return note(ax, "no tied/untied pair finished")
     for x, row in cells.iterrows():
         _seed_dots(ax, x, row["seed_diffs"])
         _difference(ax, x, row, color="black", zorder=3)
+        _arm_means(ax, x, row)
         if pd.notna(row["floor"]):
             ax.fill_between(
                 [x - 0.3, x + 0.3], -row["floor"], row["floor"], color=REF_COLOR, alpha=0.2, lw=0
             )
-        label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
-        fig.flagged.append(f"{label}: {row['method']}")
+        if row["n_seeds"] < cells["n_seeds"].max():  # the caption gives the common n
+            label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
+            fig.flagged.append(f"{label}: {row['method']}")
     labels = [
-        init_label(row["setting"], prefix="") + (f"\n{row['model']}" if several else "")
+        init_label(row["setting"], prefix="", widths=[row["n_embd"]])
+        + (f"\n{row['model']}" if several else "")
         for _, row in cells.iterrows()
     ]
     ax.set_xticks(range(len(cells)), labels)
-    ax.set_xlim(-0.6, len(cells) - 0.4)
+    ax.set_xlim(-0.6, len(cells) - 0.1)  # room for the arms' means right of the last point
     ax.grid(axis="x", visible=False)
+
+
+def _steps(values) -> str:
+    steps = sorted({int(v) for v in values if pd.notna(v)})
+    return "?" if not steps else f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
+
+
+def _panels(runs: pd.DataFrame) -> list[tuple[str, str]]:
+    """(point, title) of each panel: final weights, and the best validation step unless every
+    paired run's best step is its last (then both are one set of weights: one panel)."""
+    both = pairs(runs)
+    best, last = both[["best_step_t", "best_step_u"]], both[["step_t", "step_u"]]
+    final = f"test loss, final weights (step {_steps(last.stack())})"
+    if len(both) and (best.to_numpy() == last.to_numpy()).all():
+        return [("final", final + " = best validation step")]
+    best_steps = _steps(best.stack())
+    return [("final", final), ("best", f"test loss, best validation step ({best_steps})")]
 
 
 @figure("fig6_paired_difference", "tied − untied test loss, paired, with t-intervals over seeds")
 def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     """The study's headline: tied − untied test loss per init std (and size), paired by seed, at
-    the final weights and at the best validation step; mean with its t-interval over seeds (none
-    for one seed), every seed's own difference as a small dot, the noise floor shaded when
-    replicates measured it. The caption below says the method, n seeds and the floor."""
-    table = paired_table(runs, ("final", "best"))
-    fig, axes = new_figure(1, 2, 2.4, sharey=True)
+    the final weights and at the best validation step (one panel when every best step is the
+    last); mean with its t-interval over seeds (none for one seed), every seed's own difference
+    as a small dot, both arms' mean losses beside it, the noise floor shaded when replicates
+    measured it. The caption says the method, n seeds and the floor."""
+    panels = _panels(runs)
+    table = paired_table(runs, [point for point, _ in panels])
+    fig, axes = new_figure(1, len(panels), 2.4, width=7.0, sharey=True)
     paired_ids = set(pairs(runs)[["run_id_t", "run_id_u"]].stack())
+    fig.drawn = runs[runs["run_id"].isin(paired_ids)]
     fig.skipped += [
         f"{run_label(run)}: "
         + (
@@ -164,26 +198,39 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
         )
         for _, run in runs[~runs["run_id"].isin(paired_ids)].iterrows()
     ]
+    if table.empty:
+        return nothing_to_draw(fig, axes, "no tied/untied pair finished")
     low, high = table["n_seeds"].min(), table["n_seeds"].max()
-    seeds = "0" if table.empty else f"{low}" if low == high else f"{low}–{high}"
-    caption = (
+    seeds = f"{low}" if low == high else f"{low}–{high}"
+    fig.captions.append(
         f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over n = {seeds} "
-        f"seed{'' if high == 1 else 's'} per cell; {_floor_text(runs)}"
+        f"seed{'' if high == 1 else 's'} per cell"
+        + (
+            f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)"
+            if low < MIN_INTERVAL_SEEDS
+            else ""
+        )
+        + "; beside it both arms' mean test loss (nats); "
+        + _floor_text(runs)
     )
-    fig.supxlabel(textwrap.fill(caption, 120), fontsize=7)  # below: the legend sits on top
-    table = table.assign(setting=_setting(table))
+    widths = runs.groupby("model")["n_embd"].first()
+    table = table.assign(setting=_setting(table), n_embd=table["model"].map(widths))
+    rank = {v: k for k, v in enumerate([*model_order(runs), *init_order(runs)])}
+    table = table.sort_values(  # sizes small to large, init std large to small within each
+        ["model", "setting"], key=lambda col: col.map(rank), kind="stable"
+    )
     several = table["model"].nunique() > 1
-    for ax, point, title in zip(
-        axes[0],
-        ("final", "best"),
-        ("final weights", "best validation step (early stopping)"),
-        strict=True,
-    ):
-        ax.set_title(f"test loss, {title}")
-        _paired_panel(fig, ax, table, point, several)
+    for ax, (point, title) in zip(axes[0], panels, strict=True):
+        ax.set_title(title)
+        _paired_panel(
+            fig, ax, table[table["point"] == point].reset_index(drop=True), several, point
+        )
+        ax.set_xlabel("init std" + (" and size" if several else f" ({table['model'].iloc[0]})"))
     axes[0, 0].set_ylabel("tied − untied (nats)")
-    one_seed = Line2D([], [], label="one seed", **SEED_DOT)
-    legend(fig, [*_interval_handles(), one_seed], 3)
+    handles = [*_interval_handles(table), Line2D([], [], label="one seed", **SEED_DOT)]
+    if table["floor"].notna().any():
+        handles.append(Patch(color=REF_COLOR, alpha=0.3, label="noise floor (±)"))
+    legend(fig, handles, 4)
     return fig
 
 
@@ -261,24 +308,27 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     ]
     if ref is None or finished.empty:
         tied_arms = sorted(finished.loc[finished["tie"].eq(True), "arm"].unique())
-        for ax in axes[0]:
-            note(
-                ax,
-                "needs a tied arm to compare with: plain tied runs, or tied runs of one variant; "
-                "here: " + (", ".join(tied_arms) or "none"),
-            )
-        return fig
+        return nothing_to_draw(
+            fig,
+            axes,
+            "needs a tied arm to compare with: plain tied runs, or tied runs of one variant; "
+            "here: " + (", ".join(tied_arms) or "none"),
+        )
     first = finished.sort_values(["model", "init_std"]).iloc[0]
     cell = finished[
         (finished["model"] == first["model"]) & (finished["init_std"] == first["init_std"])
     ]
+    fig.drawn = cell
     fig.skipped += [
         f"{run_label(run)}: another size or init std (one cell per figure)"
         for _, run in finished.drop(cell.index).iterrows()
     ]
+    if set(cell["arm"]) == {ref}:
+        return nothing_to_draw(fig, axes, f"only the {ref} arm finished: no other arm to compare")
     colors = _arm_colors(set(cell["arm"]), ref)
     _arm_curves(axes[0, 0], cell, history, colors)
-    axes[0, 0].set_title(f"{first['model']}, {init_label(first['init_std'], short=True)}")
+    init = init_label(first["init_std"], short=True, widths=[first["n_embd"]])
+    axes[0, 0].set_title(f"{first['model']}, {init}")
     _arm_differences(fig, axes[0, 1], cell, colors, ref)
     legend(
         fig,
@@ -308,7 +358,12 @@ def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) 
         vocab = runs.loc[runs["data_id"] == row["data_id"], "vocab_size"].iloc[0]
         _difference(ax, x, row, scale, color="black")
         ax.annotate(
-            f"V={vocab:,}, {row['model']}\n{init_label(row['init_std'], short=True)}",
+            f"V={vocab:,}, {row['model']}\n"
+            + init_label(
+                row["init_std"],
+                short=True,
+                widths=tied.loc[tied["model"] == row["model"], "n_embd"].unique(),
+            ),
             (x, row["diff"] * scale),
             textcoords="offset points",
             xytext=(6, 4),
@@ -339,9 +394,10 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
     _crossover_points(fig, ax, runs, table)
     if not ax.lines[1:]:
-        note(ax, "no finished tied/untied pair")
+        return nothing_to_draw(fig, axes, "no finished tied/untied pair")
+    fig.drawn = runs[plain]
     ax.set_xlabel("embedding share of the tied model's parameters (%)")
     ax.set_ylabel("(tied − untied) / untied test loss (%)")
     ax.set_xlim(0, 100)
-    legend(fig, _interval_handles(), 1)
+    legend(fig, _interval_handles(table), 1)
     return fig

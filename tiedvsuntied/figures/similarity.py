@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied.analysis import PAIR_COLUMNS, match
+from tiedvsuntied.analysis import PAIR_COLUMNS, first_replicates, match
 from tiedvsuntied.figures.style import (
     REF_COLOR,
     TIE_COLOR,
@@ -34,9 +34,11 @@ from tiedvsuntied.figures.style import (
     model_order,
     new_figure,
     note,
+    nothing_to_draw,
     run_label,
     size_handles,
     size_markers,
+    widths,
 )
 
 SIDES = {
@@ -93,11 +95,11 @@ def _pair_rows(tied: pd.Series, untied: pd.Series, missing: list[str]) -> list[d
 
 
 def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per tied/untied pair (analysis.match on PAIR_COLUMNS, finished or running) and common
-    probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe rows, or whose
-    rows differ (other data), are in ``.attrs["missing"]``."""
+    """Per tied/untied pair (analysis.match on PAIR_COLUMNS, finished or running, replicate 0)
+    and common probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe
+    rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
     rows, missing = [], []
-    usable = runs[runs["status"].isin(["finished", "running"])]
+    usable = first_replicates(runs[runs["status"].isin(["finished", "running"])])
     both = match(usable[usable["tie"].eq(True)], usable[usable["tie"].eq(False)], PAIR_COLUMNS)
     for _, pair in both.iterrows():
         tied, untied = (
@@ -125,16 +127,19 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     inits = [i for i in init_order(runs) if i in set(cka["setting"])] or ["none"]
     fig, axes = new_figure(1, len(inits), 2.4, sharey=True)
     fig.skipped += cka.attrs["missing"]
+    if cka.empty:
+        return nothing_to_draw(
+            fig,
+            axes,
+            "no tied/untied pairs with probe rows (emb_seen): runs made before them, a bundle "
+            "(it keeps none), or unpaired",
+        )
     for j, init in enumerate(inits):
         ax, cell = axes[0, j], cka[cka["setting"] == init]
         if cell.empty:
-            note(
-                ax,
-                "no tied/untied pairs with probe rows (emb_seen): runs made before them, "
-                "or unpaired",
-            )
+            note(ax, "no tied/untied pairs with probe rows (emb_seen) at this init std")
             continue
-        ax.set_title(init_label(init))
+        ax.set_title(init_label(init, widths=widths(runs, init)))
         for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
             markers = size_markers(k, models)
             for side, (_, color, ls) in SIDES.items():
@@ -168,6 +173,17 @@ ANISOTROPY = {
 }
 
 
+def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
+    """Raw (top) and centred (bottom) anisotropy of one init std and size: tied, untied input
+    (solid) and untied output (dashed), each where logged."""
+    for row, ax in enumerate(axes):
+        for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
+            key = ANISOTROPY[side][row]
+            hs = h[(h["tie"] == tie) & h[key].notna()] if key in h else h[:0]
+            if not hs.empty:
+                mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
+
+
 @figure(
     "fig9_anisotropy",
     "anisotropy over training: mean cosine of embedding rows, raw and mean-centred",
@@ -190,44 +206,35 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     if tuned.all():
         fig, axes = new_figure(1, 1, 1.8)
         fig.skipped += skipped
-        note(axes[0, 0], "only fine-tuning runs: their embedding drift is figure 7")
-        return fig
+        return nothing_to_draw(
+            fig, axes, "only fine-tuning runs: their embedding drift is figure 7"
+        )
     runs = runs[~tuned]
     inits, models = init_order(runs), model_order(runs)
     fig, axes = new_figure(2, len(inits), 1.8, sharex="col")
     fig.skipped += [*skipped, "rare and unseen strata (logged as probe/rare/*, probe/unseen/*)"]
     if ANISOTROPY["emb"][0] not in history.columns:
-        for ax in axes.flat:
-            note(ax, "no stratified probes logged (probe/frequent/emb_cos_mean)")
-        return fig
+        return nothing_to_draw(
+            fig, axes, "no stratified probes logged (probe/frequent/emb_cos_mean)"
+        )
+    fig.drawn = runs
     for j, init in enumerate(inits):
-        axes[0, j].set_title(init_label(init))
+        axes[0, j].set_title(init_label(init, widths=widths(runs, init)))
         for k, model in enumerate(models):
             h = history[(history["setting"] == init) & (history["model"] == model)]
-            markers = size_markers(k, models)
-            for row, ax in enumerate(axes[:, j]):
-                for tie, side, ls in (
-                    (True, "emb", "-"),
-                    (False, "emb", "-"),
-                    (False, "head", "--"),
-                ):
-                    hs = (
-                        h[(h["tie"] == tie) & h[ANISOTROPY[side][row]].notna()]
-                        if ANISOTROPY[side][row] in h
-                        else h[:0]
-                    )
-                    if not hs.empty:
-                        mean_line(
-                            ax, hs, ANISOTROPY[side][row], tie, ["model"], 0.15, ls=ls, **markers
-                        )
+            _anisotropy_column(axes[:, j], h, size_markers(k, models))
         axes[1, j].set_xlabel("training tokens")
         axes[1, j].xaxis.set_major_formatter(EngFormatter(sep=""))
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
     handles = [
-        Line2D([], [], color=TIE_COLOR[True], label="tied"),
-        Line2D([], [], color=TIE_COLOR[False], label="untied input (wte)"),
-        Line2D([], [], color=TIE_COLOR[False], ls="--", label="untied output (lm_head)"),
+        Line2D([], [], color=TIE_COLOR[tie], ls=ls, label=label)
+        for tie, ls, label in (
+            (True, "-", "tied"),
+            (False, "-", "untied input (wte)"),
+            (False, "--", "untied output (lm_head)"),
+        )
+        if runs["tie"].eq(tie).any()  # the legend names what is drawn
     ]
     legend(fig, handles + size_handles(runs, models), 3)
     return fig

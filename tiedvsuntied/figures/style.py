@@ -1,12 +1,17 @@
 """What every figure shares: style, colours, the output registry, panel helpers, saving.
 
-Runs a figure leaves out are never dropped silently: ``fig.skipped`` lists them ("name: reason"),
-``fig.flagged`` the runs drawn apart; :func:`caption`, :func:`publish` and the figure CLI report
-them, the image does not. ``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
+Every figure carries a caption under its panels (:func:`finish`, called by ``@figure``): the
+models, steps, corpus, V and seeds per cell of the runs it draws (:func:`describe_runs`), the
+figure's own lines (``fig.captions``), and what it leaves out. Runs a figure leaves out are never
+dropped silently: ``fig.skipped`` lists them ("name: reason"), ``fig.flagged`` the runs drawn
+apart; the caption's footnote, :func:`publish` and the figure CLI report them. A figure with
+nothing to draw sets ``fig.empty`` (the reason): its panels say why, and it is not written.
+``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
 
 from __future__ import annotations
 
 import functools
+import re
 import textwrap
 from collections import namedtuple
 from collections.abc import Callable, Sequence
@@ -20,6 +25,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 
 from tiedvsuntied.analysis import (
+    GROUP_COLUMNS,
     MIN_BAND_SEEDS,
     Results,
     ResultsError,
@@ -27,6 +33,7 @@ from tiedvsuntied.analysis import (
     first_replicates,
     require_single_data,
 )
+from tiedvsuntied.figures.labels import corpora, init_std_aside
 
 TIE_COLOR = {True: "#D55E00", False: "#0072B2"}  # Okabe-Ito vermillion and blue: colour-blind safe
 MFC = {True: TIE_COLOR[True], False: "white"}  # marker face: tied filled, untied open (greyscale)
@@ -56,6 +63,12 @@ STYLE = {
 }
 
 
+# the runs-table columns describe_runs reads (a hand-made table may lack some)
+DESCRIBED = ["model", "n_embd", "params_total", "max_steps", "vocab_size", "data", "data_id"]
+DESCRIBED += ["path", "seed", "replicate", "variant", "tie", "init_std"]
+CHARS_PER_INCH = 19  # of 7 pt caption text, to wrap it to the figure's width
+MAX_FOOTNOTE_LINES = 3  # per list (not shown, marked): the console has the rest
+
 # One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure
 # or None).
 Output = namedtuple("Output", ["description", "write"])
@@ -67,8 +80,8 @@ def figure(
 ) -> Callable:
     """Register a figure function as output ``name``; ``uses`` names the Results tables it is
     called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
-    ``mixed_data``: it compares across them itself), and its tables carry a ``setting`` column
-    (:func:`with_setting`)."""
+    ``mixed_data``: it compares across them itself), its tables carry a ``setting`` column
+    (:func:`with_setting`), and it gets its caption (:func:`finish`)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -79,15 +92,12 @@ def figure(
                 require_single_data(runs, name)
             with rc_context(STYLE):
                 fig = func(with_setting(runs), *map(with_setting, args), **kwargs)
-            fig.skipped, fig.flagged = (
-                list(dict.fromkeys(fig.skipped)),
-                list(dict.fromkeys(fig.flagged)),
-            )
+                finish(fig, runs)
             return fig
 
         def write(results: Results, out_dir: Path, formats: Sequence[str]):
             fig = styled(*(getattr(results, table) for table in uses))
-            return save_figure(fig, out_dir, name, formats), fig
+            return ([] if fig.empty else save_figure(fig, out_dir, name, formats)), fig
 
         REGISTRY[name] = Output(description, write)
         return styled
@@ -95,14 +105,27 @@ def figure(
     return register
 
 
-def new_figure(nrows: int, ncols: int, row_height: float, **kw) -> tuple[Figure, np.ndarray]:
-    """Both columns of a two-column paper (7 in) if panels sit side by side, else one (3.4 in)."""
-    fig = Figure(
-        figsize=(7.0 if ncols > 1 else 3.4, row_height * nrows + 0.5), layout="constrained"
-    )
+def new_figure(
+    nrows: int, ncols: int, row_height: float, width: float | None = None, **kw
+) -> tuple[Figure, np.ndarray]:
+    """Both columns of a two-column paper (7 in) if panels sit side by side (or ``width``), else
+    one (3.4 in)."""
+    width = width or (7.0 if ncols > 1 else 3.4)
+    fig = Figure(figsize=(width, row_height * nrows + 0.5), layout="constrained")
     fig.skipped = []  # "name: reason" of runs left out
     fig.flagged = []  # "name: status" of runs drawn apart
+    fig.captions = []  # the figure's own caption lines (method, interval, floor)
+    fig.drawn = None  # the runs drawn, when fewer than those given (the caption describes them)
+    fig.empty = None  # why nothing is drawn: then the figure is not written
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
+
+
+def nothing_to_draw(fig: Figure, axes, reason: str) -> Figure:
+    """Every panel says ``reason``; the figure is marked empty (the CLI skips it, saying why)."""
+    for ax in np.ravel(axes):
+        note(ax, reason)
+    fig.empty = reason
+    return fig
 
 
 def caption(fig: Figure) -> str:
@@ -111,6 +134,70 @@ def caption(fig: Figure) -> str:
         f"{head}: " + "; ".join(items) + "."
         for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged))
         if items
+    )
+
+
+def seeds_per_cell(runs: pd.DataFrame) -> str:
+    """'n = 5 seeds/cell' (or 'n = 3–5 ...' where cells differ): seeds of replicate 0 per data x
+    size x variant x tie x init std; replicate runs (the noise floor) are counted apart."""
+    first = first_replicates(runs)
+    counts = first.groupby(GROUP_COLUMNS, dropna=False)["seed"].nunique()
+    low, high = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+    text = f"n = {low if low == high else f'{low}–{high}'} seed{'s' * (high != 1)}/cell"
+    if extra := len(runs) - len(first):
+        text += f" (+{extra} replicate run{'s' * (extra != 1)}: noise floor)"
+    return text
+
+
+def describe_runs(runs: pd.DataFrame) -> str:
+    """What a figure draws, for its caption: 'nano (d=64), micro (d=128), 500 steps · Tiny
+    Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell'."""
+    runs = runs.reindex(columns=list(dict.fromkeys([*runs.columns, *DESCRIBED])))
+    steps = sorted(int(s) for s in runs["max_steps"].dropna().unique())
+    vocab = sorted(int(v) for v in runs["vocab_size"].dropna().unique())
+    models = ", ".join(model_label(runs, m) for m in model_order(runs))
+    if steps:
+        models += f", {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
+    return " · ".join(
+        [
+            models,
+            corpora(runs),
+            "V = " + (", ".join(f"{v:,}" for v in vocab) or "?"),
+            seeds_per_cell(runs),
+        ]
+    )
+
+
+def footnote(fig: Figure, width: int, max_lines: int = MAX_FOOTNOTE_LINES) -> list[str]:
+    """caption(fig) wrapped to ``width`` characters in at most ``max_lines`` lines: items beyond
+    them are counted ('and 7 more'), the CLI and fig.skipped / fig.flagged have them all."""
+    lines = []
+    for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged)):
+        for keep in range(len(items), 0, -1):
+            more = f"; and {len(items) - keep} more (the console lists them)" * (keep < len(items))
+            wrapped = textwrap.wrap(f"{head}: " + "; ".join(items[:keep]) + more + ".", width)
+            if len(wrapped) <= max_lines or keep == 1:
+                lines += wrapped[:max_lines]
+                break
+    return lines
+
+
+def finish(fig: Figure, runs: pd.DataFrame) -> None:
+    """The caption under the panels: what the runs drawn are (:func:`describe_runs` of
+    ``fig.drawn``, else ``runs``), the figure's own ``fig.captions``, then the footnote of what
+    it leaves out and draws apart."""
+    fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
+    drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
+    width = int(fig.get_figwidth() * CHARS_PER_INCH)
+    lines = [
+        line
+        for text in [describe_runs(drawn), *fig.captions]
+        for line in textwrap.wrap(text, width)
+    ]
+    # below the figure, out of the layout (the panels keep their size); saving with
+    # bbox_inches="tight" (save_figure, Jupyter) takes it in
+    fig.caption_text = fig.text(
+        0.01, 0, "\n".join(lines + footnote(fig, width)), fontsize=7, ha="left", va="top"
     )
 
 
@@ -142,14 +229,27 @@ def with_setting(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
 
 
-def init_label(setting: str, short: bool = False, prefix: str = "init std ") -> str:
+def init_label(
+    setting: str, short: bool = False, prefix: str = "init std ", widths: Sequence = ()
+) -> str:
     """'0.02 | model.t5_rescale=True, optim.lr=0.001' ->
-    'init std 0.02\nt5 rescale: True, lr: 0.001'."""
+    'init std 0.02\nt5 rescale: True, lr: 0.001'. With ``widths`` (the n_embd of the runs drawn),
+    a numeric init std that is d^-0.5 of another width says both numbers: '0.036 (d^-1/2 at
+    d=768; here d^-1/2 = 0.088)' (labels.init_std_aside)."""
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
     variant = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in parts)
+    sep = ", " if short else "\n"
+    aside = init_std_aside(init, widths, "; " if short else ";\n").strip()
     init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
-    return prefix + init + ((", " if short else "\n") + variant if variant else "")
+    return prefix + init + (sep + aside if aside else "") + (sep + variant if variant else "")
+
+
+def widths(runs: pd.DataFrame, setting: str | None = None) -> list[int]:
+    """The n_embd of ``runs`` (of one ``setting``): what :func:`init_label` compares with."""
+    if setting is not None:
+        runs = runs[runs["setting"] == setting]
+    return sorted(int(w) for w in runs["n_embd"].dropna().unique())
 
 
 def init_order(runs: pd.DataFrame) -> list[str]:
@@ -220,20 +320,21 @@ def mean_line(
     by: list[str],
     band: float = 0,
     log: bool = False,
+    x: str = "tokens",
     **kw,
 ) -> pd.DataFrame:
-    """The mean of ``metric`` over seeds vs tokens. With ``band``: its t-interval where at least
-    MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn thin instead (with two
-    seeds a t-band spans tens of nats). ``log``: mean and interval of log(metric), exponentiated
-    (for ratios: a geometric mean, an interval that stays positive)."""
+    """The mean of ``metric`` over seeds vs ``x`` (tokens, or step). With ``band``: its
+    t-interval where at least MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn
+    thin instead (with two seeds a t-band spans tens of nats). ``log``: mean and interval of
+    log(metric), exponentiated (for ratios: a geometric mean, an interval that stays positive)."""
     h = h.assign(**{metric: np.log(h[metric].where(h[metric] > 0))}) if log else h
     agg, color = aggregate_history(h, metric, by=by), kw.pop("color", TIE_COLOR[tie])
     if log:
         agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
-    ax.plot(agg["tokens"], agg["mean"], color=color, **kw)
+    ax.plot(agg[x], agg["mean"], color=color, **kw)
     if band and (ok := agg["n"] >= MIN_BAND_SEEDS).any():
         ax.fill_between(
-            agg.loc[ok, "tokens"],
+            agg.loc[ok, x],
             agg.loc[ok, "ci_low"],
             agg.loc[ok, "ci_high"],
             color=color,
@@ -246,12 +347,13 @@ def mean_line(
             drawn[metric].notna() & drawn["status"].isin(["finished", "running"])
         ].groupby("run_id"):
             ax.plot(
-                run["tokens"],
+                run[x],
                 np.exp(run[metric]) if log else run[metric],
                 color=color,
                 lw=0.6,
                 alpha=0.6,
                 ls=kw.get("ls", "-"),
+                zorder=kw.get("zorder"),
             )
     return agg
 
@@ -292,18 +394,25 @@ def save_figure(
 
 
 def print_notes(fig: Figure | None, indent: str = "") -> None:
+    """What a figure leaves out and draws apart, one line each; mathtext as plain text
+    ('$d^{-1/2}$' -> 'd^-1/2')."""
     for head, items in (
         ("not shown", getattr(fig, "skipped", [])),
         ("marked", getattr(fig, "flagged", [])),
     ):
         for item in items:
-            print(f"{indent}{head}: {item}")
+            plain = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"[{}]", "", m.group(1)), item)
+            print(f"{indent}{head}: {plain}")
 
 
 def publish(
     fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
 ) -> Figure:
-    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out."""
-    print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
+    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out;
+    a figure with nothing drawn (``fig.empty``) is shown, not written, and says why."""
+    if getattr(fig, "empty", None):
+        print(f"{name}: not written: {fig.empty}")
+    else:
+        print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")
     print_notes(fig)
     return fig

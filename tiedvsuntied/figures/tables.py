@@ -1,6 +1,7 @@
-"""The tables: parameters of every named size (md, tex) and the paired comparisons (md), each
-of the latter under a first line that says how many intervals it holds, their method, the
-primary contrast and the noise floor (:func:`analysis.caption`)."""
+"""The tables: parameters of every named size (md, tex), the paired comparisons (md), each
+under a first line that says how many intervals it holds, their method, the primary contrast and
+the noise floor (:func:`analysis.caption`), and the first steps (md: when the loss falls below
+ln V and below the d^-0.5 arm, under a line that says what the runs are)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from tiedvsuntied.analysis import (
     PRIMARY_CONTRAST,
     arms_table,
     best_lr_comparison,
+    early_steps,
+    early_summary,
     interaction_table,
     markdown,
     paired_table,
     parameter_table,
 )
-from tiedvsuntied.figures.style import REGISTRY, Output, model_order
+from tiedvsuntied.analysis.early import STEP_COLUMNS
+from tiedvsuntied.figures.style import REGISTRY, Output, describe_runs, model_order
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
@@ -71,20 +75,28 @@ def interaction_text(runs: pd.DataFrame) -> str:
     return "\n\n".join(parts)
 
 
+def _optional_tables(runs: pd.DataFrame) -> dict[str, str]:
+    """``table_classic.md`` only for a learning-rate grid (each arm at its own best rate needs
+    two rates), ``table_arms.md`` only for arms beyond tied and untied (table_paired has those)."""
+    texts = {}
+    classic = best_lr_comparison(runs)
+    if len(classic) and (classic["lrs"] > 1).any():
+        texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
+    arms = arms_table(runs)
+    if len(arms) and not set(arms["arm"]) <= {"untied"}:
+        texts["table_arms.md"] = markdown(arms)
+    return texts
+
+
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     """``table_paired.md`` (every cell, final and best, with the noise floor),
-    ``table_interaction.md`` (:func:`interaction_text`), ``table_classic.md`` (each arm at its own
-    best learning rate) and ``table_arms.md`` (every arm against the tied one) in ``out_dir``."""
-    classic, arms = best_lr_comparison(runs), arms_table(runs)
+    ``table_interaction.md`` (:func:`interaction_text`), and where the runs have them
+    ``table_classic.md`` (each arm at its own best learning rate) and ``table_arms.md`` (every
+    arm against the tied one) in ``out_dir``; returns the files written."""
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
-        "table_classic.md": markdown(classic)
-        if len(classic)
-        else "No learning-rate grid in these runs: no arm can be compared at its own best rate.",
-        "table_arms.md": markdown(arms)
-        if len(arms)
-        else "No tied arm to compare the other arms with.",
+        **_optional_tables(runs),
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
@@ -93,6 +105,95 @@ def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
 
 
 REGISTRY["table_paired"] = Output(
-    "tied − untied per cell with the noise floor, the interactions, each arm at its best lr (md)",
+    "tied − untied per cell with the noise floor, the interactions; with a learning-rate grid "
+    "each arm at its best lr; with more arms, each against the tied one (md)",
     lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None),
+)
+
+
+def _steps_text(row: pd.Series, col: str) -> str:
+    """'12 [10–15]' (median [range] over the runs that got there), '+ 1 never', or 'never'."""
+    n, never = row[f"{col}_n"], row[f"{col}_never"]
+    if n == 0:
+        return "no d^-0.5 arm" if col == "step_below_arm" else "no runs"
+    if never == n:
+        return f"never (by step {int(row['last_step'])})"
+    low, high = int(row[f"{col}_min"]), int(row[f"{col}_max"])
+    text = f"{row[f'{col}_median']:g} [{low}–{high}]" if low != high else f"{low}"
+    return text + (f"; {never} of {n} never" if never else "")
+
+
+def _early_runs(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """early_steps' rows for reading: names, not run ids; steps as integers, NaN as '–'."""
+    names = runs.set_index("run_id")["name"]
+    steps = {c: table[c].map(lambda v: f"{v:.0f}" if pd.notna(v) else "–") for c in STEP_COLUMNS}
+    return pd.DataFrame(
+        {
+            "run": table["name"],
+            "status": table["status"],
+            "loss": table["metric"],
+            "last step": table["last_step"],
+            "below ln V": steps["step_below_ln_v"],
+            "d^-0.5 arm": table["arm_run_id"].map(names).fillna("–"),
+            "its loss": table["arm_metric"].fillna("–"),
+            "below the arm": steps["step_below_arm"],
+        }
+    )
+
+
+def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
+    """``table_early.md``: per cell, the first step below ln V and below the d^-0.5 arm
+    (analysis.early_steps; median [range] over seeds), then every run's; the first lines say what
+    the runs are (style.describe_runs) and how the steps were read."""
+    table = early_steps(runs, history)
+    summary = early_summary(table)
+    shown = pd.DataFrame(
+        {
+            "model": summary["model"],
+            "variant": summary["variant"].replace("", "none"),
+            "head": summary["tie"].map({True: "tied", False: "untied"}),
+            "init std": summary["init_std"],
+            "n": summary["n"],
+            "below ln V": [_steps_text(r, "step_below_ln_v") for _, r in summary.iterrows()],
+            "below the d^-0.5 arm": [
+                _steps_text(r, "step_below_arm") for _, r in summary.iterrows()
+            ],
+        }
+    )
+    metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
+    return "\n".join(
+        [
+            describe_runs(runs),
+            "",
+            "First training step whose loss is below ln V, and below the loss of the run's "
+            "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
+            "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
+            "train/loss where it was logged at every step from step 1, else val/loss "
+            f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
+            "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
+            "out.",
+            "",
+            shown.to_markdown(index=False) if len(shown) else "No runs.",
+            "",
+            "## Every run",
+            "",
+            _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
+        ]
+    )
+
+
+def write_early_table(out_dir: str | Path, runs: pd.DataFrame, history: pd.DataFrame) -> Path:
+    """:func:`early_text` as ``table_early.md`` in ``out_dir``."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(out_dir, "table_early.md")
+    path.write_text(early_text(runs, history) + "\n")
+    return path
+
+
+REGISTRY["table_early"] = Output(
+    "first step below ln V and below the d^-0.5 arm, per cell and run (md)",
+    lambda results, out_dir, formats: (
+        [write_early_table(out_dir, results.runs, results.history)],
+        None,
+    ),
 )

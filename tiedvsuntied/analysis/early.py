@@ -1,0 +1,138 @@
+"""The first steps of a run: when its loss first falls below ln V (the loss of predicting every
+token of the vocabulary alike) and below the loss of its d^-0.5 arm at the same step.
+
+An init std of 1.0 starts far above ln V (tens of nats: the logits' std is std · sqrt(d)) and
+spends its first steps collapsing; the d^-0.5 arm starts near ln V. These steps say how long the
+collapse takes and when the large init catches up, per run and per cell (median and range over
+seeds), on the loss logged most densely early: ``train/loss`` where the trainer logged it at every
+step from step 1 (``trainer.log_first``), else ``val/loss`` (step 0 and each evaluation). A
+step is the first logged step whose loss is strictly below the threshold; NaN when the run never
+got there (by ``last_step``), or, for the arm, when there is no d^-0.5 run of the same data,
+size, variant, tie and seed (``arm_run_id`` empty). Replicates (the noise floor) are left out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied.analysis.stats import first_replicates
+
+ARM_INIT = "inv_sqrt_d"  # the arm every other init std is compared with
+ARM_KEYS = ["data_id", "model", "variant", "tie", "seed"]  # a run and its d^-0.5 arm share these
+EARLY_CELL = ["data_id", "model", "variant", "tie", "init_std"]  # seeds summarised per cell
+MIN_DENSE_STEPS = 10  # train/loss at every step 1..k with k >= this: use it, not val/loss
+STEP_COLUMNS = ("step_below_ln_v", "step_below_arm")
+EARLY_COLUMNS = [
+    *ARM_KEYS,
+    "init_std",
+    "run_id",
+    "name",
+    "status",
+    "metric",
+    "last_step",
+    "ln_v",
+    "step_below_ln_v",
+    "arm_run_id",
+    "arm_metric",
+    "step_below_arm",
+]
+
+
+def dense_steps(run_history: pd.DataFrame) -> int:
+    """k such that one run's ``train/loss`` is logged at every step 1..k (0 if not at step 1)."""
+    if "train/loss" not in run_history:
+        return 0
+    steps = np.unique(run_history.loc[run_history["train/loss"].notna(), "step"].to_numpy())
+    steps = steps[steps >= 1]
+    gaps = np.flatnonzero(steps != np.arange(1, len(steps) + 1))
+    return int(gaps[0] if len(gaps) else len(steps))
+
+
+def loss_curve(run_history: pd.DataFrame, metric: str | None = None) -> tuple[str, pd.Series]:
+    """(metric, loss by step) of one run: ``metric``, else train/loss when it is logged densely
+    early (MIN_DENSE_STEPS), else val/loss."""
+    if metric is None:
+        dense = dense_steps(run_history) >= MIN_DENSE_STEPS
+        metric = "train/loss" if dense else "val/loss"
+    if metric not in run_history:
+        return metric, pd.Series(dtype=float)
+    logged = run_history[run_history[metric].notna()]
+    return metric, logged.groupby("step")[metric].last().astype(float)
+
+
+def first_below(loss: pd.Series, threshold) -> float:
+    """The first step (index) at which ``loss`` < ``threshold`` (a number, or a Series by step:
+    compared on the steps both have); NaN if never."""
+    if isinstance(threshold, pd.Series):
+        loss, threshold = loss.align(threshold, join="inner")
+    below = loss.index[(loss < threshold).to_numpy()]
+    return float(below.min()) if len(below) else np.nan
+
+
+def _arm_step(h: pd.DataFrame, arm_h: pd.DataFrame | None) -> tuple[str | None, float]:
+    """(metric both curves use, first step below the arm's curve): train/loss when both log it
+    densely, else val/loss."""
+    if arm_h is None:
+        return None, np.nan
+    dense = min(dense_steps(h), dense_steps(arm_h)) >= MIN_DENSE_STEPS
+    metric = "train/loss" if dense else "val/loss"
+    return metric, first_below(loss_curve(h, metric)[1], loss_curve(arm_h, metric)[1])
+
+
+def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> dict:
+    ln_v = math.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
+    metric, loss = loss_curve(h)
+    arm_metric, step_arm = _arm_step(h, arm_h)
+    return {
+        **{c: run.get(c) for c in [*ARM_KEYS, "init_std", "run_id", "name", "status"]},
+        "metric": metric,
+        "last_step": int(h["step"].max()) if len(h) else np.nan,
+        "ln_v": ln_v,
+        "step_below_ln_v": first_below(loss, ln_v),
+        "arm_run_id": None if arm is None else arm["run_id"],
+        "arm_metric": arm_metric,
+        "step_below_arm": step_arm,
+    }
+
+
+def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
+    """Per run (replicate 0; EARLY_COLUMNS): the metric used, the run's last logged step, ln V,
+    the first step below ln V, its d^-0.5 arm (same ARM_KEYS) and the first step below that
+    arm's loss at the same step (NaN for the arm itself, or without one)."""
+    runs = first_replicates(runs).astype({"variant": object}).fillna({"variant": ""})
+    by_run = {rid: h.sort_values("step") for rid, h in history.groupby("run_id", sort=False)}
+    arms = runs[runs["init_std"] == ARM_INIT].set_index(ARM_KEYS)
+    arms = arms[~arms.index.duplicated()]
+    rows = []
+    for _, run in runs.iterrows():
+        h = by_run.get(run["run_id"], history.iloc[:0])
+        key = tuple(run[c] for c in ARM_KEYS)
+        arm = arms.loc[key] if run["init_std"] != ARM_INIT and key in arms.index else None
+        arm_h = None if arm is None else by_run.get(arm["run_id"], history.iloc[:0])
+        rows.append(_run_row(run, h, arm, arm_h))
+    out = pd.DataFrame(rows, columns=EARLY_COLUMNS)
+    return out.sort_values(["data_id", "model", "variant", "init_std", "tie", "seed"]).reset_index(
+        drop=True
+    )
+
+
+def early_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (EARLY_CELL) of :func:`early_steps`: ``n`` runs, and for each step column
+    (STEP_COLUMNS) the median, min and max over the seeds that got there, ``*_n`` the runs it
+    applies to (for the arm: runs with one) and ``*_never`` those that did not get there."""
+    groups = table.astype({"variant": object}).groupby(EARLY_CELL, dropna=False, sort=True)
+    out = groups.size().rename("n").to_frame()
+    out["last_step"] = groups["last_step"].min()
+    for col in STEP_COLUMNS:
+        applies = table["arm_run_id" if col == "step_below_arm" else "run_id"].notna()
+        sub = table[applies].groupby(EARLY_CELL, dropna=False, sort=True)[col]
+        stats = sub.agg(["median", "min", "max", "size", "count"])
+        stats["never"] = stats["size"] - stats["count"]
+        stats = stats.rename(columns={"size": "n"}).drop(columns="count")
+        out = out.join(stats.add_prefix(f"{col}_"))
+    out = out.reset_index()
+    counts = [f"{c}_{s}" for c in STEP_COLUMNS for s in ("n", "never")]
+    return out.assign(**{c: out[c].fillna(0).astype(int) for c in counts})
