@@ -50,6 +50,7 @@ class FakeRun:
     floor_shift: float = 0.0
     n_windows: int = 40
     replicate: int = 0  # the same config trained again: its own noise, same everything else
+    threads: int | None = None  # torch's CPU threads (summary.threads)
 
     def __post_init__(self):
         self.n_layer, self.n_head, self.n_embd = SIZES[self.model]
@@ -162,6 +163,7 @@ def _summary(run: FakeRun, val: list, best_step, test: dict) -> dict:
         "block_size": 64,
         "seed": run.seed,
         "replicate": run.replicate,
+        "threads": run.threads,
         "params": params,
         "flops_per_token": 6.0 * params["total"],
         "step": run.last_step,

@@ -263,7 +263,7 @@ def test_variant_separates_runs_that_differ_in_config(tmp_path):
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=False)
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=True)
     runs = analysis.load_results(tmp_path / "t5").runs
-    assert set(runs["variant"]) == {"model.t5_rescale=False", "model.t5_rescale=True"}
+    assert set(runs["variant"]) == {"", "model.t5_rescale=True"}  # the plain runs stay plain
     agg = analysis.aggregate_runs(runs)
     assert len(agg) == 4  # tie x variant, never averaged together
     assert analysis.variants([{"model": {"lr": 1}}, {"model": {}}]) == [
@@ -815,10 +815,28 @@ def test_replicates_measure_the_floor_and_enter_no_seed_statistic(tmp_path):
     unpaired = analysis.paired_differences(runs).attrs["unpaired"]
     assert len(unpaired) == 2 and all("replicate 1 (noise floor only)" in u for u in unpaired)
     text = analysis.markdown(t.reset_index())
-    assert "noise floor (mean |replicate 0 − replicate 1| of one config): column floor" in text
+    assert (
+        "noise floor (mean |replicate 0 − replicate k| of one config, another thread count)" in text
+    )
     assert "| not measured " in text
     hist = analysis.load_results(tmp_path / "sw").history
     assert (analysis.aggregate_history(hist, by=["tie", "init_std"])["n"] <= 3).all()
+
+
+def test_a_rerun_at_the_same_thread_count_is_a_determinism_check_not_a_floor(tmp_path):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1), threads=2)
+    write_run(sweep, tie=True, init_std="1.0", seed=0, replicate=1, threads=1)
+    write_run(sweep, tie=True, init_std="1.0", seed=0, replicate=2, threads=2)
+    runs = analysis.load_results(sweep).runs
+    pairs = analysis.reruns(runs)
+    assert dict(zip(pairs["replicate_k"], pairs["same_threads"], strict=True)) == {
+        1: False,
+        2: True,
+    }
+    floors = analysis.noise_floor(runs)
+    assert floors["n"].tolist() == [1]  # replicate 1 (another thread count) alone
+    by = runs.set_index(["tie", "seed", "replicate"])["test_loss"]
+    assert floors["floor_final"].iloc[0] == pytest.approx(abs(by[True, 0, 0] - by[True, 0, 1]))
 
 
 def test_old_runs_without_a_replicate_key_are_replicate_0(sweep):

@@ -4,6 +4,7 @@ and the ``variant`` that keeps runs differing in config apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.model.config import canonical_init_std
+from tiedvsuntied.model.config import ModelConfig, canonical_init_std
 from tiedvsuntied.results import RunSummary
 
 RUN_COLUMNS = [
@@ -65,6 +66,8 @@ RUN_COLUMNS = [
     "seen_vocab_frac",
     "clip_frac",
     "peak_tflops",
+    "threads",
+    "wall_time_s",
     "ln_vocab",
     "wandb_run_id",
     "wandb_mode",
@@ -146,7 +149,24 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
         for k in keys
         if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1
     ]
-    return [", ".join(f"{k}={f[k]}" for k in differing if k in f) for f in flat]
+    return [
+        ", ".join(f"{k}={f[k]}" for k in differing if k in f and not _is_model_default(k, f[k]))
+        for f in flat
+    ]
+
+
+_MODEL_DEFAULTS = {
+    f"model.{f.name}": f.default
+    for f in dataclasses.fields(ModelConfig)
+    if f.default is not dataclasses.MISSING
+}
+
+
+def _is_model_default(key: str, value: Any) -> bool:
+    """A model key at ModelConfig's default is the plain model, not a variant: the tied runs
+    beside t5_rescale runs stay the plain tied arm (optimizer and trainer keys, such as a
+    learning-rate grid, label every run)."""
+    return key in _MODEL_DEFAULTS and str(value) == str(_MODEL_DEFAULTS[key])
 
 
 def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

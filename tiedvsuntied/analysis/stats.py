@@ -333,15 +333,13 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- the noise floor
-def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (CELL): ``n`` re-runs of a config (replicate k >= 1 against replicate 0, same
-    tie and seed; a config trained three times counts twice) and the mean absolute difference
-    |replicate 0 − replicate k| at every comparison point (FLOOR_COLUMNS: test loss final and
-    best, final validation loss). An effect below it is not a finding. Empty without
-    replicates."""
+def reruns(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every finished replicate k >= 1 matched with replicate 0 of its config and seed (columns
+    suffixed _0 and _k), and ``same_threads``: both trained with one known CPU thread count.
+    Such a pair is a determinism check (compiled CPU runs are then bitwise equal), not a floor."""
     finished = runs[runs["status"] == "finished"]
     replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
-    again = [
+    pairs = [
         match(
             finished[replicate.eq(0)],
             finished[replicate.eq(k)],
@@ -350,9 +348,24 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
         )
         for k in sorted(replicate[replicate > 0].unique())
     ]
-    if not again:
+    if not pairs:
+        return pd.DataFrame(columns=[*CELL, "same_threads"])
+    pairs = pd.concat(pairs, ignore_index=True)
+    threads = [pd.to_numeric(pairs.get(f"threads{s}"), errors="coerce") for s in ("_0", "_k")]
+    return pairs.assign(same_threads=threads[0].eq(threads[1]) & threads[0].notna())
+
+
+def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (CELL): ``n`` re-runs of a config (replicate k >= 1 against replicate 0, same
+    tie and seed) and the mean absolute difference |replicate 0 − replicate k| at every
+    comparison point (FLOOR_COLUMNS: test loss final and best, final validation loss). A re-run
+    at the same CPU thread count is left out (it is bitwise equal: :func:`reruns`); at another
+    count the two runs differ by ~1e-6 from the first steps, and what training makes of that is
+    the floor. An effect below it is not a finding. Empty without such replicates."""
+    again = reruns(runs)
+    again = again[~again["same_threads"]]
+    if again.empty:
         return pd.DataFrame(columns=[*CELL, "n", *FLOOR_COLUMNS.values()])
-    again = pd.concat(again, ignore_index=True)
     floors = again[CELL].assign(
         **{
             FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
@@ -405,7 +418,8 @@ def caption(table: pd.DataFrame) -> str:
         text += " (the row marked primary)"
     if "floor" in table:
         text += (
-            "; noise floor (mean |replicate 0 − replicate 1| of one config): column floor"
+            "; noise floor (mean |replicate 0 − replicate k| of one config, another thread count): "
+            "column floor"
             if table["floor"].notna().any()
             else "; noise floor: none measured (no replicate runs)"
         )

@@ -42,7 +42,7 @@ from tiedvsuntied.figures.style import (
     publish,
     save_figure,
 )
-from tiedvsuntied.figures.tables import write_param_tables, write_tables
+from tiedvsuntied.figures.tables import write_early_table, write_param_tables, write_tables
 
 __all__ = [
     "LINESTYLES",
@@ -70,6 +70,7 @@ __all__ = [
     "main",
     "publish",
     "save_figure",
+    "write_early_table",
     "write_param_tables",
     "write_tables",
 ]

@@ -115,7 +115,8 @@ def _floor_text(runs: pd.DataFrame) -> str:
     value = f"{low:.3f}" if np.isclose(low, high) else f"{low:.3f}–{high:.3f}"
     n = int(floors["n"].sum())
     return (
-        f"noise floor (mean |replicate 0 − replicate k| of one config, shaded ±) {value} nats, "
+        "noise floor (mean |replicate 0 − replicate k| of one config at another thread count, "
+        f"shaded ±) {value} nats, "
         f"from {n} re-run{'s' * (n != 1)} of a config"
     )
 
