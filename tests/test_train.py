@@ -524,3 +524,20 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
     assert s.init_self_logit > 0.5 * cfg.model.n_embd and s.init_self_logit > 5 * s.init_logit_std
     assert s.peak_tflops > 0 and R.read_summary(run_dir).test_loss_at_best == s.test_loss_at_best
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["model.pt"]
+
+
+def test_the_schedule_evaluates_the_first_steps_and_logs_each_early_step():
+    from tiedvsuntied.train.config import TrainerConfig
+
+    def evaluated(**kw):
+        t = TrainerConfig(**kw)
+        return [s for s in range(t.max_steps + 1) if t.evaluates_at(s)]
+
+    # init 1.0 collapses within ~100 steps: powers of two below eval_interval see it
+    assert evaluated(max_steps=500, eval_interval=100) == [
+        *(0, 1, 2, 4, 8, 16, 32, 64),
+        *(100, 200, 300, 400, 500),
+    ]
+    assert evaluated(max_steps=250, eval_interval=100, eval_log_steps=False) == [0, 100, 200, 250]
+    t = TrainerConfig(max_steps=250, log_first=3, log_interval=50)
+    assert [s for s in range(1, 251) if t.logs_at(s)] == [1, 2, 3, 50, 100, 150, 200, 250]
