@@ -80,11 +80,12 @@ def test_every_experiment_trains_a_few_steps(experiment, tmp_path):
     if experiment == "finetune":  # it starts from the run that finetune_pretrain makes
         train(compose("+experiment=finetune_pretrain", *QUICK, f"results_dir={tmp_path}"))
     cfg = compose(f"+experiment={experiment}", *lasts, *QUICK, f"results_dir={tmp_path}")
-    assert cfg.sweep == {"finetune": "ft", "finetune_pretrain": "ft_pretrain"}.get(
-        experiment, experiment
-    )
+    names = {"finetune": "ft", "finetune_pretrain": "ft_pretrain", "t5_rescale": "tie_x_init"}
+    assert cfg.sweep == names.get(experiment, experiment)
     summary = train(cfg)
     assert summary.status == R.Status.finished and summary.step == 4, summary.error
+    if experiment == "t5_rescale":  # its runs pair with tie_x_init's plain tied runs
+        assert summary.tie and summary.t5_rescale and summary.init_std == "1.0"
 
 
 def test_defaults_of_the_yaml_and_the_dataclasses_agree():
