@@ -357,7 +357,7 @@ def test_a_truncated_last_checkpoint_resumes_from_the_previous_one_and_finishes_
     assert s.status == R.Status.finished and s.resumed_from_step == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["model.pt"]  # no .bad
     steps = [r["step"] for r in R.read_metrics(run_dir) if "val/loss" in r]
-    assert steps == [0, 2, 4]  # step 2 trained again, logged once
+    assert steps == [0, 1, 2, 4]  # step 2 trained again, logged once (1: an early evaluation)
 
 
 def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path):
@@ -495,7 +495,7 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
     run_dir = next((tmp_path / cfg.sweep).glob("tied_*"))
     metrics = R.read_metrics(run_dir)
     val = {m["step"]: m["val/loss"] for m in metrics if "val/loss" in m}
-    assert sorted(val) == [0, 2, 4, 6]
+    assert sorted(val) == [0, 1, 2, 4, 6]  # 1: the early evaluations below eval_interval
     n_windows = len(prepare_data(cfg.data).tokens("val")) // (
         cfg.model.block_size + 1
     )  # all that fit
