@@ -264,6 +264,8 @@ def test_variant_separates_runs_that_differ_in_config(tmp_path):
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=True)
     runs = analysis.load_results(tmp_path / "t5").runs
     assert set(runs["variant"]) == {"", "model.t5_rescale=True"}  # the plain runs stay plain
+    threads = analysis.variants([{"trainer": {"threads": 1}}, {"trainer": {"threads": 2}}])
+    assert threads == ["", ""]  # a floor replicate at another thread count is the same arm
     agg = analysis.aggregate_runs(runs)
     assert len(agg) == 4  # tie x variant, never averaged together
     assert analysis.variants([{"model": {"lr": 1}}, {"model": {}}]) == [

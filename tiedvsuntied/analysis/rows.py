@@ -109,6 +109,9 @@ _NOT_VARIANT = (
     "trainer.eval_batch_size",
     "trainer.loss_chunk",
     "trainer.eval_interval",
+    "trainer.eval_log_steps",
+    "trainer.log_first",
+    "trainer.threads",  # the noise-floor replicates differ in it; it is no experiment's arm
     "trainer.test_eval",
 )
 _VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from", "untie_at")
