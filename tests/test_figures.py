@@ -844,3 +844,17 @@ def test_arms_and_anisotropy_on_tied_runs_only_draw_and_name_nothing_else(result
     assert fig.empty == "only the tied arm finished: no other arm to compare"
     legend = [t.get_text() for t in fig_anisotropy(tied.runs, tied.history).legends[0].texts]
     assert legend[0] == "tied" and not any(label.startswith("untied") for label in legend)
+
+
+def test_legends_name_only_the_arms_drawn(results):
+    """A sweep of tied runs only: no figure's legend lists an untied arm it did not draw."""
+    tied = results.select(results.runs["tie"] == True)  # noqa: E712
+    for fig in (
+        figures.fig_loss_vs_params(tied.runs),
+        figures.fig_initial_loss(tied.runs),
+        figures.fig_embedding_geometry(tied.runs),
+    ):
+        labels = [t.get_text() for t in fig.legends[0].texts]
+        assert "tied" in labels and "untied" not in labels, labels
+    both = [t.get_text() for t in figures.fig_loss_vs_params(results.runs).legends[0].texts]
+    assert both[:2] == ["tied", "untied"]

@@ -190,7 +190,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     labels = ("row norm", "cos of E·Eᵀ", "centred cos", "density (untied)")
     for ax, label in zip(axes[:, 0], labels, strict=True):
         ax.set_ylabel(label)
-    handles = tie_handles(marker="o") + [
+    handles = tie_handles(marker="o", ties=shown["tie"]) + [
         Line2D([], [], color=REF_COLOR, marker="o", label="init (step 0): median, IQR"),
         Line2D([], [], color="#444444", ls="--", label="head (untied)"),
         Line2D(

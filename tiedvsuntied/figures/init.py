@@ -179,7 +179,7 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     _initial_loss_vs_sigma(axes[0, 1], have[~zero], vocab)
     legend(
         fig,
-        tie_handles(marker="o")
+        tie_handles(marker="o", ties=have["tie"])
         + [
             Line2D(
                 [],

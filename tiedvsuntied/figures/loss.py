@@ -241,7 +241,7 @@ def _loss_vs_params_panel(ax, runs, agg, xcol: str, value: str, inits: list[str]
 
 
 def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
-    handles = tie_handles(marker="o") + [
+    handles = tie_handles(marker="o", ties=agg["tie"]) + [
         Line2D(
             [],
             [],

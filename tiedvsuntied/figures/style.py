@@ -14,7 +14,7 @@ import functools
 import re
 import textwrap
 from collections import namedtuple
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -296,8 +296,9 @@ def legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
 
 
-def tie_handles(marker: str | None = None) -> list:
-    """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots)."""
+def tie_handles(marker: str | None = None, ties: Iterable[bool] = (True, False)) -> list:
+    """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots).
+    ``ties``: the arms drawn (a legend names only what the figure shows)."""
     return [
         Line2D(
             [],
@@ -309,6 +310,7 @@ def tie_handles(marker: str | None = None) -> list:
             ls="-" if marker is None else "none",
         )
         for t in (True, False)
+        if t in set(ties)
     ]
 
 
