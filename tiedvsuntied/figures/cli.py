@@ -24,6 +24,7 @@ REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent:
 PAPER_BUNDLES = ("experiments/tie_x_init/results",)  # the studies the paper shows, shipped
 PAPER = (  # the paper's figures and tables, in its order
     "fig1_val_loss",
+    "fig2_loss_vs_params",  # the size axis: each arm's final loss at nano and micro
     "fig3_initial_loss",
     "fig4_embedding_geometry",
     "fig5_grad_split",
