@@ -11,6 +11,7 @@ import sys
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 from fake_results import write_run, write_sweep
 from matplotlib.colors import to_hex
@@ -858,3 +859,13 @@ def test_legends_name_only_the_arms_drawn(results):
         assert "tied" in labels and "untied" not in labels, labels
     both = [t.get_text() for t in figures.fig_loss_vs_params(results.runs).legends[0].texts]
     assert both[:2] == ["tied", "untied"]
+
+
+def test_a_run_is_named_with_its_variant_so_a_t5_run_is_told_from_its_plain_twin():
+    from tiedvsuntied.figures.style import run_label
+
+    name = "tied_init1.0_nano_seed0"
+    plain = pd.Series({"name": name, "run_id": "a", "variant": None})
+    t5 = pd.Series({"name": name, "run_id": "b", "variant": "model.t5_rescale=True"})
+    assert run_label(plain) == name
+    assert run_label(t5) == f"{name} [model.t5_rescale=True]"

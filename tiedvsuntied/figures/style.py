@@ -217,7 +217,10 @@ def note(ax, text: str) -> None:
 
 
 def run_label(run) -> str:
-    return str(run.get("name") or run.get("run_id"))
+    """A run's name, with its variant when it has one: a T5 run has its plain tied twin's name."""
+    name = str(run.get("name") or run.get("run_id"))
+    variant = run.get("variant")
+    return f"{name} [{variant}]" if isinstance(variant, str) and variant else name
 
 
 def with_setting(df: pd.DataFrame) -> pd.DataFrame:
