@@ -214,6 +214,10 @@ def note(ax, text: str) -> None:
         color="#444444",
     )
     ax.grid(False)
+    # an empty panel draws no axis of its own: its 0-1 ticks would read as data
+    ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
+    for spine in ("left", "bottom"):
+        ax.spines[spine].set_visible(False)
 
 
 def run_label(run) -> str:
