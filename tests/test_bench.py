@@ -50,7 +50,7 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
     # MFU is against the peak this very run measured and printed first
     peaks = result["peak_tflops"]
     assert out.stderr.startswith(
-        f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
+        f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
         f"bf16 {peaks['bf16']:.3f} TFLOP/s"
     )
 
@@ -61,6 +61,8 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
         (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: large, medium, micro,"),
         (["--tie", "maybe"], "error: --tie=maybe is invalid: use true, false or true,false"),
         (["--steps", "0"], "error: --steps=0: it must be >= 1"),
+        (["--nanogpt", "/nowhere"], "error: --nanogpt=/nowhere: no model.py there; give a"),
+        (["--peak-tflops", "0"], "error: --peak-tflops=0.0: it must be > 0"),
     ],
 )
 def test_a_command_line_the_benchmark_cannot_run_is_one_line_and_exit_2(args, said):
@@ -79,3 +81,25 @@ def test_bench_on_a_device_that_is_not_there_says_so_in_one_line():
     assert out.stderr.strip() == (
         "error: --device=cuda but CUDA is not available here: use --device=cpu or auto"
     )
+
+
+NANOGPT = os.environ.get("NANOGPT_DIR")  # a karpathy/nanoGPT checkout (never vendored here)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NANOGPT, reason="set NANOGPT_DIR to a karpathy/nanoGPT checkout")
+def test_nanogpt_is_timed_beside_ours_at_the_same_shape_tied_and_untied():
+    batch, block = 2, 32
+    out = _bench(
+        *("--sizes", "nano", "--tie", "true,false", "--nanogpt", NANOGPT, "--no-compile"),
+        *("--steps", "2", "--warmup", "1", "--batch-size", str(batch), "--block-size", str(block)),
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [r for r in json.loads(out.stdout)["rows"] if r["impl"] == "nanogpt"]
+    tied, untied = sorted(rows, key=lambda r: not r["tie"])
+    assert (tied["tie"], untied["tie"]) == (True, False)
+    for r in rows:
+        assert (r["block_size"], r["vocab_size"], r["batch_size"]) == (block, 50304, batch)
+        assert r["tokens_per_s"] > 0 and 0 < r["mfu"] <= 1, r
+    assert untied["params"] - tied["params"] == 50304 * 64  # nanoGPT's head, untied: a copy

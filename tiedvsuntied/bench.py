@@ -1,6 +1,7 @@
 """``python -m tiedvsuntied.bench``: training throughput, peak memory and MFU, as ratios.
 
     python -m tiedvsuntied.bench --sizes micro,mini --steps 10 [--device cuda] [--json]
+    python -m tiedvsuntied.bench --device cuda --sizes small --nanogpt ../nanoGPT
 
 Times full training steps (forward, backward, clip, AdamW) of the trainer's own pieces, tied
 and untied, fp32 and bf16, eager and compiled, against a baseline (eager fp32, full-logit
@@ -8,6 +9,9 @@ cross-entropy), and measures the machine's matmul peak in the same run: MFU and 
 ratios within one run. Each configuration runs in its own process (isolated peak memory and
 compilation); tokens are random ids, since the data does not change a step's cost. Steps are
 timed by ``torch.utils.benchmark.Timer.blocked_autorange`` (the median step of its blocks).
+On CUDA, MFU is also given against the GPU's datasheet dense bf16 peak (``--peak-tflops``, or
+looked up from the name the GPU reports). ``--nanogpt PATH`` adds nanoGPT's model.py at the same
+shape and batch, at its own best setting (tiedvsuntied/reference.py), tied and untied.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from pathlib import Path
 
 CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
 VOCAB_SIZE = 50257  # GPT-2's: the head's cost at the study's vocabulary
+# Datasheet dense bf16 TFLOP/s (no sparsity), by a substring of torch.cuda.get_device_name();
+# the first match wins, so the PCIe and NVL H100s come before the SXM ("H100 80GB HBM3").
+DATASHEET_BF16_TFLOPS = (
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.4),
+    ("H200", 989.4),
+    ("A100", 312.0),
+)
 
 
 class BenchError(ValueError):
@@ -37,14 +50,18 @@ class Variant:
     precision: str  # fp32 | bf16
     compile: bool
     loss_chunk: int  # 0: full logits
+    impl: str = "ours"  # ours | nanogpt (--nanogpt: its model.py, tiedvsuntied/reference.py)
 
 
+NANOGPT = Variant("nanoGPT model.py: bf16 compiled, fused AdamW", "bf16", True, 0, "nanogpt")
 VARIANTS = [
     Variant("baseline: fp32 eager, full-logit CE", "fp32", False, 0),
     Variant("fp32 eager", "fp32", False, 1024),
     Variant("bf16 eager (default, short CPU runs)", "bf16", False, 1024),
     Variant("fp32 compiled", "fp32", True, 1024),
     Variant("bf16 compiled (default, CUDA / >=500 steps)", "bf16", True, 1024),
+    # where the head dominates (large V, small d): chunked cross-entropy against full logits
+    Variant("bf16 compiled, full-logit CE", "bf16", True, 0),
 ]
 
 
@@ -57,6 +74,7 @@ class Settings:
     batch_size: int
     block_size: int  # 0: the size's own
     device: str
+    nanogpt: str | None = None  # path of a nanoGPT checkout (--nanogpt)
 
 
 def model_config(size: str, block_size: int = 0):
@@ -102,19 +120,38 @@ def training_step(model, variant: Variant, batch_size: int, device):
     return step
 
 
+def build(size: str, tie: bool, variant: Variant, settings: Settings, device):
+    """The step function of one configuration and what its row reports of the model."""
+    import torch
+
+    from tiedvsuntied import reference
+    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+
+    config = model_config(size, settings.block_size)
+    torch.manual_seed(0)
+    if variant.impl == "nanogpt":
+        module = reference.load_nanogpt(settings.nanogpt)
+        model = reference.nanogpt_model(module, config, tie).to(device)
+        step = reference.nanogpt_step(model, settings.batch_size, device, variant.compile)
+        # the same FLOPs formula as ours, at nanoGPT's padded vocabulary
+        config = dataclasses.replace(config, vocab_size=reference.NANOGPT_VOCAB)
+        return step, config, reference.unique_parameters(model), flops_per_token(config)
+    model = GPT(config, tie=tie, seed=0).to(device)
+    step = training_step(model, variant, settings.batch_size, device)
+    return step, config, count_parameters(model)["total"], flops_per_token(model)
+
+
 def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> dict:
     """Tokens/s, step time and peak memory of one configuration, in this process."""
     import torch
     from torch.utils import benchmark
 
-    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
     from tiedvsuntied.train.hardware import resolve_device
 
     device = resolve_device(settings.device)
-    config = model_config(size, settings.block_size)
-    torch.manual_seed(0)
-    model = GPT(config, tie=tie, seed=0).to(device)
-    step = training_step(model, variant, settings.batch_size, device)
+    if device.type == "cuda":  # as the trainer and nanoGPT's train.py: TF32 for fp32 matmuls
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    step, config, params, flops = build(size, tie, variant, settings, device)
     t0 = time.perf_counter()
     for _ in range(settings.warmup):  # compilation happens here
         last = time.perf_counter()
@@ -134,19 +171,22 @@ def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> d
         "size": size,
         "tie": tie,
         "variant": variant.name,
+        "impl": variant.impl,
         "precision": variant.precision,
         "compile": variant.compile,
         "loss_chunk": variant.loss_chunk,
         "batch_size": settings.batch_size,
         "block_size": config.block_size,
-        "params": count_parameters(model)["total"],
-        "flops_per_token": flops_per_token(model),
+        "vocab_size": config.vocab_size,
+        "params": params,
+        "flops_per_token": flops,
         "tokens_per_s": tokens_per_step / timed.median,
         "step_ms": 1000 * timed.median,
         "timed_steps": timed.number_per_run * len(timed.raw_times),
         "warmup_s": warmup_s,
         "peak_mem_mib": peak_mem / 2**20,
         "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
     }
 
@@ -201,6 +241,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     p.add_argument("--tie", default="true,false", help="which heads to time: true, false or both")
+    p.add_argument(
+        "--nanogpt",
+        default=None,
+        metavar="PATH",
+        help="also time nanoGPT's model.py from this checkout, same shape and batch",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="datasheet dense bf16 TFLOP/s for MFU (default: looked up from the GPU's name)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--_one", help=argparse.SUPPRESS)  # internal: run one configuration
     return p.parse_args(argv)
@@ -208,6 +260,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
     """The sizes and heads to time; a value that cannot run raises BenchError naming it."""
+    from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
@@ -223,24 +276,58 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
             raise BenchError(f"--{key.replace('_', '-')}={getattr(args, key)}: it must be >= 1")
     try:
         resolve_device(args.device)
+        if args.nanogpt:
+            load_nanogpt(args.nanogpt)
     except ValueError as e:
         raise BenchError(str(e).replace("trainer.device", "--device")) from None
+    if args.peak_tflops is not None and args.peak_tflops <= 0:
+        raise BenchError(f"--peak-tflops={args.peak_tflops}: it must be > 0")
     return sizes, [head == "true" for head in heads]
 
 
-def add_ratios(rows: list[dict], peaks: dict):
-    """The table, with MFU against this run's peak and speed-ups against this run's baseline."""
+def datasheet_peak(device_name: str, given: float | None) -> tuple[float | None, str]:
+    """The datasheet dense bf16 TFLOP/s for MFU and where it came from (None on a CPU)."""
+    import torch
+
+    from tiedvsuntied.train.hardware import resolve_device
+
+    if given is not None:
+        return given, "--peak-tflops"
+    device = resolve_device(device_name)
+    if device.type != "cuda":
+        return None, "no datasheet peak for a CPU"
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in DATASHEET_BF16_TFLOPS:
+        if key in name:
+            return tflops, f"the datasheet dense bf16 peak of {name}"
+    return None, f"no datasheet peak known for {name}: give --peak-tflops"
+
+
+def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
+    """The table, with MFU against this run's measured peak (and the datasheet's, for bf16) and
+    speed-ups against this run's baseline."""
     import pandas as pd
 
     table = pd.DataFrame(rows)
     if "tokens_per_s" in table:
-        table["mfu"] = (
-            table.flops_per_token * table.tokens_per_s / (table.precision.map(peaks) * 1e12)
-        )
+        achieved = table.flops_per_token * table.tokens_per_s
+        table["mfu"] = achieved / (table.precision.map(peaks) * 1e12)
+        bf16 = table.precision == "bf16"
+        table["mfu_datasheet"] = (achieved / (datasheet * 1e12)).where(bf16) if datasheet else None
         by_model = table.set_index(["size", "tie"])
         baseline = by_model[by_model.variant == VARIANTS[0].name].tokens_per_s
         table["speedup_vs_baseline"] = table.tokens_per_s / by_model.index.map(baseline)
     return table
+
+
+def variants(args: argparse.Namespace) -> list[Variant]:
+    """The configurations timed per size and head: ours, then nanoGPT's with --nanogpt."""
+    ours = [v for v in VARIANTS if not (args.no_compile and v.compile)]
+    nanogpt = NANOGPT
+    if args.no_compile:
+        eager = NANOGPT.name.replace("compiled", "eager")
+        nanogpt = dataclasses.replace(NANOGPT, name=eager, compile=False)
+    return ours + ([nanogpt] if args.nanogpt else [])
 
 
 def main(argv=None) -> int:
@@ -256,53 +343,70 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
-    settings = Settings(args.steps, args.warmup, args.batch_size, args.block_size, args.device)
+    settings = Settings(
+        args.steps, args.warmup, args.batch_size, args.block_size, args.device, args.nanogpt
+    )
     peaks = matmul_peaks(args.device)
+    datasheet, source = datasheet_peak(args.device, args.peak_tflops)
     print(
-        f"matmul peak on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
-        f"bf16 {peaks['bf16']:.3f} TFLOP/s",
+        f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
+        f"bf16 {peaks['bf16']:.3f} TFLOP/s; {source}"
+        + (f": {datasheet:.1f} TFLOP/s" if datasheet else ""),
         file=out,
         flush=True,
     )
     rows = []
     for size, tie in itertools.product(sizes, heads):
-        for variant in (v for v in VARIANTS if not (args.no_compile and v.compile)):
+        for variant in variants(args):
             rows.append(row := run_isolated(size, tie, variant, settings))
             speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
             print(f"  {size} tie={str(tie).lower():5s} {variant.name:44s} {speed}", file=out)
-    table = add_ratios(rows, peaks)
+    table = add_ratios(rows, peaks, datasheet)
     if args.json:
         records = json.loads(table.to_json(orient="records"))
-        result = {"peak_tflops": peaks, "steps": args.steps, "warmup": args.warmup, "rows": records}
+        result = {
+            "peak_tflops": peaks,
+            "datasheet_bf16_tflops": datasheet,
+            "datasheet_source": source,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "rows": records,
+        }
         print(json.dumps(result, indent=2))
     else:
-        print("\n" + format_table(table, peaks))
+        print("\n" + format_table(table, peaks, datasheet))
     return 1 if "error" in table and table["error"].notna().any() else 0
 
 
-def format_table(table, peaks: dict) -> str:
+def format_table(table, peaks: dict, datasheet: float | None = None) -> str:
     columns = {
         "size": "size",
         "head": "head",
         "variant": "variant",
         "tokens_per_s": "tokens/s",
         "speedup_vs_baseline": "x baseline",
-        "mfu_pct": "MFU %",
+        "mfu_pct": "MFU % (measured peak)",
+        "mfu_datasheet_pct": "MFU % (datasheet)",
         "peak_mem_mib": "peak mem (MiB)",
         "step_ms": "step (ms)",
     }
+    if not datasheet:
+        del columns["mfu_datasheet_pct"]
     shown = table.assign(
         head=table.tie.map({True: "tied", False: "untied"}),
         mfu_pct=100 * table.get("mfu", float("nan")),
+        mfu_datasheet_pct=100 * table.get("mfu_datasheet", float("nan")),
     )
     markdown = (
         shown.reindex(columns=list(columns))
         .rename(columns=columns)
         .to_markdown(index=False, floatfmt=",.2f")
     )
+    sheet = f"; datasheet dense bf16 {datasheet:.1f} TFLOP/s (bf16 rows)" if datasheet else ""
     return (
         f"{markdown}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, "
-        f"bf16 {peaks['bf16']:.3f} TFLOP/s (MFU of each row is against the peak of its precision)."
+        f"bf16 {peaks['bf16']:.3f} TFLOP/s (MFU of each row is against the peak of its "
+        f"precision){sheet}."
     )
 
 

@@ -1,0 +1,84 @@
+"""nanoGPT's ``model.py`` as the benchmark's reference (``python -m tiedvsuntied.bench --nanogpt
+PATH``): loaded from the path of a karpathy/nanoGPT checkout, never vendored, and timed like
+our model: the same shape, batch x sequence and random tokens, at nanoGPT's own best setting
+(bf16 autocast, ``torch.compile``, its ``configure_optimizers`` with fused AdamW on CUDA, flash
+attention through SDPA, no biases, its vocabulary padded to 50,304 for the matmul tiles).
+
+nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of the matrix,
+so the two arms differ in what they differ in ours: one V x d matrix and its optimizer state."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+NANOGPT_VOCAB = 50304  # nanoGPT's train.py: GPT-2's 50,257 padded to a multiple of 64
+
+
+class NanoGPTPathError(ValueError):
+    """A --nanogpt path that does not hold nanoGPT's model.py: one line naming the option."""
+
+
+def load_nanogpt(path: str):
+    """The module of nanoGPT's model.py at ``path`` (a checkout or the file itself)."""
+    file = Path(path).expanduser()
+    file = file / "model.py" if file.is_dir() else file
+    if not file.is_file():
+        raise NanoGPTPathError(
+            f"--nanogpt={path}: no model.py there; give a karpathy/nanoGPT checkout "
+            "(git clone https://github.com/karpathy/nanoGPT)"
+        )
+    spec = importlib.util.spec_from_file_location("nanogpt_model", file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass needs its module registered
+    spec.loader.exec_module(module)
+    if not all(hasattr(module, name) for name in ("GPT", "GPTConfig")):
+        raise NanoGPTPathError(f"--nanogpt={path}: {file} defines no GPT and GPTConfig")
+    return module
+
+
+def nanogpt_model(module, config, tie: bool):
+    """nanoGPT's GPT at the shape of our ModelConfig ``config``; untied: the head a copy."""
+    import torch
+
+    shape = dataclasses.asdict(config)
+    keys = ("n_layer", "n_head", "n_embd", "block_size")
+    nano_config = module.GPTConfig(
+        **{k: shape[k] for k in keys}, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False
+    )
+    model = module.GPT(nano_config)
+    if not tie:
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    return model
+
+
+def unique_parameters(model) -> int:
+    """Parameters counted once: a tied matrix is one tensor."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def nanogpt_step(model, batch_size: int, device, compile_: bool = True):
+    """One training step of nanoGPT's model as its train.py takes it (bf16, clip 1.0)."""
+    import torch
+
+    optimizer = model.configure_optimizers(
+        weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type=device.type
+    )
+    forward = torch.compile(model) if compile_ else model
+    generator = torch.Generator().manual_seed(0)
+    shape = (batch_size, model.config.block_size)
+
+    def step() -> torch.Tensor:
+        x = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
+        y = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            _, loss = forward(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
