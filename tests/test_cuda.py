@@ -13,18 +13,15 @@ What is exact on CUDA and what is within a tolerance:
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import CORPUS_OVERRIDES, REPO, run_cli
-from test_run import _popen, common, metrics, summaries
+from conftest import run_cli
+from test_dist import RUN, _only_run, _run
+from test_run import common, kill_at_first_checkpoint, metrics, summaries
 
 from tiedvsuntied.model import GPT, ModelConfig
 from tiedvsuntied.train import (
@@ -98,17 +95,6 @@ def test_the_tied_matrix_is_one_storage_on_cuda_after_compile_and_a_checkpoint(t
     assert fresh.lm_head.weight.device.type == "cuda"
 
 
-def _kill_at_first_checkpoint(args: list[str], tmp_path: Path, sweep: Path) -> None:
-    proc = _popen(args, tmp_path)
-    t0 = time.time()
-    while not list(sweep.glob("*/checkpoints/last.pt")):
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() - t0 < 300
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
 @pytest.mark.slow
 def test_a_killed_run_on_cuda_resumes_to_the_uninterrupted_run(tmp_path: Path):
     args = common(
@@ -123,7 +109,7 @@ def test_a_killed_run_on_cuda_resumes_to_the_uninterrupted_run(tmp_path: Path):
     ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     sweep = tmp_path / "results" / "resume"
-    _kill_at_first_checkpoint(args, tmp_path, sweep)
+    kill_at_first_checkpoint(args, tmp_path, sweep)
     again = run_cli(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     [resumed] = summaries(sweep).values()
@@ -142,24 +128,15 @@ def test_a_killed_run_on_cuda_resumes_to_the_uninterrupted_run(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_torchrun_with_one_nccl_process_trains_on_the_gpu(tmp_path: Path):
+def test_torchrun_with_one_nccl_process_trains_on_the_gpu(tmp_path, session_cache, monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # NCCL names itself: the group is not gloo's
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd = [*torchrun, "--nproc_per_node=1", "-m", "tiedvsuntied.run", "model=nano"]
-    cmd += [*CORPUS_OVERRIDES, "trainer.device=cuda", "trainer.max_steps=6"]
-    cmd += ["trainer.batch_size=4", "trainer.eval_interval=3", "trainer.eval_windows=4"]
-    cmd += ["trainer.progress=false", "wandb.mode=disabled", "sweep=ddp"]
-    env = {**os.environ, "NCCL_DEBUG": "INFO"}
-    out = subprocess.run(
-        [*cmd, f"results_dir={tmp_path}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    out = _run(
+        [*torchrun, "--nproc_per_node=1", *RUN, "trainer.device=cuda"], tmp_path, session_cache
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "NCCL" in out.stdout + out.stderr  # the process group is NCCL's, not gloo's
-    [summary] = summaries(tmp_path / "ddp").values()
+    assert "NCCL" in out.stdout + out.stderr
+    _, summary, _ = _only_run(tmp_path)
     assert summary["status"] == "finished" and summary["world_size"] == 1
     assert summary["device"].startswith("cuda")
 

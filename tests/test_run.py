@@ -156,6 +156,18 @@ def _popen(args: list[str], cwd: Path) -> subprocess.Popen:
     )
 
 
+def kill_at_first_checkpoint(args: list[str], cwd: Path, sweep: Path) -> None:
+    """Start the run, wait for its first checkpoint, then kill it without warning."""
+    proc = _popen(args, cwd)
+    t0 = time.time()
+    while not list(sweep.glob("*/checkpoints/last.pt")):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() - t0 < 300
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 @pytest.mark.slow
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     args = common(
@@ -169,18 +181,8 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
 
-    proc = _popen(args, tmp_path)
     sweep = tmp_path / "results" / "resume"
-    t0 = time.time()
-    while True:  # wait for the first checkpoint, then kill without warning
-        found = list(sweep.glob("*/checkpoints/last.pt"))
-        if found:
-            break
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() - t0 < 300
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_first_checkpoint(args, tmp_path, sweep)
     [killed] = summaries(sweep).values()
     assert killed["status"] == "running" and killed["step"] < 60
 
