@@ -1,0 +1,237 @@
+"""The count-model reference points (tiedvsuntied.data.baselines): unigram and KN bigram."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import REPO, SHARED_DATA, needs_gpt2
+
+from tiedvsuntied.data import DataError
+from tiedvsuntied.data.baselines import (
+    bigram_probs,
+    document_starts,
+    fit,
+    score,
+    score_documents,
+    unigram_probs,
+)
+
+GUTENBERG = SHARED_DATA / "gutenberg"
+
+# A tiny corpus: V = 6, token 5 never occurs in training, token 4 never as a context.
+TRAIN = np.array([0, 1, 2, 0, 1, 3, 0, 2, 2, 1, 0, 1, 4], dtype=np.uint16)
+HELD_OUT = np.array([0, 1, 3, 5, 2, 4, 0, 0, 1, 5, 5], dtype=np.uint16)
+V = 6
+
+
+def reference_nll(train, held_out, vocab, discount=0.75):
+    """Mean unigram and bigram NLL of held_out[1:], written out with dicts and loops, directly
+    from the formulas (independent of the vectorised code)."""
+    train, held_out = [int(t) for t in train], [int(t) for t in held_out]
+    unigram = Counter(train)
+    pairs = Counter(zip(train[:-1], train[1:], strict=True))
+    context = Counter(v for v, _ in pairs.elements())
+    followers = Counter(v for v, _ in pairs)
+    preceders = Counter(w for _, w in pairs)
+
+    def p_cont(w):
+        return (preceders[w] + 1) / (len(pairs) + vocab)
+
+    def p_bigram(v, w):
+        if context[v] == 0:
+            return p_cont(w)
+        return max(pairs[(v, w)] - discount, 0) / context[v] + discount * followers[v] / context[
+            v
+        ] * p_cont(w)
+
+    uni, bi = [], []
+    for v, w in zip(held_out[:-1], held_out[1:], strict=True):
+        uni.append(-math.log((unigram[w] + 1) / (len(train) + vocab)))
+        bi.append(-math.log(p_bigram(v, w)))
+    return sum(uni) / len(uni), sum(bi) / len(bi)
+
+
+def test_probabilities_sum_to_one_for_seen_and_unseen_contexts():
+    rng = np.random.default_rng(0)
+    vocab = 300
+    # Zipf-ish tokens so that some contexts are frequent, some rare and some never seen.
+    train = np.minimum(rng.zipf(1.3, size=5000) - 1, vocab - 1).astype(np.uint16)
+    models = fit(train, vocab, eot=0)
+    seen = np.flatnonzero(models.context_counts)
+    unseen = np.flatnonzero(models.context_counts == 0)
+    assert len(unseen) > 0, "the test needs contexts never seen in training"
+    for v in [*seen[:3], seen[-1], *unseen[:2], vocab - 1]:
+        probs = bigram_probs(models, int(v))
+        assert probs.shape == (vocab,)
+        assert np.all(probs > 0)
+        assert abs(probs.sum() - 1) < 1e-9, v
+    assert abs(unigram_probs(models).sum() - 1) < 1e-9
+
+
+def test_unseen_context_falls_back_to_continuation():
+    models = fit(TRAIN, V)
+    # 4 is never followed by anything in training, 5 never occurs at all.
+    for v in (4, 5):
+        np.testing.assert_array_equal(bigram_probs(models, v), models.continuation)
+
+
+def test_values_match_a_loop_implementation_to_1e_12():
+    for discount in (0.75, 0.3, 1.0):
+        models = fit(TRAIN, V, discount=discount)
+        got = score(models, HELD_OUT)
+        uni, bi = reference_nll(TRAIN, HELD_OUT, V, discount)
+        assert got["unigram"] == pytest.approx(uni, abs=1e-12)
+        assert got["bigram"] == pytest.approx(bi, abs=1e-12)
+        assert got["n_tokens"] == len(HELD_OUT) - 1
+
+
+def test_values_match_a_loop_implementation_on_random_tokens():
+    rng = np.random.default_rng(1)
+    vocab = 40
+    train = rng.integers(0, vocab - 5, size=3000, dtype=np.uint32)  # the last 5 never seen
+    held_out = rng.integers(0, vocab, size=500, dtype=np.uint32)
+    got = score(fit(train, vocab), held_out)
+    uni, bi = reference_nll(train, held_out, vocab)
+    assert got["unigram"] == pytest.approx(uni, abs=1e-12)
+    assert got["bigram"] == pytest.approx(bi, abs=1e-12)
+
+
+def test_unseen_frac_counts_exactly_the_targets_with_zero_training_count():
+    models = fit(TRAIN, V)
+    # Targets HELD_OUT[1:] = 1 3 5 2 4 0 0 1 5 5: token 5 has training count 0, three times;
+    # the first held-out token is no target, so a leading 5 would not count.
+    assert score(models, HELD_OUT)["unseen_frac"] == pytest.approx(3 / 10)
+    assert score(models, np.r_[5, HELD_OUT[1:]].astype(np.uint16))["unseen_frac"] == 0.3
+    assert score(models, TRAIN)["unseen_frac"] == 0.0
+    assert score(models, np.array([5, 5, 5]))["unseen_frac"] == 1.0
+
+
+def test_fit_counts_the_pairs():
+    models = fit(TRAIN, V)
+    pairs = Counter(zip(TRAIN[:-1].tolist(), TRAIN[1:].tolist(), strict=True))
+    decoded = {
+        (int(i) // V, int(i) % V): int(c)
+        for i, c in zip(models.pair_ids, models.pair_counts, strict=True)
+    }
+    assert decoded == dict(pairs)
+    assert np.all(np.diff(models.pair_ids) > 0)
+    np.testing.assert_array_equal(models.unigram_counts, np.bincount(TRAIN, minlength=V))
+    # c(v) counts pairs, so the last training token (4) is not a context.
+    assert models.context_counts[4] == 0 and models.unigram_counts[4] == 1
+    assert models.context_counts.sum() == len(TRAIN) - 1
+
+
+def test_fit_leaves_a_memmap_untouched(tmp_path):
+    path = tmp_path / "train.bin"
+    TRAIN.tofile(path)
+    tokens = np.memmap(path, dtype=np.uint16, mode="r")
+    models = fit(tokens, V)
+    assert score(models, HELD_OUT) == score(fit(TRAIN, V), HELD_OUT)
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint16), TRAIN)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: fit(np.array([0, 1, 6]), V), r"outside \[0, 6\)"),
+        (lambda: fit(np.array([0, -1, 2]), V), r"outside \[0, 6\)"),
+        (lambda: fit(np.array([0]), V), "at least 2"),
+        (lambda: fit(np.zeros((2, 2), dtype=int), V), "1-D integer"),
+        (lambda: fit(np.array([0.0, 1.0]), V), "1-D integer"),
+        (lambda: fit(TRAIN, V, eot=6), "eot=6"),
+        (lambda: fit(TRAIN, V, discount=0), r"discount must be in \(0, 1\]"),
+        (lambda: fit(TRAIN, V, discount=1.5), r"discount must be in \(0, 1\]"),
+        (lambda: score(fit(TRAIN, V), np.array([3])), "at least 2"),
+        (lambda: score(fit(TRAIN, V), np.array([3, 7])), r"outside \[0, 6\)"),
+    ],
+)
+def test_bad_input_is_a_one_line_data_error(call, message):
+    with pytest.raises(DataError, match=message) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_documents_pool_to_the_stream_without_the_boundary_pairs():
+    rng = np.random.default_rng(2)
+    vocab = 50
+    models = fit(rng.integers(0, vocab - 3, size=2000), vocab, eot=0)
+    tokens = rng.integers(1, vocab, size=400)
+    starts = np.array([0, 7, 8, 50, 51, 200, 399])  # a one-token document at 7 and at 399
+    tokens[starts[1:]] = 0  # eot begins every document but the first, as the cache lays it out
+    np.testing.assert_array_equal(document_starts(tokens, 0), starts)
+
+    per_doc = score_documents(models, tokens, starts)
+    n = per_doc["n_tokens"]
+    np.testing.assert_array_equal(n, [6, 0, 41, 0, 148, 198, 0])
+    assert n.sum() == len(tokens) - len(starts)
+    assert np.isnan(per_doc["bigram"][n == 0]).all()
+
+    # The same targets, scored pair by pair with score() on each document's own tokens.
+    bounds = np.r_[starts, len(tokens)]
+    for d in np.flatnonzero(n):
+        alone = score(models, tokens[bounds[d] : bounds[d + 1]])
+        for key in ("unigram", "bigram", "unseen_frac"):
+            assert per_doc[key][d] == pytest.approx(alone[key], abs=1e-12)
+
+    # Pooled, weighted by tokens: the whole stream's mean less the pairs into a document.
+    whole = score(models, tokens)
+    for key in ("unigram", "bigram"):
+        pooled = np.nansum(per_doc[key] * n) / n.sum()
+        boundary = sum(score(models, tokens[s - 1 : s + 1])[key] for s in starts[1:])
+        expected = (whole[key] * whole["n_tokens"] - boundary) / n.sum()
+        assert pooled == pytest.approx(expected, abs=1e-12)
+
+
+def test_one_document_is_the_whole_stream():
+    models = fit(TRAIN, V)
+    per_doc = score_documents(models, HELD_OUT, np.array([0]))
+    whole = score(models, HELD_OUT)
+    for key in ("unigram", "bigram", "unseen_frac"):
+        assert per_doc[key][0] == pytest.approx(whole[key], abs=1e-12)
+    assert per_doc["n_tokens"].tolist() == [whole["n_tokens"]]
+
+
+@pytest.mark.parametrize(
+    ("starts", "message"),
+    [
+        ([1, 4], "must begin at 0"),
+        ([0, 4, 4], "strictly increasing"),
+        ([0, 5, 3], "strictly increasing"),
+        ([0, 11], "within the 11 tokens"),
+        ([], "non-empty 1-D integer"),
+        ([0.0, 2.0], "non-empty 1-D integer"),
+    ],
+)
+def test_bad_starts_are_a_one_line_data_error(starts, message):
+    with pytest.raises(DataError, match=message) as info:
+        score_documents(fit(TRAIN, V), HELD_OUT, np.array(starts))
+    assert "\n" not in str(info.value)
+
+
+def test_baselines_do_not_import_torch():
+    code = "import sys, tiedvsuntied.data.baselines; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+@needs_gpt2
+def test_real_books_bigram_beats_unigram_beats_uniform():
+    books = [GUTENBERG / "11-alices-adventures-in-wonderland.txt", GUTENBERG / "105-persuasion.txt"]
+    if not all(book.exists() for book in books):
+        pytest.skip(f"the Gutenberg books are not under {GUTENBERG} (set TIEDVSUNTIED_SHARED_DATA)")
+    import tiktoken
+
+    enc = tiktoken.get_encoding("gpt2")
+    held_out, train = (
+        np.array(enc.encode_ordinary(book.read_text(encoding="utf-8")), dtype=np.uint16)
+        for book in books
+    )
+    vocab = enc.n_vocab
+    result = score(fit(train, vocab, eot=enc.eot_token), held_out)
+    assert result["bigram"] < result["unigram"] < math.log(vocab)
+    assert 0 < result["unseen_frac"] < 1
+    assert result["n_tokens"] == len(held_out) - 1
