@@ -135,6 +135,12 @@ def test_fit_leaves_a_memmap_untouched(tmp_path):
     np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint16), TRAIN)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint32, np.int64, np.uint64])
+def test_any_integer_dtype_gives_the_same_numbers(dtype):
+    expected = score(fit(TRAIN, V), HELD_OUT)
+    assert score(fit(TRAIN.astype(dtype), V), HELD_OUT.astype(dtype)) == expected
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
