@@ -50,17 +50,12 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     assert ckpt["train_state"]["step"] == 2
     w = ckpt["model"]
     assert torch.equal(w["transformer.wte.weight"], w["lm_head.weight"])  # equal at the switch...
-    groups, state = ckpt["optimizer"]["param_groups"], ckpt["optimizer"]["state"]
-    wte_id = next(
-        i
-        for g in groups[:2]
-        for i in g["params"]
-        if state[i]["exp_avg"].shape == w["lm_head.weight"].shape
-    )
-    head_id = groups[2]["params"][0]  # ...a parameter of its own, in the group the embedding is in
-    assert groups[2]["weight_decay"] == next(
-        g["weight_decay"] for g in groups if wte_id in g["params"]
-    )
+    groups = {g["name"]: g for g in ckpt["optimizer"]["param_groups"]}
+    state = ckpt["optimizer"]["state"]
+    (wte_id,) = groups["tied"]["params"]  # the embedding keeps the tied matrix's group and lr
+    (head_id,) = groups["lm_head"]["params"]  # ...the head is a parameter of its own
+    for key in ("weight_decay", "lr_scale", "lr"):  # with the embedding's hyperparameters
+        assert groups["lm_head"][key] == groups["tied"][key], key
     for k in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(state[head_id][k], state[wte_id][k])
 

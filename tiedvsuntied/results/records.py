@@ -58,6 +58,9 @@ class RunSummary:
     replicate: int = 0  # a second run of one config: the noise floor
     error: str | None = None
     init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
+    # Each optimizer group's multiple of the scheduled lr, by group name (train.optim); None in
+    # summaries written before the groups had names and scales.
+    lr_scales: dict | None = None
     n_layer: int = 0
     n_head: int = 0
     n_embd: int = 0
@@ -267,6 +270,10 @@ NEUTRAL = {
     "model.emb_scale": "1",
     "replicate": 0,
     "trainer.eval_log_steps": False,
+    "optim.emb_lr_mult": 1.0,
+    "optim.head_lr_mult": None,
+    "optim.tied_lr_mult": None,
+    "optim.lr_scaling": "none",
 }
 
 

@@ -6,7 +6,7 @@ setup.py       the run on this process: model, optimizer, checkpoint to resume f
 loop.py        Run, TrainState, the steps
 evaluation.py  fixed-window evaluation, what each records, the end of a run
 checkpoint.py  last/prev/best/model.pt: the whole policy
-optim.py       AdamW groups, the schedule, scheduled untying
+optim.py       AdamW groups (named, each at its lr scale), the schedule, scheduled untying
 dist.py        torchrun: sharding, rank 0's decisions, signals as a stop request
 hardware.py    device, precision, compilation, peak FLOP/s
 finetune.py    init_from: a finished run or Hugging Face GPT-2
@@ -22,6 +22,7 @@ from tiedvsuntied.train.checkpoint import (
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,
+    LrScaling,
     OptimConfig,
     RunPlan,
     TrainerConfig,
@@ -31,7 +32,7 @@ from tiedvsuntied.train.config import (
 )
 from tiedvsuntied.train.evaluation import evaluate
 from tiedvsuntied.train.loop import Diverged, Interrupted
-from tiedvsuntied.train.optim import build_optimizer, lr_at, untie
+from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
 from tiedvsuntied.train.state import Run, TrainState
 from tiedvsuntied.train.trainer import train
 
@@ -42,6 +43,7 @@ __all__ = [
     "ConfigError",
     "Diverged",
     "Interrupted",
+    "LrScaling",
     "OptimConfig",
     "Run",
     "RunPlan",
@@ -50,10 +52,12 @@ __all__ = [
     "build_optimizer",
     "check_config",
     "evaluate",
+    "group_lr_scales",
     "load_checkpoint",
     "lr_at",
     "resolved_config",
     "save_checkpoint",
+    "set_lr",
     "train",
     "untie",
     "untie_step",

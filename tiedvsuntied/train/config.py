@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import torch
@@ -50,6 +51,16 @@ def check_fields(prefix: str, obj, rules: dict[str, Rule]) -> None:
 
 
 AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
+POSITIVE_OR_NULL: Rule = (lambda v: v is None or v > 0, "> 0, or null (emb_lr_mult's value)")
+
+
+class LrScaling(str, Enum):
+    """How an embedding-side group's lr follows its tensor's init std. AdamW moves a weight by
+    about lr per step whatever its scale, so one shared lr barely moves a std-1.0 embedding
+    while it moves a std-0.02 one by a lot: ``init_std`` keeps lr / std the body's for each."""
+
+    none = "none"  # every group at optim.lr (times its multiplier)
+    init_std = "init_std"  # times (the tensor's init std / model.body_init_std); 1 for std 0
 
 
 @dataclass
@@ -65,6 +76,12 @@ class OptimConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
+    # Learning rates of the embedding side, as multiples of the scheduled lr (the body's):
+    emb_lr_mult: float = 1.0  # wte (untied)
+    # lm_head (untied, or after untie_at); null: emb_lr_mult, after untie_at the tied matrix's
+    head_lr_mult: float | None = None
+    tied_lr_mult: float | None = None  # the tied matrix: one lr for both roles; null: emb_lr_mult
+    lr_scaling: LrScaling = LrScaling.none  # then times init std / body std (init_std)
 
     def __post_init__(self) -> None:
         check_fields(
@@ -79,6 +96,13 @@ class OptimConfig:
                 "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
                 "eps": (lambda v: v > 0, "> 0"),
                 "grad_clip": (lambda v: v >= 0, ">= 0 (0 disables)"),
+                "emb_lr_mult": (lambda v: v > 0, "> 0"),
+                "head_lr_mult": POSITIVE_OR_NULL,
+                "tied_lr_mult": POSITIVE_OR_NULL,
+                "lr_scaling": (
+                    lambda v: v in [m.value for m in LrScaling],
+                    " or ".join(m.value for m in LrScaling),
+                ),
             },
         )
 

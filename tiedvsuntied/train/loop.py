@@ -16,7 +16,7 @@ from tiedvsuntied.results import scrub
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.evaluation import record_evaluation
 from tiedvsuntied.train.hardware import autocast
-from tiedvsuntied.train.optim import lr_at, untie
+from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.state import Run
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,7 @@ def train_step(run: Run, log_now: bool, window: Window) -> Step:
     scheduled untying. Raises Diverged on a non-finite loss or gradient."""
     state, optim, trainer = run.state, run.cfg.optim, run.cfg.trainer
     lr = lr_at(state.step, optim, trainer.max_steps)
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    set_lr(run.optimizer, lr)  # each group at its multiple of the schedule (optim.*_lr_mult)
     split = {} if log_now else None  # two (V, d) buffers: only on steps that log them
     loss = accumulate(run, split)
     for side in split or ():  # each rank tapped its share: the global split is their mean
@@ -135,7 +134,12 @@ def log_step(run: Run, step: Step, window: Window) -> None:
         {
             "tokens": run.state.tokens,
             "train/loss": step.loss,
-            "train/lr": step.lr,
+            "train/lr": step.lr,  # the body's; the embedding side's at their own scales:
+            **{
+                f"train/lr_{name}": step.lr * scale
+                for name, scale in lr_scales(run.optimizer).items()
+                if name in EMBEDDING_SIDE
+            },
             "train/tokens_per_s": tokens_per_s,
             "train/grad_norm": step.grad_norm,
             "train/mfu": run.record.flops_per_token * tokens_per_s / peak,
@@ -150,9 +154,10 @@ def log_step(run: Run, step: Step, window: Window) -> None:
 
 def untie_now(run: Run) -> None:
     """The scheduled switch: from here on the head is a parameter of its own."""
-    untie(run.model, run.optimizer)
+    untie(run.model, run.optimizer, run.cfg.optim)
     run.compile(run.record.compiled)
     run.record.params_untied = count_parameters(run.model)
+    run.record.lr_scales = lr_scales(run.optimizer)  # now with the head's
     if dist.is_main():
         log.info(
             "[%s] untied at step %d: %s parameters",

@@ -1,5 +1,10 @@
-"""The optimizer every run uses: AdamW in two groups, its learning-rate schedule, and the
-switch of scheduled untying (``untie_at``)."""
+"""The optimizer every run uses: AdamW in named groups, each at its own multiple of the
+scheduled learning rate; the schedule; and the switch of scheduled untying (``untie_at``).
+
+Groups: ``body`` (decayed matrices), ``body_no_decay`` (biases, LayerNorms, and wpe unless
+``decay_embeddings``), and the embedding side: ``wte`` and ``lm_head`` untied, or ``tied`` (one
+parameter, so one lr for both roles). A group carries ``name`` and ``lr_scale``, the multiple
+of the scheduled lr it trains at (``set_lr``); the body's is 1."""
 
 from __future__ import annotations
 
@@ -7,29 +12,99 @@ import math
 
 import torch
 
-from tiedvsuntied.train.config import OptimConfig, untie_step
+from tiedvsuntied.train.config import LrScaling, OptimConfig, untie_step
 
-__all__ = ["OptimConfig", "build_optimizer", "lr_at", "untie", "untie_step"]
+__all__ = [
+    "EMBEDDING_SIDE",
+    "OptimConfig",
+    "build_optimizer",
+    "group_lr_scales",
+    "lr_at",
+    "lr_scales",
+    "set_lr",
+    "untie",
+    "untie_step",
+]
+
+EMBEDDING_SIDE = ("tied", "wte", "lm_head")  # the groups whose lr the optim.*_lr_mult keys set
+
+
+def std_factor(model: torch.nn.Module, cfg: OptimConfig, std: float) -> float:
+    """``lr_scaling=init_std``: the lr of a tensor of init std ``std`` relative to the body's, so
+    that lr / std is the body's (the relative step of muP). A zero-init head has no scale to
+    keep: factor 1."""
+    if LrScaling(cfg.lr_scaling) == LrScaling.none or std == 0:
+        return 1.0
+    return std / model.config.body_init_std
+
+
+def group_lr_scales(model: torch.nn.Module, cfg: OptimConfig) -> dict[str, float]:
+    """The multiple of the scheduled lr that each group of ``model`` (as it is tied now)
+    trains at: its multiplier times its std factor."""
+    stds = model.init_stds()
+    if model.tie:  # check_config: tied, emb and head are one std
+        tied = cfg.emb_lr_mult if cfg.tied_lr_mult is None else cfg.tied_lr_mult
+        side = {"tied": tied * std_factor(model, cfg, stds["emb"])}
+    else:
+        head = cfg.emb_lr_mult if cfg.head_lr_mult is None else cfg.head_lr_mult
+        side = {
+            "wte": cfg.emb_lr_mult * std_factor(model, cfg, stds["emb"]),
+            "lm_head": head * std_factor(model, cfg, stds["head"]),
+        }
+    return {"body": 1.0, "body_no_decay": 1.0, **side}
+
+
+def group_name(name: str, p: torch.nn.Parameter, tie: bool, cfg: OptimConfig) -> str:
+    if name.endswith("wte.weight"):
+        return "tied" if tie else "wte"
+    if name.endswith("lm_head.weight"):  # untied only: named_parameters lists a tied one as wte
+        return "lm_head"
+    # wpe is initialised like the body and trains with it; decayed as the embeddings are
+    undecayed = p.dim() < 2 or (name.endswith("wpe.weight") and not cfg.decay_embeddings)
+    return "body_no_decay" if undecayed else "body"
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """Two groups; ``named_parameters`` lists a tied matrix once, so it is one parameter of
-    one group. Embeddings and head are decayed only with ``decay_embeddings``."""
-    decay, no_decay = [], []
+    """The groups of the module docstring, empty ones left out. ``named_parameters`` lists a
+    tied matrix once, so it is one parameter of one group. Embeddings and head are decayed
+    only with ``decay_embeddings``."""
+    scales = group_lr_scales(model, cfg)
+    params: dict[str, list] = {name: [] for name in scales}
     for name, p in model.named_parameters():
-        if not p.requires_grad:  # frozen (finetune.trainable): not the optimizer's
-            continue
-        is_emb = name.endswith(("wte.weight", "lm_head.weight", "wpe.weight"))
-        (no_decay if p.dim() < 2 or (is_emb and not cfg.decay_embeddings) else decay).append(p)
+        if p.requires_grad:  # frozen (finetune.trainable): not the optimizer's
+            params[group_name(name, p, model.tie, cfg)].append(p)
+    emb_decay = cfg.weight_decay if cfg.decay_embeddings else 0.0
+    decay = {"body": cfg.weight_decay, "body_no_decay": 0.0}
     groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {
+            "name": name,
+            "params": group,
+            "weight_decay": decay.get(name, emb_decay),
+            "lr_scale": scales[name],
+            "lr": cfg.lr * scales[name],
+        }
+        for name, group in params.items()
+        if group
     ]
     kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
     try:  # one fused kernel per step where this torch has it for the device
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.AdamW(groups, **kwargs)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Each group at its multiple of the scheduled ``lr`` (the body's)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
+def lr_scales(optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """The groups the optimizer has now, by name, and their multiples of the scheduled lr."""
+    return {
+        group.get("name", str(i)): group.get("lr_scale", 1.0)
+        for i, group in enumerate(optimizer.param_groups)
+    }
 
 
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
@@ -40,17 +115,30 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
 
 
-def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> None:
     """Scheduled untying, as speedrun records do it: the head becomes a copy of the tied matrix
-    (the function is unchanged at the switch) and a parameter of its own, in a group with the
-    embedding's hyperparameters, starting from a copy of the embedding's Adam moments and step
-    count, so neither side restarts its bias correction."""
+    (the function is unchanged at the switch) and a parameter of its own, in a group ``lm_head``
+    with the embedding's hyperparameters, starting from a copy of the embedding's Adam moments
+    and step count, so neither side restarts its bias correction.
+
+    Its lr: a copy has the tied matrix's std, so the tied group's scale carries on unless
+    ``head_lr_mult`` is set (then that, times the same std factor). The embedding stays in the
+    group ``tied`` at its lr: the switch changes neither side's step size."""
     wte = model.transformer.wte.weight
     group = next(g for g in optimizer.param_groups if any(p is wte for p in g["params"]))
+    scale = group.get("lr_scale", 1.0)
+    if cfg.head_lr_mult is not None:
+        scale = cfg.head_lr_mult * std_factor(model, cfg, model.init_stds()["emb"])
     model.untie("copy")
     head = model.lm_head.weight
     optimizer.add_param_group(
-        {**{k: v for k, v in group.items() if k != "params"}, "params": [head]}
+        {
+            **{k: v for k, v in group.items() if k != "params"},
+            "params": [head],
+            "name": "lm_head",
+            "lr_scale": scale,
+            "lr": group["lr"] / group.get("lr_scale", 1.0) * scale,
+        }
     )
     optimizer.state[head] = {
         k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state.get(wte, {}).items()

@@ -15,7 +15,7 @@ from tiedvsuntied.model import GPT, count_parameters, flops_per_token
 from tiedvsuntied.results import RunSummary, Status
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
-from tiedvsuntied.train.config import RunPlan
+from tiedvsuntied.train.config import OptimConfig, RunPlan
 from tiedvsuntied.train.finetune import build, retain_data, start_rows
 from tiedvsuntied.train.hardware import (
     Precision,
@@ -23,7 +23,7 @@ from tiedvsuntied.train.hardware import (
     resolve_compile,
     resolve_precision,
 )
-from tiedvsuntied.train.optim import build_optimizer, untie
+from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
 from tiedvsuntied.train.state import Run, TrainState
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,21 @@ def build_model(plan: RunPlan, vocab_size: int) -> GPT:
 
 
 def resume_on_every_rank(
-    checkpoints: Checkpoints, model, optimizer, state: TrainState, switch: int | None
+    checkpoints: Checkpoints,
+    model,
+    optimizer,
+    state: TrainState,
+    switch: int | None,
+    optim: OptimConfig,
 ) -> Path | None:
     """Rank 0 reads the newest usable checkpoint (setting aside one it cannot read) and tells
-    the others which file it used, or why the run cannot resume; then they read that file."""
+    the others which file it used, or why the run cannot resume; then they read that file.
+    A checkpoint whose optimizer has other groups (one from before the named groups had two)
+    is a CheckpointMismatch."""
 
     def layout(ckpt):  # a checkpoint from after the switch holds an untied model and optimizer
         if switch and model.tie and ckpt["train_state"]["step"] >= switch:
-            untie(model, optimizer)
+            untie(model, optimizer, optim)
 
     used, error = None, None
     if dist.is_main():
@@ -71,6 +78,7 @@ def derived_numbers(run: Run, params: dict) -> dict:
         "params": params,
         "flops_per_token": flops_per_token(run.model),
         "init_std_resolved": run.model.init_stds(),
+        "lr_scales": lr_scales(run.optimizer),  # each group's multiple of the scheduled lr
         "device": str(run.device),
         "world_size": dist.world_size(),
         "threads": torch.get_num_threads(),
@@ -102,7 +110,7 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
     }
     state = TrainState()
     checkpoints = Checkpoints(run_dir / "checkpoints", trainer.ckpt_interval, trainer.max_steps)
-    used = resume_on_every_rank(checkpoints, model, optimizer, state, record.untie_step)
+    used = resume_on_every_rank(checkpoints, model, optimizer, state, record.untie_step, cfg.optim)
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
     compiled = resolve_compile(trainer.compile, device, trainer.max_steps)
@@ -171,6 +179,7 @@ def fill_record(run: Run, params: dict, untied: bool) -> None:
         flops_per_token=run.derived["flops_per_token"],
         device=str(run.device),
         init_std_resolved={"emb": stds["emb"], "head": stds["head"]},
+        lr_scales=run.derived["lr_scales"],
         precision=run.precision.value,
         threads=torch.get_num_threads(),
         peak_tflops=run.peak_tflops,
