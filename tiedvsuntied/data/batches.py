@@ -41,14 +41,24 @@ def _windows(tokens, starts: np.ndarray, block_size: int):
 
 
 class BatchSampler:
-    """Random training windows; the batch for (seed, step, micro) is a pure function of them.
+    """Training windows; the batch for (seed, step, micro) is a pure function of them.
 
-    ``get(step, micro)`` draws ``batch_size`` start offsets uniformly (with replacement) from a
-    generator seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
+    ``random``: ``batch_size`` start offsets drawn uniformly (with replacement) from a generator
+    seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
+    ``once`` (``grad_accum`` given): the split cut into back-to-back windows (window k predicts
+    tokens kT+1 .. kT+T), taken in one seeded order, so no token is a target twice; asking past
+    the last window is an error (:meth:`check_budget` says so before training).
     """
 
     def __init__(
-        self, tokens, block_size: int, batch_size: int, seed: int = 0, split: str | None = None
+        self,
+        tokens,
+        block_size: int,
+        batch_size: int,
+        seed: int = 0,
+        split: str | None = None,
+        once: bool = False,
+        grad_accum: int = 1,
     ):
         self.n = _check_windows(tokens, block_size, batch_size, split)
         if seed < 0:
@@ -59,8 +69,24 @@ class BatchSampler:
             batch_size,
             seed,
         )
+        self.grad_accum, self.order = grad_accum, None
+        if once:
+            seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, 1])
+            windows = (self.n - 1) // block_size
+            self.order = np.random.Generator(np.random.PCG64(seq)).permutation(windows)
+
+    def steps_available(self) -> int | None:
+        """Optimizer steps before a ``once`` sampler runs out of windows (None: never)."""
+        if self.order is None:
+            return None
+        return len(self.order) // (self.batch_size * self.grad_accum)
 
     def starts(self, step: int, micro: int = 0) -> np.ndarray:
+        if self.order is not None:
+            first = (int(step) * self.grad_accum + int(micro)) * self.batch_size
+            if first + self.batch_size > len(self.order):
+                raise DataError(f"step {step} is past one pass over the training windows")
+            return self.order[first : first + self.batch_size] * self.block_size
         seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, int(step), int(micro)])
         rng = np.random.Generator(np.random.PCG64(seq))
         return rng.integers(0, self.n - self.block_size, size=self.batch_size, dtype=np.int64)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
-from tiedvsuntied.data.config import DataConfig, DataError, Source, Vocab
+from tiedvsuntied.data.config import DataConfig, DataError, Documents, Source, Split, Vocab
 from tiedvsuntied.data.sources import (
     check_available,
     check_data,
@@ -67,6 +67,8 @@ def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
     }
     if cfg.source == Source.text:
         files = {s: [_sha256_file(p) for p in ps] for s, ps in text_files(cfg).items()}
+        if Split(cfg.split) == Split.document:  # which files hold which split: in `files`
+            identity["split"] = Split.document.value
         return {**identity, "files": files}
     identity.update(
         path=cfg.path,
@@ -138,9 +140,9 @@ def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, int]:
+def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, list]:
     """Tokenize documents (each whole) into f, an end-of-text token between them; count tokens
-    into freq. Returns (tokens, documents) written.
+    into freq. Returns (tokens written, the offset of each document's first token).
 
     Threads take runs of ~64k characters of documents: tiktoken drops the GIL while it encodes,
     and a run amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us,
@@ -148,18 +150,19 @@ def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> t
     Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Threads, not Dataset.map").
     """
     dtype = token_dtype(enc)
-    n_tokens = n_documents = 0
+    n_tokens, starts = 0, []
     for batch in _chunks(documents, _BATCH_CHARS):
         runs = pool.map(partial(_encode_run, enc), _chunks(batch, _RUN_CHARS))
         ids: list[int] = []
         for tokens in itertools.chain.from_iterable(runs):
-            ids += [enc.eot_token, *tokens] if n_documents else tokens
-            n_documents += 1
+            ids += [enc.eot_token] if starts else []
+            starts.append(n_tokens + len(ids))
+            ids += tokens
         array = np.array(ids, dtype=dtype)
         freq += np.bincount(array, minlength=enc.n_vocab)
         f.write(array.tobytes())
         n_tokens += len(array)
-    return n_tokens, n_documents
+    return n_tokens, starts
 
 
 def _encode_run(enc: tiktoken.Encoding, documents: list[str]) -> list[list[int]]:
@@ -175,7 +178,10 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
 
     def write_tokens(f) -> None:
         with ThreadPoolExecutor(num_threads) as pool:
-            counts["n_tokens"], counts["n_documents"] = _write_tokens(f, documents, enc, pool, freq)
+            counts["n_tokens"], starts = _write_tokens(f, documents, enc, pool, freq)
+        counts["n_documents"] = len(starts)
+        if split != "train":  # held-out documents: per-document losses need their offsets
+            atomic_write(folder / f"{split}.docs.npy", lambda g: np.save(g, np.array(starts)))
         time.sleep(float(os.environ.get(DEBUG_SLEEP_ENV) or 0))  # a test kills the build here
         if counts["n_tokens"] == 0:
             raise DataError(
@@ -206,12 +212,16 @@ def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
         source = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
     docs = cfg.documents_mode()
     common = {"key": key, "name": cfg.name, "source": source, "documents": docs.value}
+    # where a document is a file of its own split, the held-out documents are named by it
+    files = text_files(cfg) if cfg.source == Source.text and docs == Documents.file else {}
     metas = {}
     for split, (stream, (lo, hi)) in split_streams(cfg).items():
         if split not in need:
             continue
         chars = [sum(map(len, stream.rows[:lo])), sum(map(len, stream.rows[:hi]))]
         meta = {**common, "encoding": cfg.encoding, "row_range": [lo, hi], "char_range": chars}
+        if split in files:
+            meta["files"] = [p.name for p in files[split]]
         documents = iter_documents(stream, lo, hi, docs)
         metas[split] = _build_split(folder, split, documents, num_threads, meta)
     return metas
@@ -327,6 +337,19 @@ class Corpus:
 
     def meta(self, split: str) -> dict:
         return dict(self._meta[self._check(split)])
+
+    def documents(self, split: str) -> tuple[np.ndarray, list[str]] | None:
+        """The held-out split's documents: the offset of each one's first token, and their
+        names (file names where a document is a file, else numbers); None for train and for
+        entries built before offsets were kept."""
+        path = self.dir / f"{self._check(split)}.docs.npy"
+        if split == "train" or not path.is_file():
+            return None
+        starts = np.load(path)
+        names = self._meta[split].get("files") or []
+        if len(names) != len(starts):  # an empty file makes no document
+            names = [str(i) for i in range(len(starts))]
+        return starts, names
 
     def token_freq(self, split: str = "train") -> np.ndarray:
         return self._freq[self._check(split)]

@@ -37,6 +37,13 @@ class Documents(str, Enum):
     file = "file"  # a whole file (text) or a whole split (Hub)
 
 
+class Split(str, Enum):
+    """How held-out text is chosen (docs/data.md, "Held-out splits")."""
+
+    tail = "tail"  # contiguous tails of train (by characters), for sources without such splits
+    document = "document"  # whole documents (or groups of them), seeded, into rotating folds
+
+
 class Vocab(str, Enum):
     full = "full"  # every token of the encoding (GPT-2: 50,257; a small corpus uses a fraction)
     seen = (
@@ -85,6 +92,18 @@ class DataConfig:
     test_fraction: float = 0.05
     #: what an end-of-text token separates
     documents: Documents = Documents.auto
+    #: tail: held-out splits are tails of train (val/test_fraction); document: whole documents
+    #: (text files) are shuffled with split_seed into ``folds`` folds: test is fold
+    #: heldout_fold, validation the next fold (mod folds), train the rest
+    split: Split = Split.tail
+    folds: int = 10
+    heldout_fold: int = 0
+    split_seed: int = 0
+    #: document split: a TSV with a ``file`` column (names relative to the TSV's folder) whose
+    #: ``group_by`` column keeps documents together (e.g. author: translations of one work stay
+    #: on one side); null: every document is its own group
+    manifest: str | None = None
+    group_by: str | None = None
     #: a tiktoken encoding name, or "bytes" (built in: V = 257, no download)
     encoding: str = "gpt2"
     #: seen: only the corpus's tokens (train, val or test), renumbered
@@ -109,6 +128,7 @@ class DataConfig:
             raise DataError(
                 f"data.encoding={self.encoding!r} is not valid; valid: {encoding_names()}"
             )
+        self._check_document_split(source)
         if self.num_threads < 0:
             raise DataError(f"data.num_threads={self.num_threads} must be >= 0 (0 = all cores)")
         if source == Source.text and not self.files:
@@ -125,6 +145,25 @@ class DataConfig:
                 "data.documents=paragraph needs data.source=text; for hub use one of "
                 "['auto', 'wikitext', 'row', 'file']"
             )
+
+    def _check_document_split(self, source: Source) -> None:
+        if _enum_value("split", Split, self.split) != Split.document:
+            return
+        if source != Source.text or self.documents_mode() != Documents.file:
+            raise DataError(
+                "data.split=document needs data.source=text and data.documents=file "
+                "(each file a document)"
+            )
+        if self.folds < 3:
+            raise DataError(f"data.folds={self.folds} must be >= 3 (test, validation, train)")
+        if not 0 <= self.heldout_fold < self.folds:
+            raise DataError(
+                f"data.heldout_fold={self.heldout_fold} must be in [0, data.folds={self.folds})"
+            )
+        if self.split_seed < 0:
+            raise DataError(f"data.split_seed={self.split_seed} must be >= 0")
+        if (self.group_by is None) != (self.manifest is None):
+            raise DataError("data.group_by and data.manifest go together: set both or neither")
 
     def documents_mode(self) -> Documents:
         """``documents`` with ``auto`` resolved (an input of the cache key: never change it)."""

@@ -15,6 +15,7 @@ row and document rules below must not change. ``datasets``' own text builder spl
 from __future__ import annotations
 
 import codecs
+import csv
 import os
 import re
 import urllib.error
@@ -34,6 +35,7 @@ from tiedvsuntied.data.config import (
     DataUnavailableError,
     Documents,
     Source,
+    Split,
     encoding_names,
 )
 
@@ -112,10 +114,29 @@ def plain(obj: Any) -> Any:
     return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
 
 
+def _expand(path: Path) -> list[Path]:
+    """A folder stands for the ``*.txt`` files directly in it, in name order."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(path.glob("*.txt"))
+    if not found:
+        raise DataError(f"data.files: the folder {path} holds no *.txt files")
+    return found
+
+
 def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
     """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the
-    working directory."""
+    working directory; a folder is its ``*.txt`` files. With ``data.split=document`` the files
+    are dealt into folds (:func:`document_splits`)."""
     files = plain(cfg.files)
+    if Split(cfg.split) == Split.document:
+        if isinstance(files, dict):
+            raise DataError(
+                "data.split=document takes one list of files or a folder in data.files, "
+                f"not a split mapping (got keys {sorted(files)})"
+            )
+        paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        return document_splits(cfg, [q for p in paths for q in _expand(_absolute(p))])
     if not isinstance(files, dict):
         files = {"train": files}
     names = {**_SPLIT_KEYS, cfg.train_split: "train"}
@@ -129,9 +150,60 @@ def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
                 f"{sorted(names)}"
             )
         paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
-        out[split] = [Path(os.path.abspath(os.path.expanduser(str(p)))) for p in paths]
+        out[split] = [q for p in paths for q in _expand(_absolute(p))]
     if "train" not in out or not all(out.values()):
         raise DataError(f"data.files={files!r} needs a train file and at least one file per split")
+    return out
+
+
+def _absolute(path) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(str(path))))
+
+
+def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
+    """Each document's group: its file name, or its ``group_by`` value in the manifest."""
+    if cfg.group_by is None:
+        return [p.name for p in paths]
+    manifest = _absolute(cfg.manifest)
+    try:
+        with open(manifest, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+    except OSError as e:
+        raise DataError(f"data.manifest: cannot read {manifest} ({e.strerror})") from None
+    if not rows or "file" not in rows[0] or cfg.group_by not in rows[0]:
+        columns = sorted(rows[0]) if rows else []
+        raise DataError(
+            f"data.group_by={cfg.group_by!r} needs the columns 'file' and {cfg.group_by!r} in "
+            f"{manifest}; columns: {columns}"
+        )
+    group = {r["file"]: r[cfg.group_by] for r in rows}
+    missing = [p.name for p in paths if p.name not in group]
+    if missing:
+        raise DataError(f"data.manifest {manifest} does not list {missing[0]} ({len(missing)})")
+    return [group[p.name] for p in paths]
+
+
+def document_splits(cfg: DataConfig, paths: list[Path]) -> dict[str, list[Path]]:
+    """Whole documents into folds: the groups (documents, or documents sharing a manifest
+    value) are sorted by name, shuffled with ``data.split_seed`` and dealt round-robin into
+    ``data.folds`` folds, so every fold holds about as many groups. Test is fold
+    ``heldout_fold``, validation the next one, train the rest: no document is in two splits,
+    and rotating ``heldout_fold`` rotates which documents are held out."""
+    if len(set(paths)) != len(paths):
+        raise DataError("data.files lists a document twice; a document is in one split only")
+    groups = _groups(cfg, paths)
+    names = sorted(set(groups))
+    if len(names) < cfg.folds:
+        raise DataError(
+            f"data.folds={cfg.folds} is more than the {len(names)} groups of documents; "
+            "use fewer folds or more files"
+        )
+    order = np.random.Generator(np.random.PCG64(cfg.split_seed)).permutation(len(names))
+    fold = {names[g]: i % cfg.folds for i, g in enumerate(order)}
+    role = {cfg.heldout_fold: "test", (cfg.heldout_fold + 1) % cfg.folds: "val"}
+    out: dict[str, list[Path]] = {"train": [], "val": [], "test": []}
+    for path, group in zip(paths, groups, strict=True):
+        out[role.get(fold[group], "train")].append(path)
     return out
 
 

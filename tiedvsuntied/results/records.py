@@ -90,6 +90,9 @@ class RunSummary:
     best_step: int | None = None
     test_loss: float | None = None
     test_loss_at_best: float | None = None  # test split at best_step: early stopping on validation
+    # {"val"|"test": {loss, unigram, bigram, unseen, n_windows, documents: {name: {...}}}}: the
+    # final weights beside the count models on the same windows (train/evaluation.heldout)
+    heldout: dict | None = None
     seen_vocab_frac: float | None = (
         None  # of the vocabulary, the part that occurs in the train split
     )
@@ -274,6 +277,13 @@ NEUTRAL = {
     "optim.head_lr_mult": None,
     "optim.tied_lr_mult": None,
     "optim.lr_scaling": "none",
+    "trainer.sampling": "random",
+    "data.split": "tail",
+    "data.folds": 10,
+    "data.heldout_fold": 0,
+    "data.split_seed": 0,
+    "data.manifest": None,
+    "data.group_by": None,
 }
 
 

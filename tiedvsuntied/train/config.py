@@ -107,11 +107,21 @@ class OptimConfig:
         )
 
 
+class Sampling(str, Enum):
+    """Which training windows a step takes (tiedvsuntied.data.batches.BatchSampler)."""
+
+    random = "random"  # uniform offsets, with replacement: windows overlap and repeat
+    once = "once"  # back-to-back windows in a seeded order: no token is a target twice
+
+
 @dataclass
 class TrainerConfig:
     max_steps: int = 2000
     batch_size: int = 8  # sequences per micro-batch (of all processes together)
     grad_accum: int = 1  # micro-batches per optimizer step
+    # once: under one pass over the training tokens, checked before training (a memorised
+    # corpus turns tying into a question about regularisation)
+    sampling: Sampling = Sampling.random
     eval_interval: int = 100  # also at step 0 (the initial loss is a result) and the last step
     # Also evaluate at steps 1, 2, 4, 8, ... below eval_interval: an init-1.0 run collapses
     # from ~60 nats within the first 50-100 steps, between two evaluations otherwise.
@@ -161,6 +171,20 @@ class TrainerConfig:
 
 
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_budget(trainer: TrainerConfig, train_tokens: int, block_size: int) -> None:
+    """``sampling=once`` must fit in one pass over the training windows."""
+    if trainer.sampling != Sampling.once:
+        return
+    per_step = trainer.batch_size * trainer.grad_accum
+    available = (train_tokens - 1) // block_size // per_step
+    if trainer.max_steps > available:
+        raise ConfigError(
+            f"trainer.max_steps={trainer.max_steps} is more than one pass over the training "
+            f"split with trainer.sampling=once ({available} steps of {per_step} windows of "
+            f"{block_size} tokens): use at most {available} steps, or sampling=random"
+        )
 
 
 def untie_step(untie_at: float | None, max_steps: int) -> int | None:

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import torch
 
-from tiedvsuntied.data.batches import iter_eval_batches
+from tiedvsuntied.data.baselines import window_baselines
+from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
 from tiedvsuntied.results import Status, atomic_write
 from tiedvsuntied.train.config import TrainerConfig
 from tiedvsuntied.train.hardware import autocast
@@ -98,6 +99,8 @@ def record_evaluation(run: Run, first: bool = False) -> float:
             run.precision,
         )["loss"]
     save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
+    if state.step == run.cfg.trainer.max_steps:
+        run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
     run.metrics.log({**metrics, **scalars}, state.step)
     state.last_val_loss = loss
     run.write_summary()
@@ -117,11 +120,35 @@ def save_arrays(run: Run, step: int, **arrays) -> None:
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
-def measure_test_loss(run: Run, step: int) -> float:
+def measure_test_loss(run: Run, step: int) -> dict:
     """The test loss of the model as it is, its windows beside step ``step``'s probes."""
     result = evaluate_split(run, "test")
     save_arrays(run, step, test_window_loss=result["windows"])
-    return result["loss"]
+    return result
+
+
+def heldout(run: Run, split: str, result: dict) -> dict:
+    """The held-out split's loss beside the count models' (unigram, bigram: fitted on train)
+    on the same windows' targets, the share of those targets never seen in training, and the
+    same per document (a window belongs to the document it starts in)."""
+    corpus, block_size, n = run.corpus, run.cfg.model.block_size, run.cfg.trainer.eval_windows
+    table = {"loss": result["windows"], **window_baselines(corpus, split, block_size, n)}
+    out = {key: float(np.mean(values)) for key, values in table.items()}
+    out["n_windows"] = len(result["windows"])
+    documents = corpus.documents(split)
+    if documents is None:
+        return out
+    first, names = documents
+    starts = eval_window_starts(corpus.n_tokens(split), block_size, n)
+    which = np.searchsorted(first, starts, side="right") - 1
+    count = np.bincount(which, minlength=len(names))
+    sums = {key: np.bincount(which, values, len(names)) for key, values in table.items()}
+    out["documents"] = {
+        name: {"n_windows": int(count[d]), **{k: float(v[d] / count[d]) for k, v in sums.items()}}
+        for d, name in enumerate(names)
+        if count[d]
+    }
+    return out
 
 
 def finish(run: Run) -> None:
@@ -129,7 +156,9 @@ def finish(run: Run) -> None:
     final weights kept."""
     record, state = run.record, run.state
     if run.cfg.trainer.test_eval:
-        record.test_loss = measure_test_loss(run, state.step)
+        result = measure_test_loss(run, state.step)
+        record.test_loss = result["loss"]
+        record.heldout = {**(record.heldout or {}), "test": heldout(run, "test", result)}
     run.checkpoints.save_final(run.model, state)  # before the best weights replace them
     if run.cfg.trainer.test_eval:
         record_test_at_best(run)
@@ -153,7 +182,7 @@ def record_test_at_best(run: Run) -> None:
     best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
     if best is not None:
         run.model.load_state_dict(best)
-        record.test_loss_at_best = measure_test_loss(run, state.best_step)
+        record.test_loss_at_best = measure_test_loss(run, state.best_step)["loss"]
     else:  # the last step is the best, or best.pt is not that step's (a resume diverged from it)
         record.test_loss_at_best = record.test_loss if state.best_step == state.step else None
     run.metrics.log(

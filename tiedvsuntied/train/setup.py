@@ -15,7 +15,7 @@ from tiedvsuntied.model import GPT, count_parameters, flops_per_token
 from tiedvsuntied.results import RunSummary, Status
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
-from tiedvsuntied.train.config import OptimConfig, RunPlan
+from tiedvsuntied.train.config import OptimConfig, RunPlan, Sampling
 from tiedvsuntied.train.finetune import build, retain_data, start_rows
 from tiedvsuntied.train.hardware import (
     Precision,
@@ -121,7 +121,12 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
         model=model,
         optimizer=optimizer,
         sampler=BatchSampler(
-            corpus.tokens("train"), cfg.model.block_size, trainer.batch_size, cfg.seed
+            corpus.tokens("train"),
+            cfg.model.block_size,
+            trainer.batch_size,
+            cfg.seed,
+            once=trainer.sampling == Sampling.once,
+            grad_accum=trainer.grad_accum,
         ),
         corpus=corpus,
         device=device,

@@ -34,6 +34,7 @@ from tiedvsuntied.train.config import (
     Config,
     ConfigError,
     RunPlan,
+    check_budget,
     check_config,
     resolved_config,
     untie_step,
@@ -56,6 +57,7 @@ def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunS
     dist.init(plan.device)
     corpus = prepare_data(plan.cfg.data)  # under torchrun one rank builds the cache
     check_tokenizer(plan, corpus)
+    check_budget(plan.cfg.trainer, corpus.n_tokens("train"), plan.cfg.model.block_size)
     record, run_dir = new_record(plan, corpus)
     if not dist.is_main():
         if dist.share_decision(None):
