@@ -78,6 +78,30 @@ CORPUS_OVERRIDES = [
 ]
 VOCAB = 50257 if USE_GPT2 else 257
 
+
+def generated_library(folder: Path, n_documents: int = 12) -> Path:
+    """A folder of documents (one generated text each, one author each but the last two) and
+    the MANIFEST.tsv of data=gutenberg's shape, for a fresh clone without ../shared."""
+    authors = [f"author{i}" for i in range(n_documents - 1)] + [f"author{n_documents - 2}"]
+    rows = ["file\tauthor"]
+    for i, author in enumerate(authors):
+        generated_corpus(folder / f"{i:02d}-doc.txt", n_words=3000, seed=100 + i)
+        rows.append(f"{i:02d}-doc.txt\t{author}")
+    (folder / "MANIFEST.tsv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+GUTENBERG = SHARED_DATA / "gutenberg"
+LIBRARY = (
+    GUTENBERG if USE_GPT2 and GUTENBERG.is_dir() else generated_library(generated_corpus_dir())
+)
+# data=gutenberg on the real books, or on documents made here
+LIBRARY_OVERRIDES = [
+    f"data.files={LIBRARY}",
+    f"data.manifest={LIBRARY / 'MANIFEST.tsv'}",
+    *([] if USE_GPT2 else ["data.encoding=bytes"]),
+]
+
 # The user's command on a tiny model: 2 x 2 runs, real Hydra multirun, real offline W&B.
 TINY_SWEEP_OVERRIDES = [
     "tie=true,false",
@@ -94,6 +118,13 @@ TINY_SWEEP_OVERRIDES = [
     "wandb.mode=offline",
     "sweep=tiny",
 ]
+# The sweep an experiment writes into, where it is not the experiment's own name.
+SWEEP_NAMES = {
+    "finetune": "ft",
+    "finetune_pretrain": "ft_pretrain",
+    "t5_rescale": "tie_x_init",
+    "tie_x_init_books_arms": "tie_x_init_books",
+}
 # A few quick steps of any config, for in-process runs.
 QUICK = [
     "model=nano",

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS_OVERRIDES, QUICK, REPO, run_cli
+from conftest import CORPUS_OVERRIDES, LIBRARY_OVERRIDES, QUICK, REPO, SWEEP_NAMES, run_cli
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -25,13 +25,16 @@ CONF = REPO / "conf"
 GROUP_OPTIONS = [
     (group.name, option.stem)
     for group in sorted(CONF.iterdir())
-    if group.is_dir() and group.name not in ("hydra", "experiment")
+    if group.is_dir() and group.name not in ("hydra", "experiment", "arm")
     for option in sorted(group.glob("*.yaml"))
 ]
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # What a group option cannot run without (the user names it on the command line).
-SWEEP_NAMES = {"finetune": "ft", "finetune_pretrain": "ft_pretrain", "t5_rescale": "tie_x_init"}
-REQUIRED = {("data", "text"): CORPUS_OVERRIDES[1:], ("data", "hub"): ["data.path=org/name"]}
+REQUIRED = {
+    ("data", "text"): CORPUS_OVERRIDES[1:],
+    ("data", "hub"): ["data.path=org/name"],
+    ("data", "gutenberg"): LIBRARY_OVERRIDES,
+}
 
 
 def composed(*overrides: str, hydra_config: bool = False):
@@ -79,8 +82,9 @@ def test_every_job_of_every_experiment_composes_and_passes_the_checks(
     experiment, tmp_path, request
 ):
     results_dir = request.getfixturevalue("pretrained") if experiment == "finetune" else tmp_path
-    source = composed(f"+experiment={experiment}").data.source
-    corpus = CORPUS_OVERRIDES[1:] if source == "text" else []
+    data = composed(f"+experiment={experiment}").data
+    corpus = CORPUS_OVERRIDES[1:] if data.source == "text" else []
+    corpus = LIBRARY_OVERRIDES if data.name == "gutenberg" else corpus
     jobs = sweep_jobs(experiment, *corpus, f"results_dir={results_dir}")
     assert len(jobs) > 1 or experiment == "finetune_pretrain"
     sweep_names = {checked(job).sweep for job in jobs}

@@ -865,7 +865,9 @@ def test_presets_and_overrides_that_need_a_value_say_so():
     with pytest.raises(DataError, match=r"data.source: .*ftp") as e:
         D.load_config("text", ["data.source=ftp"])
     assert "\n" not in str(e.value)
-    with pytest.raises(DataError, match=r"no data preset 'wiki'; valid: \['hub', 'text'"):
+    with pytest.raises(
+        DataError, match=r"no data preset 'wiki'; valid: \['gutenberg', 'hub', 'text'"
+    ):
         D.load_config("wiki")
 
 

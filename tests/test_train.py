@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, REPO, compose
+from conftest import QUICK, REPO, SWEEP_NAMES, compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -85,8 +85,7 @@ def test_every_experiment_trains_a_few_steps(experiment, tmp_path):
     if experiment == "finetune":  # it starts from the run that finetune_pretrain makes
         train(compose("+experiment=finetune_pretrain", *QUICK, f"results_dir={tmp_path}"))
     cfg = compose(f"+experiment={experiment}", *lasts, *QUICK, f"results_dir={tmp_path}")
-    names = {"finetune": "ft", "finetune_pretrain": "ft_pretrain", "t5_rescale": "tie_x_init"}
-    assert cfg.sweep == names.get(experiment, experiment)
+    assert cfg.sweep == SWEEP_NAMES.get(experiment, experiment)
     summary = train(cfg)
     assert summary.status == R.Status.finished and summary.step == 4, summary.error
     if experiment == "t5_rescale":  # its runs pair with tie_x_init's plain tied runs

@@ -33,6 +33,7 @@ the project must not load it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -258,3 +259,45 @@ def score_documents(models: CountModels, tokens: np.ndarray, starts: np.ndarray)
             for values in losses
         ]
     return {"unigram": means[0], "bigram": means[1], "unseen_frac": means[2], "n_tokens": n_tokens}
+
+
+# ------------------------------------------------------------------------------ a run's windows
+
+
+_FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus once
+
+
+def _fitted(corpus) -> CountModels:
+    key = (str(corpus.dir), corpus.fingerprint)
+    if key not in _FITTED:
+        _FITTED[key] = fit(corpus.tokens("train"), corpus.vocab_size, corpus.eot_token)
+    return _FITTED[key]
+
+
+def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
+    """Per evaluation window of ``split`` (``batches.eval_window_starts``: the windows every
+    run's loss is measured on), the count models' mean NLL over the window's targets and the
+    share of those targets never seen in training: ``{"unigram", "bigram", "unseen"}`` arrays.
+
+    Fitted on the corpus's train split once and kept beside the cache entry, one file per split,
+    block size and window count (the corpus's fingerprint in its name: ``vocab=seen`` renumbers
+    the tokens of the same entry)."""
+    from tiedvsuntied.data.batches import eval_window_starts
+    from tiedvsuntied.results import atomic_write
+
+    name = f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
+    path = corpus.dir / name
+    with contextlib.suppress(OSError, ValueError, KeyError), np.load(path) as saved:
+        return {key: saved[key] for key in ("unigram", "bigram", "unseen")}
+    models = _fitted(corpus)
+    tokens = corpus.tokens(split)
+    starts = eval_window_starts(len(tokens), block_size, max_windows)
+    windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
+    scores = score_documents(models, windows.ravel(), np.arange(len(starts)) * (block_size + 1))
+    out = {
+        "unigram": scores["unigram"],
+        "bigram": scores["bigram"],
+        "unseen": scores["unseen_frac"],
+    }
+    atomic_write(path, lambda f: np.savez(f, **out))
+    return out
