@@ -106,3 +106,13 @@ def test_the_command_refuses_a_missing_sweep_in_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0
     assert "does not exist" in proc.stderr
     assert not (tmp_path / "dest").exists()
+
+
+def test_without_arrays_a_bundle_keeps_window_losses_and_no_per_token_probes(tiny_sweep, tmp_path):
+    proc = bundle_cli(str(tiny_sweep), str(tmp_path / "lean"), "--no-arrays")
+    assert proc.returncode == 0, proc.stderr
+    runs = load_results(tmp_path / "lean").runs
+    assert load_token_probes(runs).empty
+    assert not list((tmp_path / "lean").rglob("token_freq.npy"))
+    assert all(len(window_losses(run, "test", run["best_step"])) for _, run in runs.iterrows())
+    assert "per-token" not in read_manifest(tmp_path / "lean")["kept"]

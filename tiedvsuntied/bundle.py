@@ -31,10 +31,13 @@ SHIPPED = ("finished", "diverged")  # a running run is resumed by its sweep, the
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (
     "summary.json, config.yaml, metrics.jsonl whole; per-window val/test losses at the best "
-    "and last step; for the lowest-seed run of each (model, tie, init std, variant): per-token "
-    "norms and in/out cosines, stratum cosines (float16) at the first and last probe, and "
-    "token_freq.npy. No checkpoints, W&B files or sampled embedding rows."
+    "and last step"
 )
+KEPT_ARRAYS = (
+    "; for the lowest-seed run of each (model, tie, init std, variant): per-token norms and "
+    "in/out cosines, stratum cosines (float16) at the first and last probe, and token_freq.npy"
+)
+KEPT_NOT = ". No checkpoints, W&B files or sampled embedding rows."
 
 
 def full_runs(runs: pd.DataFrame) -> set[str]:
@@ -92,9 +95,10 @@ def commit_of_code() -> str | None:
     return out.stdout.strip() or None
 
 
-def write_bundle(sources: list[Path], dest: Path) -> dict:
+def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
-    manifest written."""
+    manifest written. ``arrays=False`` keeps no run's per-token probe arrays (a study with many
+    variants per cell, whose figures read window losses and summaries only)."""
     dest = Path(dest)
     old = read_bundle_manifest(dest) if dest.exists() else None
     found = load_results(*sources, *([dest] if old else []))
@@ -110,7 +114,7 @@ def write_bundle(sources: list[Path], dest: Path) -> dict:
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    full = full_runs(runs)
+    full = full_runs(runs) if arrays else set()
     for _, run in runs.iterrows():
         run_dir = tmp / run["run_id"]
         (run_dir / "probes").mkdir(parents=True)
@@ -136,7 +140,7 @@ def write_bundle(sources: list[Path], dest: Path) -> dict:
         "commit": commit_of_code(),
         "sources": list(dict.fromkeys([*map(str, sources), *(old or {}).get("sources", [])])),
         "runs": len(runs),
-        "kept": KEPT,
+        "kept": KEPT + (KEPT_ARRAYS if arrays else "") + KEPT_NOT,
         "files": checksums,
     }
     write_json(tmp / MANIFEST, manifest)
@@ -160,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Write a study's results bundle (what the paper's figures read) from sweeps.",
     )
     ap.add_argument("paths", nargs="+", metavar="PATH", help="sweep directories, then DEST")
+    ap.add_argument(
+        "--no-arrays",
+        action="store_true",
+        help="keep no per-token probe arrays (window losses, summaries and metrics only)",
+    )
     args = ap.parse_args(argv)
     if len(args.paths) < 2:
         ap.error("give one or more sweep directories and then the bundle's directory")
     *sources, dest = (Path(p) for p in args.paths)
     try:
-        manifest = write_bundle(sources, dest)
+        manifest = write_bundle(sources, dest, arrays=not args.no_arrays)
     except (ResultsError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
