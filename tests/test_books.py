@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from conftest import QUICK, SHARED_DATA, compose, generated_corpus
 
+from tiedvsuntied.analysis import load_results
+from tiedvsuntied.analysis.books import document_losses
 from tiedvsuntied.data import DataConfig, DataError, prepare_data
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import BatchSampler, eval_window_starts
@@ -148,6 +150,10 @@ def test_a_run_reports_the_count_models_on_its_own_windows_per_document(library,
         pooled = np.array([d["loss"] for d in documents.values()]) @ n / n.sum()
         assert pooled == pytest.approx(report["loss"], rel=1e-6)
     assert summary.heldout["test"]["loss"] == pytest.approx(summary.test_loss, rel=1e-6)
+    runs = load_results(tmp_path / cfg.sweep).runs  # the reading side: per book, per run
+    assert runs["test_bigram"].iloc[0] == pytest.approx(summary.heldout["test"]["bigram"])
+    table = document_losses(runs.assign(arm="tied"))
+    assert set(table["document"]) == set(summary.heldout["test"]["documents"])
 
 
 GUTENBERG = SHARED_DATA / "gutenberg"

@@ -19,6 +19,8 @@ import pandas as pd
 from tiedvsuntied.model.config import ModelConfig, canonical_init_std
 from tiedvsuntied.results import RunSummary
 
+# summary.heldout: the count models on the held-out windows, and the targets never trained on
+HELDOUT_COLUMNS = [f"{s}_{k}" for s in ("val", "test") for k in ("unigram", "bigram", "unseen")]
 RUN_COLUMNS = [
     "sweep",
     "run_id",
@@ -63,6 +65,9 @@ RUN_COLUMNS = [
     "test_loss",
     "test_loss_at_best",
     "lr",
+    "emb_lr_mult",
+    "heldout_fold",
+    *HELDOUT_COLUMNS,
     "seen_vocab_frac",
     "clip_frac",
     "peak_tflops",
@@ -115,22 +120,24 @@ _NOT_VARIANT = (
     "trainer.test_eval",
 )
 _VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from", "untie_at")
+_CONFIG_COLUMNS = ("emb_lr_mult", "heldout_fold")  # read from the config, not the summary
 SUMMARY_KEYS = [
     c
     for c in RUN_COLUMNS
-    if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr")
+    if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr", *_CONFIG_COLUMNS)
+    and c not in HELDOUT_COLUMNS
     and not c.startswith(("params_", "init_std_resolved_"))
 ]
 # Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
 _TYPES = typing.get_type_hints(RunSummary)
 INT_COLUMNS = [
     c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")
-]
+] + ["heldout_fold"]
 FLOAT_COLUMNS = [
     c
     for c in RUN_COLUMNS
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
-] + ["ln_vocab", "lr"]
+] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {"finished": 0, "diverged": 1, "running": 2, "failed": 3, "unknown": 4}
 
@@ -245,9 +252,18 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
     return filled
 
 
+# A document split's folds hold out other documents of one corpus: replicates, like seeds.
+_FOLD_KEYS = ("heldout_fold", "files", "manifest", "cache_dir", "num_threads")
+
+
 def _data_id(summary: Mapping[str, Any], data: Mapping[str, Any], vocab_size) -> str | None:
     """Runs are comparable only when they share it: the corpus fingerprint, else (runs from
-    before it) a hash of the data config without its cache keys."""
+    before it) a hash of the data config without its cache keys; for a document split, the
+    split's design without the fold (every fold of it is one corpus, held out another way)."""
+    if data.get("split") == "document":
+        design = {k: v for k, v in data.items() if k not in _FOLD_KEYS}
+        blob = json.dumps({"data": design, "vocab_size": vocab_size}, sort_keys=True, default=str)
+        return "docs-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
     if summary.get("data_fingerprint"):
         return str(summary["data_fingerprint"])[:12]
     if not data:
@@ -291,6 +307,12 @@ def run_row(
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
     row["lr"] = _section(config, "optim").get("lr")
+    row["emb_lr_mult"] = _section(config, "optim").get("emb_lr_mult")
+    data = _section(config, "data")
+    row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
+    heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
+    for split, numbers in heldout.items():
+        row.update({f"{split}_{k}": numbers.get(k) for k in ("unigram", "bigram", "unseen")})
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 

@@ -1,0 +1,133 @@
+"""The second edition's analysis (analysis.books) on a runs table built here with known
+effects: the lr rule, the grid at the chosen multipliers, the contrasts with their intervals and
+floors, and the books as a variance component."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from tiedvsuntied.analysis import books
+
+ARMS = {  # arm -> (tie, t5_rescale, emb std, head std) at init std 1.0 of a d = 64 model
+    "tied": (True, False, None, None),
+    "untied": (False, False, None, None),
+    "t5": (True, True, None, None),
+    "emb1_head_dsqrt": (False, False, 1.0, 0.125),
+}
+EFFECT = {"0.02": 0.10, "inv_sqrt_d": 0.03, "1.0": -0.05}  # tied − untied, the truth
+
+
+def run(arm, std, model, seed, loss, mult=1.0, replicate=0, val=None) -> dict:
+    tie, t5, emb, head = ARMS[arm]
+    resolved = {"0.02": 0.02, "inv_sqrt_d": 0.125, "1.0": 1.0}[std]
+    return {
+        "status": "finished",
+        "tie": tie,
+        "t5_rescale": t5,
+        "init_std": std,
+        "init_std_resolved_emb": emb or resolved,
+        "init_std_resolved_head": head or resolved,
+        "model": model,
+        "seed": seed,
+        "replicate": replicate,
+        "emb_lr_mult": mult,
+        "final_val_loss": loss if val is None else val,
+        "test_loss": loss,
+    }
+
+
+@pytest.fixture(scope="module")
+def study() -> pd.DataFrame:
+    """Both sizes x 5 seeds of every cell at multiplier 1, seed-dependent noise shared by the
+    arms of a seed (the pairing cancels it), and the lr check's other multipliers at nano."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for model in ("nano", "micro"):
+        for seed in range(5):
+            base = 5.0 + rng.normal(0, 0.2)
+            for std, effect in EFFECT.items():
+                noise = rng.normal(0, 0.01)
+                rows.append(run("untied", std, model, seed, base))
+                rows.append(run("tied", std, model, seed, base + effect + noise))
+            rows.append(run("t5", "1.0", model, seed, base - 0.2))
+            rows.append(run("emb1_head_dsqrt", "1.0", model, seed, base + 0.1))
+    # the lr check: at nano seed 0, 0.25 and 4 are worse than 1, except for untied at 0.02,
+    # whose best is the edge 4 (so the rule asks for 16)
+    for std in EFFECT:
+        for a in ("tied", "untied"):
+            for mult in (0.25, 4.0):
+                better = a == "untied" and std == "0.02" and mult == 4.0
+                rows.append(run(a, std, "nano", 0, 9.0, mult, val=4.0 if better else 9.0))
+    return pd.DataFrame(rows)
+
+
+def test_each_arm_is_named_by_its_head_and_init():
+    assert [books.arm(run(a, "1.0", "nano", 0, 5.0)) for a in ARMS] == list(ARMS)
+
+
+def test_the_lr_rule_takes_the_lowest_validation_loss_and_steps_out_from_an_edge(study):
+    choice = books.chosen_lr(study).set_index(["arm", "init_std"])
+    assert choice.loc[("tied", "1.0"), "emb_lr_mult"] == 1.0
+    assert choice.loc[("untied", "0.02"), "emb_lr_mult"] == 4.0
+    assert choice.loc[("untied", "0.02"), "run_next"] == 16.0
+    assert choice["run_next"].notna().sum() == 1
+    stepped = pd.concat([study, pd.DataFrame([run("untied", "0.02", "nano", 0, 9, 16.0, val=3)])])
+    after = books.chosen_lr(stepped).set_index(["arm", "init_std"])
+    assert after.loc[("untied", "0.02"), "emb_lr_mult"] == 16.0  # the best of the four, once
+    assert pd.isna(after.loc[("untied", "0.02"), "run_next"])
+
+
+def test_the_grid_keeps_each_arm_at_its_chosen_multiplier(study):
+    chosen = books.grid(study)
+    untied = chosen[(chosen["arm"] == "untied") & (chosen["init_std"] == "0.02")]
+    assert set(untied["emb_lr_mult"]) == {4.0} and len(untied) == 1  # only the lr check's run
+    assert len(chosen[chosen["arm"] == "tied"]) == 30
+
+
+def test_each_contrast_is_the_t_interval_of_its_per_seed_paired_differences(study):
+    plain = study[study["emb_lr_mult"] == 1.0]  # every cell at one multiplier: all pairs
+    table = books.contrast_table(plain.assign(final_val_loss=plain["test_loss"]))
+    primary = table[table["primary"]].iloc[0]
+    assert (primary["table"], primary["model"]) == ("A", "micro")
+    wide = plain[plain["model"] == "micro"].pivot_table(
+        index="seed", columns=["tie", "init_std"], values="test_loss"
+    )
+    diffs = wide[(True, "0.02")] - wide[(False, "0.02")]
+    ci = stats.ttest_1samp(diffs, 0).confidence_interval(0.95)
+    assert primary["diff"] == pytest.approx(diffs.mean())
+    assert (primary["low"], primary["high"]) == pytest.approx((ci.low, ci.high))
+    assert primary["n_seeds"] == 5 and primary["low"] < 0.10 < primary["high"]
+    t5 = table[(table["contrast"] == "T5 − tied, init 1.0") & (table["model"] == "nano")]
+    assert t5["diff"].iloc[0] == pytest.approx(-0.2 - EFFECT["1.0"], abs=0.02)
+    sizes = table[table["model"] == "micro − nano"]
+    assert len(sizes) == 3 and sizes["diff"].abs().max() < 0.05  # the truth is the same
+
+
+def test_the_floor_is_the_contrast_on_a_replicate_against_replicate_zero(study):
+    plain = study[study["emb_lr_mult"] == 1.0]
+    again = plain[(plain["seed"] == 0) & (plain["model"] == "nano")].copy()
+    again["replicate"] = 1
+    again.loc[again["tie"] & (again["init_std"] == "0.02"), "test_loss"] += 0.004
+    table = books.contrast_table(pd.concat([plain, again]))
+    floor = table.set_index(["model", "contrast"])["floor"]
+    assert floor[("nano", "tied − untied, init 0.02")] == pytest.approx(0.004)
+    assert floor[("nano", "tied − untied, init 1.0")] == pytest.approx(0.0)
+    assert np.isnan(floor[("micro", "tied − untied, init 0.02")])  # no replicate there
+
+
+def test_text_variance_separates_books_within_a_seed_from_seed_means():
+    rng = np.random.default_rng(1)
+    effects = pd.DataFrame(
+        [
+            {"model": "micro", "seed": s, "document": f"b{s}-{j}", "effect": 0.05 + m + e}
+            for s, m in enumerate(rng.normal(0, 0.01, 5))
+            for j, e in enumerate(rng.normal(0, 0.2, 20))
+        ]
+    )
+    row = books.text_variance(effects).iloc[0]
+    assert (row["books"], row["seeds"]) == (100, 5)
+    assert 0.15 < row["sd_between_books"] < 0.25
+    assert row["sd_between_seed_means"] < row["sd_between_books"] / 2

@@ -1,0 +1,255 @@
+"""The second edition's analysis (experiments/tie_x_init_books/HYPOTHESES.md): each run's arm,
+the learning-rate check and its rule, the grid at each arm's chosen multiplier, the contrast
+tables (A: tying per cell, B: interactions, C: the other arms) with their floors and count
+baselines, and the held-out books as a variance component. No torch.
+
+A replicate of this study is a seed *and* a held-out fold (``data.heldout_fold = seed``): the
+per-seed paired differences vary with the init and with the books held out, so a t-interval
+over them carries both. Runs are paired by (model, seed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied.analysis.stats import first_replicates, seed_interval, seed_method
+
+STDS = ("0.02", "inv_sqrt_d", "1.0")  # canonical init_std spellings, smallest first
+LR_MULTS = (0.25, 1.0, 4.0)  # the lr check's first three multipliers
+LR_STEP = 4.0  # the factor between neighbouring multipliers (one step out from an edge)
+PRIMARY = ("A", "micro", "tied − untied, init 0.02")  # (table, model, contrast)
+Cell = tuple[str, str]  # (arm, init_std)
+Combination = Mapping[Cell, float]  # a contrast: coefficients on cells' per-seed losses
+
+
+def arm(run: Mapping) -> str:
+    """The conf/arm option of a run: t5 (tied, rescaled), emb1_head_dsqrt (untied, the head at
+    another std than the embedding), else tied or untied."""
+    if run.get("t5_rescale") is True:
+        return "t5"
+    emb, head = run.get("init_std_resolved_emb"), run.get("init_std_resolved_head")
+    if run.get("tie") is False and pd.notna(emb) and pd.notna(head) and emb != head:
+        return "emb1_head_dsqrt"
+    return "tied" if run.get("tie") else "untied"
+
+
+def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs, with their ``arm``."""
+    done = runs[runs["status"] == "finished"]
+    return done.assign(arm=[arm(r) for r in done.to_dict("records")])
+
+
+# ----------------------------------------------------------------------------- learning rates
+
+
+def lr_check(runs: pd.DataFrame) -> pd.DataFrame:
+    """The lr check's runs (nano, seed 0, replicate 0) as arm x init std rows and one column
+    of final validation loss per multiplier."""
+    check = with_arms(first_replicates(runs))
+    check = check[(check["model"] == "nano") & (check["seed"] == 0)]
+    return check.pivot_table(
+        index=["arm", "init_std"], columns="emb_lr_mult", values="final_val_loss"
+    )
+
+
+def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per arm: the multiplier of the lowest final validation loss, and ``run_next``: one step
+    out where that is an edge of the three first run (HYPOTHESES.md, "Learning rates")."""
+    table = lr_check(runs)
+    ran = table.notna()
+    best = table.idxmin(axis=1)
+    low = [ran.columns[ran.loc[i]].min() for i in table.index]
+    high = [ran.columns[ran.loc[i]].max() for i in table.index]
+    # one step out, once, and only once the first three have all run
+    first = ran.reindex(columns=list(LR_MULTS), fill_value=False).all(axis=1)
+    ready = first & (ran.sum(axis=1) == len(LR_MULTS))
+    run_next = [
+        None if not go else m / LR_STEP if m == lo else m * LR_STEP if m == hi else None
+        for m, lo, hi, go in zip(best, low, high, ready, strict=True)
+    ]
+    out = table.rename(columns=lambda m: f"val_at_{m:g}")
+    return out.assign(emb_lr_mult=best, run_next=run_next).reset_index()
+
+
+def grid(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs at their arm's chosen multiplier (replicates too)."""
+    choice = chosen_lr(runs)[["arm", "init_std", "emb_lr_mult"]]
+    return with_arms(runs).merge(choice, on=["arm", "init_std", "emb_lr_mult"])
+
+
+def wide(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
+    """(model, seed) rows, (arm, init_std) columns: ``value`` of replicate 0."""
+    return first_replicates(runs).pivot_table(
+        index=["model", "seed"], columns=["arm", "init_std"], values=value
+    )
+
+
+# ----------------------------------------------------------------------------- contrasts
+
+
+def _tying(std: str) -> dict[Cell, float]:
+    return {("tied", std): 1.0, ("untied", std): -1.0}
+
+
+def contrasts() -> list[tuple[str, str, Combination]]:
+    """(table, name, combination) of HYPOTHESES.md's per-size contrasts: A and the init-std
+    interactions of B, and C. B's size interactions are :func:`size_interactions`."""
+    shown = {"0.02": "0.02", "inv_sqrt_d": "d^-0.5", "1.0": "1.0"}
+    out = [("A", f"tied − untied, init {shown[s]}", _tying(s)) for s in STDS]
+    for std in ("1.0", "inv_sqrt_d"):
+        both = {**_tying(std), **{k: -v for k, v in _tying("0.02").items()}}
+        out.append(("B", f"tying at {shown[std]} − tying at 0.02", both))
+    out += [
+        ("C", "T5 − tied, init 1.0", {("t5", "1.0"): 1.0, ("tied", "1.0"): -1.0}),
+        (
+            "C",
+            "emb 1.0/head d^-0.5 − untied 1.0",
+            {("emb1_head_dsqrt", "1.0"): 1.0, ("untied", "1.0"): -1.0},
+        ),
+        (
+            "C",
+            "emb 1.0/head d^-0.5 − tied 1.0",
+            {("emb1_head_dsqrt", "1.0"): 1.0, ("tied", "1.0"): -1.0},
+        ),
+    ]
+    return out
+
+
+def per_seed(table: pd.DataFrame, combination: Combination) -> pd.Series:
+    """The combination's value per row (NaN where a cell is missing)."""
+    missing = [cell for cell in combination if cell not in table.columns]
+    if missing:
+        return pd.Series(np.nan, index=table.index)
+    return sum(table[cell] * coef for cell, coef in combination.items())
+
+
+def _row(table: str, model: str, name: str, values: pd.Series) -> dict:
+    values = values.dropna()
+    diff, low, high = seed_interval(values)
+    method = seed_method(len(values), "paired differences (each its own held-out books)")
+    return {
+        "table": table,
+        "model": model,
+        "contrast": name,
+        "n_seeds": len(values),
+        "diff": diff,
+        "low": low,
+        "high": high,
+        "method": method,
+        "seed_diffs": [round(v, 4) for v in values],
+    }
+
+
+def contrast_table(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
+    """Every contrast of HYPOTHESES.md at each size, with the noise floor (|the contrast on
+    replicate 1 − on replicate 0| at seed 0, where replicates ran) and ``primary``."""
+    chosen = grid(runs)
+    table, floors = wide(chosen, value), replicate_floor(chosen, value)
+    rows = []
+    for model in table.index.get_level_values("model").unique():
+        for name_table, name, combination in contrasts():
+            row = _row(name_table, model, name, per_seed(table.loc[model], combination))
+            row["floor"] = floors.get((model, name), np.nan)
+            rows.append(row)
+    rows += size_interactions(table)
+    out = pd.DataFrame(rows)
+    out["primary"] = [
+        (t, m, c) == PRIMARY for t, m, c in zip(out.table, out.model, out.contrast, strict=True)
+    ]
+    return out
+
+
+def size_interactions(table: pd.DataFrame) -> list[dict]:
+    """B: tying's effect at micro minus at nano, per init std, paired by seed."""
+    models = set(table.index.get_level_values("model"))
+    if not {"nano", "micro"} <= models:
+        return []
+    return [
+        _row(
+            "B",
+            "micro − nano",
+            name,
+            per_seed(table.loc["micro"], comb) - per_seed(table.loc["nano"], comb),
+        )
+        for name_table, name, comb in contrasts()
+        if name_table == "A"
+    ]
+
+
+def replicate_floor(chosen: pd.DataFrame, value: str = "test_loss") -> dict:
+    """{(model, contrast): |contrast(replicate k) − contrast(replicate 0)|} at the seeds where
+    every cell of the contrast ran again (the floor of a difference, not of one run)."""
+    again = chosen[chosen["replicate"].fillna(0) > 0]
+    if again.empty:
+        return {}
+    first = wide(chosen, value)
+    second = again.pivot_table(index=["model", "seed"], columns=["arm", "init_std"], values=value)
+    floors = {}
+    for model in second.index.get_level_values("model").unique():
+        for _, name, combination in contrasts():
+            delta = per_seed(second.loc[model], combination) - per_seed(
+                first.loc[model], combination
+            )
+            if delta.notna().any():
+                floors[(model, name)] = float(delta.abs().mean())
+    return floors
+
+
+def references(runs: pd.DataFrame, split: str = "test") -> pd.DataFrame:
+    """Per size: the count models' mean over the seeds (each seed its own held-out books) and
+    the share of held-out targets never seen in training."""
+    columns = [f"{split}_unigram", f"{split}_bigram", f"{split}_unseen"]
+    chosen = first_replicates(with_arms(runs))
+    return chosen.groupby("model")[columns].mean()
+
+
+# ----------------------------------------------------------------------------- books
+
+
+def document_losses(runs: pd.DataFrame, split: str = "test") -> pd.DataFrame:
+    """One row per run and held-out book: the run's loss on the book's windows, the count
+    models' and the unseen share there (from each run's summary.json ``heldout``)."""
+    rows = []
+    for run in runs.to_dict("records"):
+        summary = json.loads((Path(run["path"]) / "summary.json").read_text())
+        books = ((summary.get("heldout") or {}).get(split) or {}).get("documents") or {}
+        keys = ("model", "seed", "replicate", "arm", "init_std", "run_id")
+        rows += [{**{k: run.get(k) for k in keys}, "document": d, **v} for d, v in books.items()]
+    return pd.DataFrame(rows)
+
+
+def book_effects(runs: pd.DataFrame, combination: Combination, split: str = "test") -> pd.DataFrame:
+    """The combination per (model, seed, book): e.g. tied − untied on each held-out book."""
+    books = document_losses(first_replicates(grid(runs)), split)
+    if books.empty:
+        return books
+    table = books.pivot_table(
+        index=["model", "seed", "document"], columns=["arm", "init_std"], values="loss"
+    )
+    return per_seed(table, combination).rename("effect").dropna().reset_index()
+
+
+def text_variance(effects: pd.DataFrame) -> pd.DataFrame:
+    """Per size: the spread of a per-book effect between the books of one seed (pooled sd) and
+    between the seeds' means (sd), with the counts: H6 compares the two."""
+    rows = []
+    for model, cell in effects.groupby("model"):
+        by_seed = cell.groupby("seed")["effect"]
+        within = np.sqrt(
+            (by_seed.var(ddof=1) * (by_seed.count() - 1)).sum() / (len(cell) - by_seed.ngroups)
+        )
+        rows.append(
+            {
+                "model": model,
+                "books": cell["document"].nunique(),
+                "seeds": by_seed.ngroups,
+                "sd_between_books": float(within),
+                "sd_between_seed_means": float(by_seed.mean().std(ddof=1)),
+            }
+        )
+    return pd.DataFrame(rows)
