@@ -131,3 +131,44 @@ def test_text_variance_separates_books_within_a_seed_from_seed_means():
     assert (row["books"], row["seeds"]) == (100, 5)
     assert 0.15 < row["sd_between_books"] < 0.25
     assert row["sd_between_seed_means"] < row["sd_between_books"] / 2
+
+
+def drawable(study: pd.DataFrame) -> pd.DataFrame:
+    """The table as the loader gives it: the columns every figure's caption reads."""
+    return study.assign(
+        variant="",
+        data_id="docs-test",
+        data="gutenberg",
+        vocab_size=50257,
+        max_steps=500,
+        n_embd=study["model"].map({"nano": 64, "micro": 128}),
+        params_total=study["model"].map({"nano": 3_324_736, "micro": 7_262_080}),
+        heldout_fold=study["seed"],
+        test_bigram=5.3,
+        test_unigram=7.0,
+        path=None,
+    )
+
+
+def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
+    from tiedvsuntied.figures import books as figures
+
+    runs = drawable(study[study["emb_lr_mult"] == 1.0])  # every cell at its chosen lr
+    loss = figures.fig_loss(runs)
+    labels = {t.get_text() for t in loss.legends[0].get_texts()}
+    assert labels == {figures.ARM_LABEL[a] for a in ARMS}
+    contrasts = figures.fig_contrasts(runs)
+    ticks = contrasts.axes[0].get_yticklabels()
+    primary = [t.get_text() for t in ticks if "PRIMARY" in t.get_text()]
+    assert primary == ["A  micro: tied − untied, init 0.02 [PRIMARY]"]
+    assert len(ticks) == len(books.contrast_table(runs).query("n_seeds > 0"))
+    lr = figures.fig_lr(drawable(study))
+    assert not lr.empty and lr.axes[0].get_xscale() == "log"
+
+
+def test_the_figures_skip_runs_that_hold_out_no_documents(study):
+    from tiedvsuntied.figures import books as figures
+
+    runs = drawable(study).assign(heldout_fold=np.nan)  # the first edition's tail split
+    assert figures.fig_loss(runs).empty == figures.NOT_BOOKS
+    assert figures.fig_contrasts(runs).empty == figures.NOT_BOOKS

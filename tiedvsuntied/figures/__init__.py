@@ -10,6 +10,7 @@ docs/figures.md lists every output. Importing this package imports every family,
 full."""
 
 from tiedvsuntied.figures import (  # noqa: F401  (each module registers its outputs)
+    books,
     finetune,
     geometry,
     gradients,
