@@ -5,8 +5,8 @@ config skips a finished run and resumes an unfinished one from its checkpoint wi
 batches and losses an uninterrupted run would have had: the batch order is a pure function of
 (seed, step) and the checkpoint holds the TrainState and every RNG state. Status
 (results.Status): ``running`` while training (or killed), ``finished``, ``diverged`` (NaN/inf:
-a result, not an error), ``failed`` (an exception, or a signal after a checkpoint; a rerun
-resumes).
+a result, not an error), ``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed``
+(an exception): a rerun resumes both.
 
 Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint and
 evaluates; the other ranks follow it (the functions named ``*_on_every_rank`` and
@@ -177,7 +177,7 @@ def train_and_record(
             run.metrics.summary(run.summary().to_dict())
         return run.summary()
     except KeyboardInterrupt as e:
-        record.status = Status.failed
+        record.status = Status.interrupted  # a checkpoint was saved: not done, a rerun resumes
         record.error = (
             f"interrupted ({e or 'Ctrl-C'}) at step {run.state.step}; rerun the command to resume"
         )
@@ -204,8 +204,11 @@ def train_to_the_end(run: Run) -> None:
 
 
 def record_failure(record: RunSummary, run_dir: Path, entry: IndexEntry, e: BaseException) -> None:
-    """A run that failed before it was set up: its summary and index entry say so."""
-    record.status, record.error = Status.failed, results.scrub(f"{type(e).__name__}: {e}")
+    """A run that failed (or was interrupted) before it was set up: its summary and index
+    entry say so."""
+    stopped = isinstance(e, KeyboardInterrupt)
+    record.status = Status.interrupted if stopped else Status.failed
+    record.error = results.scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
     log.error("[%s] failed: %s", record.name, record.error)
     record.write(run_dir)
     entry.status = record.status
