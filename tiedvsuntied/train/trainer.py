@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from tiedvsuntied.train.config import (
     untie_step,
 )
 from tiedvsuntied.train.evaluation import finish
+from tiedvsuntied.train.finetune import unreadable
 from tiedvsuntied.train.loop import Diverged, run_loop
 from tiedvsuntied.train.setup import build_run
 from tiedvsuntied.train.state import Run
@@ -125,7 +127,7 @@ def lead(
     try:
         previous = results.read_summary(run_dir)
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
-        if previous and previous.status.done:
+        if is_done(previous, run_dir, record.name):
             log.info(
                 "[%s] already %s at step %d; skipping (delete %s to train it again)",
                 record.name,
@@ -143,6 +145,28 @@ def lead(
         return train_and_record(plan, corpus, record, run_dir, entry)
     finally:
         lock.release()
+
+
+def is_done(previous: RunSummary | None, run_dir: Path, name: str) -> bool:
+    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
+    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
+    is set aside as ``model.pt.bad`` until the new one is written."""
+    if not (previous and previous.status.done):
+        return False
+    weights = run_dir / "checkpoints" / "model.pt"
+    if previous.status != Status.finished or not weights.exists():
+        return True
+    if (why := unreadable(weights)) is None:
+        return True
+    log.warning(
+        "[%s] finished, but %s does not load (%s): training it again from step 0 "
+        "(the broken file is kept as model.pt.bad until the run finishes)",
+        name,
+        weights,
+        why,
+    )
+    os.replace(weights, weights.with_suffix(".pt.bad"))
+    return False
 
 
 def follow_main(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) -> None:
