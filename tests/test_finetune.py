@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -217,3 +218,38 @@ def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
         {"model": {"n_embd": 64, "logit_scale": "0.5", "emb_scale": "1"}},
     ):
         assert R.run_id({**now, **changed}, "n", "fp") != R.run_id(before, "n", "fp")
+
+
+def _cut_short(start, tmp_path):
+    """A copy of the finished start whose model.pt was cut short (as a full disk leaves it)."""
+    root, start_dir, _, _ = start
+    copy = tmp_path / "pre" / start_dir.name
+    shutil.copytree(start_dir, copy)
+    weights = copy / "checkpoints" / "model.pt"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return copy, weights
+
+
+@pytest.mark.slow
+def test_init_from_a_run_whose_model_pt_is_cut_short_is_one_line(start, tmp_path):
+    _, _, _, data = start
+    copy, weights = _cut_short(start, tmp_path)
+    proc = run_cli(
+        [*QUICK, *data, *STEPS, f"init_from={copy}", f"results_dir={tmp_path}", "sweep=ft"],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: init_from={copy}: {weights} does not load (")
+    assert not (tmp_path / "ft").exists()
+
+
+def test_a_finished_run_whose_model_pt_is_cut_short_is_trained_again(start, tmp_path, caplog):
+    copy, weights = _cut_short(start, tmp_path)
+    over = [*QUICK, f"results_dir={tmp_path}", "sweep=pre"]
+    summary = train(compose(*over), overrides=over)
+    assert f"finished, but {weights} does not load" in caplog.text
+    assert "training it again from step 0" in caplog.text
+    assert summary.status.value == "finished" and summary.run_id == copy.name
+    assert torch.load(weights, weights_only=True)["model"]  # a whole file again
+    assert sorted(p.name for p in weights.parent.iterdir()) == ["model.pt"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -158,3 +160,56 @@ def test_the_paper_notebooks_run_on_the_shipped_bundle_by_default(tmp_path, monk
         assert sorted(p.name for p in out.glob("*")) == sorted(
             expected(path.name, NOT_FROM_BUNDLE)
         ), path.name
+
+
+def nbconvert(clone: Path, notebooks: list[str], env_extra: dict) -> subprocess.CompletedProcess:
+    """The README's headless command, run from the root of ``clone`` as a user's shell would
+    (``PWD`` is the directory the user stands in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIEDVSUNTIED_")}
+    jupyter = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute"]
+    return subprocess.run(
+        [*jupyter, "--output-dir", str(clone / "nb"), *notebooks],
+        cwd=clone,
+        env={**env, "PWD": str(clone), **env_extra},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def outputs(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_the_readme_command_runs_every_notebook_of_a_fresh_clone(tmp_path):
+    """A fresh clone has the paper's bundle but no results/: the notebooks that read an unshipped
+    sweep by default (07, 09) say what to run first and skip the rest; the command exits 0."""
+    clone = tmp_path / "clone"
+    shutil.copytree(REPO / "notebooks", clone / "notebooks")
+    shutil.copytree(BUNDLE, clone / "experiments" / "tie_x_init" / "results")
+    proc = nbconvert(clone, sorted(f"notebooks/{p.name}" for p in NOTEBOOKS), {})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (clone / "nb").glob("*.ipynb")) == sorted(WRITES)
+    for name, sweep in (("07_finetune", "ft"), ("09_study_axes", "untie_at")):
+        said = outputs(clone / "nb" / f"{name}.ipynb")
+        assert f"skipped: no results at {clone / 'results' / sweep}; run first: " in said, said
+    assert sorted(p.name for p in (clone / "figures").glob("fig7*")) == []
+
+
+@pytest.mark.slow
+def test_a_relative_sweep_dir_is_read_from_where_the_user_stands(tmp_path):
+    clone = tmp_path / "clone"
+    shutil.copytree(REPO / "notebooks", clone / "notebooks")
+    shutil.copytree(BUNDLE, clone / "experiments" / "tie_x_init" / "results")
+    bundle = "experiments/tie_x_init/results"  # relative to the clone's root, not notebooks/
+    proc = nbconvert(clone, ["notebooks/00_overview.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": bundle})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "results bundle (format 1) of sweep tie_x_init" in outputs(
+        clone / "nb" / "00_overview.ipynb"
+    )
+    missing = "results/nothing"
+    proc = nbconvert(clone, ["notebooks/07_finetune.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": missing})
+    assert proc.returncode != 0
+    assert f"results directory {clone / missing} does not exist" in proc.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -233,7 +234,9 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     [s] = summaries(sweep).values()
-    assert s["status"] == "failed" and "interrupted" in s["error"]
+    assert s["status"] == "interrupted" and "interrupted" in s["error"]  # not done: resumable
+    index = json.loads((sweep / "index.json").read_text())
+    assert index[s["run_id"]]["status"] == "interrupted"
     assert 5 <= s["step"] < 100
     # One line, no traceback, and the exit code a shell gives Ctrl-C.
     said = f"interrupted at step {s['step']}: rerun the same command to resume"
@@ -247,6 +250,7 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
     assert again.returncode == 0, again.stderr[-3000:]
     out = again.stderr + again.stdout
     assert f"checkpoint {last} is unreadable" in out and "resuming from step" in out
+    assert re.search(r"finished: val \d+\.\d{4} .*, test \d+\.\d{4} \(at the best step", out)
     [done] = summaries(sweep).values()
     assert (
         done["status"] == "finished"

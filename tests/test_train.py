@@ -395,10 +395,34 @@ def test_wandb_auto_is_offline_without_credentials_with_a_warning(monkeypatch, t
         assert R.resolve_wandb_mode(R.WandbMode.auto) == R.WandbMode.offline
     assert "no credentials" in caplog.text and "wandb sync" in caplog.text
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    assert R.resolve_wandb_mode(R.WandbMode.auto) == R.WandbMode.online
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a server that answers
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.online
+    assert not (tmp_path / R.UNREACHABLE_FILE).exists()
     assert R.resolve_wandb_mode(R.WandbMode.disabled) == R.WandbMode.disabled
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert R.resolve_wandb_mode(R.WandbMode.auto) is None  # wandb.init reads WANDB_MODE itself
+
+
+def test_wandb_auto_with_a_key_decides_offline_once_per_sweep_without_asking_wandb(
+    monkeypatch, tmp_path, caplog
+):
+    """A key (fake) and a server whose name does not resolve: offline from a lookup, not from
+    wandb.init's 60 s wait; the sweep's next job reads the verdict from the sweep directory."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "fake" + "0" * 36)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://api.wandb.invalid")
+    with caplog.at_level(logging.WARNING):
+        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.offline
+    assert "server https://api.wandb.invalid unreachable" in caplog.text
+    verdict = tmp_path / R.UNREACHABLE_FILE
+    assert "api.wandb.invalid" in verdict.read_text() and "fake" not in verdict.read_text()
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:1")  # not asked again: the file says
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.offline
+    assert "api.wandb.invalid" in caplog.text and "decided earlier in this sweep" in caplog.text
+    assert "fake" not in caplog.text
 
 
 @pytest.mark.slow
@@ -409,9 +433,11 @@ def test_wandb_auto_goes_offline_when_the_server_does_not_answer(monkeypatch, tm
         closed.bind(("127.0.0.1", 0))
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
     config = R.WandbConfig(mode=R.WandbMode.auto, init_timeout=2)
-    with caplog.at_level(logging.WARNING), R.MetricsLog(tmp_path, None) as m:
+    run_dir = tmp_path / "sweep" / "run"  # the verdict is kept in the sweep's folder
+    run_dir.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING), R.MetricsLog(run_dir, None) as m:
         mode = m.start_wandb(
-            config, run_id="tvu-t", name="n", group="g", config={}, run_dir=tmp_path
+            config, run_id="tvu-t", name="n", group="g", config={}, run_dir=run_dir
         )
         m.log({"train/loss": 1.0}, 1)
     assert mode == R.WandbMode.offline and "wandb sync" in caplog.text

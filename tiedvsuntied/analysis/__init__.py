@@ -39,6 +39,7 @@ from tiedvsuntied.analysis.load import (
     load_wandb,
     require_single_data,
 )
+from tiedvsuntied.analysis.notebook import notebook_results
 from tiedvsuntied.analysis.probes import (
     iter_probes,
     load_stratum_cosines,
@@ -155,6 +156,7 @@ __all__ = [
     "largest_model",
     "load",
     "load_results",
+    "notebook_results",
     "load_stratum_cosines",
     "load_token_probes",
     "load_wandb",

@@ -113,8 +113,9 @@ def load(
 def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
     """(run_dir, index.json entry or None) for every run under ``path``."""
     if not path.is_dir():
+        looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
         raise ResultsError(
-            f"results directory {path} does not exist"
+            f"results directory {path} does not exist{looked}"
             if not path.exists()
             else f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
         )

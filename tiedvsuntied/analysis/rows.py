@@ -139,7 +139,14 @@ FLOAT_COLUMNS = [
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
 ] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
-STATUS_RANK = {"finished": 0, "diverged": 1, "running": 2, "failed": 3, "unknown": 4}
+STATUS_RANK = {
+    "finished": 0,
+    "diverged": 1,
+    "running": 2,
+    "interrupted": 3,
+    "failed": 4,
+    "unknown": 5,
+}
 
 
 def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:

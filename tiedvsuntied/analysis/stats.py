@@ -170,7 +170,9 @@ def aggregate_history(
             f"{sorted(c for c in history.columns if '/' in str(c))}"
         )
     logged = first_replicates(history)
-    logged = logged[logged["status"].isin(["finished", "running"]) & logged[metric].notna()]
+    logged = logged[
+        logged["status"].isin(["finished", "running", "interrupted"]) & logged[metric].notna()
+    ]
     tokens = logged.groupby([*by, "step"], dropna=False)["tokens"].mean().reset_index()
     return aggregate(logged, [*by, "step"], metric).merge(tokens, on=[*by, "step"], how="left")
 
@@ -187,7 +189,9 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return runs
     runs = first_replicates(runs)
-    rank = runs["status"].map({"finished": 0, "running": 1, "diverged": 1}).fillna(2)
+    rank = (
+        runs["status"].map({"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}).fillna(2)
+    )
     pool = runs[rank < 2] if (rank < 2).any() else runs  # failed, unknown: only if nothing else
     biggest = largest_model(pool)
     candidates = runs.assign(_rank=rank)[runs["model"] == biggest].sort_values(

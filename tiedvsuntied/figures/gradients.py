@@ -33,7 +33,7 @@ def _note_tied_runs_left_out(fig: Figure, runs: pd.DataFrame, logged: set) -> No
     for _, run in runs[runs["tie"].eq(True)].iterrows():
         if run["run_id"] not in logged:
             fig.skipped.append(f"{run_label(run)}: no gradient norms logged ({run['status']})")
-        elif run["status"] not in ("finished", "running"):
+        elif run["status"] not in ("finished", "running", "interrupted"):
             fig.skipped.append(f"{run_label(run)}: {run['status']}, not averaged")
 
 

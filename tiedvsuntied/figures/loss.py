@@ -36,7 +36,7 @@ from tiedvsuntied.figures.style import (
     with_setting,
 )
 
-DRAWN_IN_MEAN = ["finished", "running"]
+DRAWN_IN_MEAN = ["finished", "running", "interrupted"]  # partial runs: up to their step
 FEW_STEPS = 20  # curves with at most this many logged steps get markers
 
 
@@ -44,8 +44,10 @@ def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric:
     for _, run in runs.iterrows():
         if run["run_id"] not in logged:
             fig.skipped.append(f"{run_label(run)}: no {metric} logged (status {run['status']})")
-        elif run["status"] == "running":
-            fig.flagged.append(f"{run_label(run)}: running, in the mean up to step {run['step']}")
+        elif run["status"] in ("running", "interrupted"):
+            fig.flagged.append(
+                f"{run_label(run)}: {run['status']}, in the mean up to step {run['step']}"
+            )
         elif run["status"] != "finished":
             at = f" at step {run['diverged_at_step']}" if run["status"] == "diverged" else ""
             fig.flagged.append(

@@ -99,7 +99,7 @@ def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
     and common probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe
     rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
     rows, missing = [], []
-    usable = first_replicates(runs[runs["status"].isin(["finished", "running"])])
+    usable = first_replicates(runs[runs["status"].isin(["finished", "running", "interrupted"])])
     both = match(usable[usable["tie"].eq(True)], usable[usable["tie"].eq(False)], PAIR_COLUMNS)
     for _, pair in both.iterrows():
         tied, untied = (

@@ -353,7 +353,7 @@ def mean_line(
     elif band:
         drawn = first_replicates(h)  # a replicate is the noise floor, not another seed
         for _, run in drawn[
-            drawn[metric].notna() & drawn["status"].isin(["finished", "running"])
+            drawn[metric].notna() & drawn["status"].isin(["finished", "running", "interrupted"])
         ].groupby("run_id"):
             ax.plot(
                 run[x],

@@ -3,6 +3,7 @@ index, readers) and ``metrics_log`` (metrics.jsonl and its W&B mirror). No torch
 and the figures import this package."""
 
 from tiedvsuntied.results.metrics_log import (
+    UNREACHABLE_FILE,
     MetricsLog,
     WandbConfig,
     WandbMode,
@@ -35,6 +36,7 @@ from tiedvsuntied.results.records import (
 __all__ = [
     "IDENTITY_EXCLUDE",
     "NEUTRAL",
+    "UNREACHABLE_FILE",
     "IndexEntry",
     "MetricsLog",
     "RunSummary",

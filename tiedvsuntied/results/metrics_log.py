@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import socket
+import time
+import urllib.parse
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -14,6 +18,9 @@ from tiedvsuntied.results.records import atomic_write, jsonable, read_metrics, s
 log = logging.getLogger(__name__)
 
 OFFLINE_HINT = "upload later with `wandb sync <run_dir>/wandb/offline-run-*`"
+# auto's verdict that the server cannot be reached, kept in the sweep directory for this long
+# so that the sweep's other jobs (other processes too) go offline without asking again.
+UNREACHABLE_FILE, UNREACHABLE_FOR_S = ".wandb-unreachable", 900
 
 
 class WandbMode(str, Enum):
@@ -34,6 +41,8 @@ class WandbConfig:
     group: str | None = None  # None: the sweep name, so one W&B group per sweep
     tags: list[str] = field(default_factory=list)
     init_timeout: float = 60.0  # seconds an online W&B may take to start
+    probe_timeout: float = 3.0  # auto: seconds to reach the server before going offline
+    quiet: bool = True  # no `wandb:` banners and history blocks on the console (false: W&B's)
 
 
 def has_credentials() -> bool:
@@ -46,9 +55,14 @@ def has_credentials() -> bool:
         return False
 
 
-def resolve_wandb_mode(mode: WandbMode) -> WandbMode | None:
+def resolve_wandb_mode(
+    mode: WandbMode, sweep_dir: Path | None = None, probe_timeout: float = 3.0
+) -> WandbMode | None:
     """The mode to ask ``wandb.init`` for; None: W&B decides from ``WANDB_MODE``. ``auto``
-    without credentials is offline, with a one-line warning (an online start would prompt)."""
+    without credentials is offline, with a one-line warning (an online start would prompt);
+    with credentials, offline too when the server cannot be reached within ``probe_timeout``
+    (decided once per sweep: see :func:`server_unreachable`), rather than waiting out
+    ``init_timeout`` in ``wandb.init``."""
     mode = WandbMode(mode)
     if mode != WandbMode.auto:
         return mode
@@ -60,7 +74,46 @@ def resolve_wandb_mode(mode: WandbMode) -> WandbMode | None:
             OFFLINE_HINT,
         )
         return WandbMode.offline
+    why = server_unreachable(sweep_dir, probe_timeout)
+    if why:
+        log.warning("W&B: %s: logging offline; %s", why, OFFLINE_HINT)
+        return WandbMode.offline
     return WandbMode.online
+
+
+def server_url() -> str:
+    """The W&B server ``wandb.init`` would talk to: ``WANDB_BASE_URL``, else the host of
+    ``wandb login --host`` (wandb's settings file), else wandb's default."""
+    import wandb
+
+    settings = wandb.Settings()
+    with contextlib.suppress(Exception):  # an unreadable settings file: wandb's default
+        settings.update_from_system_settings()
+    settings.update_from_env_vars(dict(os.environ))
+    return str(settings.base_url)
+
+
+def server_unreachable(sweep_dir: Path | None, timeout: float) -> str | None:
+    """Why the W&B server (``WANDB_BASE_URL`` or wandb's default) cannot be reached, or None:
+    a DNS lookup and a TCP connection, at most ``timeout`` seconds. A verdict of unreachable
+    is kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds and reused by the sweep's jobs."""
+    cached = Path(sweep_dir) / UNREACHABLE_FILE if sweep_dir is not None else None
+    try:
+        if cached and time.time() - cached.stat().st_mtime < UNREACHABLE_FOR_S:
+            return f"{cached.read_text().strip()} (decided earlier in this sweep, {cached})"
+    except OSError:
+        pass
+    url = urllib.parse.urlsplit(server_url())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+        return None
+    except OSError as e:
+        why = f"server {url.scheme}://{url.netloc} unreachable ({type(e).__name__}: {e})"
+    if cached:
+        with contextlib.suppress(OSError):
+            atomic_write(cached, why + "\n")
+    return why
 
 
 class MetricsLog:
@@ -93,15 +146,20 @@ class MetricsLog:
     ) -> WandbMode:
         """Start the W&B mirror; the mode it runs in. ``auto`` with credentials tries online
         for ``init_timeout`` seconds, then goes offline with a warning."""
-        mode = resolve_wandb_mode(cfg.mode)
+        mode = resolve_wandb_mode(cfg.mode, Path(run_dir).parent, cfg.probe_timeout)
         if mode == WandbMode.disabled:
             return mode
         import wandb
 
         def start(mode: str | None):
-            # No console capture (our log lines are not duplicated), no system-stats thread.
+            # No console capture (our log lines are not duplicated), no system-stats thread;
+            # quiet: none of W&B's own lines (banners, the history block at the end).
             settings = wandb.Settings(
-                console="off", init_timeout=cfg.init_timeout, x_disable_stats=True, save_code=False
+                console="off",
+                init_timeout=cfg.init_timeout,
+                x_disable_stats=True,
+                save_code=False,
+                silent=cfg.quiet,
             )
             return wandb.init(
                 project=cfg.project,

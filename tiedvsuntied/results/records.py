@@ -27,11 +27,13 @@ import yaml
 
 class Status(str, Enum):
     """A run's state. ``diverged`` (NaN/inf loss) is a result of the study, not an error;
-    ``failed`` and ``running`` (killed) runs resume when the command is run again."""
+    ``interrupted`` (Ctrl-C, SIGTERM: a checkpoint was saved), ``failed`` (an exception) and
+    ``running`` (killed) runs resume when the command is run again."""
 
     running = "running"
     finished = "finished"
     diverged = "diverged"
+    interrupted = "interrupted"
     failed = "failed"
 
     @property

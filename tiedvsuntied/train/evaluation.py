@@ -171,9 +171,14 @@ def finish(run: Run) -> None:
         state.last_val_loss,
         state.best_val_loss,
         state.best_step,
-        record.test_loss,
-        record.test_loss_at_best,
+        four_decimals(record.test_loss),
+        four_decimals(record.test_loss_at_best),
     )
+
+
+def four_decimals(loss: float | None) -> str:
+    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
+    return "none" if loss is None else f"{loss:.4f}"
 
 
 def record_test_at_best(run: Run) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import zipfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -86,6 +87,19 @@ def _run_dir(path: Path) -> Path | None:
     return finished[0] if finished else None
 
 
+def unreadable(weights: Path) -> str | None:
+    """Why ``weights`` (a finished run's ``checkpoints/model.pt``) cannot be loaded, or None.
+    Reads only the zip directory ``torch.save`` writes at the end of the file (a file cut short
+    has none), so it costs nothing at any model size."""
+    try:
+        with zipfile.ZipFile(weights) as archive:
+            if not any(name.endswith("/data.pkl") for name in archive.namelist()):
+                return "not a file torch.save wrote"
+    except (OSError, zipfile.BadZipFile) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def read_start(init_from: str) -> Start:
     """What ``init_from`` names, without loading its weights; one clear line if it cannot
     start a run."""
@@ -101,6 +115,11 @@ def read_start(init_from: str) -> Start:
                 f"init_from={run}: not a finished run (status "
                 f"{summary.status.value if summary else 'unknown'}, checkpoints/model.pt "
                 f"{'present' if weights.is_file() else 'missing'})"
+            )
+        if (why := unreadable(weights)) is not None:
+            raise ModelConfigError(
+                f"init_from={run}: {weights} does not load ({why}); run the command that "
+                "trained it again (it trains a finished run whose model.pt is broken anew)"
             )
         model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
         tie = bool(cfg["tie"]) and cfg.get("untie_at") is None  # untie_at: it finished untied

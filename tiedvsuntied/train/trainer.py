@@ -5,8 +5,8 @@ config skips a finished run and resumes an unfinished one from its checkpoint wi
 batches and losses an uninterrupted run would have had: the batch order is a pure function of
 (seed, step) and the checkpoint holds the TrainState and every RNG state. Status
 (results.Status): ``running`` while training (or killed), ``finished``, ``diverged`` (NaN/inf:
-a result, not an error), ``failed`` (an exception, or a signal after a checkpoint; a rerun
-resumes).
+a result, not an error), ``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed``
+(an exception): a rerun resumes both.
 
 Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint and
 evaluates; the other ranks follow it (the functions named ``*_on_every_rank`` and
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from tiedvsuntied.train.config import (
     untie_step,
 )
 from tiedvsuntied.train.evaluation import finish
+from tiedvsuntied.train.finetune import unreadable
 from tiedvsuntied.train.loop import Diverged, run_loop
 from tiedvsuntied.train.setup import build_run
 from tiedvsuntied.train.state import Run
@@ -125,7 +127,7 @@ def lead(
     try:
         previous = results.read_summary(run_dir)
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
-        if previous and previous.status.done:
+        if is_done(previous, run_dir, record.name):
             log.info(
                 "[%s] already %s at step %d; skipping (delete %s to train it again)",
                 record.name,
@@ -143,6 +145,28 @@ def lead(
         return train_and_record(plan, corpus, record, run_dir, entry)
     finally:
         lock.release()
+
+
+def is_done(previous: RunSummary | None, run_dir: Path, name: str) -> bool:
+    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
+    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
+    is set aside as ``model.pt.bad`` until the new one is written."""
+    if not (previous and previous.status.done):
+        return False
+    weights = run_dir / "checkpoints" / "model.pt"
+    if previous.status != Status.finished or not weights.exists():
+        return True
+    if (why := unreadable(weights)) is None:
+        return True
+    log.warning(
+        "[%s] finished, but %s does not load (%s): training it again from step 0 "
+        "(the broken file is kept as model.pt.bad until the run finishes)",
+        name,
+        weights,
+        why,
+    )
+    os.replace(weights, weights.with_suffix(".pt.bad"))
+    return False
 
 
 def follow_main(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) -> None:
@@ -177,7 +201,7 @@ def train_and_record(
             run.metrics.summary(run.summary().to_dict())
         return run.summary()
     except KeyboardInterrupt as e:
-        record.status = Status.failed
+        record.status = Status.interrupted  # a checkpoint was saved: not done, a rerun resumes
         record.error = (
             f"interrupted ({e or 'Ctrl-C'}) at step {run.state.step}; rerun the command to resume"
         )
@@ -204,8 +228,11 @@ def train_to_the_end(run: Run) -> None:
 
 
 def record_failure(record: RunSummary, run_dir: Path, entry: IndexEntry, e: BaseException) -> None:
-    """A run that failed before it was set up: its summary and index entry say so."""
-    record.status, record.error = Status.failed, results.scrub(f"{type(e).__name__}: {e}")
+    """A run that failed (or was interrupted) before it was set up: its summary and index
+    entry say so."""
+    stopped = isinstance(e, KeyboardInterrupt)
+    record.status = Status.interrupted if stopped else Status.failed
+    record.error = results.scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
     log.error("[%s] failed: %s", record.name, record.error)
     record.write(run_dir)
     entry.status = record.status

@@ -1,0 +1,86 @@
+"""A new user's first hour (issue 28), end to end through the command line: W&B keeps quiet
+unless asked and decides offline at once where its server cannot be reached; the quick preset's
+evaluation work scales with the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS_OVERRIDES, run_cli
+
+TINY = [
+    "model=nano",
+    *CORPUS_OVERRIDES,
+    "trainer.max_steps=2",
+    "trainer.batch_size=2",
+    "trainer.eval_windows=2",
+    "trainer.progress=false",
+]
+FAKE_KEY = "fake" + "0" * 36  # never a real key
+
+
+def summaries(sweep_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
+
+
+def wandb_lines(proc) -> list[str]:
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if "wandb:" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quiet", [True, False])
+def test_wandb_is_quiet_on_the_console_unless_asked(quiet, tmp_path):
+    over = [*TINY, "wandb.mode=offline", f"wandb.quiet={str(quiet).lower()}"]
+    proc = run_cli(
+        [*over, f"results_dir={tmp_path}"], cwd=tmp_path, env_extra={"WANDB_SILENT": "false"}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [summary] = summaries(tmp_path / "default")
+    assert summary["wandb_mode"] == "offline"
+    assert list((tmp_path / "default" / summary["run_id"] / "wandb").glob("offline-run-*"))
+    assert (wandb_lines(proc) == []) == quiet, wandb_lines(proc)
+
+
+@pytest.mark.slow
+def test_wandb_auto_with_a_key_and_no_server_goes_offline_once_per_sweep(tmp_path, monkeypatch):
+    """A (fake) key and a server name that does not resolve: the first job looks the name up
+    and goes offline; the second reads that verdict from the sweep directory; neither asks
+    wandb.init to go online (whose failure would be the other warning, after init_timeout)."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    proc = run_cli(
+        ["-m", "tie=true,false", *TINY, "wandb.mode=auto", f"results_dir={tmp_path}"],
+        cwd=tmp_path,
+        env_extra={
+            "WANDB_API_KEY": FAKE_KEY,
+            "WANDB_BASE_URL": "https://api.wandb.invalid",
+        },
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert [s["wandb_mode"] for s in summaries(tmp_path / "default")] == ["offline", "offline"]
+    assert out.count("W&B: server https://api.wandb.invalid unreachable") == 2
+    assert out.count("decided earlier in this sweep") == 1
+    assert "W&B server unreachable" not in out  # wandb.init was never asked to go online
+    assert FAKE_KEY not in out
+    assert FAKE_KEY not in "".join(p.read_text() for p in tmp_path.rglob("*.yaml"))
+
+
+@pytest.mark.slow
+def test_the_quick_preset_evaluates_in_proportion_to_the_run(tmp_path):
+    """+experiment=quick: 30 steps, 16 validation windows at steps 0, 10, 20, 30 (not the whole
+    split at 0, 1, 2, 4, 8, 16, ...), 16 test windows at the end."""
+    args = ["-m", "+experiment=quick", "tie=true", "init_std=inv_sqrt_d", *CORPUS_OVERRIDES]
+    proc = run_cli(
+        [*args, "trainer.progress=false", f"results_dir={tmp_path}"],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [summary] = summaries(tmp_path / "quick")
+    assert (summary["model"], summary["step"], summary["status"]) == ("nano", 30, "finished")
+    run_dir = tmp_path / "quick" / summary["run_id"]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val/loss" in r] == [0, 10, 20, 30]
+    assert summary["heldout"]["test"]["n_windows"] == 16
+    assert len(list((run_dir / "probes").glob("step_*.npz"))) == 4
