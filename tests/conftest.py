@@ -24,7 +24,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TIEDVSUNTIED_SHARED_DATA", REPO.parent / "shared" / "data"))
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
-WIKITEXT2 = SHARED_DATA / "wikitext-2"
 
 # Set before anything imports tiktoken; W&B must never try to reach a server from tests.
 if (SHARED_DATA / "tiktoken").is_dir():
@@ -115,6 +114,7 @@ TINY_SWEEP_OVERRIDES = [
     "trainer.log_interval=2",
     "trainer.ckpt_interval=6",
     "trainer.progress=false",
+    "trainer.peak_tflops=1",  # a tiny run need not measure the machine's matmul peak (~10%)
     "wandb.mode=offline",
     "sweep=tiny",
 ]
@@ -135,6 +135,7 @@ QUICK = [
     "trainer.eval_windows=2",
     "trainer.log_interval=2",
     "trainer.progress=false",
+    "trainer.peak_tflops=1",
     "wandb.mode=disabled",
 ]
 
@@ -198,8 +199,3 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
-
-
-@pytest.fixture(scope="session")
-def shakespeare_path(shared_data) -> Path:
-    return SHAKESPEARE

@@ -56,10 +56,6 @@ def _caption(fig: Figure) -> str:
     return " ".join(fig.caption_text.get_text().split())
 
 
-def _run_id(results, name):
-    return results.runs.set_index("name").loc[name, "run_id"]
-
-
 def test_every_figure_draws_and_says_on_the_image_what_it_shows_and_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
     for name, output in figures.REGISTRY.items():

@@ -134,19 +134,6 @@ def test_rerun_skips_finished_runs(tiny_sweep: Path, tmp_path: Path):
     assert "Sweep tiny" in out and out.count("finished") >= 8  # the end-of-sweep table
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    t0 = time.time()
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"process ended ({proc.returncode}) before {path} appeared:\n{proc.stderr.read()}"
-            )
-        if time.time() - t0 > timeout:
-            proc.kill()
-            raise AssertionError(f"{path} did not appear in {timeout}s")
-        time.sleep(0.05)
-
-
 def _popen(args: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tiedvsuntied.run", *args],

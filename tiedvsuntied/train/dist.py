@@ -91,12 +91,6 @@ def share_decision(trains: bool | None) -> bool:
     return bool(from_main(trains))
 
 
-def wait_for_main() -> None:
-    """Every rank waits here until rank 0 has arrived too."""
-    if world_size() > 1:
-        dist.barrier()
-
-
 def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether ``flag`` is set on at least one rank."""
     if world_size() == 1:
