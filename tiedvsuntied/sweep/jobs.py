@@ -10,12 +10,14 @@ reading side of ``tiedvsuntied.sweep`` (status, table) starts without it.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -89,19 +91,52 @@ def expand(loader: Any, master: DictConfig) -> list[Job]:
     jobs = [job for batch in batches for job in batch]
     varied = [i for i in range(len(jobs[0])) if len({job[i] for job in jobs}) > 1]
     return [
-        Job(num, job, " ".join(job[i] for i in varied) or "its only job")
+        Job(num, job, " ".join(spelled(job[i]) for i in varied) or "its only job")
         for num, job in enumerate(jobs)
     ]
 
 
-def task_config(loader: Any, master: DictConfig, job: Job) -> tuple[DictConfig, list[str]]:
-    """The job's config as its task function gets it, and its task overrides: Hydra's own
-    composition of a sweep's job (``load_sweep_config``, as the launcher calls it)."""
-    cfg = loader.load_sweep_config(master, list(job.overrides))
-    overrides = list(cfg.hydra.overrides.task)
+def spelled(override: str) -> str:
+    """An override as the user typed it: the sweeper writes a parsed true as ``True``."""
+    key, _, value = override.partition("=")
+    return f"{key}={value.lower()}" if value in ("True", "False") else override
+
+
+def task_config(loader: Any, master: DictConfig, overrides: list[str]) -> DictConfig:
+    """The config a task function gets for these overrides: Hydra's own composition of a
+    sweep's job (``load_sweep_config``, as the launcher calls it) less its ``hydra`` node."""
+    cfg = loader.load_sweep_config(master, overrides)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]  # as Hydra's run_job does before calling the task
-    return cfg, overrides
+    return cfg
+
+
+def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[tuple]:
+    """(job, its task config, its task overrides) for each job. Hydra composes the config
+    groups a job chooses, then sets its values (``_apply_overrides_to_config``); the groups'
+    composition (reading and merging the YAML files) is the slow part, so it is done once per
+    distinct choice of groups and each job's values are set on a copy, by Hydra's own code."""
+    parser = OverridesParser.create(config_loader=loader)
+    composed_for: dict[tuple[str, ...], DictConfig] = {}
+    for job in jobs:
+        parsed = parser.parse_overrides(job.overrides)
+        groups = [o for o in parsed if chooses_group(loader, o)]
+        key = tuple(o.input_line for o in groups)
+        if key not in composed_for:
+            composed_for[key] = task_config(loader, master, list(key))
+        cfg = copy.deepcopy(composed_for[key])
+        ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o not in groups], cfg)
+        yield job, cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
+
+
+def chooses_group(loader: Any, override: Any) -> bool:
+    """Whether Hydra composes this override into the defaults list rather than setting a
+    value (its rule, ``hydra._internal.defaults_list.Overrides``); hydra.* ones count too."""
+    if override.is_hydra_override():
+        return True
+    return loader.repository.group_exists(override.key_or_group) and not isinstance(
+        override.value(), dict
+    )
 
 
 def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
@@ -111,9 +146,10 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
 
     checked: set[str] = set()
     plans = []
+    configs = task_configs(loader, master, jobs)
     for job in jobs:
         try:
-            cfg, overrides = task_config(loader, master, job)
+            _, cfg, overrides = next(configs)
             plans.append(check_config(OmegaConf.to_object(cfg), overrides, checked))
         except (*user_errors(), HydraException, OmegaConfBaseException) as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
