@@ -109,3 +109,19 @@ def test_table_writes_the_runs_table_the_figures_read(tiny_sweep, tmp_path, suff
     assert list(got.columns) == list(runs.columns)
     assert list(got["run_id"]) == list(runs["run_id"])
     assert list(got["final_val_loss"]) == pytest.approx(list(runs["final_val_loss"]))
+
+
+def test_each_job_is_composed_as_hydra_composes_it():
+    """The check composes each choice of groups once and sets the values on a copy: the same
+    config as Hydra's own composition of every job (a group swept, values swept, a list)."""
+    from omegaconf import OmegaConf
+
+    from tiedvsuntied.sweep import jobs
+
+    given = ["+experiment=smoke", "model=nano,micro", "optim.lr=1e-3,2e-3", "wandb.tags=[a]"]
+    with jobs.composed(given) as (loader, master):
+        todo = jobs.expand(loader, master)
+        fast = [c for _, c, _ in jobs.task_configs(loader, master, todo)]
+        hydras = [jobs.task_config(loader, master, job.overrides) for job in todo]
+    assert len(todo) == 48
+    assert [OmegaConf.to_container(c) for c in fast] == [OmegaConf.to_container(c) for c in hydras]
