@@ -310,6 +310,8 @@ BAD = [
     (["model.n_head=3"], "n_head"),
     (["optim.lr=0"], "optim.lr"),
     (["init_std=abc"], "init_std"),
+    (["seed=abc"], "seed=abc is invalid: use an integer"),  # Hydra's own would be six lines
+    (["trainer.max_steps=x"], "trainer.max_steps=x"),
     (["data.files=/no/such.txt"], "data.files"),
     (["tie=false", "untie_at=0.5"], "untie_at"),
     (["-m", "tie=true,maybe"], "tie=maybe"),  # every value of a sweep, before any job starts
@@ -349,7 +351,7 @@ def test_a_refused_multirun_leaves_no_folder_and_keeps_what_was_there(tmp_path: 
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: sweep='a b' is invalid: use letters, digits, '.', '_' or '-'"
+        "error: job 0 of 2 (tie=true): sweep='a b' is invalid: use letters, digits, '.', '_' or '-'"
     ]
     assert "Sweep" not in proc.stdout  # no table of a sweep that never started
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == [

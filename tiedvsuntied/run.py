@@ -5,8 +5,9 @@
 Each job turns its config into the typed ``train.Config`` and calls ``train.train``. A user's
 mistake ends the job with one line naming the key (exit code 2), before anything is written,
 and takes back the log folders Hydra made for the job; Ctrl-C is one line (exit code 130)
-and a rerun resumes. A callback prints the table of the sweep's runs when a multirun ends,
-also when a job failed.
+and a rerun resumes. A multirun composes and checks every job before the first starts
+(``SweepCheck``), and prints the table of all the sweep's runs when it ends, also when a job
+failed (``SweepTable``).
 """
 
 from __future__ import annotations
@@ -27,45 +28,27 @@ from typing import Any
 
 import hydra
 import pandas as pd
-from filelock import FileLock, Timeout
-from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, FloatNode, IntegerNode, OmegaConf, ValidationError
 
 from tiedvsuntied import analysis, results
-from tiedvsuntied.data import DataError, DataUnavailableError
-from tiedvsuntied.model import ModelConfigError
+from tiedvsuntied.data import DataUnavailableError
+from tiedvsuntied.sweep import jobs
+from tiedvsuntied.sweep.progress import lock_held
 from tiedvsuntied.train import Config, ConfigError, check_config, dist, train
 
-ConfigStore.instance().store(name="base_config", node=Config)
+jobs.register_schema()
 
-# What a user's command can get wrong: each is one line naming the key, and exit code 2.
-# The typed config's __post_init__ checks raise these inside OmegaConf.to_object, which lets
-# a ValueError through as it is (it wraps only TypeError).
-USER_ERRORS = (ConfigError, ModelConfigError, DataError, DataUnavailableError)
+USER_ERRORS = jobs.user_errors()  # each is one line naming the key, and exit code 2
 REFUSED, INTERRUPTED = 2, 130  # exit codes; 130 = 128 + SIGINT, as a shell reports Ctrl-C
 TABLE_COLUMNS = ["run", "status", "params", "init val", "final val", "test", "also"]
 
 
 # ---------------------------------------------------------------------------- the sweep table
-
-
-def lock_held(run_dir: Path) -> bool:
-    """Whether a process is training this run now (the trainer holds ``<run>/.lock``). A free
-    lock is taken and let go at once: filelock has no way to ask without taking it."""
-    path = Path(run_dir) / ".lock"
-    if not path.exists():
-        return False
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
-    return False
 
 
 def shown_status(status: str, run_dir: Path) -> str:
@@ -136,12 +119,29 @@ def runs_table(sweep_dir: Path, since: float | None = None) -> pd.DataFrame:
     return table if table["also"].astype(bool).any() else table.drop(columns="also")
 
 
-class SweepTable(Callback):
-    """Prints this multirun's runs when it ends. Hydra skips ``on_multirun_end`` when a job
-    raised, so the table is also registered to print at exit; whichever comes first prints."""
+class SweepCheck(Callback):
+    """Every job of a multirun composed as its launcher will compose it and checked with the
+    run's checks before the first starts (Hydra calls this before its sweeper makes any
+    folder): a bad value anywhere in the sweep is one line naming the job, exit 2, and
+    nothing is trained or written."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.t0, self.sweep_dir = time.time(), Path(config.results_dir) / config.sweep
+        loader = GlobalHydra.instance().config_loader()
+        try:
+            jobs.check_jobs(loader, config, jobs.expand(loader, config))
+        except jobs.SweepError as e:
+            HydraFolders.refused = True  # no sweep table either
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(REFUSED) from None
+
+
+class SweepTable(Callback):
+    """Prints the sweep's runs when a multirun ends: all of them, also those of earlier
+    commands into the same sweep. Hydra skips ``on_multirun_end`` when a job raised, so the
+    table is also registered to print at exit; whichever comes first prints."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.sweep_dir = Path(config.results_dir) / config.sweep
         atexit.register(self.print_table)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -151,7 +151,7 @@ class SweepTable(Callback):
     def print_table(self) -> None:
         if HydraFolders.refused:  # the error line says it all
             return
-        table = runs_table(self.sweep_dir, self.t0)
+        table = runs_table(self.sweep_dir)
         text = (
             table.to_string(index=False, float_format="%.4f", na_rep="-")
             if len(table)
@@ -249,13 +249,24 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("model", "data", "optim", "trainer", "wandb", "experiment")  # conf/<group>/<option>.yaml
 
 
+NUMBERS = {int: (IntegerNode, "an integer"), float: (FloatNode, "a number")}
+
+
 def check_value(key: str, value: str) -> None:
     """One value against the schema's type of ``key``. OmegaConf reads 1/0/yes/no/on/off as
     booleans, which silently turns ``tie=1`` into true: only true/false (and null where the key
-    allows it) pass; a choice must be one of its names."""
+    allows it) pass; a choice must be one of its names; a number is converted by OmegaConf's
+    own node of its type, as Hydra would (whose error would be six lines)."""
     kind = field_type(key)
     optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
     kind = next((k for k in typing.get_args(kind) if k is not type(None)), kind)
+    if kind in NUMBERS and not (optional and value == "null"):
+        node, what = NUMBERS[kind]
+        try:
+            node(value)
+        except ValidationError:
+            raise ConfigError(f"{key}={value} is invalid: use {what}") from None
+        return
     if kind is bool:
         names = ["true", "false", *(["null"] if optional else [])]
         value = value.lower()

@@ -93,6 +93,21 @@ def corpus_key(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
+def fingerprint(key: str, vocab: Vocab) -> str:
+    """The corpus's short id in run identities: its key's first 12 digits, another hash of it
+    with ``vocab=seen`` (the renumbered vocabulary is another corpus to a model)."""
+    if Vocab(vocab) != Vocab.seen:
+        return key[:12]
+    return hashlib.sha256(f"{key}:seen".encode()).hexdigest()[:12]
+
+
+def corpus_fingerprint(cfg: DataConfig) -> str:
+    """The fingerprint a run on ``cfg`` will record, from the files' hashes without tokenizing:
+    a sweep's plan names its runs before any of them exists."""
+    key = corpus_key(corpus_identity(cfg, check_available(cfg, need_source=False)))
+    return fingerprint(key, cfg.vocab)
+
+
 def resolve_cache_dir(cfg: DataConfig) -> Path:
     default = os.environ.get("TIEDVSUNTIED_CACHE") or "~/.cache/tiedvsuntied"
     return Path(cfg.cache_dir or default).expanduser().resolve()
@@ -320,9 +335,7 @@ class Corpus:
     @property
     def fingerprint(self) -> str:
         """Short id of data + split + tokenizer (+ vocabulary); part of every run's identity."""
-        if self._new_id is None:
-            return self.key[:12]
-        return hashlib.sha256(f"{self.key}:seen".encode()).hexdigest()[:12]
+        return fingerprint(self.key, self.cfg.vocab)
 
     def _check(self, split: str) -> str:
         if split not in SPLITS:

@@ -250,17 +250,23 @@ class RunPlan:
     device: torch.device
 
 
-def check_config(cfg: Config, overrides: Sequence[str] = ()) -> RunPlan:
+def check_config(
+    cfg: Config, overrides: Sequence[str] = (), checked: set[str] | None = None
+) -> RunPlan:
     """Refuse a config no run can start with, before any data is read (the fields checked
     themselves when the config was made). With ``init_from`` the plan's config takes the
     start's shapes and tying (``overrides``: what the user set, which must not contradict
-    them); ``cfg`` itself is left as it is."""
+    them); ``cfg`` itself is left as it is. ``checked``: a sweep's check of every job before
+    the first starts, shared by its jobs, so that the file checks run once per distinct data
+    config and results_dir (a 100-job sweep is checked in seconds); it claims no GPU (each job
+    claims its own, maybe in a worker) and leaves the init_std notes to the jobs."""
     try:
         start = read_start(cfg.init_from) if cfg.init_from else None
         if start is not None:
             cfg = adopt(cfg, start, list(overrides))
         check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # allocates nothing
-        device = resolve_device(dist.device(cfg.trainer.device))
+        name = cfg.trainer.device if checked is None else cfg.trainer.device.replace(":free", "")
+        device = resolve_device(dist.device(name))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.trainer.batch_size % dist.world_size():
@@ -268,11 +274,23 @@ def check_config(cfg: Config, overrides: Sequence[str] = ()) -> RunPlan:
             f"trainer.batch_size={cfg.trainer.batch_size} does not split over "
             f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
         )
-    check_data(cfg.data)
-    check_writable(Path(cfg.results_dir))
-    for note in init_std_notes(cfg.model, cfg.init_std):  # 0.036 is d^-0.5 only at d = 768
-        log.warning(note)
+    if first_time(checked, f"data {cfg.data!r}"):
+        check_data(cfg.data)
+    if first_time(checked, f"results_dir {cfg.results_dir}"):
+        check_writable(Path(cfg.results_dir))
+    for note in init_std_notes(cfg.model, cfg.init_std) if checked is None else ():
+        log.warning(note)  # 0.036 is d^-0.5 only at d = 768
     return RunPlan(cfg, start, device)
+
+
+def first_time(checked: set[str] | None, key: str) -> bool:
+    """Whether a check is due: always for one job; in a sweep, the first time its key is met."""
+    if checked is None:
+        return True
+    if key in checked:
+        return False
+    checked.add(key)
+    return True
 
 
 def check_writable(path: Path) -> None:

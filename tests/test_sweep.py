@@ -1,0 +1,127 @@
+"""A sweep before and while it runs: the whole sweep checked before its first job (a real
+multirun), and ``python -m tiedvsuntied.sweep plan|status|table`` on a real finished sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import QUICK, TINY_SWEEP_OVERRIDES, run_cli
+from filelock import FileLock
+
+from tiedvsuntied.analysis import load_results
+from tiedvsuntied.sweep.__main__ import main
+
+
+def sweep_cli(args: list[str], cwd: Path, code: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m tiedvsuntied.sweep ARGS`` (or ``python -c CODE ARGS``) as a user runs it."""
+    command = ["-c", code] if code else ["-m", "tiedvsuntied.sweep"]
+    return subprocess.run(
+        [sys.executable, *command, *args],
+        cwd=cwd,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_bad_value_anywhere_in_a_100_job_sweep_stops_it_before_the_first_job(tmp_path):
+    seeds = ",".join([*map(str, range(99)), "-1"])  # the bad value last: every job is checked
+    t0 = time.time()
+    proc = run_cli(["-m", *QUICK, f"seed={seeds}", f"results_dir={tmp_path / 'r'}"], cwd=tmp_path)
+    print(f"\n100-job sweep refused in {time.time() - t0:.1f} s (process start included)")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: job 99 of 100 (seed=-1): seed=-1 is invalid: it must be >= 0"
+    ]
+    assert "Sweep" not in proc.stdout  # no table: nothing ran
+    assert list(tmp_path.iterdir()) == []  # no results, no multirun/ log folder
+
+
+def test_plan_lists_each_job_with_its_run_status_and_the_cost_of_the_rest(tiny_sweep, tmp_path):
+    # The finished sweep's command with one more init: 4 jobs done, 2 to run.
+    overrides = [o for o in TINY_SWEEP_OVERRIDES if not o.startswith("init_std=")]
+    args = [*overrides, "init_std=1.0,0.036,0.5", f"results_dir={tiny_sweep.parent}"]
+    proc = sweep_cli(["plan", *args], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"Sweep tiny: {tiny_sweep.resolve()}"
+    jobs = [line.split() for line in lines[2:-1]]
+    assert [int(job[0]) for job in jobs] == list(range(6))
+    finished = {job[1] for job in jobs if job[2] == "finished"}
+    assert finished == {p.name for p in tiny_sweep.iterdir() if (p / "summary.json").is_file()}
+    assert {job[3] for job in jobs if job[2] == "finished"} == {"12/12"}
+    pending = [job for job in jobs if job[2] == "pending"]
+    assert [job[-1] for job in pending] == ["init_std=0.5"] * 2 and pending[0][3] == "0/12"
+    assert lines[-1].startswith("6 jobs; left: 2 run(s) not done: ")
+    assert "nano" in lines[-1] and "s/step" in lines[-1] and "unknown" not in lines[-1]
+    # A bad value is refused by the plan as by the multirun, in one line.
+    bad = sweep_cli(["plan", *args[:-2], "init_std=1.0,-1", args[-1]], cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: job 1 of 4 (tie=true init_std=-1): init_std='-1'")
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_status_counts_runs_shows_progress_and_reads_no_torch(tiny_sweep, tmp_path):
+    """A copy of the sweep as it would be mid-way: a run training now (its lock held here), a
+    run whose process was killed, two finished."""
+    sweep = tmp_path / "tiny"
+    shutil.copytree(tiny_sweep, sweep)
+    training, killed = sorted(p for p in sweep.iterdir() if (p / "summary.json").is_file())[:2]
+    for run in (training, killed):
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "status": "running", "step": 6}))
+    code = (
+        "import sys; from tiedvsuntied.sweep.__main__ import main; main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    with FileLock(str(training / ".lock")):
+        proc = sweep_cli(["status", str(sweep)], cwd=tmp_path, code=code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[:4] == [
+        f"Sweep tiny: {sweep.resolve()}",
+        "4 runs: 2 finished, 1 running, 1 interrupted",
+        "steps: 36 of 48 (75%)",
+        f"running: {training.name} at step 6 of 12",
+    ]
+    assert lines[4].startswith("ETA: ") and "unknown" not in lines[4] and "nano" in lines[4]
+    assert len(lines) == 5
+    missing = sweep_cli(["status", str(tmp_path / "nope")], cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_table_writes_the_runs_table_the_figures_read(tiny_sweep, tmp_path, suffix, capsys):
+    out = tmp_path / f"tiny{suffix}"
+    main(["table", str(tiny_sweep), "--out", str(out)])
+    assert capsys.readouterr().out == f"4 runs -> {out}\n"
+    got = pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
+    runs = load_results(tiny_sweep).runs
+    assert list(got.columns) == list(runs.columns)
+    assert list(got["run_id"]) == list(runs["run_id"])
+    assert list(got["final_val_loss"]) == pytest.approx(list(runs["final_val_loss"]))
+
+
+def test_each_job_is_composed_as_hydra_composes_it():
+    """The check composes each choice of groups once and sets the values on a copy: the same
+    config as Hydra's own composition of every job (a group swept, values swept, a list)."""
+    from omegaconf import OmegaConf
+
+    from tiedvsuntied.sweep import jobs
+
+    given = ["+experiment=smoke", "model=nano,micro", "optim.lr=1e-3,2e-3", "wandb.tags=[a]"]
+    with jobs.composed(given) as (loader, master):
+        todo = jobs.expand(loader, master)
+        fast = [c for _, c, _ in jobs.task_configs(loader, master, todo)]
+        hydras = [jobs.task_config(loader, master, job.overrides) for job in todo]
+    assert len(todo) == 48
+    assert [OmegaConf.to_container(c) for c in fast] == [OmegaConf.to_container(c) for c in hydras]

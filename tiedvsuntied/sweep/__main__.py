@@ -1,0 +1,142 @@
+"""``python -m tiedvsuntied.sweep``: a sweep before and while it runs.
+
+    python -m tiedvsuntied.sweep plan +experiment=smoke data.files=input.txt
+    python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
+    python -m tiedvsuntied.sweep table results/smoke --out smoke.csv   (or .parquet)
+
+``plan`` takes the overrides of ``python -m tiedvsuntied.run -m ...``: each job it would run
+(checked as the multirun checks them before its first job), its run's status and steps, and
+the run time left, from the sweep's finished runs. ``status`` counts the runs by status, with
+their progress and an ETA; ``table`` writes the runs table the figures read. A mistake is one
+line and exit code 2. Reading a sweep directory loads no torch; the plan does (the schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tiedvsuntied import analysis, results
+from tiedvsuntied.sweep import progress
+from tiedvsuntied.sweep.jobs import SweepError
+
+REFUSED = 2
+
+
+class Refused(ValueError):
+    """A command this CLI cannot do as given: one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, as every other refusal here
+        raise Refused(f"{message} (see python -m tiedvsuntied.sweep --help)")
+
+
+def planned(overrides: list[str]) -> pd.DataFrame:
+    """The jobs of ``run -m OVERRIDES``, each with its run's row in its sweep directory."""
+    from tiedvsuntied.sweep import jobs
+
+    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
+    with jobs.composed(overrides) as (loader, master):
+        todo = jobs.expand(loader, master)
+        if not todo:
+            raise Refused("hydra.sweeper is not Hydra's basic sweeper: its jobs are its own")
+        plans = jobs.check_jobs(loader, master, todo)
+    rows = []
+    for job, plan, run_id in zip(todo, plans, jobs.run_ids(plans), strict=True):
+        sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
+        row = progress.run_row(results.find_run_dir(sweep_dir, run_id), run_id)
+        row |= {"model": plan.cfg.model.name, "max_steps": plan.cfg.trainer.max_steps}
+        rows.append({"job": job.num, **row, "sweep_dir": sweep_dir, "overrides": job.label})
+    return pd.DataFrame(rows)
+
+
+def sweep_rates(sweep_dirs) -> pd.Series:
+    """Seconds per step by model, from the finished runs of the given sweep directories."""
+    rows = [progress.sweep_rows(d) for d in sorted(set(sweep_dirs)) if Path(d).is_dir()]
+    return progress.rates(pd.concat(rows)) if rows else pd.Series(dtype=float)
+
+
+def plan(args: argparse.Namespace) -> None:
+    runs = planned(args.overrides)
+    rate = sweep_rates(runs["sweep_dir"])
+    shown = pd.DataFrame(
+        {
+            "job": runs["job"],
+            "run": runs["run_id"],
+            "status": runs["status"],
+            "steps": [f"{s}/{m}" for s, m in zip(runs["step"], runs["max_steps"], strict=True)],
+            "left": progress.seconds_left(runs, rate)
+            .map(progress.duration)
+            .where(~runs["status"].isin(progress.DONE), "-"),
+            "overrides": runs["overrides"],
+        }
+    )
+    for sweep_dir in sorted(set(runs["sweep_dir"])):
+        print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
+    print(shown.to_string(index=False))
+    print(f"{len(runs)} jobs; left: {progress.cost_line(runs, rate)}")
+
+
+def status(args: argparse.Namespace) -> None:
+    if len(args.sweep) == 1 and "=" not in args.sweep[0]:
+        sweep_dir = Path(args.sweep[0])
+        if not sweep_dir.is_dir():
+            raise Refused(f"{sweep_dir} is not a sweep directory (<results_dir>/<sweep>/)")
+        runs, dirs = progress.sweep_rows(sweep_dir), [sweep_dir]
+    else:  # the command line: its pending jobs count too
+        runs = planned(args.sweep)
+        dirs = list(runs["sweep_dir"])
+    for sweep_dir in sorted(set(dirs)):
+        print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
+    print(progress.status_text(runs, sweep_rates(dirs)))
+
+
+def table(args: argparse.Namespace) -> None:
+    """The runs table of ``analysis`` (the one reader of a sweep: the figures' columns)."""
+    out = Path(args.out)
+    write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
+    if write is None:
+        raise Refused(f"--out={out} is invalid: end it in .csv or .parquet")
+    runs = analysis.load_results(args.sweep_dir).runs
+    try:
+        getattr(runs, write)(out, index=False)
+    except OSError as e:
+        raise Refused(f"--out={out} cannot be written ({e.strerror or e})") from None
+    print(f"{len(runs)} runs -> {out}")
+
+
+def parser() -> Parser:
+    top = Parser(
+        prog="python -m tiedvsuntied.sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
+    p = sub.add_parser("plan", help="the jobs `run -m OVERRIDES` would run, their cost")
+    p.add_argument("overrides", nargs="*", help="as for python -m tiedvsuntied.run -m")
+    p.set_defaults(func=plan)
+    s = sub.add_parser("status", help="counts, progress and ETA of a sweep")
+    s.add_argument("sweep", nargs="+", help="a sweep directory, or the sweep's overrides")
+    s.set_defaults(func=status)
+    t = sub.add_parser("table", help="the sweep's runs as CSV or Parquet")
+    t.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
+    t.add_argument("--out", required=True, help="FILE.csv or FILE.parquet")
+    t.set_defaults(func=table)
+    return top
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        args = parser().parse_args(argv)
+        args.func(args)
+    except (Refused, SweepError, analysis.ResultsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(REFUSED) from None
+
+
+if __name__ == "__main__":
+    main()

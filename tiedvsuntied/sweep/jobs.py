@@ -1,0 +1,189 @@
+"""A sweep's jobs as Hydra's basic sweeper expands them (the experiment's
+``hydra.sweeper.params``, then the command line, which wins), each composed as the launcher
+composes it and checked with the run's own checks (``train.check_config``). A multirun checks
+every job this way before its first starts (``run.SweepCheck``); the plan lists them.
+
+The schema and the checks load torch: they are imported when first needed, so that the
+reading side of ``tiedvsuntied.sweep`` (status, table) starts without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
+
+from tiedvsuntied import results
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+class SweepError(ValueError):
+    """A job of the sweep cannot run: one line naming the job, its key and its value."""
+
+
+@dataclass
+class Job:
+    num: int  # Hydra's hydra.job.num: the job's folder in the multirun's log folder
+    overrides: list[str]  # what the launcher composes the job with
+    label: str  # the job's values of the keys the sweep varies: "init_std=-1 seed=3"
+
+
+def register_schema() -> None:
+    """The typed config as Hydra's ``base_config`` (conf/config.yaml's first default)."""
+    from tiedvsuntied.train import Config
+
+    ConfigStore.instance().store(name="base_config", node=Config)
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """What a user's command can get wrong: each is one line naming the key. The typed
+    config's __post_init__ checks raise these inside OmegaConf.to_object, which lets a
+    ValueError through as it is (it wraps only TypeError)."""
+    from tiedvsuntied.data import DataError, DataUnavailableError
+    from tiedvsuntied.model import ModelConfigError
+    from tiedvsuntied.train import ConfigError
+
+    return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
+
+
+@contextlib.contextmanager
+def composed(overrides: list[str]) -> Iterator[tuple[Any, DictConfig]]:
+    """Hydra's config loader and the config ``python -m tiedvsuntied.run -m OVERRIDES`` has
+    before its sweeper starts, for a command that is not the Hydra app itself (the plan)."""
+    register_schema()
+    with initialize_config_dir(str(CONF), version_base="1.3", job_name="run"):
+        loader = GlobalHydra.instance().config_loader()
+        try:
+            master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
+        except (HydraException, OmegaConfBaseException) as e:
+            raise SweepError(one_line(e)) from None
+        yield loader, master
+
+
+def expand(loader: Any, master: DictConfig) -> list[Job]:
+    """The jobs, in the order the basic sweeper launches them ([] under another sweeper)."""
+    sweeper = master.hydra.sweeper
+    if sweeper.get("_target_") != BASIC_SWEEPER:
+        return []
+    given = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    given += list(master.hydra.overrides.task)
+    try:
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(given)
+        batches = BasicSweeper.split_arguments(parsed, sweeper.get("max_batch_size"))
+    except HydraException as e:
+        raise SweepError(one_line(e)) from None
+    jobs = [job for batch in batches for job in batch]
+    varied = [i for i in range(len(jobs[0])) if len({job[i] for job in jobs}) > 1]
+    return [
+        Job(num, job, " ".join(spelled(job[i]) for i in varied) or "its only job")
+        for num, job in enumerate(jobs)
+    ]
+
+
+def spelled(override: str) -> str:
+    """An override as the user typed it: the sweeper writes a parsed true as ``True``."""
+    key, _, value = override.partition("=")
+    return f"{key}={value.lower()}" if value in ("True", "False") else override
+
+
+def task_config(loader: Any, master: DictConfig, overrides: list[str]) -> DictConfig:
+    """The config a task function gets for these overrides: Hydra's own composition of a
+    sweep's job (``load_sweep_config``, as the launcher calls it) less its ``hydra`` node."""
+    cfg = loader.load_sweep_config(master, overrides)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]  # as Hydra's run_job does before calling the task
+    return cfg
+
+
+def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[tuple]:
+    """(job, its task config, its task overrides) for each job. Hydra composes the config
+    groups a job chooses, then sets its values (``_apply_overrides_to_config``); the groups'
+    composition (reading and merging the YAML files) is the slow part, so it is done once per
+    distinct choice of groups and each job's values are set on a copy, by Hydra's own code."""
+    parser = OverridesParser.create(config_loader=loader)
+    composed_for: dict[tuple[str, ...], DictConfig] = {}
+    for job in jobs:
+        parsed = parser.parse_overrides(job.overrides)
+        groups = [o for o in parsed if chooses_group(loader, o)]
+        key = tuple(o.input_line for o in groups)
+        if key not in composed_for:
+            composed_for[key] = task_config(loader, master, list(key))
+        cfg = copy.deepcopy(composed_for[key])
+        ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o not in groups], cfg)
+        yield job, cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
+
+
+def chooses_group(loader: Any, override: Any) -> bool:
+    """Whether Hydra composes this override into the defaults list rather than setting a
+    value (its rule, ``hydra._internal.defaults_list.Overrides``); hydra.* ones count too."""
+    if override.is_hydra_override():
+        return True
+    return loader.repository.group_exists(override.key_or_group) and not isinstance(
+        override.value(), dict
+    )
+
+
+def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
+    """Every job composed and checked, in order: their ``RunPlan``s, or a SweepError naming the
+    first bad job. The file checks run once per distinct data config and results_dir."""
+    from tiedvsuntied.train import check_config
+
+    checked: set[str] = set()
+    plans = []
+    configs = task_configs(loader, master, jobs)
+    for job in jobs:
+        try:
+            _, cfg, overrides = next(configs)
+            plans.append(check_config(OmegaConf.to_object(cfg), overrides, checked))
+        except (*user_errors(), HydraException, OmegaConfBaseException) as e:
+            raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
+    return plans
+
+
+def one_line(error: Exception) -> str:
+    """Hydra's and OmegaConf's messages in one line: the override, then what is wrong with it
+    (OmegaConf's own lines after the first name the key and the schema class)."""
+    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
+    parts = [str(error).strip().splitlines()[0]] if str(error).strip() else []
+    if cause is not None and str(cause).strip():
+        parts.append(str(cause).strip().splitlines()[0])
+    return ": ".join(parts) or type(error).__name__
+
+
+def run_ids(plans: list[Any]) -> list[str]:
+    """The run id each job's run has or will have, as the trainer names it (``new_record``):
+    the data's fingerprint from its files' hashes, once per distinct data config."""
+    from tiedvsuntied.data import corpus_fingerprint
+    from tiedvsuntied.train import resolved_config
+
+    fingerprints: dict[str, str] = {}
+    ids = []
+    for plan in plans:
+        cfg, config = plan.cfg, resolved_config(plan.cfg)
+        key = repr(cfg.data)
+        if key not in fingerprints:
+            try:
+                fingerprints[key] = corpus_fingerprint(cfg.data)
+            except user_errors() as e:  # a tokenizer neither cached nor downloadable
+                raise SweepError(str(e)) from None
+        name = results.run_name(
+            cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate
+        )
+        ids.append(results.run_id(config, name, fingerprints[key]))
+    return ids

@@ -1,0 +1,128 @@
+"""Where a sweep's runs stand, read from its directory while it runs: each run's summary.json
+(the trainer writes it at every evaluation), the sweep's index.json and each run's lock. The
+cost of what is left comes from the sweep's own finished runs. No torch: it only reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from filelock import FileLock, Timeout
+
+from tiedvsuntied import results
+
+# The statuses shown, in the order they are counted. ``interrupted``: a run whose process
+# stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
+SHOWN = ["finished", "diverged", "running", "interrupted", "failed", "pending"]
+DONE = ("finished", "diverged")
+ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s"]
+
+
+def lock_held(run_dir: Path) -> bool:
+    """Whether a process is training this run now (the trainer holds ``<run>/.lock``). A free
+    lock is taken and let go at once: filelock has no way to ask without taking it."""
+    path = Path(run_dir) / ".lock"
+    if not path.exists():
+        return False
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def shown_status(summary: results.RunSummary | None, run_dir: Path) -> str:
+    """A summary says ``running`` both while a process trains the run and after that process
+    was killed (the run's lock tells them apart); a run stopped by a signal is ``failed`` with
+    an error saying ``interrupted``."""
+    if summary is None:
+        return "pending"
+    status = results.Status(summary.status).value
+    if status == "running" and not lock_held(run_dir):
+        return "interrupted"
+    if status == "failed" and (summary.error or "").startswith("interrupted"):
+        return "interrupted"
+    return status
+
+
+def run_row(run_dir: Path, run_id: str | None = None) -> dict:
+    """One run's row (ROW): a run not begun is ``pending`` with what is known of it."""
+    summary = results.read_summary(run_dir)
+    row = dict.fromkeys(ROW) | {"run_id": run_id or Path(run_dir).name, "step": 0}
+    if summary is not None:
+        row |= {k: getattr(summary, k) for k in ROW if k != "status"}
+    row["status"] = shown_status(summary, Path(run_dir))
+    return row
+
+
+def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
+    """Every run the sweep directory knows: its index's entries and any run folder with a
+    summary (a run whose index entry was not written yet)."""
+    sweep_dir = Path(sweep_dir)
+    paths = {sweep_dir / entry.path for entry in results.read_index(sweep_dir).values()}
+    paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
+    return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
+
+
+def rates(runs: pd.DataFrame) -> pd.Series:
+    """Seconds per step by model, the median over the finished runs that recorded their wall
+    time (a model with none has no rate: its cost is unknown)."""
+    done = runs[(runs["status"] == "finished") & (runs["step"] > 0)].dropna(subset="wall_time_s")
+    return (done["wall_time_s"].astype(float) / done["step"]).groupby(done["model"]).median()
+
+
+def seconds_left(runs: pd.DataFrame, rate: pd.Series) -> pd.Series:
+    """The run time each run still needs (0 when done; NaN when its model has no rate). A
+    resumed run goes on from its last checkpoint, at most a few steps before ``step``."""
+    steps = (runs["max_steps"] - runs["step"]).clip(lower=0)
+    steps = steps.where(~runs["status"].isin(DONE), 0)
+    return steps * runs["model"].map(rate).astype(float)
+
+
+def duration(seconds: float) -> str:
+    if pd.isna(seconds):
+        return "unknown"
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def cost_line(runs: pd.DataFrame, rate: pd.Series) -> str:
+    """What is left, in run time: known where the sweep has finished runs of that size."""
+    left = seconds_left(runs, rate)
+    todo = left.isna() | (left > 0)
+    if not todo.any():
+        return "nothing left to run"
+    known = left[todo].dropna()
+    text = f"{todo.sum()} run(s) not done: "
+    text += f"{duration(known.sum())} of run time for {len(known)}" if len(known) else "cost"
+    per = ", ".join(f"{model} {r:.3g} s/step" for model, r in rate.items())
+    text += f" (from finished runs: {per})" if per else ""
+    unknown = sorted(set(runs["model"][left.isna()].dropna()))
+    if unknown:
+        text += f"; unknown for {', '.join(unknown)}: no finished run of that size yet"
+    return text
+
+
+def status_text(runs: pd.DataFrame, rate: pd.Series) -> str:
+    """Counts by status, steps done of all steps, each running run's step, and an ETA: the run
+    time left over the runs training now (one at a time if none is)."""
+    counts = runs["status"].value_counts()
+    shown = [f"{counts[s]} {s}" for s in SHOWN if s in counts]
+    steps = runs["step"].fillna(0)
+    total = int(runs["max_steps"].fillna(0).sum())
+    lines = [f"{len(runs)} runs: {', '.join(shown) or 'none'}"]
+    if total:
+        lines.append(f"steps: {int(steps.sum()):,} of {total:,} ({steps.sum() / total:.0%})")
+    running = runs[runs["status"] == "running"]
+    for run in running.itertuples():
+        lines.append(f"running: {run.run_id} at step {run.step} of {run.max_steps}")
+    left = seconds_left(runs, rate)
+    if not (left.isna() | (left > 0)).any():
+        return "\n".join([*lines, "ETA: done"])
+    parallel = max(1, len(running))
+    eta = duration(left.sum() / parallel) if left.notna().all() else "unknown"
+    lines.append(f"ETA: {eta} ({parallel} run(s) at a time); {cost_line(runs, rate)}")
+    return "\n".join(lines)
