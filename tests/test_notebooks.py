@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
+BOOKS_FIGURES = ["books_fig1_loss", "books_fig2_contrasts", "books_fig3_lr", "books_fig4_per_book"]
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {
     "00_overview.ipynb": ["runs.csv"],
@@ -50,13 +51,17 @@ WRITES = {
         "fig11_crossover.pdf",
         "fig11_crossover.png",
     ],
+    "10_second_edition.ipynb": [
+        *(f"{name}.{ext}" for name in BOOKS_FIGURES for ext in ("pdf", "png")),
+        "books_tables.md",
+    ],
 }
 
 
 # What a notebook cannot make from these runs, and so must skip (one line, no file): the tiny
 # sweep has no fine-tuning runs, no learning-rate grid, no arm but tied and untied; the shipped
 # bundle has no fine-tuning runs, no learning-rate grid and no sampled embedding rows (figure 8).
-NOT_FROM_TINY = {"fig7_finetune", "table_classic", "table_arms"}
+NOT_FROM_TINY = {"fig7_finetune", "table_classic", "table_arms", *BOOKS_FIGURES, "books_tables"}
 BUNDLE = REPO / "experiments" / "tie_x_init" / "results"
 BUNDLE_NOTEBOOKS = [p for p in NOTEBOOKS if "../experiments/tie_x_init/results" in p.read_text()]
 NOT_FROM_BUNDLE = {"fig7_finetune", "table_classic", "fig8_cka"}  # its T5 arm: table_arms

@@ -454,10 +454,10 @@ def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path:
     assert table["status"].to_dict() == {
         "done": "finished",
         "held": "running (another process)",
-        "killed": "stopped (a rerun resumes)",
+        "killed": "interrupted (a rerun resumes)",
     }
     assert set(table["params"]) == {"1,234,567"} and set(table["final val"]) == {5.0}
     # released: the run is no longer trained by anyone
-    assert runs_table(sweep).set_index("run")["status"]["held"] == "stopped (a rerun resumes)"
+    assert runs_table(sweep).set_index("run")["status"]["held"] == "interrupted (a rerun resumes)"
     # The table at the end of a multirun: the runs it wrote, and any still said to be running.
     assert set(runs_table(sweep, since=time.time() + 60)["run"]) == {"held", "killed"}

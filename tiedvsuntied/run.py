@@ -56,7 +56,7 @@ def shown_status(status: str, run_dir: Path) -> str:
     was killed; the run's lock tells the two apart."""
     if status != "running":
         return status
-    return "running (another process)" if lock_held(run_dir) else "stopped (a rerun resumes)"
+    return "running (another process)" if lock_held(run_dir) else "interrupted (a rerun resumes)"
 
 
 def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | None:
