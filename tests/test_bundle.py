@@ -114,5 +114,5 @@ def test_without_arrays_a_bundle_keeps_window_losses_and_no_per_token_probes(tin
     runs = load_results(tmp_path / "lean").runs
     assert load_token_probes(runs).empty
     assert not list((tmp_path / "lean").rglob("token_freq.npy"))
-    assert all(len(window_losses(run, "test", run["best_step"])) for _, run in runs.iterrows())
+    assert all(len(window_losses(run, "test", "best_step")) for _, run in runs.iterrows())
     assert "per-token" not in read_manifest(tmp_path / "lean")["kept"]

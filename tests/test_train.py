@@ -332,7 +332,9 @@ def _interrupted_run(tmp_path, monkeypatch, *extra):
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             train(cfg)
     (run_dir,) = [p for p in (tmp_path / cfg.sweep).iterdir() if p.is_dir()]
-    assert R.read_summary(run_dir).status == R.Status.failed and R.read_summary(run_dir).step == 2
+    assert (
+        R.read_summary(run_dir).status == R.Status.interrupted and R.read_summary(run_dir).step == 2
+    )
     return cfg, run_dir
 
 
