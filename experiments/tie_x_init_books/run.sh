@@ -9,6 +9,8 @@
 #   bash experiments/tie_x_init_books/run.sh grid nano # 3. 8 arms x 5 seeds at each size
 #   bash experiments/tie_x_init_books/run.sh grid micro
 #   bash experiments/tie_x_init_books/run.sh floor     # 4. seed 0 of each cell at 2 threads
+# On a new machine, first `run.sh restore`: the bundle's finished runs are copied into results/,
+# so every piece skips them (a bundle keeps no checkpoints: unfinished runs start again).
 # Each piece is a list of sequential multiruns (one thread each), two at a time on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,11 +62,19 @@ pieces_floor() {
   done
 }
 
+restore() {  # the shipped bundle's finished runs into the sweep, where they are not yet
+  mkdir -p results/tie_x_init_books
+  for run in "$HERE"/results/*/; do
+    [ -e "results/tie_x_init_books/$(basename "$run")" ] || cp -r "$run" results/tie_x_init_books/
+  done
+}
+
 case "${1:-}" in
+  restore) restore ;;
   lr) pieces_lr | parallel2 ;;
   lr-edge) pieces_lr_edge | parallel2 ;;
   grid) pieces_grid "${2:?model: nano or micro}" | parallel2 ;;
   floor) mkdir -p results; pieces_floor | xargs -I{} -d '\n' bash -c "{} >> $LOG 2>&1" ;;  # 2 threads each: one at a time
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
-  *) echo "usage: run.sh lr | lr-edge | grid nano|micro | floor | print PIECE [model]" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | lr | lr-edge | grid nano|micro | floor | print PIECE [model]" >&2; exit 2 ;;
 esac
