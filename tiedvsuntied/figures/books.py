@@ -114,7 +114,7 @@ def fig_loss(runs: pd.DataFrame):
 @figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
 def fig_contrasts(runs: pd.DataFrame):
     """Tables A, B and C as one forest plot: per-seed values, mean, t-interval, floor band; the
-    primary contrast in bold."""
+    primary contrast marked [PRIMARY] and drawn thick."""
     table = books.contrast_table(runs) if is_books(runs) else pd.DataFrame({"n_seeds": []})
     table = table[table["n_seeds"] > 0]
     fig, axes = new_figure(1, 1, 0.22 * max(len(table), 4), width=7.0)

@@ -90,6 +90,20 @@ def derived_numbers(run: Run, params: dict) -> dict:
     }
 
 
+def train_sampler(cfg, corpus: Corpus) -> BatchSampler:
+    """The training batches: the same for every run of one seed (tied and untied alike)."""
+    trainer = cfg.trainer
+    once = trainer.sampling == Sampling.once
+    return BatchSampler(
+        corpus.tokens("train"),
+        cfg.model.block_size,
+        trainer.batch_size,
+        cfg.seed,
+        once=once,
+        grad_accum=trainer.grad_accum,
+    )
+
+
 def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) -> Run:
     """The run ready for its first (or next) step; raises CheckpointMismatch before
     anything is written if its checkpoint does not fit the code."""
@@ -120,14 +134,7 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
         record=record,
         model=model,
         optimizer=optimizer,
-        sampler=BatchSampler(
-            corpus.tokens("train"),
-            cfg.model.block_size,
-            trainer.batch_size,
-            cfg.seed,
-            once=trainer.sampling == Sampling.once,
-            grad_accum=trainer.grad_accum,
-        ),
+        sampler=train_sampler(cfg, corpus),
         corpus=corpus,
         device=device,
         precision=precision,
