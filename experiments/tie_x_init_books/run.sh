@@ -6,9 +6,10 @@
 #   python experiments/tie_x_init_books/choose_lr.py results/tie_x_init_books
 #   bash experiments/tie_x_init_books/run.sh lr-edge   # 2. the next multiplier out, where needed
 #   (commit lr_choice.tsv)
-#   bash experiments/tie_x_init_books/run.sh grid nano # 3. 8 arms x 5 seeds at each size
+#   bash experiments/tie_x_init_books/run.sh primary   # 3. the primary contrast's 10 runs first
+#   bash experiments/tie_x_init_books/run.sh grid nano # 4. 8 arms x 5 seeds at each size
 #   bash experiments/tie_x_init_books/run.sh grid micro
-#   bash experiments/tie_x_init_books/run.sh floor     # 4. seed 0 of each cell at 2 threads
+#   bash experiments/tie_x_init_books/run.sh floor     # 5. seed 0 of each cell at 2 threads
 # On a new machine, first `run.sh restore`: the bundle's finished runs are copied into results/,
 # so every piece skips them (a bundle keeps no checkpoints: unfinished runs start again).
 # Each piece is a list of sequential multiruns (one thread each), two at a time on two cores.
@@ -56,6 +57,10 @@ pieces_grid() {  # $1: model; each arm at its chosen multiplier, seeds 0-4
   done
 }
 
+pieces_primary() {  # tied and untied at init 0.02, micro: what the primary contrast reads
+  pieces_grid micro | grep -E '\+arm=(tied|untied) init_std=0.02 '
+}
+
 pieces_floor() {
   for m in nano micro; do
     pieces_grid "$m" | sed 's/seed=0,1,2,3,4/seed=0 replicate=1 trainer.threads=2/'
@@ -73,8 +78,9 @@ case "${1:-}" in
   restore) restore ;;
   lr) pieces_lr | parallel2 ;;
   lr-edge) pieces_lr_edge | parallel2 ;;
+  primary) pieces_primary | parallel2 ;;
   grid) pieces_grid "${2:?model: nano or micro}" | parallel2 ;;
   floor) mkdir -p results; pieces_floor | xargs -I{} -d '\n' bash -c "{} >> $LOG 2>&1" ;;  # 2 threads each: one at a time
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
-  *) echo "usage: run.sh restore | lr | lr-edge | grid nano|micro | floor | print PIECE [model]" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | lr | lr-edge | primary | grid nano|micro | floor | print PIECE [model]" >&2; exit 2 ;;
 esac
