@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from conftest import REPO, SHARED_DATA, needs_gpt2
 
-from tiedvsuntied.data import DataError
 from tiedvsuntied.data.baselines import (
     bigram_probs,
     document_starts,
@@ -20,6 +19,7 @@ from tiedvsuntied.data.baselines import (
     score_documents,
     unigram_probs,
 )
+from tiedvsuntied.data.config import DataError
 
 GUTENBERG = SHARED_DATA / "gutenberg"
 

@@ -14,9 +14,10 @@ from conftest import QUICK, SHARED_DATA, compose, generated_corpus
 
 from tiedvsuntied.analysis import load_results
 from tiedvsuntied.analysis.books import document_losses
-from tiedvsuntied.data import DataConfig, DataError, prepare_data
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import BatchSampler, eval_window_starts
+from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.data.config import DataConfig, DataError
 from tiedvsuntied.data.sources import text_files
 from tiedvsuntied.train import ConfigError, train
 from tiedvsuntied.train.config import TrainerConfig, check_budget
