@@ -269,3 +269,24 @@ def corpus(play, session_cache):
     from tiedvsuntied.data.cache import prepare_data
 
     return prepare_data(text_config(str(play), cache_dir=str(session_cache)))
+
+
+# ---------------------------------------------------------------------------- tiny models
+
+
+def tiny(**keys):
+    """A ModelConfig small enough to build in milliseconds (V = 97, d = 32, T = 16)."""
+    from tiedvsuntied.model.config import ModelConfig
+
+    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
+    return ModelConfig(**{**shape, **keys})
+
+
+def batch(cfg, B: int = 3, seed: int = 0):
+    """Random (x, y) token batches of cfg's vocabulary and block size."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    return x, y

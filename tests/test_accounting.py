@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny
 
 from tiedvsuntied.model.accounting import count_parameters, count_parameters_for, flops_per_token
 from tiedvsuntied.model.config import ModelConfig
@@ -16,11 +17,6 @@ from tiedvsuntied.model.gpt import GPT
 GPT2_SMALL = ModelConfig(
     name="small", vocab_size=50257, block_size=1024, n_embd=768, n_layer=12, n_head=12
 )
-
-
-def tiny(**keys) -> ModelConfig:
-    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
-    return ModelConfig(**{**shape, **keys})
 
 
 def test_gpt2_small_parameter_counts():

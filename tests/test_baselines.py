@@ -219,6 +219,7 @@ def test_bad_starts_are_a_one_line_data_error(starts, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_baselines_do_not_import_torch():
     code = "import sys, tiedvsuntied.data.baselines; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 from conftest import SHAKESPEARE, USE_GPT2, needs_gpt2, play_text, text_config, write
 
-from tiedvsuntied.data.cache import corpus_identity, corpus_key, prepare_data
+from tiedvsuntied.data.cache import SPLITS, corpus_identity, corpus_key, prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError
 from tiedvsuntied.data.sources import gpt2_available, load_encoding
-
-SPLITS = ("train", "val", "test")
 
 
 def build_events(folder: Path) -> list[str]:

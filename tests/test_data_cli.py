@@ -20,10 +20,9 @@ from conftest import REPO, wiki_text, write
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.__main__ import load_config
+from tiedvsuntied.data.cache import SPLITS
 from tiedvsuntied.data.config import DataConfig, DataError, Documents, Source
 from tiedvsuntied.data.sources import check_data
-
-SPLITS = ("train", "val", "test")
 
 #: What each preset resolved to at commit 3608031 besides the DataConfig defaults. Run ids hash
 #: every data key (but files, cache_dir, num_threads): a preset may never resolve differently.

@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import batch, tiny
 
 from tiedvsuntied.model.accounting import count_parameters
 from tiedvsuntied.model.config import ModelConfig, ModelConfigError
 from tiedvsuntied.model.gpt import GPT, TRAINABLE, init_table_markdown, set_trainable
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def tiny(**keys) -> ModelConfig:
-    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
-    return ModelConfig(**{**shape, **keys})
-
-
-def batch(cfg, B=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
-    return x, y
 
 
 # ----------------------------------------------------------------------------- tying

@@ -10,19 +10,10 @@ import sys
 
 import pytest
 import torch
+from conftest import batch, tiny
 
-from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.model.hf import from_pretrained, save_pretrained
-
-
-def tiny(**keys) -> ModelConfig:
-    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
-    return ModelConfig(**{**shape, **keys})
-
-
-def tokens(cfg: ModelConfig, batch: int = 3) -> torch.Tensor:
-    return torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=torch.Generator())
 
 
 def assert_same_weights(a: GPT, b: GPT):
@@ -89,7 +80,7 @@ def test_save_pretrained_loads_in_transformers(saved):
     model, directory = saved[True]
     hf = transformers.GPT2LMHeadModel.from_pretrained(directory).eval()
     assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
-    idx = tokens(model.config)
+    idx, _ = batch(model.config)
     with torch.no_grad():
         assert (model(idx)[0] - hf(idx).logits).abs().max().item() <= 1e-4
 
@@ -100,7 +91,7 @@ def test_save_pretrained_round_trip(saved, tie):
     back = from_pretrained(directory, tie=tie).eval()
     assert back.tie == tie and (back.lm_head.weight is back.transformer.wte.weight) == tie
     assert_same_weights(model, back)
-    idx = tokens(model.config)
+    idx, _ = batch(model.config)
     with torch.no_grad():
         assert torch.equal(model(idx)[0], back(idx)[0])
 

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import batch, tiny
 from torch.nn import functional as F
 
-from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.model.loss import chunked_cross_entropy
-
-
-def tiny(**keys) -> ModelConfig:
-    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
-    return ModelConfig(**{**shape, **keys})
-
-
-def batch(cfg, B=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
-    return x, y
 
 
 @pytest.mark.parametrize("tie", [True, False])

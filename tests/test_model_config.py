@@ -8,6 +8,7 @@ import re
 from dataclasses import asdict
 
 import pytest
+from conftest import tiny
 from omegaconf import OmegaConf
 
 from tiedvsuntied.model.config import (
@@ -20,11 +21,6 @@ from tiedvsuntied.model.config import (
     resolve_init_std,
 )
 from tiedvsuntied.model.gpt import GPT
-
-
-def tiny(**keys) -> ModelConfig:
-    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
-    return ModelConfig(**{**shape, **keys})
 
 
 @pytest.mark.parametrize(

@@ -22,11 +22,10 @@ from conftest import (
     write,
 )
 
-from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.data.cache import SPLITS, prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError
 from tiedvsuntied.data.sources import check_data, load_encoding
 
-SPLITS = ("train", "val", "test")
 WIKITEXT2 = SHARED_DATA / "wikitext-2"
 
 
