@@ -196,33 +196,33 @@ def test_seen_vocabulary_renumbers_the_corpus_tokens_and_has_its_own_data_id(cor
 # ---------------------------------------------------------------------------- real processes
 
 
-def _python(code: str, *args) -> subprocess.Popen:
-    command = [sys.executable, "-c", code, *map(str, args)]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 _WORKER = r"""
 import json, sys, time
 from pathlib import Path
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataConfig
-go, files, cache = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-Path(sys.argv[4]).touch()
-while not go.exists():
+files, cache, ready, go = sys.argv[1:]
+Path(ready).touch()
+while not Path(go).exists():
     time.sleep(0.002)
-c = prepare_data(
-    DataConfig(name="race", source="text", files=files, cache_dir=cache, encoding="bytes")
-)
+config = dict(name="worker", source="text", encoding="bytes", num_threads=1)
+c = prepare_data(DataConfig(files=files, cache_dir=cache, **config))
 tokens = {s: c.tokens(s).tolist() for s in ("train", "test")}
 print(json.dumps({"dir": str(c.dir), "built": c.built, **tokens}))
 """
+
+
+def prepare_in_a_process(files, cache, ready, go) -> subprocess.Popen:
+    """prepare_data in a process of its own, once the file ``go`` exists."""
+    command = [sys.executable, "-c", _WORKER, *map(str, (files, cache, ready, go))]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
 def test_concurrent_preparations_tokenize_once_and_agree(play, corpus, tmp_path):
     go, n = tmp_path / "go", 3
     procs = [
-        _python(_WORKER, go, play, tmp_path / "cache", tmp_path / f"ready{i}") for i in range(n)
+        prepare_in_a_process(play, tmp_path / "cache", tmp_path / f"ready{i}", go) for i in range(n)
     ]
     deadline = time.time() + 60
     while not all((tmp_path / f"ready{i}").exists() for i in range(n)):
@@ -242,22 +242,13 @@ def test_concurrent_preparations_tokenize_once_and_agree(play, corpus, tmp_path)
         assert o["test"] == corpus.tokens("test").tolist()
 
 
-_BUILDER = r"""
-import sys
-from tiedvsuntied.data.cache import prepare_data
-from tiedvsuntied.data.config import DataConfig
-config = dict(name="killed", source="text", encoding="bytes", num_threads=1)
-prepare_data(DataConfig(files=sys.argv[1], cache_dir=sys.argv[2], **config))
-"""
-
-
 @pytest.mark.slow
 def test_a_build_killed_while_it_writes_leaves_nothing_trusted_and_is_rebuilt(tmp_path):
     """A real build, SIGKILLed while it holds the corpus's lock and tokenizes train into its
     temporary file: the lock dies with the process, and the debris is never trusted."""
     text = play_text(200_000)  # ~13 MB: tokenizing train takes long enough to be caught at it
     big, cache = write(tmp_path, "big.txt", text), tmp_path / "cache"
-    proc = _python(_BUILDER, big, cache)
+    proc = prepare_in_a_process(big, cache, tmp_path / "ready", tmp_path)  # go at once
     try:
         deadline = time.time() + 120
         while not list(cache.glob("tokens/*/.train.bin.tmp*")):
@@ -269,7 +260,7 @@ def test_a_build_killed_while_it_writes_leaves_nothing_trusted_and_is_rebuilt(tm
     (folder,) = (cache / "tokens").iterdir()
     assert list(folder.glob(".*.tmp*")) and build_events(folder) == ["start"]  # killed mid-build
     assert not list(folder.glob("*.bin")) and not list(folder.glob("train.json"))
-    rebuilt = prepare_data(text_config(str(big), name="killed", cache_dir=str(cache)))
+    rebuilt = prepare_data(text_config(str(big), name="worker", cache_dir=str(cache)))
     assert rebuilt.dir == folder and rebuilt.built == list(SPLITS)  # the lock died with it
     assert not list(folder.glob(".*.tmp*")) and build_events(folder) == ["start", "start", "done"]
     a, b = rebuilt.meta("train")["char_range"]
