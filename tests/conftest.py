@@ -33,7 +33,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from tiedvsuntied.data import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
+from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
 def generated_corpus(path: Path, n_words: int = 60_000, seed: int = 0) -> Path:
@@ -199,3 +199,94 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
+
+
+# ---------------------------------------------------------------------------- data texts
+# Text made here for the data tests (test_sources, test_cache, test_batches, test_data_cli):
+# tokenized with the built-in byte-level encoding (token = UTF-8 byte, end-of-text 256).
+
+
+def words(rng: random.Random, n: int) -> str:
+    vocabulary = ["the", "tied", "head", "König", "naïve", "数据", "🙂", "loss", "x=1,", "it's"]
+    return " ".join(rng.choice(vocabulary) for _ in range(n))
+
+
+def wiki_text(n_articles: int = 12, seed: int = 0) -> str:
+    """WikiText-like: ' = Title = ' rows between blank rows start articles; section headings and
+    a formula row ' = 1 + k = ' inside an article do not."""
+    rng, out = random.Random(seed), [" \n"]
+    for a in range(n_articles):
+        out += [f" = Article {a} = \n", " \n", f" {words(rng, 30)} \n", " = = Section = = \n"]
+        out += [" \n", *(f" {words(rng, 40)} \n" for _ in range(rng.randint(3, 8)))]
+        out += [" = 1 + k = \n", f" {words(rng, 10)} \n", " \n"]
+    return "".join(out)
+
+
+def play_text(n_lines: int = 3000, seed: int = 1) -> str:
+    """Tiny-Shakespeare-like: speaker lines and paragraphs separated by blank lines."""
+    rng = random.Random(seed)
+    return "".join(
+        f"Speaker {i % 7}:\n{words(rng, 8)}\n" + ("\n" if i % 3 == 2 else "")
+        for i in range(n_lines)
+    )
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def text_config(files=None, **keys):
+    """A DataConfig of local text in the byte-level encoding."""
+    from tiedvsuntied.data.config import DataConfig
+
+    return DataConfig(
+        **{"name": "t", "source": "text", "files": files, "encoding": "bytes", **keys}
+    )
+
+
+def byte_tokens(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def joined(documents: list[str], eot: int = 256) -> list[int]:
+    """The byte-level tokens of documents with an end-of-text token between them."""
+    out: list[int] = []
+    for i, document in enumerate(documents):
+        out += ([eot] if i else []) + byte_tokens(document)
+    return out
+
+
+@pytest.fixture(scope="session")
+def play(tmp_path_factory) -> Path:
+    return write(tmp_path_factory.mktemp("play"), "play.txt", play_text())
+
+
+@pytest.fixture(scope="session")
+def corpus(play, session_cache):
+    """play.txt tokenized once per session (tests that delete a cache use their own)."""
+    from tiedvsuntied.data.cache import prepare_data
+
+    return prepare_data(text_config(str(play), cache_dir=str(session_cache)))
+
+
+# ---------------------------------------------------------------------------- tiny models
+
+
+def tiny(**keys):
+    """A ModelConfig small enough to build in milliseconds (V = 97, d = 32, T = 16)."""
+    from tiedvsuntied.model.config import ModelConfig
+
+    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
+    return ModelConfig(**{**shape, **keys})
+
+
+def batch(cfg, B: int = 3, seed: int = 0):
+    """Random (x, y) token batches of cfg's vocabulary and block size."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    return x, y

@@ -458,7 +458,8 @@ def test_tied_initial_loss_prediction_against_a_model_built_here(init_std):
     targets equal to their input) matches a real tied model's, where the Gaussian one does not."""
     import torch
 
-    from tiedvsuntied.model import GPT, ModelConfig
+    from tiedvsuntied.model.config import ModelConfig
+    from tiedvsuntied.model.gpt import GPT
 
     V, d = 4096, 64
     model = GPT(

@@ -9,7 +9,8 @@ import torch
 from conftest import QUICK, compose
 
 from tiedvsuntied import results as R
-from tiedvsuntied.model import GPT, ModelConfig, set_trainable
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (
     CheckpointMismatch,

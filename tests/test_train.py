@@ -17,8 +17,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tiedvsuntied import results as R
-from tiedvsuntied.data import prepare_data
-from tiedvsuntied.model import GPT, ModelConfig
+from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (
     CheckpointMismatch,

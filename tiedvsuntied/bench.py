@@ -82,7 +82,7 @@ def model_config(size: str, block_size: int = 0):
     the valid ones."""
     from omegaconf import OmegaConf
 
-    from tiedvsuntied.model import ModelConfig
+    from tiedvsuntied.model.config import ModelConfig
 
     path = CONF_MODEL / f"{size}.yaml"
     if not path.is_file():
@@ -125,7 +125,8 @@ def build(size: str, tie: bool, variant: Variant, settings: Settings, device):
     import torch
 
     from tiedvsuntied import reference
-    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+    from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+    from tiedvsuntied.model.gpt import GPT
 
     config = model_config(size, settings.block_size)
     torch.manual_seed(0)

@@ -36,7 +36,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, FloatNode, IntegerNode, OmegaConf, ValidationError
 
 from tiedvsuntied import analysis, results
-from tiedvsuntied.data import DataUnavailableError
+from tiedvsuntied.data.config import DataUnavailableError
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import lock_held
 from tiedvsuntied.train import Config, ConfigError, check_config, dist, train

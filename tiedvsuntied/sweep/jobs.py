@@ -55,8 +55,8 @@ def user_errors() -> tuple[type[Exception], ...]:
     """What a user's command can get wrong: each is one line naming the key. The typed
     config's __post_init__ checks raise these inside OmegaConf.to_object, which lets a
     ValueError through as it is (it wraps only TypeError)."""
-    from tiedvsuntied.data import DataError, DataUnavailableError
-    from tiedvsuntied.model import ModelConfigError
+    from tiedvsuntied.data.config import DataError, DataUnavailableError
+    from tiedvsuntied.model.config import ModelConfigError
     from tiedvsuntied.train import ConfigError
 
     return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
@@ -169,7 +169,7 @@ def one_line(error: Exception) -> str:
 def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (``new_record``):
     the data's fingerprint from its files' hashes, once per distinct data config."""
-    from tiedvsuntied.data import corpus_fingerprint
+    from tiedvsuntied.data.cache import corpus_fingerprint
     from tiedvsuntied.train import resolved_config
 
     fingerprints: dict[str, str] = {}

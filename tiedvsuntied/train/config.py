@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from tiedvsuntied.data import DataConfig, check_data
-from tiedvsuntied.model import ModelConfig, canonical_init_std, init_std_notes
-from tiedvsuntied.model import check_config as check_model
+from tiedvsuntied.data.config import DataConfig
+from tiedvsuntied.data.sources import check_data
+from tiedvsuntied.model.config import ModelConfig, canonical_init_std, init_std_notes
+from tiedvsuntied.model.config import check_config as check_model
 from tiedvsuntied.results import WandbConfig
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.finetune import FinetuneConfig, Start, adopt, read_start

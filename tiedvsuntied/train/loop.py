@@ -11,7 +11,7 @@ import torch
 import torch._dynamo.exc
 import torch._inductor.exc
 
-from tiedvsuntied.model import count_parameters
+from tiedvsuntied.model.accounting import count_parameters
 from tiedvsuntied.results import scrub
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.evaluation import record_evaluation

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.data import Corpus, prepare_data
 from tiedvsuntied.data.batches import BatchSampler, iter_eval_batches
-from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+from tiedvsuntied.data.cache import Corpus, prepare_data
+from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results import RunSummary, Status
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tiedvsuntied.data import Corpus
 from tiedvsuntied.data.batches import BatchSampler
-from tiedvsuntied.model import GPT
+from tiedvsuntied.data.cache import Corpus
+from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results import MetricsLog, RunSummary
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import Checkpoints

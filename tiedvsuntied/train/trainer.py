@@ -27,7 +27,7 @@ from filelock import FileLock, Timeout
 from omegaconf import OmegaConf
 
 from tiedvsuntied import results
-from tiedvsuntied.data import Corpus, prepare_data
+from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.results import IndexEntry, MetricsLog, RunSummary, Status
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch
