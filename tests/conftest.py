@@ -199,3 +199,22 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
+
+
+# ----------------------------------------------------------------- the reading side's results
+@pytest.fixture(scope="session")
+def fake_sweep(tmp_path_factory) -> Path:
+    """Hand-built results (tests/fake_results.py), written once per session and only read (a
+    test that changes them copies them first): tie x init std {1.0, 0.036} x seeds {0, 1} on
+    nano; one diverged, one running, one failed run."""
+    from fake_results import write_sweep
+
+    return write_sweep(
+        tmp_path_factory.mktemp("fake") / "sw",
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "nano", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tiedvsuntied.analysis import ResultsError, load_results, load_token_probes, window_losses
+from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.analysis.probes import load_token_probes, window_losses
 from tiedvsuntied.bundle import write_bundle
 from tiedvsuntied.results.bundles import MANIFEST, read_manifest
 

@@ -18,10 +18,31 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from tiedvsuntied import analysis, figures
+from tiedvsuntied.analysis.early import early_steps, early_summary
+from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.analysis.stats import aggregate_runs, noise_floor, paired_table
+from tiedvsuntied.analysis.theory import gaussian_logit_loss
+from tiedvsuntied.figures import style, tables
 from tiedvsuntied.figures.books import NOT_BOOKS
+from tiedvsuntied.figures.cli import main
+from tiedvsuntied.figures.finetune import fig_finetune
+from tiedvsuntied.figures.geometry import fig_embedding_geometry
+from tiedvsuntied.figures.gradients import fig_grad_split
+from tiedvsuntied.figures.init import fig_initial_loss
+from tiedvsuntied.figures.loss import fig_loss_vs_params, fig_val_loss
+from tiedvsuntied.figures.paired import fig_arms, fig_paired_difference
+from tiedvsuntied.figures.style import (
+    REF_COLOR,
+    REGISTRY,
+    STATUS_MARKER,
+    TIE_COLOR,
+    caption,
+    publish,
+    save_figure,
+)
+from tiedvsuntied.figures.tables import write_param_tables, write_tables
 
-TIED, UNTIED = figures.TIE_COLOR[True].lower(), figures.TIE_COLOR[False].lower()
+TIED, UNTIED = TIE_COLOR[True].lower(), TIE_COLOR[False].lower()
 DIVERGED = "tie=true_init=1.0_model=micro_seed=1"
 RUNNING = "tie=false_init=0.036_model=nano_seed=1"
 FAILED = "tie=false_init=1.0_model=nano_seed=1"
@@ -39,7 +60,7 @@ def results(tmp_path_factory):
             (False, "1.0", "nano", 1): "failed",
         },
     )
-    return analysis.load_results(sweep)
+    return load_results(sweep)
 
 
 def _lines(fig: Figure):
@@ -58,7 +79,7 @@ def _caption(fig: Figure) -> str:
 
 def test_every_figure_draws_and_says_on_the_image_what_it_shows_and_leaves_out(results, tmp_path):
     rc_before = dict(matplotlib.rcParams)
-    for name, output in figures.REGISTRY.items():
+    for name, output in REGISTRY.items():
         files, fig = output.write(results, tmp_path, ["png"])
         if name.startswith("books_"):  # the second edition's: these runs hold out no documents
             assert fig.empty == NOT_BOOKS and files == []
@@ -90,14 +111,14 @@ def test_caption_counts_seeds_per_cell_and_names_the_corpus(tmp_path):
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
     write_run(sweep, tie=True, init_std="1.0", seed=3)  # one cell with 4 seeds
     write_run(sweep, tie=True, init_std="1.0", seed=0, replicate=1)
-    res = analysis.load_results(sweep)
-    text = figures.style.describe_runs(res.runs)
+    res = load_results(sweep)
+    text = style.describe_runs(res.runs)
     assert text == (
         "nano (d=32), 20 steps · input (text) · V = 512 · "
         "n = 3–4 seeds/cell (+1 replicate run: noise floor)"
     )
     one = res.runs[res.runs["seed"] == 0].iloc[:1]
-    assert figures.style.seeds_per_cell(one) == "n = 1 seed/cell"
+    assert style.seeds_per_cell(one) == "n = 1 seed/cell"
 
 
 def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path):
@@ -124,18 +145,18 @@ def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path
 
 
 def test_a_numeric_init_std_of_another_width_is_labelled_with_both_numbers():
-    label = figures.style.init_label("0.036", short=True, widths=[128])
+    label = style.init_label("0.036", short=True, widths=[128])
     assert label == "init std 0.036, ($d^{-1/2}$ at d=768; here $d^{-1/2}$ = 0.088)"
-    assert figures.style.init_label("0.036", widths=[768]) == "init std 0.036"  # d^-0.5 here
-    assert figures.style.init_label("1.0", widths=[128]) == "init std 1.0"
-    assert figures.style.init_label("inv_sqrt_d", widths=[128]) == r"init std $d^{-1/2}$"
+    assert style.init_label("0.036", widths=[768]) == "init std 0.036"  # d^-0.5 here
+    assert style.init_label("1.0", widths=[128]) == "init std 1.0"
+    assert style.init_label("inv_sqrt_d", widths=[128]) == r"init std $d^{-1/2}$"
 
 
 def test_val_loss_colours_and_flags(results):
-    fig = figures.fig_val_loss(results.runs, results.history)
+    fig = fig_val_loss(results.runs, results.history)
     colours = {to_hex(line.get_color()) for line in _lines(fig)}
     assert TIED in colours and UNTIED in colours
-    assert colours <= {TIED, UNTIED, to_hex(figures.REF_COLOR)}
+    assert colours <= {TIED, UNTIED, to_hex(REF_COLOR)}
     assert len(fig.axes) == 2 * 2  # 2 sizes x 2 init stds
     flagged = " ".join(fig.flagged)
     assert f"{DIVERGED}: diverged at step 10" in flagged
@@ -144,9 +165,9 @@ def test_val_loss_colours_and_flags(results):
 
 
 def test_diverged_curve_ends_where_it_diverged(results):
-    fig = figures.fig_val_loss(results.runs, results.history)
+    fig = fig_val_loss(results.runs, results.history)
     div = results.runs.set_index("name").loc[DIVERGED]
-    ends = [line for line in _lines(fig) if line.get_marker() == figures.STATUS_MARKER["diverged"]]
+    ends = [line for line in _lines(fig) if line.get_marker() == STATUS_MARKER["diverged"]]
     assert len(ends) == 1
     h = results.history[
         (results.history["run_id"] == div["run_id"]) & results.history["val/loss"].notna()
@@ -162,11 +183,11 @@ def test_diverged_curve_ends_where_it_diverged(results):
 
 
 def test_loss_vs_params_plots_seed_means_and_skips_unfinished(results):
-    fig = figures.fig_loss_vs_params(results.runs)
+    fig = fig_loss_vs_params(results.runs)
     skipped = " ".join(fig.skipped)
     for name, status in ((DIVERGED, "diverged"), (RUNNING, "running"), (FAILED, "failed")):
         assert f"{name}: {status}, no final loss" in skipped
-    agg = analysis.aggregate_runs(results.runs)
+    agg = aggregate_runs(results.runs)
     plotted = np.concatenate([line.get_ydata() for line in fig.axes[0].get_lines()])
     for mean in agg["mean"]:
         assert np.isclose(plotted, mean).any()
@@ -176,7 +197,7 @@ def test_loss_vs_params_plots_seed_means_and_skips_unfinished(results):
 
 
 def test_initial_loss_against_ln_v_and_prediction(results):
-    fig = figures.fig_initial_loss(results.runs)
+    fig = fig_initial_loss(results.runs)
     ln_v = math.log(512)
     left = fig.axes[0]
     assert any(np.allclose(line.get_ydata(), ln_v) for line in left.get_lines())
@@ -184,7 +205,7 @@ def test_initial_loss_against_ln_v_and_prediction(results):
         [line.get_ydata() for line in left.get_lines() if line.get_marker() == "D"]
     )
     sigmas = results.runs["init_logit_std"].dropna().unique()
-    for pred in analysis.gaussian_logit_loss(sigmas, 512):
+    for pred in gaussian_logit_loss(sigmas, 512):
         assert np.isclose(diamonds, pred).any()
     measured = np.concatenate(
         [line.get_ydata() for line in left.get_lines() if line.get_marker() == "o"]
@@ -196,8 +217,8 @@ def test_embedding_geometry_says_when_probes_are_missing(tmp_path):
     sweep = tmp_path / "sw"
     write_run(sweep, tie=True, probes=False)
     write_run(sweep, tie=False, token_freq=False)
-    runs = analysis.load_results(sweep).runs
-    fig = figures.fig_embedding_geometry(runs)
+    runs = load_results(sweep).runs
+    fig = fig_embedding_geometry(runs)
     text = _texts(fig)
     assert "no probe arrays with token frequencies" in text
     assert "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz" in " ".join(fig.skipped)
@@ -207,50 +228,50 @@ def test_embedding_geometry_says_when_probes_are_missing(tmp_path):
 
 
 def test_embedding_geometry_one_run_per_tie_and_setting(results):
-    fig = figures.fig_embedding_geometry(results.runs)
+    fig = fig_embedding_geometry(results.runs)
     assert f"{len(results.runs) - 4} other run(s)" in " ".join(fig.skipped)
     assert "micro" in fig.legends[0].get_title().get_text()  # the title rides on the legend
     assert len(fig.axes) == 4 * 2  # norms, cosines per stratum raw and centred, in/out cosines
 
 
 def test_grad_split_tied_only_and_missing_metrics(results):
-    fig = figures.fig_grad_split(results.runs, results.history)
+    fig = fig_grad_split(results.runs, results.history)
     n_untied = int((results.runs["tie"] == False).sum())  # noqa: E712
     assert f"{n_untied} untied run(s)" in " ".join(fig.skipped)
-    assert {to_hex(line.get_color()) for line in _lines(fig)} == {TIED, to_hex(figures.REF_COLOR)}
+    assert {to_hex(line.get_color()) for line in _lines(fig)} == {TIED, to_hex(REF_COLOR)}
     bare = results.history.drop(columns=["train/grad_norm_in", "train/grad_norm_out"])
-    fig = figures.fig_grad_split(results.runs, bare)
+    fig = fig_grad_split(results.runs, bare)
     assert "gradient split not logged" in _texts(fig)
-    assert "train/grad_norm_in, train/grad_norm_out not logged" in figures.caption(fig)
+    assert "train/grad_norm_in, train/grad_norm_out not logged" in caption(fig)
 
 
 def test_mixed_sweeps_and_empty_input_are_refused_clearly(tmp_path, results):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
-    mixed = analysis.load_results(tmp_path / "a", tmp_path / "b")
+    mixed = load_results(tmp_path / "a", tmp_path / "b")
     for make in (
-        lambda: figures.fig_val_loss(mixed.runs, mixed.history),
-        lambda: figures.fig_loss_vs_params(mixed.runs),
-        lambda: figures.fig_initial_loss(mixed.runs),
-        lambda: figures.fig_embedding_geometry(mixed.runs),
-        lambda: figures.fig_grad_split(mixed.runs, mixed.history),
+        lambda: fig_val_loss(mixed.runs, mixed.history),
+        lambda: fig_loss_vs_params(mixed.runs),
+        lambda: fig_initial_loss(mixed.runs),
+        lambda: fig_embedding_geometry(mixed.runs),
+        lambda: fig_grad_split(mixed.runs, mixed.history),
     ):
-        with pytest.raises(analysis.ResultsError, match=r"mix 2 values of vocab_size"):
+        with pytest.raises(ResultsError, match=r"mix 2 values of vocab_size"):
             make()
-    with pytest.raises(analysis.ResultsError, match="no runs to plot"):
-        figures.fig_initial_loss(results.runs.iloc[:0])
+    with pytest.raises(ResultsError, match="no runs to plot"):
+        fig_initial_loss(results.runs.iloc[:0])
 
 
 def test_no_initial_loss_yet_is_said_in_the_figure(results):
     runs = results.runs.assign(init_val_loss=np.nan)
-    fig = figures.fig_initial_loss(runs)
+    fig = fig_initial_loss(runs)
     assert "no run has an initial validation loss yet" in _texts(fig)
     assert len(fig.skipped) == len(runs)
 
 
 def test_save_figure_writes_each_format(tmp_path, results):
-    fig = figures.fig_loss_vs_params(results.runs)
-    paths = figures.save_figure(fig, tmp_path / "out", "f", ("pdf", "png", "svg"))
+    fig = fig_loss_vs_params(results.runs)
+    paths = save_figure(fig, tmp_path / "out", "f", ("pdf", "png", "svg"))
     assert [p.name for p in paths] == ["f.pdf", "f.png", "f.svg"]
     assert paths[0].read_bytes()[:4] == b"%PDF" and paths[1].read_bytes()[:4] == b"\x89PNG"
     assert all(p.stat().st_size > 1000 for p in paths)
@@ -262,9 +283,7 @@ def test_save_figure_writes_each_format(tmp_path, results):
 def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, results, capsys):
     sweep = results.runs["path"].iloc[0].rsplit("/", 1)[0]
     only = "fig1_val_loss,fig2_loss_vs_params"
-    assert (
-        figures.main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
-    )
+    assert main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "o" / "fig1_val_loss.png").stat().st_size > 0
     assert not (tmp_path / "o" / "fig1_val_loss.pdf").exists()
@@ -273,11 +292,11 @@ def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, results, capsys
 
 
 def test_cli_bad_input(tmp_path, capsys):
-    assert figures.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert f"{tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     for bad in (["--formats", "jpg"], ["--only", "fig9"], []):
         with pytest.raises(SystemExit) as e:
-            figures.main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
+            main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
         assert e.value.code == 2
     err = capsys.readouterr().err
     assert "valid formats are pdf, png, svg" in err and "unknown figure(s) ['fig9']" in err
@@ -289,7 +308,7 @@ def test_cli_keeps_the_finished_copy_of_a_run_found_in_several_sweeps(tmp_path, 
     write_run(tmp_path / "first_try", status="failed")
     out = tmp_path / "o"
     assert (
-        figures.main(
+        main(
             [
                 str(tmp_path / "first_try"),
                 str(tmp_path / "rerun"),
@@ -322,18 +341,18 @@ def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
         "--only",
         "fig3_initial_loss",
     ]
-    assert figures.main(args) == 1
+    assert main(args) == 1
     captured = capsys.readouterr()
     assert "fig3_initial_loss: NOT MADE" in captured.err and "--data-id" in captured.err
     assert "mixed sweeps" in captured.out
-    data_id = analysis.load_results(tmp_path / "a").runs["data_id"].iloc[0]
-    assert figures.main(args + ["--data-id", data_id]) == 0
+    data_id = load_results(tmp_path / "a").runs["data_id"].iloc[0]
+    assert main(args + ["--data-id", data_id]) == 0
     assert (tmp_path / "o" / "fig3_initial_loss.png").exists()
 
 
 def test_parameter_table_files(tmp_path):
     """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
-    md, tex = figures.write_param_tables(tmp_path)
+    md, tex = write_param_tables(tmp_path)
     small = next(line for line in md.read_text().splitlines() if line.startswith("| small "))
     assert "124,439,808" in small and "163,037,184" in small
     assert r"\begin{tabular}" in tex.read_text() and "124{,}439{,}808" in tex.read_text()
@@ -357,7 +376,7 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
     # no fine-tuning runs: figure 7 is skipped in one line, not written empty
     assert "fig7_finetune: skipped: not fine-tuning runs" in proc.stdout
     skipped = {line.split(":")[0] for line in proc.stdout.splitlines() if ": skipped: " in line}
-    books = {name for name in figures.REGISTRY if name.startswith("books_")}  # second edition's
+    books = {name for name in REGISTRY if name.startswith("books_")}  # second edition's
     assert skipped == {"fig7_finetune", *books}
     assert not (out / "fig7_finetune.png").exists()
     tables = {
@@ -365,7 +384,7 @@ def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
         "table_paired": ["table_paired.md", "table_interaction.md"],
         "table_early": ["table_early.md"],
     }
-    for name in set(figures.REGISTRY) - skipped:
+    for name in set(REGISTRY) - skipped:
         for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
             path = out / file
             assert path.exists() and path.stat().st_size > 0, path
@@ -384,29 +403,27 @@ def _bands(fig: Figure) -> int:
 
 
 def test_fewer_than_three_seeds_draw_each_seed_not_a_band(tmp_path):
-    two = analysis.load_results(write_sweep(tmp_path / "two", init_stds=("1.0",), seeds=(0, 1)))
-    three = analysis.load_results(
-        write_sweep(tmp_path / "three", init_stds=("1.0",), seeds=(0, 1, 2))
-    )
+    two = load_results(write_sweep(tmp_path / "two", init_stds=("1.0",), seeds=(0, 1)))
+    three = load_results(write_sweep(tmp_path / "three", init_stds=("1.0",), seeds=(0, 1, 2)))
     fig2, fig3 = (
-        figures.fig_val_loss(two.runs, two.history),
-        figures.fig_val_loss(three.runs, three.history),
+        fig_val_loss(two.runs, two.history),
+        fig_val_loss(three.runs, three.history),
     )
     assert _bands(fig2) == 0 and _bands(fig3) == 2  # a t-band per arm only with 3 seeds
     thin = [line for line in _lines(fig2) if line.get_linewidth() < 1]
     assert len(thin) == 4  # each seed of each arm
     assert "< 3 seeds: each seed, no CI" in _texts(fig2) and "t-CI over seeds (n=3)" in _texts(fig3)
-    bars = figures.fig_loss_vs_params(two.runs)
+    bars = fig_loss_vs_params(two.runs)
     segments = [seg for ax in bars.axes for c in ax.collections for seg in c.get_segments()]
     assert not any(np.isfinite(seg).all() for seg in segments)  # no error bars at n = 2
-    assert _bands(figures.fig_grad_split(two.runs, two.history)) == 0
+    assert _bands(fig_grad_split(two.runs, two.history)) == 0
 
 
 def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
-    res = analysis.load_results(
+    res = load_results(
         write_sweep(tmp_path / "sw", ties=(True,), init_stds=("1.0",), seeds=(0, 1, 2))
     )
-    fig = figures.fig_grad_split(res.runs, res.history)
+    fig = fig_grad_split(res.runs, res.history)
     h = res.history.assign(
         r=np.log(res.history["train/grad_norm_out"] / res.history["train/grad_norm_in"])
     )
@@ -425,8 +442,8 @@ def test_paired_difference_figure_and_tables(tmp_path):
     )
     for tie in (True, False):  # the noise floor of init 1.0
         write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=1)
-    res = analysis.load_results(sweep)
-    fig = figures.REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
+    res = load_results(sweep)
+    fig = REGISTRY["fig6_paired_difference"].write(res, tmp_path, ["png"])[1]
     assert "tie=true_init=0.036_model=nano_seed=2: finished, no partner" in fig.skipped
     assert "tie=true_init=1.0_model=nano_seed=0_replicate=1: replicate 1 (noise floor only)" in (
         fig.skipped
@@ -441,7 +458,7 @@ def test_paired_difference_figure_and_tables(tmp_path):
     assert len(fig.axes) == 1 and "= best validation step" in fig.axes[0].get_title()
     assert "step 20" in fig.axes[0].get_title() and fig.axes[0].get_xlabel() == "init std (nano)"
     assert sum(len(ax.collections) for ax in fig.axes) >= 2 + 1  # error bars + the floor band
-    t = analysis.paired_table(res.runs, ("final",))
+    t = paired_table(res.runs, ("final",))
     errorbar_means = [line.get_ydata()[0] for line in _lines(fig) if line.get_marker() == "o"]
     assert sorted(errorbar_means) == pytest.approx(sorted(t["diff"]))
     # both arms' means beside each effect, as the table has them
@@ -454,9 +471,7 @@ def test_paired_difference_figure_and_tables(tmp_path):
         "one seed",
         "noise floor (±)",
     ]
-    files = {
-        p.name: p.read_text() for p in figures.REGISTRY["table_paired"].write(res, tmp_path, [])[0]
-    }
+    files = {p.name: p.read_text() for p in REGISTRY["table_paired"].write(res, tmp_path, [])[0]}
     assert set(files) == {"table_paired.md", "table_interaction.md"}  # no lr grid, no other arms
     assert "[+" in files["table_paired.md"] or "[-" in files["table_paired.md"]
     assert files["table_paired.md"].startswith("6 intervals at 95% each")
@@ -472,23 +487,23 @@ def test_the_noise_floor_pools_every_replicate_against_replicate_0(tmp_path):
     for k in (1, 2):
         for tie in (True, False):
             write_run(sweep, tie=tie, init_std="1.0", seed=0, replicate=k)
-    runs = analysis.load_results(sweep).runs
+    runs = load_results(sweep).runs
     loss = runs[runs["seed"] == 0].set_index(["tie", "replicate"])["test_loss"]
     expected = np.mean([abs(loss[t, 0] - loss[t, k]) for t in (True, False) for k in (1, 2)])
-    floor = analysis.noise_floor(runs).iloc[0]
+    floor = noise_floor(runs).iloc[0]
     assert floor["n"] == 4 and floor["floor_final"] == pytest.approx(expected)
-    caption = _caption(figures.fig_paired_difference(runs))
+    caption = _caption(fig_paired_difference(runs))
     assert f"{expected:.3f} nats, from 4 re-runs of a config" in caption
     assert "(+4 replicate runs: noise floor)" not in caption  # the paired runs are described
 
 
 def test_paired_difference_has_a_best_step_panel_only_when_a_best_step_is_not_the_last(tmp_path):
-    res = analysis.load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2)))
+    res = load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2)))
     runs = res.runs.copy()
     early = runs["seed"] == 0
     runs.loc[early, "best_step"] = 10
     runs.loc[early, "test_loss_at_best"] = runs.loc[early, "test_loss"] + 0.5
-    fig = figures.fig_paired_difference(runs)
+    fig = fig_paired_difference(runs)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == [
         "test loss, final weights (step 20)",
@@ -499,27 +514,25 @@ def test_paired_difference_has_a_best_step_panel_only_when_a_best_step_is_not_th
 def test_table_classic_is_written_for_a_learning_rate_grid_only(tmp_path):
     for lr in (1e-3, 3e-3):
         write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1), lr=lr)
-    res = analysis.load_results(tmp_path / "sw")
-    files = {p.name: p for p in figures.write_tables(tmp_path / "o", res.runs)}
+    res = load_results(tmp_path / "sw")
+    files = {p.name: p for p in write_tables(tmp_path / "o", res.runs)}
     assert "table_classic.md" in files
     text = files["table_classic.md"].read_text()
     assert "lr_tied" in text and "|     2 |" in text  # two rates in the grid
-    one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("0.02",), lr=1e-3))
-    assert "table_classic.md" not in {
-        p.name for p in figures.write_tables(tmp_path / "p", one.runs)
-    }
+    one = load_results(write_sweep(tmp_path / "one", init_stds=("0.02",), lr=1e-3))
+    assert "table_classic.md" not in {p.name for p in write_tables(tmp_path / "p", one.runs)}
 
 
 def test_interaction_table_file_and_one_seed_cells(tmp_path):
     sweep = write_sweep(
         tmp_path / "sw", init_stds=("1.0", "inv_sqrt_d"), seeds=(0, 1, 2), models=("nano", "micro")
     )
-    res = analysis.load_results(sweep)
-    text = figures.tables.interaction_text(res.runs)
+    res = load_results(sweep)
+    text = tables.interaction_text(res.runs)
     assert "## Tying x init std" in text and "## Tying x size (micro − nano)" in text
     assert text.count("intervals at 95% each") == 2 and "| True " in text  # the primary row
-    one = analysis.load_results(write_sweep(tmp_path / "one", init_stds=("1.0",)))
-    fig = figures.fig_paired_difference(one.runs)
+    one = load_results(write_sweep(tmp_path / "one", init_stds=("1.0",)))
+    fig = fig_paired_difference(one.runs)
     assert "t-interval over n = 1 seed per cell (below 2 seeds: the mean only)" in _caption(fig)
     assert "noise floor not measured" in _caption(fig)
     assert not any(ax.collections for ax in fig.axes)  # one seed: a mean, no interval drawn
@@ -563,7 +576,7 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
             for step in (0, 1, 2)
         ]
     )
-    fig = figures.fig_finetune(runs, history)
+    fig = fig_finetune(runs, history)
     retention, drift = fig.axes[0], fig.axes[1]
     assert (
         len(retention.get_lines()) == 3 and len(drift.get_lines()) == 6
@@ -590,7 +603,7 @@ def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(t
 
     sweep = write_sweep(tmp_path / "sw", init_stds=("0.02",), seeds=(0, 1, 2))
     write_run(tmp_path / "sw", tie=True, init_std="0.02", seed=3)  # no partner: not a pair
-    runs = analysis.load_results(sweep).runs.assign(setting="0.02")
+    runs = load_results(sweep).runs.assign(setting="0.02")
     cka = pair_cka(runs)
     assert (
         sorted(cka["seed"].unique()) == [0, 1, 2] and len(cka) == 3 * 5
@@ -599,7 +612,7 @@ def test_cka_pairs_each_tied_run_with_its_untied_partner_at_every_common_probe(t
     assert (cka["cka_out"] > cka["cka_in"] + 0.3).all() and (
         cka["cka_untied"] < 0.5
     ).all()  # 64 rows: biased up
-    fig = figures.REGISTRY["fig8_cka"].write(analysis.load_results(sweep), tmp_path, ["png"])[1]
+    fig = REGISTRY["fig8_cka"].write(load_results(sweep), tmp_path, ["png"])[1]
     assert sum(len(ax.collections) for ax in fig.axes) == 3  # 3 seeds: a t-band per side
 
 
@@ -609,7 +622,7 @@ def test_anisotropy_draws_tied_untied_input_and_output_per_row(results):
     fig = fig_anisotropy(results.runs, results.history)
     colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in _lines(fig)}
     assert {(TIED, "-"), (UNTIED, "-"), (UNTIED, "--")} <= colours
-    assert "rare and unseen strata" in figures.caption(fig)
+    assert "rare and unseen strata" in caption(fig)
 
 
 def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_panel(results):
@@ -628,9 +641,9 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
     write_sweep(
         tmp_path / "b", init_stds=("0.02",), seeds=(0, 1, 2), vocab_size=4096, data_files="b.txt"
     )
-    runs = analysis.load_results(tmp_path / "a", tmp_path / "b").runs
-    fig = figures.REGISTRY["fig11_crossover"].write(
-        analysis.load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"]
+    runs = load_results(tmp_path / "a", tmp_path / "b").runs
+    fig = REGISTRY["fig11_crossover"].write(
+        load_results(tmp_path / "a", tmp_path / "b"), tmp_path, ["png"]
     )[1]
     points = sorted(
         (line.get_xdata()[0], line.get_ydata()[0])
@@ -641,7 +654,7 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
     for vocab in (512, 4096):
         r = runs[runs["vocab_size"] == vocab]
         tied = r[r["tie"] == True].iloc[0]  # noqa: E712
-        diff = analysis.paired_table(r, ("final",))["diff"].iloc[0]
+        diff = paired_table(r, ("final",))["diff"].iloc[0]
         expected.append(
             (
                 100 * tied["params_embedding"] / tied["params_total"],
@@ -661,7 +674,7 @@ def test_crossover_compares_vocabularies_as_a_ratio_at_their_embedding_share(tmp
         "png",
     ]
     assert (
-        figures.main(args + ["--only", "fig11_crossover"]) == 0
+        main(args + ["--only", "fig11_crossover"]) == 0
         and (tmp_path / "o" / "fig11_crossover.png").exists()
     )
 
@@ -675,7 +688,7 @@ def test_a_zero_init_head_sits_at_ln_v_in_the_initial_loss_figure_and_off_the_lo
         0.0,
         math.log(int(runs.loc[zero, "vocab_size"])),
     )
-    fig = figures.fig_initial_loss(runs)
+    fig = fig_initial_loss(runs)
     assert f"{runs.loc[zero, 'name']}: σ = 0 (zero head), left panel only" in fig.skipped
     points = [
         x
@@ -704,8 +717,8 @@ def _log_spaced_sweep(path):
 
 
 def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
-    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
-    fig = figures.fig_val_loss(res.runs, res.history)
+    res = load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = fig_val_loss(res.runs, res.history)
     ax = fig.axes[0]
     assert ax.get_xscale() == "symlog" and "log scale" in fig.axes[-1].get_xlabel()
     assert -0.1 < ax.get_xlim()[0] <= 0 and ax.get_xlim()[1] >= 20  # steps 0 to 20 in view
@@ -719,42 +732,42 @@ def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
     train = curves[(TIED, True)]
     assert list(train.get_xdata()) == list(range(1, 21)) and train.get_zorder() < 2
     assert "thin: training loss, every step to 20" in _texts(fig)
-    tokens = figures.fig_val_loss(res.runs, res.history, x="tokens")
+    tokens = fig_val_loss(res.runs, res.history, x="tokens")
     assert tokens.axes[0].get_xscale() == "linear" and "training tokens" in _texts(tokens)
     assert not any(line.get_linewidth() < 1 for line in _lines(tokens))  # no train loss
     with pytest.raises(ValueError, match="x='steps'"):
-        figures.fig_val_loss(res.runs, res.history, x="steps")
+        fig_val_loss(res.runs, res.history, x="steps")
 
 
 def test_gradient_split_follows_the_step_axis_of_figure_1(tmp_path):
-    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
-    fig = figures.fig_grad_split(res.runs, res.history)
+    res = load_results(_log_spaced_sweep(tmp_path / "sw"))
+    fig = fig_grad_split(res.runs, res.history)
     assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_xlim()[0] > -0.1
     first = fig.axes[0].get_lines()[0]
     assert first.get_xdata()[0] == 1  # gradients from step 1, at their step
-    tokens = figures.fig_grad_split(res.runs, res.history, x="tokens")
+    tokens = fig_grad_split(res.runs, res.history, x="tokens")
     assert tokens.axes[0].get_xscale() == "linear"
 
 
 def test_publish_shows_an_empty_figure_but_writes_no_file(results, tmp_path, capsys):
-    fig = figures.fig_finetune(results.runs, results.history)
-    figures.publish(fig, tmp_path, "fig7_finetune", ("png",))
+    fig = fig_finetune(results.runs, results.history)
+    publish(fig, tmp_path, "fig7_finetune", ("png",))
     assert "fig7_finetune: not written: not fine-tuning runs" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
 
 
 def test_evaluations_at_a_fixed_interval_keep_the_token_axis(results):
-    fig = figures.fig_val_loss(results.runs, results.history)
+    fig = fig_val_loss(results.runs, results.history)
     assert fig.axes[0].get_xscale() == "linear" and "training tokens" in _texts(fig)
 
 
 def test_table_early_names_the_runs_and_gives_steps_per_cell(tmp_path):
-    res = analysis.load_results(_log_spaced_sweep(tmp_path / "sw"))
-    path = figures.REGISTRY["table_early"].write(res, tmp_path / "o", [])[0][0]
+    res = load_results(_log_spaced_sweep(tmp_path / "sw"))
+    path = REGISTRY["table_early"].write(res, tmp_path / "o", [])[0][0]
     text = path.read_text()
     assert text.startswith("nano (d=32), 20 steps · input (text) · V = 512 · n = 3 seeds/cell\n")
     assert "(here: train/loss)" in text and "## Every run" in text
-    summary = analysis.early_summary(analysis.early_steps(res.runs, res.history))
+    summary = early_summary(early_steps(res.runs, res.history))
     for _, row in summary.iterrows():  # each cell's line, as the summary has it
         head = "tied" if row["tie"] else "untied"
         line = next(
@@ -777,7 +790,7 @@ def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, 
     from tiedvsuntied.figures import cli
 
     monkeypatch.setattr(cli, "REPO", tmp_path)
-    assert figures.main(["--paper", "--out", str(tmp_path / "o")]) == 2
+    assert main(["--paper", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"no results bundle at {tmp_path / 'experiments/tie_x_init/results'}" in err
@@ -790,7 +803,7 @@ def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, mo
     bundle = tmp_path / "experiments" / "tie_x_init" / "results"
     _log_spaced_sweep(bundle)
     monkeypatch.setattr(cli, "REPO", tmp_path)
-    assert figures.main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
+    assert main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
     out = capsys.readouterr().out
     made = sorted(p.name for p in (tmp_path / "o").iterdir())
     assert made == sorted(
@@ -813,14 +826,14 @@ def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_pat
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
     _strip_probes(sweep)
     args = [str(sweep), "--out", str(tmp_path / "o"), "--formats", "png"]
-    assert figures.main(args) == 0
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "fig4_embedding_geometry: skipped: no probe arrays" in out
     assert "fig8_cka: skipped: no tied/untied pairs with probe rows" in out
     assert not (tmp_path / "o" / "fig4_embedding_geometry.png").exists()
     assert (tmp_path / "o" / "fig6_paired_difference.png").exists()  # needs windows only
-    res = analysis.load_results(sweep)
-    fig = figures.fig_embedding_geometry(res.runs)
+    res = load_results(sweep)
+    fig = fig_embedding_geometry(res.runs)
     assert fig.empty and "has no 'emb_norm'" in _caption(fig)  # the footnote says what is missing
 
 
@@ -831,8 +844,8 @@ def test_geometry_from_a_bundle_draws_no_init_it_did_not_keep(tmp_path):
     for path in sweep.glob("*/probes/step_0000000.npz"):
         path.unlink()
     _strip_probes(sweep, runs="*seed=1-*")
-    res = analysis.load_results(sweep)
-    fig = figures.fig_embedding_geometry(res.runs)
+    res = load_results(sweep)
+    fig = fig_embedding_geometry(res.runs)
     assert not fig.empty
     strata = fig.axes[2]  # raw cosines of the first column
     colours = {to_hex(line.get_color()) for line in strata.get_lines() if line.get_marker() == "o"}
@@ -844,7 +857,7 @@ def test_arms_and_anisotropy_on_tied_runs_only_draw_and_name_nothing_else(result
     from tiedvsuntied.figures.similarity import fig_anisotropy
 
     tied = results.select(results.runs["tie"] == True)  # noqa: E712
-    fig = figures.fig_arms(tied.runs, tied.history)
+    fig = fig_arms(tied.runs, tied.history)
     assert fig.empty == "only the tied arm finished: no other arm to compare"
     legend = [t.get_text() for t in fig_anisotropy(tied.runs, tied.history).legends[0].texts]
     assert legend[0] == "tied" and not any(label.startswith("untied") for label in legend)
@@ -854,13 +867,13 @@ def test_legends_name_only_the_arms_drawn(results):
     """A sweep of tied runs only: no figure's legend lists an untied arm it did not draw."""
     tied = results.select(results.runs["tie"] == True)  # noqa: E712
     for fig in (
-        figures.fig_loss_vs_params(tied.runs),
-        figures.fig_initial_loss(tied.runs),
-        figures.fig_embedding_geometry(tied.runs),
+        fig_loss_vs_params(tied.runs),
+        fig_initial_loss(tied.runs),
+        fig_embedding_geometry(tied.runs),
     ):
         labels = [t.get_text() for t in fig.legends[0].texts]
         assert "tied" in labels and "untied" not in labels, labels
-    both = [t.get_text() for t in figures.fig_loss_vs_params(results.runs).legends[0].texts]
+    both = [t.get_text() for t in fig_loss_vs_params(results.runs).legends[0].texts]
     assert both[:2] == ["tied", "untied"]
 
 

@@ -72,7 +72,7 @@ def expected(notebook: str, skipped: set[str]) -> list[str]:
 
 
 def test_every_notebook_is_listed_and_every_figure_has_a_notebook():
-    from tiedvsuntied.figures import REGISTRY
+    from tiedvsuntied.figures.style import REGISTRY
 
     assert sorted(p.name for p in NOTEBOOKS) == sorted(WRITES)
     written = {Path(f).stem for files in WRITES.values() for f in files}

@@ -9,8 +9,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tiedvsuntied.analysis import (
-    first_replicates,
+from tiedvsuntied.analysis.stats import first_replicates
+from tiedvsuntied.analysis.theory import (
     gaussian_logit_loss,
     gaussian_logit_loss_approx,
     initial_loss_table,

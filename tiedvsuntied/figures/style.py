@@ -24,14 +24,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 
-from tiedvsuntied.analysis import (
+from tiedvsuntied.analysis.load import Results, ResultsError, require_single_data
+from tiedvsuntied.analysis.stats import (
     GROUP_COLUMNS,
     MIN_BAND_SEEDS,
-    Results,
-    ResultsError,
     aggregate_history,
     first_replicates,
-    require_single_data,
 )
 from tiedvsuntied.figures.labels import corpora, init_std_aside
 
