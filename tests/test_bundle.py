@@ -14,9 +14,21 @@ import pandas as pd
 import pytest
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.analysis.probes import load_token_probes, window_losses
+from tiedvsuntied.analysis.probes import load_token_probes
 from tiedvsuntied.bundle import main, write_bundle
 from tiedvsuntied.results.bundles import MANIFEST, read_manifest
+
+
+def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
+    """The per-window losses of ``split`` at the run's ``step_col`` step (what a bundle keeps of
+    every run's probe files), or None."""
+    path = Path(run["path"], "probes", f"step_{int(run[step_col]):07d}.npz")
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        key = f"{split}_window_loss"
+        return np.asarray(z[key], dtype=np.float64) if key in z.files else None
+
 
 COMPARED = ["run_id", "name", "tie", "init_std", "seed", "status", "best_step", "test_loss"]
 

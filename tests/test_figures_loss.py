@@ -31,7 +31,6 @@ from tiedvsuntied.figures.style import (
     REF_COLOR,
     STATUS_MARKER,
     TIE_COLOR,
-    caption,
 )
 
 TIED, UNTIED = TIE_COLOR[True].lower(), TIE_COLOR[False].lower()
@@ -175,7 +174,7 @@ def test_grad_split_tied_only_and_missing_metrics(fig_results, drawn):
     bare = fig_results.history.drop(columns=["train/grad_norm_in", "train/grad_norm_out"])
     fig = fig_grad_split(fig_results.runs, bare)
     assert "gradient split not logged" in texts(fig)
-    assert "train/grad_norm_in, train/grad_norm_out not logged" in caption(fig)
+    assert "train/grad_norm_in, train/grad_norm_out not logged" in caption_of(fig)
 
 
 def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):

@@ -24,7 +24,6 @@ from tiedvsuntied.figures.paired import fig_arms, fig_paired_difference
 from tiedvsuntied.figures.style import (
     REGISTRY,
     TIE_COLOR,
-    caption,
 )
 from tiedvsuntied.figures.tables import write_param_tables, write_tables
 
@@ -248,7 +247,7 @@ def test_anisotropy_draws_tied_untied_input_and_output_per_row(drawn):
     fig = drawn.outputs["fig9_anisotropy"][1]
     colours = {(to_hex(line.get_color()), line.get_linestyle()) for line in lines(fig)}
     assert {(TIED, "-"), (UNTIED, "-"), (UNTIED, "--")} <= colours
-    assert "rare and unseen strata" in caption(fig)
+    assert "rare and unseen strata" in caption_of(fig)
 
 
 def test_geometry_figures_on_fine_tuning_runs_only_say_where_to_look_in_one_panel(fig_results):

@@ -38,6 +38,7 @@ from tiedvsuntied.figures.style import (
     new_figure,
     nothing_to_draw,
     run_label,
+    with_setting,
 )
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
@@ -89,12 +90,6 @@ def _floor_text(runs: pd.DataFrame) -> str:
         f"shaded ±) {value} nats, "
         f"from {n} re-run{'s' * (n != 1)} of a config"
     )
-
-
-def _setting(table: pd.DataFrame) -> pd.Series:
-    """The figures' ``setting`` (style.with_setting) of a paired table's rows."""
-    init, variant = table["init_std"].astype("string"), table["variant"].fillna("")
-    return init.where(variant == "", init + " | " + variant)
 
 
 def _arm_means(ax, x: float, row: pd.Series) -> None:
@@ -185,7 +180,7 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
         + _floor_text(runs)
     )
     widths = runs.groupby("model")["n_embd"].first()
-    table = table.assign(setting=_setting(table), n_embd=table["model"].map(widths))
+    table = with_setting(table).assign(n_embd=table["model"].map(widths))
     rank = {v: k for k, v in enumerate([*model_order(runs), *init_order(runs)])}
     table = table.sort_values(  # sizes small to large, init std large to small within each
         ["model", "setting"], key=lambda col: col.map(rank), kind="stable"
