@@ -14,7 +14,6 @@ from fake_results import (
     caption_of,
     strip_probes,
     write_log_spaced_sweep,
-    write_run,
     write_sweep,
 )
 
@@ -52,31 +51,6 @@ def test_cli_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "valid formats are pdf, png, svg" in err and "unknown figure(s) ['fig9']" in err
     assert "give one or more SWEEP_DIRs" in err
-
-
-def test_cli_keeps_the_finished_copy_of_a_run_found_in_several_sweeps(tmp_path, capsys):
-    write_run(tmp_path / "rerun", status="finished")
-    write_run(tmp_path / "first_try", status="failed")
-    out = tmp_path / "o"
-    assert (
-        main(
-            [
-                str(tmp_path / "first_try"),
-                str(tmp_path / "rerun"),
-                "--out",
-                str(out),
-                "--formats",
-                "png",
-                "--only",
-                "fig2_loss_vs_params",
-            ]
-        )
-        == 0
-    )
-    printed = capsys.readouterr().out
-    assert (
-        "1 runs: 1 finished" in printed and "found twice" in printed and "not shown" not in printed
-    )
 
 
 def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
