@@ -254,6 +254,7 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no wandb settings
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")  # W&B would run git: no subprocess here
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv(
         "WANDB_BASE_URL", "http://127.0.0.1:9"
