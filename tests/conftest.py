@@ -290,3 +290,59 @@ def batch(cfg, B: int = 3, seed: int = 0):
     x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
     y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
     return x, y
+
+
+# ----------------------------------------------------------------- the reading side's results
+@pytest.fixture(scope="session")
+def fake_sweep(tmp_path_factory) -> Path:
+    """Hand-built results (tests/fake_results.py), written once per session and only read (a
+    test that changes them copies them first): tie x init std {1.0, 0.036} x seeds {0, 1} on
+    nano; one diverged, one running, one failed run."""
+    from fake_results import write_sweep
+
+    return write_sweep(
+        tmp_path_factory.mktemp("fake") / "sw",
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "nano", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def fig_results(tmp_path_factory):
+    """The figures' hand-built results, loaded once: tie x init std {1.0, 0.036} x seeds {0, 1} x
+    nano, micro; one diverged, one running, one failed run (fake_results.DIVERGED, ...)."""
+    from fake_results import write_sweep
+
+    from tiedvsuntied.analysis.load import load_results
+
+    sweep = write_sweep(
+        tmp_path_factory.mktemp("fig") / "sw",
+        models=("nano", "micro"),
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "micro", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
+    return load_results(sweep)
+
+
+@pytest.fixture(scope="session")
+def drawn(fig_results, tmp_path_factory):
+    """Every output of the figure REGISTRY made once from ``fig_results`` (png): ``outputs``
+    (name -> (files, figure or None)), ``dir`` (where they are) and ``rc_kept`` (whether the
+    global matplotlib style is as before)."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    from tiedvsuntied.figures.cli import REGISTRY
+
+    out, rc_before = tmp_path_factory.mktemp("drawn"), dict(matplotlib.rcParams)
+    outputs = {name: output.write(fig_results, out, ["png"]) for name, output in REGISTRY.items()}
+    return SimpleNamespace(outputs=outputs, dir=out, rc_kept=dict(matplotlib.rcParams) == rc_before)

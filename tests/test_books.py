@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import QUICK, SHARED_DATA, compose, generated_corpus
 
-from tiedvsuntied.analysis import load_results
 from tiedvsuntied.analysis.books import document_losses
+from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import eval_window_starts
 from tiedvsuntied.data.cache import prepare_data

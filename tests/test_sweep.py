@@ -16,7 +16,7 @@ import pytest
 from conftest import QUICK, TINY_SWEEP_OVERRIDES, run_cli
 from filelock import FileLock
 
-from tiedvsuntied.analysis import load_results
+from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.sweep.__main__ import main
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis import ResultsError, first_replicates, load_results
+from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results import IndexEntry, Status, atomic_write, now, update_index, write_json
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest

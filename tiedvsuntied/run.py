@@ -35,7 +35,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, FloatNode, IntegerNode, OmegaConf, ValidationError
 
-from tiedvsuntied import analysis, results
+from tiedvsuntied import results
+from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.data.config import DataUnavailableError
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import lock_held
@@ -64,8 +65,8 @@ def sweep_runs(sweep_dir: Path, since: float | None = None) -> pd.DataFrame | No
     each run's entry of the sweep's index (``overrides``, ``indexed_at``); with ``since`` (a
     timestamp), only the runs written since then; None if there are none."""
     try:
-        runs = analysis.load_results(sweep_dir).runs
-    except analysis.ResultsError:  # no runs yet
+        runs = load_results(sweep_dir).runs
+    except ResultsError:  # no runs yet
         return None
     index = results.read_index(sweep_dir)
     entries = [index.get(run_id) for run_id in runs["run_id"]]
