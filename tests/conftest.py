@@ -199,3 +199,17 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """The command line's check of its overrides, in process: Hydra's composition (keys, types,
+    choices, groups) and the booleans OmegaConf would read from 1/0/yes/no; a mistake is a
+    ConfigError of the one line the command prints."""
+    from tiedvsuntied.sweep import jobs
+    from tiedvsuntied.train import ConfigError
+
+    try:
+        with jobs.composed(overrides) as (_, master):
+            jobs.check_booleans(master, overrides)
+    except jobs.SweepError as e:
+        raise ConfigError(str(e)) from None

@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, REPO, SWEEP_NAMES, compose
+from conftest import QUICK, REPO, SWEEP_NAMES, check_overrides, compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tiedvsuntied import results as R
 from tiedvsuntied.data import prepare_data
 from tiedvsuntied.model import GPT, ModelConfig
-from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (
     CheckpointMismatch,
     Checkpoints,
