@@ -346,3 +346,17 @@ def drawn(fig_results, tmp_path_factory):
     out, rc_before = tmp_path_factory.mktemp("drawn"), dict(matplotlib.rcParams)
     outputs = {name: output.write(fig_results, out, ["png"]) for name, output in REGISTRY.items()}
     return SimpleNamespace(outputs=outputs, dir=out, rc_kept=dict(matplotlib.rcParams) == rc_before)
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """The command line's check of its overrides, in process: Hydra's composition (keys, types,
+    choices, groups) and the booleans OmegaConf would read from 1/0/yes/no; a mistake is a
+    ConfigError of the one line the command prints."""
+    from tiedvsuntied.sweep import jobs
+    from tiedvsuntied.train import ConfigError
+
+    try:
+        with jobs.composed(overrides) as (_, master):
+            jobs.check_booleans(master, overrides)
+    except jobs.SweepError as e:
+        raise ConfigError(str(e)) from None

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import QUICK, compose
+from conftest import QUICK, check_overrides, compose
 
 from tiedvsuntied import results as R
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
-from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (
     CheckpointMismatch,
     ConfigError,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, REPO, SWEEP_NAMES, compose
+from conftest import QUICK, REPO, SWEEP_NAMES, check_overrides, compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -20,7 +20,6 @@ from tiedvsuntied import results as R
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train import (
     CheckpointMismatch,
     Checkpoints,
