@@ -18,8 +18,8 @@ from tiedvsuntied.data import DataConfig, DataError, prepare_data
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import BatchSampler, eval_window_starts
 from tiedvsuntied.data.sources import text_files
-from tiedvsuntied.train import ConfigError, train
-from tiedvsuntied.train.config import TrainerConfig, check_budget
+from tiedvsuntied.train.config import ConfigError, TrainerConfig, check_budget
+from tiedvsuntied.train.trainer import train
 
 AUTHORS = ["ann", "ann", "bo", "bo", "cy", "dee", "dee", "dee", "eve", "fay", "gus", "hal"]
 

@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied import results
-from tiedvsuntied.train import check_config, train
+from tiedvsuntied.train.config import check_config
+from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"
 GROUP_OPTIONS = [

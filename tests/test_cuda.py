@@ -24,14 +24,11 @@ from test_dist import RUN, _only_run, _run
 from test_run import common, kill_at_first_checkpoint, metrics, summaries
 
 from tiedvsuntied.model import GPT, ModelConfig
-from tiedvsuntied.train import (
-    OptimConfig,
-    TrainState,
-    build_optimizer,
-    load_checkpoint,
-    save_checkpoint,
-)
-from tiedvsuntied.train.hardware import Precision, autocast, resolve_device
+from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
+from tiedvsuntied.train.config import OptimConfig, Precision
+from tiedvsuntied.train.hardware import autocast, resolve_device
+from tiedvsuntied.train.optim import build_optimizer
+from tiedvsuntied.train.state import TrainState
 
 pytestmark = [
     pytest.mark.cuda,

@@ -13,7 +13,8 @@ import yaml
 from conftest import QUICK, USE_GPT2, compose, generated_corpus, needs_gpt2, run_cli
 from test_untie_at import stop_after_checkpoint
 
-from tiedvsuntied.train import ConfigError, train
+from tiedvsuntied.train.config import ConfigError
+from tiedvsuntied.train.trainer import train
 
 STEPS = ["trainer.max_steps=4", "trainer.eval_interval=2", "trainer.test_eval=false"]
 

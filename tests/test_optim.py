@@ -11,22 +11,11 @@ from conftest import QUICK, compose
 from tiedvsuntied import results as R
 from tiedvsuntied.model import GPT, ModelConfig, set_trainable
 from tiedvsuntied.run import check_overrides
-from tiedvsuntied.train import (
-    CheckpointMismatch,
-    ConfigError,
-    LrScaling,
-    OptimConfig,
-    TrainState,
-    build_optimizer,
-    group_lr_scales,
-    load_checkpoint,
-    lr_at,
-    resolved_config,
-    save_checkpoint,
-    set_lr,
-    train,
-    untie,
-)
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
+from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config
+from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
+from tiedvsuntied.train.state import TrainState
+from tiedvsuntied.train.trainer import train
 
 V, D = 64, 16  # inv_sqrt_d = 0.25
 

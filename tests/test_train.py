@@ -20,21 +20,24 @@ from tiedvsuntied import results as R
 from tiedvsuntied.data import prepare_data
 from tiedvsuntied.model import GPT, ModelConfig
 from tiedvsuntied.run import check_overrides
-from tiedvsuntied.train import (
+from tiedvsuntied.train.checkpoint import (
     CheckpointMismatch,
     Checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from tiedvsuntied.train.config import (
+    Config,
     ConfigError,
     OptimConfig,
+    Schedule,
     TrainerConfig,
-    TrainState,
-    build_optimizer,
     check_config,
-    load_checkpoint,
-    lr_at,
     resolved_config,
-    save_checkpoint,
-    train,
 )
+from tiedvsuntied.train.optim import build_optimizer, lr_at
+from tiedvsuntied.train.state import TrainState
+from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -559,18 +562,19 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["model.pt"]
 
 
-def test_the_schedule_evaluates_the_first_steps_and_logs_each_early_step():
-    from tiedvsuntied.train.config import TrainerConfig
-
-    def evaluated(**kw):
-        t = TrainerConfig(**kw)
-        return [s for s in range(t.max_steps + 1) if t.evaluates_at(s)]
+def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_unties():
+    def steps(ask, max_steps, untie_at=None, **kw):
+        schedule = Schedule.of(Config(untie_at=untie_at, trainer=TrainerConfig(max_steps, **kw)))
+        assert schedule.done(max_steps) and not schedule.done(max_steps - 1)
+        return [s for s in range(max_steps + 1) if getattr(schedule, ask)(s)]
 
     # init 1.0 collapses within ~100 steps: powers of two below eval_interval see it
-    assert evaluated(max_steps=500, eval_interval=100) == [
+    assert steps("evaluates", 500, eval_interval=100) == [
         *(0, 1, 2, 4, 8, 16, 32, 64),
         *(100, 200, 300, 400, 500),
     ]
-    assert evaluated(max_steps=250, eval_interval=100, eval_log_steps=False) == [0, 100, 200, 250]
-    t = TrainerConfig(max_steps=250, log_first=3, log_interval=50)
-    assert [s for s in range(1, 251) if t.logs_at(s)] == [1, 2, 3, 50, 100, 150, 200, 250]
+    assert steps("evaluates", 250, eval_interval=100, eval_log_steps=False) == [0, 100, 200, 250]
+    logged = steps("logs", 250, log_first=3, log_interval=50)
+    assert logged == [0, 1, 2, 3, 50, 100, 150, 200, 250]
+    assert steps("saves", 250, ckpt_interval=100) == [0, 100, 200, 250]
+    assert steps("unties", 250, untie_at=0.5) == [125] and steps("unties", 250) == []

@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import QUICK, compose
 
-from tiedvsuntied.train import ConfigError, check_config, train
+from tiedvsuntied.train.config import ConfigError, check_config
+from tiedvsuntied.train.trainer import train
 
 STEPS = [
     "trainer.max_steps=4",
@@ -155,7 +156,7 @@ def stop_after_checkpoint(monkeypatch, step: int) -> None:
     import os
     import signal
 
-    from tiedvsuntied.train import Checkpoints
+    from tiedvsuntied.train.checkpoint import Checkpoints
 
     real = Checkpoints.save
 

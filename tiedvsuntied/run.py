@@ -39,7 +39,9 @@ from tiedvsuntied import analysis, results
 from tiedvsuntied.data import DataUnavailableError
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import lock_held
-from tiedvsuntied.train import Config, ConfigError, check_config, dist, train
+from tiedvsuntied.train import dist
+from tiedvsuntied.train.config import Config, ConfigError, check_config
+from tiedvsuntied.train.trainer import train
 
 jobs.register_schema()
 

@@ -46,7 +46,7 @@ class Job:
 
 def register_schema() -> None:
     """The typed config as Hydra's ``base_config`` (conf/config.yaml's first default)."""
-    from tiedvsuntied.train import Config
+    from tiedvsuntied.train.config import Config
 
     ConfigStore.instance().store(name="base_config", node=Config)
 
@@ -57,7 +57,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     ValueError through as it is (it wraps only TypeError)."""
     from tiedvsuntied.data import DataError, DataUnavailableError
     from tiedvsuntied.model import ModelConfigError
-    from tiedvsuntied.train import ConfigError
+    from tiedvsuntied.train.config import ConfigError
 
     return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
 
@@ -142,7 +142,7 @@ def chooses_group(loader: Any, override: Any) -> bool:
 def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
     """Every job composed and checked, in order: their ``RunPlan``s, or a SweepError naming the
     first bad job. The file checks run once per distinct data config and results_dir."""
-    from tiedvsuntied.train import check_config
+    from tiedvsuntied.train.config import check_config
 
     checked: set[str] = set()
     plans = []
@@ -170,7 +170,7 @@ def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (``new_record``):
     the data's fingerprint from its files' hashes, once per distinct data config."""
     from tiedvsuntied.data import corpus_fingerprint
-    from tiedvsuntied.train import resolved_config
+    from tiedvsuntied.train.config import resolved_config
 
     fingerprints: dict[str, str] = {}
     ids = []

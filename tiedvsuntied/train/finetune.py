@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import zipfile
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ import torch
 from tiedvsuntied.data import DataConfig
 from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
 from tiedvsuntied.results import Status, read_config, read_summary
+from tiedvsuntied.train.config import Trainable, Untie
 
 log = logging.getLogger(__name__)
 SHAPE_KEYS = (
@@ -36,27 +36,6 @@ SHAPE_KEYS = (
     "logit_scale",
     "emb_scale",
 )
-
-
-class Untie(str, Enum):
-    keep = "keep"  # the start's tying as it is
-    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
-    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
-
-
-class Trainable(str, Enum):
-    all = "all"
-    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
-    body = "body"  # all but wte, wpe and the head
-    embedding = "embedding"  # wte and wpe (tied: the head too)
-
-
-@dataclass
-class FinetuneConfig:
-    """The ``finetune`` node; it applies when ``init_from`` is set."""
-
-    untie: Untie = Untie.keep
-    trainable: Trainable = Trainable.all
 
 
 @dataclass
