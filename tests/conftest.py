@@ -199,3 +199,20 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
+
+
+def stop_after_checkpoint(monkeypatch, step: int) -> None:
+    """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
+    import os
+    import signal
+
+    from tiedvsuntied.train.checkpoint import Checkpoints
+
+    real = Checkpoints.save
+
+    def save_then_sigterm(self, *args):
+        real(self, *args)
+        if self.saved_step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_sigterm)

@@ -143,3 +143,22 @@ def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_
         "trainer.device=cuda:free but all 2 GPUs are claimed by other jobs: "
         "run at most 2 at once (hydra.launcher.n_jobs=2)"
     )
+
+
+def test_signals_set_a_stop_request_the_loop_reads_and_a_second_ctrl_c_stops_at_once():
+    import os
+    import signal
+
+    from tiedvsuntied.train.dist import stop_requests
+
+    # what was there before (a shell that starts a job in the background ignores SIGINT)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with stop_requests() as stop:
+        assert not stop
+        os.kill(os.getpid(), signal.SIGTERM)  # nothing is interrupted: the flag is set
+        assert stop and stop.name == "SIGTERM"
+    with pytest.raises(KeyboardInterrupt), stop_requests() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.name == "SIGINT"
+        os.kill(os.getpid(), signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # restored

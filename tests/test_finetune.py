@@ -197,7 +197,7 @@ def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path)
 
 
 def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
-    from tiedvsuntied import results as R
+    from tiedvsuntied.results import records as R
 
     before = {
         "tie": True,

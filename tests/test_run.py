@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
 
-from tiedvsuntied.results import run_name
+from tiedvsuntied.results.records import run_name
 
 LN_V = math.log(VOCAB)
 
@@ -423,7 +423,7 @@ def test_parallel_launcher_runs_jobs_in_processes_and_tokenizes_once(tmp_path: P
 
 
 def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path: Path):
-    from tiedvsuntied import results
+    from tiedvsuntied.results import records as results
     from tiedvsuntied.run import runs_table
 
     sweep = tmp_path / "s"

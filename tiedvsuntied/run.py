@@ -35,8 +35,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, FloatNode, IntegerNode, OmegaConf, ValidationError
 
-from tiedvsuntied import analysis, results
+from tiedvsuntied import analysis
 from tiedvsuntied.data import DataUnavailableError
+from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import lock_held
 from tiedvsuntied.train import dist

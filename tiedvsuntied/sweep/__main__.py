@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied import analysis, results
+from tiedvsuntied import analysis
+from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import SweepError
 

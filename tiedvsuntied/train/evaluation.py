@@ -104,6 +104,11 @@ def save_arrays(run: Run, step: int, **arrays) -> None:
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
+def four_decimals(loss: float | None) -> str:
+    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
+    return "none" if loss is None else f"{loss:.4f}"
+
+
 def measure_test_loss(run: Run, step: int) -> dict:
     """The test loss of the model as it is, its windows beside step ``step``'s probes."""
     result = evaluate(run, run.eval_model, run.corpus.tokens("test"))
@@ -135,21 +140,13 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     return out
 
 
-def test_final(run: Run) -> None:
-    """The test loss of the final weights, beside the count models'."""
-    result = measure_test_loss(run, run.state.step)
-    run.record.test_loss = result["loss"]
-    run.record.heldout = {**(run.record.heldout or {}), "test": heldout(run, "test", result)}
-
-
-def four_decimals(loss: float | None) -> str:
-    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
-    return "none" if loss is None else f"{loss:.4f}"
-
-
-def test_at_best(run: Run) -> None:
-    """The test loss at the best validation step (early stopping's), into the metrics."""
+def test(run: Run) -> None:
+    """The test loss of the final weights (beside the count models') and of the best ones
+    (early stopping's, from best.pt: the model ends with them), into the record and metrics."""
     record, state = run.record, run.state
+    result = measure_test_loss(run, state.step)
+    record.test_loss = result["loss"]
+    record.heldout = {**(record.heldout or {}), "test": heldout(run, "test", result)}
     best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
     if best is not None:
         run.model.load_state_dict(best)

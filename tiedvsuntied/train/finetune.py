@@ -21,7 +21,7 @@ import torch
 
 from tiedvsuntied.data import DataConfig
 from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
-from tiedvsuntied.results import Status, read_config, read_summary
+from tiedvsuntied.results.records import Status, read_config, read_summary
 from tiedvsuntied.train.config import Trainable, Untie
 
 log = logging.getLogger(__name__)

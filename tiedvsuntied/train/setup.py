@@ -110,6 +110,8 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     state, schedule = TrainState(), plan.schedule
     checkpoints = Checkpoints(run_dir / "checkpoints")
     used = resume_on_every_rank(checkpoints, model, optimizer, state, schedule, cfg.optim)
+    untied = bool(schedule.untie_step) and not model.tie  # resumed past the switch
+    record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
     precision = resolve_precision(trainer.precision, device)

@@ -56,7 +56,7 @@ from tiedvsuntied.train.config import (
     check_config,
     resolved_config,
 )
-from tiedvsuntied.train.evaluation import four_decimals, test_at_best, test_final, validate
+from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.setup import Data, build_run, retain_corpus
 from tiedvsuntied.train.state import Run, identity
@@ -204,12 +204,10 @@ def failed(record: RunSummary, e: BaseException, step: int | None = None) -> Non
 def finish(run: Run) -> None:
     """The test loss of the final weights and of the best ones, ``model.pt``, status
     ``finished``, and only the final weights kept."""
-    record, state, test = run.record, run.state, run.cfg.trainer.test_eval
-    if test:
-        test_final(run)
+    record, state = run.record, run.state
     run.checkpoints.save_final(run.model, state)  # before the best weights replace them
-    if test:
-        test_at_best(run)
+    if run.cfg.trainer.test_eval:
+        test(run)
     record.status = Status.finished
     summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
     run.checkpoints.finish()
@@ -227,7 +225,6 @@ def finish(run: Run) -> None:
 def summary(run: Run) -> RunSummary:
     """summary.json now: identity and outcome (``run.record``), Derived, the loop's numbers."""
     d, s = run.derived, run.state
-    untied = run.schedule.untie_step and not run.model.tie
     return dataclasses.replace(
         run.record,
         params=d.params,
@@ -241,7 +238,6 @@ def summary(run: Run) -> RunSummary:
         compiled=d.compiled,
         seen_vocab_frac=float((run.freq > 0).mean()),
         resumed_from_step=run.resumed_from,
-        params_untied=count_parameters(run.model) if untied else None,
         step=s.step,
         tokens=s.tokens,
         init_val_loss=s.init_val_loss,
@@ -407,8 +403,9 @@ def untie_now(run: Run) -> None:
     untie(run.model, run.optimizer, run.cfg.optim)
     run.derived.lr_scales = lr_scales(run.optimizer)  # now with the head's
     compile_model(run, run.derived.compiled)
+    run.record.params_untied = count_parameters(run.model)
     if dist.is_main():
-        params = summary(run).params_untied
+        params = run.record.params_untied
         total = f"{params['total']:,}"
         log.info("[%s] untied at step %d: %s parameters", run.record.name, run.state.step, total)
         run.metrics.log({f"params/{k}": v for k, v in params.items()}, run.state.step)
