@@ -33,7 +33,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from tiedvsuntied.data import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
+from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
 def generated_corpus(path: Path, n_words: int = 60_000, seed: int = 0) -> Path:
@@ -199,6 +199,167 @@ def shared_data() -> Path:
             f"the shared offline data is not at {SHARED_DATA} (set TIEDVSUNTIED_SHARED_DATA)"
         )
     return SHARED_DATA
+
+
+# ---------------------------------------------------------------------------- data texts
+# Text made here for the data tests (test_sources, test_cache, test_batches, test_data_cli):
+# tokenized with the built-in byte-level encoding (token = UTF-8 byte, end-of-text 256).
+
+
+def words(rng: random.Random, n: int) -> str:
+    vocabulary = ["the", "tied", "head", "König", "naïve", "数据", "🙂", "loss", "x=1,", "it's"]
+    return " ".join(rng.choice(vocabulary) for _ in range(n))
+
+
+def wiki_text(n_articles: int = 12, seed: int = 0) -> str:
+    """WikiText-like: ' = Title = ' rows between blank rows start articles; section headings and
+    a formula row ' = 1 + k = ' inside an article do not."""
+    rng, out = random.Random(seed), [" \n"]
+    for a in range(n_articles):
+        out += [f" = Article {a} = \n", " \n", f" {words(rng, 30)} \n", " = = Section = = \n"]
+        out += [" \n", *(f" {words(rng, 40)} \n" for _ in range(rng.randint(3, 8)))]
+        out += [" = 1 + k = \n", f" {words(rng, 10)} \n", " \n"]
+    return "".join(out)
+
+
+def play_text(n_lines: int = 3000, seed: int = 1) -> str:
+    """Tiny-Shakespeare-like: speaker lines and paragraphs separated by blank lines."""
+    rng = random.Random(seed)
+    return "".join(
+        f"Speaker {i % 7}:\n{words(rng, 8)}\n" + ("\n" if i % 3 == 2 else "")
+        for i in range(n_lines)
+    )
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def text_config(files=None, **keys):
+    """A DataConfig of local text in the byte-level encoding."""
+    from tiedvsuntied.data.config import DataConfig
+
+    return DataConfig(
+        **{"name": "t", "source": "text", "files": files, "encoding": "bytes", **keys}
+    )
+
+
+def byte_tokens(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def joined(documents: list[str], eot: int = 256) -> list[int]:
+    """The byte-level tokens of documents with an end-of-text token between them."""
+    out: list[int] = []
+    for i, document in enumerate(documents):
+        out += ([eot] if i else []) + byte_tokens(document)
+    return out
+
+
+@pytest.fixture(scope="session")
+def play(tmp_path_factory) -> Path:
+    return write(tmp_path_factory.mktemp("play"), "play.txt", play_text())
+
+
+@pytest.fixture(scope="session")
+def corpus(play, session_cache):
+    """play.txt tokenized once per session (tests that delete a cache use their own)."""
+    from tiedvsuntied.data.cache import prepare_data
+
+    return prepare_data(text_config(str(play), cache_dir=str(session_cache)))
+
+
+# ---------------------------------------------------------------------------- tiny models
+
+
+def tiny(**keys):
+    """A ModelConfig small enough to build in milliseconds (V = 97, d = 32, T = 16)."""
+    from tiedvsuntied.model.config import ModelConfig
+
+    shape = dict(name="tiny", n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=97)
+    return ModelConfig(**{**shape, **keys})
+
+
+def batch(cfg, B: int = 3, seed: int = 0):
+    """Random (x, y) token batches of cfg's vocabulary and block size."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), generator=g)
+    return x, y
+
+
+# ----------------------------------------------------------------- the reading side's results
+@pytest.fixture(scope="session")
+def fake_sweep(tmp_path_factory) -> Path:
+    """Hand-built results (tests/fake_results.py), written once per session and only read (a
+    test that changes them copies them first): tie x init std {1.0, 0.036} x seeds {0, 1} on
+    nano; one diverged, one running, one failed run."""
+    from fake_results import write_sweep
+
+    return write_sweep(
+        tmp_path_factory.mktemp("fake") / "sw",
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "nano", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def fig_results(tmp_path_factory):
+    """The figures' hand-built results, loaded once: tie x init std {1.0, 0.036} x seeds {0, 1} x
+    nano, micro; one diverged, one running, one failed run (fake_results.DIVERGED, ...)."""
+    from fake_results import write_sweep
+
+    from tiedvsuntied.analysis.load import load_results
+
+    sweep = write_sweep(
+        tmp_path_factory.mktemp("fig") / "sw",
+        models=("nano", "micro"),
+        seeds=(0, 1),
+        statuses={
+            (True, "1.0", "micro", 1): "diverged",
+            (False, "0.036", "nano", 1): "running",
+            (False, "1.0", "nano", 1): "failed",
+        },
+    )
+    return load_results(sweep)
+
+
+@pytest.fixture(scope="session")
+def drawn(fig_results, tmp_path_factory):
+    """Every output of the figure REGISTRY made once from ``fig_results`` (png): ``outputs``
+    (name -> (files, figure or None)), ``dir`` (where they are) and ``rc_kept`` (whether the
+    global matplotlib style is as before)."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    from tiedvsuntied.figures.cli import REGISTRY
+
+    out, rc_before = tmp_path_factory.mktemp("drawn"), dict(matplotlib.rcParams)
+    outputs = {name: output.write(fig_results, out, ["png"]) for name, output in REGISTRY.items()}
+    return SimpleNamespace(outputs=outputs, dir=out, rc_kept=dict(matplotlib.rcParams) == rc_before)
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """The command line's check of its overrides, in process: Hydra's composition (keys, types,
+    choices, groups) and the booleans OmegaConf would read from 1/0/yes/no; a mistake is a
+    ConfigError of the one line the command prints."""
+    from tiedvsuntied.sweep import jobs
+    from tiedvsuntied.train.config import ConfigError
+
+    try:
+        with jobs.composed(overrides) as (_, master):
+            jobs.check_booleans(master, overrides)
+    except jobs.SweepError as e:
+        raise ConfigError(str(e)) from None
 
 
 def stop_after_checkpoint(monkeypatch, step: int) -> None:

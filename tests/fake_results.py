@@ -344,3 +344,49 @@ def write_sweep(
                         **kw,
                     )
     return sweep_dir
+
+
+# ----------------------------------------------------------------------------- reading figures
+# runs of the figures' session results (conftest.fig_results) that did not finish
+DIVERGED = "tie=true_init=1.0_model=micro_seed=1"
+RUNNING = "tie=false_init=0.036_model=nano_seed=1"
+FAILED = "tie=false_init=1.0_model=nano_seed=1"
+
+
+def lines(fig) -> list:
+    """Every line of every panel of ``fig``."""
+    return [line for ax in fig.axes for line in ax.get_lines()]
+
+
+def texts(fig) -> str:
+    """All text in the figure, wrapped lines joined again."""
+    from matplotlib.text import Text
+
+    return " ".join(" ".join(t.get_text() for t in fig.findobj(Text)).split())
+
+
+def caption_of(fig) -> str:
+    """The caption under a figure's panels, unwrapped."""
+    return " ".join(fig.caption_text.get_text().split())
+
+
+def write_log_spaced_sweep(path):
+    """Fake runs with the training loss at every step and evaluations at 1, 2, 4 as well (what
+    trainer.log_first and trainer.eval_log_steps give)."""
+    sweep = write_sweep(path, init_stds=("1.0", "inv_sqrt_d"), seeds=(0, 1, 2), log_interval=1)
+    for metrics in sweep.glob("*/metrics.jsonl"):
+        first = json.loads(metrics.read_text().splitlines()[0])
+        extra = [
+            {"step": s, "tokens": 256 * s, "val/loss": first["val/loss"] - s} for s in (1, 2, 4)
+        ]
+        with open(metrics, "a") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in extra)
+    return sweep
+
+
+def strip_probes(sweep, runs="*", keep=("val_window_loss", "test_window_loss")):
+    """What a bundle keeps of most runs (those matching ``runs``): window losses only."""
+    for path in sweep.glob(f"{runs}/probes/*.npz"):
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files if k in keep}
+        np.savez(path, **arrays)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from conftest import REPO, SHARED_DATA, needs_gpt2
 
-from tiedvsuntied.data import DataError
 from tiedvsuntied.data.baselines import (
     bigram_probs,
     document_starts,
@@ -20,6 +19,7 @@ from tiedvsuntied.data.baselines import (
     score_documents,
     unigram_probs,
 )
+from tiedvsuntied.data.config import DataError
 
 GUTENBERG = SHARED_DATA / "gutenberg"
 
@@ -80,25 +80,21 @@ def test_unseen_context_falls_back_to_continuation():
         np.testing.assert_array_equal(bigram_probs(models, v), models.continuation)
 
 
-def test_values_match_a_loop_implementation_to_1e_12():
-    for discount in (0.75, 0.3, 1.0):
-        models = fit(TRAIN, V, discount=discount)
-        got = score(models, HELD_OUT)
-        uni, bi = reference_nll(TRAIN, HELD_OUT, V, discount)
-        assert got["unigram"] == pytest.approx(uni, abs=1e-12)
-        assert got["bigram"] == pytest.approx(bi, abs=1e-12)
-        assert got["n_tokens"] == len(HELD_OUT) - 1
-
-
-def test_values_match_a_loop_implementation_on_random_tokens():
+def _random_tokens():
     rng = np.random.default_rng(1)
-    vocab = 40
-    train = rng.integers(0, vocab - 5, size=3000, dtype=np.uint32)  # the last 5 never seen
-    held_out = rng.integers(0, vocab, size=500, dtype=np.uint32)
-    got = score(fit(train, vocab), held_out)
-    uni, bi = reference_nll(train, held_out, vocab)
+    train = rng.integers(0, 35, size=3000, dtype=np.uint32)  # tokens 35..39 never seen
+    return train, rng.integers(0, 40, size=500, dtype=np.uint32), 40
+
+
+@pytest.mark.parametrize("discount", [0.75, 0.3, 1.0])
+@pytest.mark.parametrize("tokens", [lambda: (TRAIN, HELD_OUT, V), _random_tokens])
+def test_values_match_a_loop_implementation_to_1e_12(tokens, discount):
+    train, held_out, vocab = tokens()
+    got = score(fit(train, vocab, discount=discount), held_out)
+    uni, bi = reference_nll(train, held_out, vocab, discount)
     assert got["unigram"] == pytest.approx(uni, abs=1e-12)
     assert got["bigram"] == pytest.approx(bi, abs=1e-12)
+    assert got["n_tokens"] == len(held_out) - 1
 
 
 def test_unseen_frac_counts_exactly_the_targets_with_zero_training_count():
@@ -126,19 +122,16 @@ def test_fit_counts_the_pairs():
     assert models.context_counts.sum() == len(TRAIN) - 1
 
 
-def test_fit_leaves_a_memmap_untouched(tmp_path):
-    path = tmp_path / "train.bin"
-    TRAIN.tofile(path)
-    tokens = np.memmap(path, dtype=np.uint16, mode="r")
-    models = fit(tokens, V)
-    assert score(models, HELD_OUT) == score(fit(TRAIN, V), HELD_OUT)
-    np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint16), TRAIN)
-
-
-@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint32, np.int64, np.uint64])
-def test_any_integer_dtype_gives_the_same_numbers(dtype):
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint32, np.int64, np.uint64, "memmap"])
+def test_any_integer_array_gives_the_same_numbers_and_is_left_untouched(dtype, tmp_path):
     expected = score(fit(TRAIN, V), HELD_OUT)
-    assert score(fit(TRAIN.astype(dtype), V), HELD_OUT.astype(dtype)) == expected
+    if dtype == "memmap":
+        TRAIN.tofile(tmp_path / "train.bin")
+        train = np.memmap(tmp_path / "train.bin", dtype=np.uint16, mode="r")
+        assert score(fit(train, V), HELD_OUT) == expected
+        np.testing.assert_array_equal(np.fromfile(tmp_path / "train.bin", np.uint16), TRAIN)
+    else:
+        assert score(fit(TRAIN.astype(dtype), V), HELD_OUT.astype(dtype)) == expected
 
 
 @pytest.mark.parametrize(
@@ -219,6 +212,7 @@ def test_bad_starts_are_a_one_line_data_error(starts, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_baselines_do_not_import_torch():
     code = "import sys, tiedvsuntied.data.baselines; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

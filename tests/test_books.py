@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from conftest import QUICK, SHARED_DATA, compose, generated_corpus
 
-from tiedvsuntied.analysis import load_results
 from tiedvsuntied.analysis.books import document_losses
-from tiedvsuntied.data import DataConfig, DataError, prepare_data
+from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.data.baselines import fit, score_documents
-from tiedvsuntied.data.batches import BatchSampler, eval_window_starts
+from tiedvsuntied.data.batches import eval_window_starts
+from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.data.config import DataConfig, DataError
 from tiedvsuntied.data.sources import text_files
 from tiedvsuntied.train.config import ConfigError, TrainerConfig, check_budget
 from tiedvsuntied.train.trainer import train
@@ -88,25 +89,6 @@ def test_held_out_documents_keep_their_offsets_and_names(library, session_cache)
         assert starts[0] == 0 and all(tokens[s - 1] == corpus.eot_token for s in starts[1:])
         assert (tokens == corpus.eot_token).sum() == len(starts) - 1
     assert corpus.documents("train") is None
-
-
-def test_once_takes_every_training_window_at_most_once_in_a_seeded_order():
-    tokens = np.arange(1000, dtype=np.uint16)
-    sampler = BatchSampler(tokens, block_size=16, batch_size=4, seed=3, once=True, grad_accum=2)
-    assert sampler.steps_available() == (999 // 16) // 8
-    targets = [
-        sampler.get(step, micro)[1].numpy().ravel()
-        for step in range(sampler.steps_available())
-        for micro in range(2)
-    ]
-    seen = np.concatenate(targets)
-    assert len(np.unique(seen)) == len(seen)  # no token is a target twice
-    again = BatchSampler(tokens, 16, 4, seed=3, once=True, grad_accum=2)
-    other = BatchSampler(tokens, 16, 4, seed=4, once=True, grad_accum=2)
-    assert (again.starts(5, 1) == sampler.starts(5, 1)).all()
-    assert not (other.starts(0) == sampler.starts(0)).all()
-    with pytest.raises(DataError, match="past one pass"):
-        sampler.get(sampler.steps_available(), 1)  # 62 windows: step 7 ends at window 64
 
 
 def test_more_steps_than_one_pass_is_refused_in_one_line():

@@ -1,4 +1,5 @@
-"""The results bundle: a real sweep, bundled by the command, reads back as the sweep did."""
+"""The results bundle: a real sweep, bundled by the command, reads back as the sweep did (slow:
+the tiny sweep trains); a missing sweep is refused in one line."""
 
 from __future__ import annotations
 
@@ -12,9 +13,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tiedvsuntied.analysis import ResultsError, load_results, load_token_probes, window_losses
-from tiedvsuntied.bundle import write_bundle
+from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.analysis.probes import load_token_probes
+from tiedvsuntied.bundle import main, write_bundle
 from tiedvsuntied.results.bundles import MANIFEST, read_manifest
+
+
+def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
+    """The per-window losses of ``split`` at the run's ``step_col`` step (what a bundle keeps of
+    every run's probe files), or None."""
+    path = Path(run["path"], "probes", f"step_{int(run[step_col]):07d}.npz")
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        key = f"{split}_window_loss"
+        return np.asarray(z[key], dtype=np.float64) if key in z.files else None
+
 
 COMPARED = ["run_id", "name", "tie", "init_std", "seed", "status", "best_step", "test_loss"]
 
@@ -37,6 +51,7 @@ def bundled(tiny_sweep: Path, tmp_path_factory) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_a_bundle_reads_back_as_its_sweep(tiny_sweep, bundled):
     sweep, bundle = load_results(tiny_sweep), load_results(bundled)
     pd.testing.assert_frame_equal(
@@ -55,6 +70,7 @@ def test_a_bundle_reads_back_as_its_sweep(tiny_sweep, bundled):
             )
 
 
+@pytest.mark.slow
 def test_a_bundle_keeps_per_token_arrays_of_the_lowest_seed_only_and_no_checkpoints(
     tiny_sweep, bundled
 ):
@@ -70,6 +86,7 @@ def test_a_bundle_keeps_per_token_arrays_of_the_lowest_seed_only_and_no_checkpoi
     assert read_manifest(bundled)["runs"] == len(runs)
 
 
+@pytest.mark.slow
 def test_a_changed_file_or_a_newer_format_is_reported(bundled, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(bundled, copy)
@@ -83,6 +100,7 @@ def test_a_changed_file_or_a_newer_format_is_reported(bundled, tmp_path):
         load_results(copy)
 
 
+@pytest.mark.slow
 def test_bundling_in_pieces_keeps_the_runs_already_bundled(tiny_sweep, tmp_path):
     runs = load_results(tiny_sweep).runs
     part = tmp_path / "part" / "tiny"
@@ -100,14 +118,14 @@ def test_bundling_in_pieces_keeps_the_runs_already_bundled(tiny_sweep, tmp_path)
     assert not list(tmp_path.glob(".bundle.*"))  # no partial or old copy left behind
 
 
-def test_the_command_refuses_a_missing_sweep_in_one_line(tmp_path):
-    proc = bundle_cli(str(tmp_path / "nowhere"), str(tmp_path / "dest"))
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0
-    assert "does not exist" in proc.stderr
+def test_the_command_refuses_a_missing_sweep_in_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "nowhere"), str(tmp_path / "dest")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "does not exist" in err
     assert not (tmp_path / "dest").exists()
 
 
+@pytest.mark.slow
 def test_without_arrays_a_bundle_keeps_window_losses_and_no_per_token_probes(tiny_sweep, tmp_path):
     proc = bundle_cli(str(tiny_sweep), str(tmp_path / "lean"), "--no-arrays")
     assert proc.returncode == 0, proc.stderr

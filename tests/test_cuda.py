@@ -23,7 +23,8 @@ from conftest import run_cli
 from test_dist import RUN, _only_run, _run
 from test_run import common, kill_at_first_checkpoint, metrics, summaries
 
-from tiedvsuntied.model import GPT, ModelConfig
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
 from tiedvsuntied.train.config import OptimConfig, Precision
 from tiedvsuntied.train.hardware import autocast, resolve_device

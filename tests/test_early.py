@@ -1,4 +1,4 @@
-"""analysis.early: the first step below ln V and below the d^-0.5 arm, on handmade histories whose
+"""early: the first step below ln V and below the d^-0.5 arm, on handmade histories whose
 answers are known step by step."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tiedvsuntied import analysis
+from tiedvsuntied.analysis.early import dense_steps, early_steps, early_summary, first_below
 
 V = 50257
 LN_V = math.log(V)  # 10.8249
@@ -79,23 +79,23 @@ def _by_id(table):
 
 def test_dense_steps_counts_the_unbroken_run_of_train_losses_from_step_one():
     h = pd.DataFrame(_dense("x", [5.0] * 12, after=[(20, 4.0), (30, 3.0)]))
-    assert analysis.dense_steps(h) == 12
-    assert analysis.dense_steps(h[h["step"] != 1]) == 0  # no step 1: not dense at all
-    assert analysis.dense_steps(h[h["step"] != 7]) == 6
-    assert analysis.dense_steps(pd.DataFrame(_val("x", [(0, 1.0), (1, 1.0)]))) == 0
+    assert dense_steps(h) == 12
+    assert dense_steps(h[h["step"] != 1]) == 0  # no step 1: not dense at all
+    assert dense_steps(h[h["step"] != 7]) == 6
+    assert dense_steps(pd.DataFrame(_val("x", [(0, 1.0), (1, 1.0)]))) == 0
 
 
 def test_first_below_is_strict_and_compares_curves_on_common_steps():
     loss = pd.Series([12.0, LN_V, 10.0], index=[1, 2, 3])
-    assert analysis.first_below(loss, LN_V) == 3  # equal to ln V is not below it
+    assert first_below(loss, LN_V) == 3  # equal to ln V is not below it
     other = pd.Series([11.0, 10.5, 9.0, 8.0], index=[1, 3, 4, 5])
-    assert analysis.first_below(loss, other) == 3  # step 2 has no partner value
-    assert np.isnan(analysis.first_below(loss, 5.0))
+    assert first_below(loss, other) == 3  # step 2 has no partner value
+    assert np.isnan(first_below(loss, 5.0))
 
 
 def test_early_steps_on_dense_train_loss_and_on_evaluations():
     runs, history = _study()
-    table = _by_id(analysis.early_steps(runs, history))
+    table = _by_id(early_steps(runs, history))
     assert "t1r" not in table.index  # a replicate is the noise floor, not a seed
     t1 = table.loc["t1"]
     assert t1["metric"] == "train/loss" and t1["last_step"] == 30
@@ -114,7 +114,7 @@ def test_early_steps_on_dense_train_loss_and_on_evaluations():
 
 def test_runs_that_never_get_there_and_runs_without_an_arm():
     runs, history = _study()
-    table = _by_id(analysis.early_steps(runs, history))
+    table = _by_id(early_steps(runs, history))
     never = table.loc["t1s1"]
     assert np.isnan(never["step_below_ln_v"]) and np.isnan(never["step_below_arm"])
     assert never["last_step"] == 30 and never["arm_run_id"] == "ta1"
@@ -132,7 +132,7 @@ def test_a_dense_run_against_an_arm_with_evaluations_only_compares_evaluations()
             *_val("b", [(0, 11.3), (4, 10.5), (8, 10.0), (16, 9.5)]),
         ]
     )
-    table = _by_id(analysis.early_steps(runs, history))
+    table = _by_id(early_steps(runs, history))
     assert table.loc["a", "metric"] == "train/loss" and table.loc["a", "step_below_ln_v"] == 11
     assert table.loc["a", "arm_metric"] == "val/loss" and table.loc["a", "step_below_arm"] == 16
 
@@ -141,8 +141,8 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_the_runs_that_neve
     runs, history = _study()
     runs = pd.concat([runs, pd.DataFrame([_run("t1s2", True, "1.0", seed=2)])])
     extra = pd.DataFrame(_dense("t1s2", [60.0] * 15 + [10.0] * 5))  # below ln V at step 16
-    table = analysis.early_steps(runs, pd.concat([history, extra]))
-    summary = analysis.early_summary(table).set_index(["tie", "init_std", "variant"])
+    table = early_steps(runs, pd.concat([history, extra]))
+    summary = early_summary(table).set_index(["tie", "init_std", "variant"])
     big = summary.loc[(True, "1.0", "")]
     assert big["n"] == 3 and big["last_step"] == 20
     assert big["step_below_ln_v_median"] == 14 and big["step_below_ln_v_min"] == 12
@@ -156,12 +156,12 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_the_runs_that_neve
 
 def test_early_steps_of_no_history_are_nan_not_an_error():
     runs, _ = _study()
-    table = analysis.early_steps(runs, pd.DataFrame(columns=["run_id", "step"]))
+    table = early_steps(runs, pd.DataFrame(columns=["run_id", "step"]))
     assert len(table) == 7 and table["step_below_ln_v"].isna().all()
 
 
 @pytest.mark.parametrize("losses, expected", [([11.0, 10.0], 2), ([10.0], 1), ([11.0], np.nan)])
 def test_the_first_dense_step_can_be_step_one(losses, expected):
     curve = pd.Series(losses, index=range(1, len(losses) + 1))
-    found = analysis.first_below(curve, LN_V)
+    found = first_below(curve, LN_V)
     assert found == expected or (np.isnan(found) and np.isnan(expected))

@@ -183,8 +183,9 @@ def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_p
 def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path):
     from conftest import VOCAB
 
-    from tiedvsuntied.hf import save_pretrained
-    from tiedvsuntied.model import GPT, ModelConfig
+    from tiedvsuntied.model.config import ModelConfig
+    from tiedvsuntied.model.gpt import GPT
+    from tiedvsuntied.model.hf import save_pretrained
 
     _, _, _, data = start
     save_pretrained(

@@ -1,4 +1,4 @@
-"""The notebooks: committed clean and thin; executed top to bottom on the tiny sweep (slow)."""
+"""The notebooks: committed clean and thin; executed once, on the shipped bundles (slow)."""
 
 from __future__ import annotations
 
@@ -58,11 +58,10 @@ WRITES = {
 }
 
 
-# What a notebook cannot make from these runs, and so must skip (one line, no file): the tiny
-# sweep has no fine-tuning runs, no learning-rate grid, no arm but tied and untied; the shipped
-# bundle has no fine-tuning runs, no learning-rate grid and no sampled embedding rows (figure 8).
-NOT_FROM_TINY = {"fig7_finetune", "table_classic", "table_arms", *BOOKS_FIGURES, "books_tables"}
+# What a notebook cannot make from the paper's shipped bundle, and so must skip (one line, no
+# file): it has no fine-tuning runs, no learning-rate grid and no sampled embedding rows (fig 8).
 BUNDLE = REPO / "experiments" / "tie_x_init" / "results"
+BOOKS_BUNDLE = REPO / "experiments" / "tie_x_init_books" / "results"
 BUNDLE_NOTEBOOKS = [p for p in NOTEBOOKS if "../experiments/tie_x_init/results" in p.read_text()]
 NOT_FROM_BUNDLE = {"fig7_finetune", "table_classic", "fig8_cka"}  # its T5 arm: table_arms
 
@@ -72,7 +71,7 @@ def expected(notebook: str, skipped: set[str]) -> list[str]:
 
 
 def test_every_notebook_is_listed_and_every_figure_has_a_notebook():
-    from tiedvsuntied.figures import REGISTRY
+    from tiedvsuntied.figures.cli import REGISTRY
 
     assert sorted(p.name for p in NOTEBOOKS) == sorted(WRITES)
     written = {Path(f).stem for files in WRITES.values() for f in files}
@@ -106,67 +105,6 @@ def test_notebook_is_committed_clean_and_thin(path):
         ast.parse("\n".join(line for line in c.source.splitlines() if not line.startswith("%")))
 
 
-@pytest.mark.slow
-def test_notebooks_run_top_to_bottom_on_the_tiny_sweep(tiny_sweep, tmp_path, monkeypatch):
-    """Each notebook runs from a copy in a temporary folder (as the documented headless command
-    does), so running them never writes into the committed notebooks."""
-    from nbclient import NotebookClient
-
-    committed = {path: path.read_bytes() for path in NOTEBOOKS}
-    copies = tmp_path / "notebooks"
-    shutil.copytree(REPO / "notebooks", copies)
-    monkeypatch.setenv("TIEDVSUNTIED_SWEEP_DIR", str(tiny_sweep))
-    for path in sorted(copies.glob("*.ipynb")):
-        out = tmp_path / path.stem
-        monkeypatch.setenv("TIEDVSUNTIED_FIGURES_DIR", str(out))
-        nb = nbformat.read(path, as_version=4)
-        # check the kernel is this environment's Python (the one with tiedvsuntied installed)
-        nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.prefix)"))
-        NotebookClient(
-            nb,
-            kernel_name="python3",
-            timeout=600,
-            resources={"metadata": {"path": str(copies)}},
-        ).execute()
-        assert nb.cells[-1].outputs[0]["text"].strip() == sys.prefix, path.name
-        errors = [
-            o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
-        ]
-        assert not errors, f"{path.name}: {errors}"
-        written = sorted(p.name for p in out.glob("*")) if out.exists() else []
-        assert written == sorted(expected(path.name, NOT_FROM_TINY)), path.name
-    assert {path: path.read_bytes() for path in NOTEBOOKS} == committed
-
-
-def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(cwd)}}
-    ).execute()
-    return nb
-
-
-@pytest.mark.slow
-def test_the_paper_notebooks_run_on_the_shipped_bundle_by_default(tmp_path, monkeypatch):
-    """A fresh clone's notebooks read the committed bundle of the paper's study (no sweep
-    directory, no training) and write every figure the bundle holds the data for."""
-    assert (BUNDLE / "BUNDLE.json").is_file(), "the paper's bundle is not committed"
-    assert len(BUNDLE_NOTEBOOKS) >= 7
-    monkeypatch.delenv("TIEDVSUNTIED_SWEEP_DIR", raising=False)
-    monkeypatch.delenv("TIEDVSUNTIED_WANDB_PROJECT", raising=False)
-    for path in BUNDLE_NOTEBOOKS:
-        out = tmp_path / path.stem
-        monkeypatch.setenv("TIEDVSUNTIED_FIGURES_DIR", str(out))
-        nb = execute(path, REPO / "notebooks")
-        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
-        assert "results bundle (format 1) of sweep tie_x_init" in text, path.name
-        assert sorted(p.name for p in out.glob("*")) == sorted(
-            expected(path.name, NOT_FROM_BUNDLE)
-        ), path.name
-
-
 def nbconvert(clone: Path, notebooks: list[str], env_extra: dict) -> subprocess.CompletedProcess:
     """The README's headless command, run from the root of ``clone`` as a user's shell would
     (``PWD`` is the directory the user stands in)."""
@@ -187,34 +125,51 @@ def outputs(path: Path) -> str:
     return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
 
 
-@pytest.mark.slow
-def test_the_readme_command_runs_every_notebook_of_a_fresh_clone(tmp_path):
-    """A fresh clone has the paper's bundle but no results/: the notebooks that read an unshipped
-    sweep by default (07, 09) say what to run first and skip the rest; the command exits 0."""
+def fresh_clone(tmp_path: Path) -> Path:
+    """The notebooks and the shipped bundles, as a fresh clone has them (no results/)."""
     clone = tmp_path / "clone"
     shutil.copytree(REPO / "notebooks", clone / "notebooks")
-    shutil.copytree(BUNDLE, clone / "experiments" / "tie_x_init" / "results")
+    for bundle in (BUNDLE, BOOKS_BUNDLE):
+        shutil.copytree(bundle, clone / bundle.relative_to(REPO))
+    return clone
+
+
+@pytest.mark.slow
+def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_bundles(tmp_path):
+    """Every notebook runs once, by the README's headless command from a fresh clone: those of
+    the paper read its committed bundle by default and write every figure it holds the data for,
+    the second edition's reads its own; those that read an unshipped sweep by default (07, 09)
+    say what to run first and skip the rest; the command exits 0."""
+    clone = fresh_clone(tmp_path)
     proc = nbconvert(clone, sorted(f"notebooks/{p.name}" for p in NOTEBOOKS), {})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (clone / "nb").glob("*.ipynb")) == sorted(WRITES)
+    for path in BUNDLE_NOTEBOOKS:
+        said = outputs(clone / "nb" / path.name)
+        assert "results bundle (format 1) of sweep tie_x_init" in said, path.name
     for name, sweep in (("07_finetune", "ft"), ("09_study_axes", "untie_at")):
         said = outputs(clone / "nb" / f"{name}.ipynb")
         assert f"skipped: no results at {clone / 'results' / sweep}; run first: " in said, said
-    assert sorted(p.name for p in (clone / "figures").glob("fig7*")) == []
+    books = expected("10_second_edition.ipynb", set())
+    paper = [f for p in BUNDLE_NOTEBOOKS for f in expected(p.name, NOT_FROM_BUNDLE)]
+    assert sorted(p.name for p in (clone / "figures").iterdir()) == sorted([*paper, *books])
 
 
 @pytest.mark.slow
 def test_a_relative_sweep_dir_is_read_from_where_the_user_stands(tmp_path):
-    clone = tmp_path / "clone"
-    shutil.copytree(REPO / "notebooks", clone / "notebooks")
-    shutil.copytree(BUNDLE, clone / "experiments" / "tie_x_init" / "results")
-    bundle = "experiments/tie_x_init/results"  # relative to the clone's root, not notebooks/
-    proc = nbconvert(clone, ["notebooks/00_overview.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": bundle})
+    """07 and 09 on the paper's bundle, named relative to the clone's root (not notebooks/);
+    a missing directory fails the command, naming it."""
+    clone = fresh_clone(tmp_path)
+    bundle = str(BUNDLE.relative_to(REPO))
+    notebooks = ["notebooks/07_finetune.ipynb", "notebooks/09_study_axes.ipynb"]
+    proc = nbconvert(clone, notebooks, {"TIEDVSUNTIED_SWEEP_DIR": bundle})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "results bundle (format 1) of sweep tie_x_init" in outputs(
-        clone / "nb" / "00_overview.ipynb"
-    )
+    for name in ("07_finetune.ipynb", "09_study_axes.ipynb"):
+        said = outputs(clone / "nb" / name)
+        assert "results bundle (format 1) of sweep tie_x_init" in said, name
+    written = sorted(p.name for p in (clone / "figures").iterdir())
+    assert written == sorted(expected("09_study_axes.ipynb", NOT_FROM_BUNDLE)), written
     missing = "results/nothing"
-    proc = nbconvert(clone, ["notebooks/07_finetune.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": missing})
+    proc = nbconvert(clone, ["notebooks/00_overview.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": missing})
     assert proc.returncode != 0
     assert f"results directory {clone / missing} does not exist" in proc.stderr

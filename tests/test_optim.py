@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import QUICK, compose
+from conftest import QUICK, check_overrides, compose
 
-from tiedvsuntied.model import GPT, ModelConfig, set_trainable
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
-from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
 from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config
 from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tiedvsuntied.model import GPT, ModelConfig
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.train.probes import (
     MAX_PAIRS,
     SAMPLE_ROWS,

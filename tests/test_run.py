@@ -17,8 +17,12 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
+from filelock import FileLock
 
+from tiedvsuntied.results import records as results
 from tiedvsuntied.results.records import run_name
+from tiedvsuntied.sweep import jobs
+from tiedvsuntied.sweep.progress import runs_table
 
 LN_V = math.log(VOCAB)
 
@@ -303,63 +307,51 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
 # One of each kind: schema (type, choice, unknown key), relation, value, file, override spelling.
 BAD = [
     (["tie=maybe"], "tie"),
-    (["tie=1"], "tie=1"),
-    (["model=huge"], "model"),
-    (["trainer.max_step=5"], "max_step"),
-    (["trainer.precision=fp8"], "trainer.precision"),
+    (["tie=1"], "tie=1 is invalid: use true or false"),  # OmegaConf would read it as true
+    (["model=huge"], "model=huge is invalid: use one of large, medium, micro"),
+    (["trainer.max_step=5"], "did you mean trainer.max_steps?"),
+    (["trainer.precision=fp8"], "trainer.precision=fp8"),
     (["model.n_head=3"], "n_head"),
     (["optim.lr=0"], "optim.lr"),
     (["init_std=abc"], "init_std"),
-    (["seed=abc"], "seed=abc is invalid: use an integer"),  # Hydra's own would be six lines
+    (["seed=abc"], "seed=abc"),  # Hydra's own message would be six lines
     (["trainer.max_steps=x"], "trainer.max_steps=x"),
     (["data.files=/no/such.txt"], "data.files"),
     (["tie=false", "untie_at=0.5"], "untie_at"),
-    (["-m", "tie=true,maybe"], "tie=maybe"),  # every value of a sweep, before any job starts
+    (["tie=true,maybe"], "tie=maybe"),  # every value of a sweep, before any job starts
     (["+experiment=nope"], "experiment=nope"),
+    (["tie=[1"], "tie=[1"),  # the override grammar's own error
 ]
 
 
-@pytest.mark.parametrize("override,key", BAD, ids=[b[0][0] for b in BAD])
-def test_bad_input_is_one_clear_message_before_anything_is_made(override, key, tmp_path: Path):
-    cache = tmp_path / "cache"
+@pytest.mark.parametrize("override,says", BAD, ids=[b[0][0] for b in BAD])
+def test_bad_input_is_one_line_naming_the_key_before_anything_is_made(override, says, tmp_path):
+    """Each mistake as the command's check meets it: Hydra composing the config (the schema's
+    keys, types, choices and groups), then each job's own checks."""
     # The bad override comes last so nothing after it can mask it; a mistake here would train.
-    proc = run_cli(
-        [
-            *CORPUS_OVERRIDES,
-            f"results_dir={tmp_path / 'r'}",
-            "wandb.mode=disabled",
-            "trainer.max_steps=1",
-            *override,
-        ],
-        cwd=tmp_path,
-        env_extra={"TIEDVSUNTIED_CACHE": str(cache)},
-        timeout=300,
-    )
-    # Schema mistakes (types, choices, unknown keys, groups) are checked before Hydra starts,
-    # the rest by the run's checks: one line naming the key either way, exit 2.
+    given = [*CORPUS_OVERRIDES, f"results_dir={tmp_path / 'r'}", "trainer.max_steps=1", *override]
+    with pytest.raises(jobs.SweepError) as refused, jobs.composed(given) as (loader, master):
+        jobs.check_jobs(loader, master, jobs.expand(loader, master))
+    assert "\n" not in str(refused.value) and says in str(refused.value)
+    assert list(tmp_path.iterdir()) == []  # the results_dir's check leaves nothing
+
+
+# Through the command line, once per way a mistake reaches it: Hydra's composition, the run's
+# checks (the sweep's check: test_sweep).
+@pytest.mark.slow
+@pytest.mark.parametrize("bad,says", [("model=huge", "model=huge"), ("tie=1", "tie=1")])
+def test_the_command_refuses_in_one_line_and_makes_no_folder(bad, says, tmp_path: Path):
+    cache = tmp_path / "cache"
+    given = [*CORPUS_OVERRIDES, f"results_dir={tmp_path / 'r'}", "wandb.mode=disabled", bad]
+    proc = run_cli(given, cwd=tmp_path, env_extra={"TIEDVSUNTIED_CACHE": str(cache)}, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and key in lines[0], lines
-    # Nothing made: no results, no cache, and no log folder of Hydra's (outputs/, multirun/).
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+    # Nothing made: no results, no cache, and no log folder of Hydra's (outputs/).
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_refused_multirun_leaves_no_folder_and_keeps_what_was_there(tmp_path: Path):
-    (tmp_path / "outputs" / "mine").mkdir(parents=True)  # the user's: it stays
-    proc = run_cli(
-        ["-m", "sweep=a b", "tie=true,false", f"results_dir={tmp_path / 'r'}"], cwd=tmp_path
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "error: job 0 of 2 (tie=true): sweep='a b' is invalid: use letters, digits, '.', '_' or '-'"
-    ]
-    assert "Sweep" not in proc.stdout  # no table of a sweep that never started
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == [
-        Path("outputs"),
-        Path("outputs/mine"),
-    ]
-
-
+@pytest.mark.slow
 def test_cfg_job_is_resolved_and_help_lists_groups(tmp_path: Path):
     proc = run_cli(["--cfg", "job", "tie=false", "init_std=inv_sqrt_d", "model=mini"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -423,9 +415,6 @@ def test_parallel_launcher_runs_jobs_in_processes_and_tokenizes_once(tmp_path: P
 
 
 def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path: Path):
-    from tiedvsuntied.results import records as results
-    from tiedvsuntied.run import runs_table
-
     sweep = tmp_path / "s"
     for name, status in [("held", "running"), ("killed", "running"), ("done", "finished")]:
         summary = results.RunSummary(
@@ -435,22 +424,8 @@ def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path:
         summary.params = {"total": 1234567}
         summary.write(sweep / name)
         (sweep / name / ".lock").touch()  # a lock file outlives the process that held it
-    holder = subprocess.Popen(  # a trainer elsewhere: holds the run's lock until told to stop
-        [
-            sys.executable,
-            "-c",
-            f"from filelock import FileLock; lock = FileLock({str(sweep / 'held' / '.lock')!r}); "
-            "lock.acquire(); print('held', flush=True); input()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with FileLock(str(sweep / "held" / ".lock")):  # a trainer (flock: another holder)
         table = runs_table(sweep).set_index("run")
-    finally:
-        holder.communicate("\n", timeout=30)
     assert table["status"].to_dict() == {
         "done": "finished",
         "held": "running (another process)",
@@ -459,5 +434,3 @@ def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path:
     assert set(table["params"]) == {"1,234,567"} and set(table["final val"]) == {5.0}
     # released: the run is no longer trained by anyone
     assert runs_table(sweep).set_index("run")["status"]["held"] == "interrupted (a rerun resumes)"
-    # The table at the end of a multirun: the runs it wrote, and any still said to be running.
-    assert set(runs_table(sweep, since=time.time() + 60)["run"]) == {"held", "killed"}

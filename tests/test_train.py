@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, REPO, SWEEP_NAMES, compose, stop_after_checkpoint
+from conftest import QUICK, REPO, SWEEP_NAMES, check_overrides, compose, stop_after_checkpoint
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from tiedvsuntied.data import prepare_data
+from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.results import records as R
-from tiedvsuntied.run import check_overrides
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,

@@ -100,7 +100,8 @@ def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_i
 def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tied_one_by_seed(
     tmp_path,
 ):
-    from tiedvsuntied import analysis
+    from tiedvsuntied.analysis.arms import arms_table
+    from tiedvsuntied.analysis.load import load_results
     from tiedvsuntied.figures import paired
 
     test = [
@@ -113,8 +114,8 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     for seed in (0, 1):
         for arm in ([], ["untie_at=0.5"], ["tie=false"]):
             _run(tmp_path, *test, f"seed={seed}", *arm)
-    runs = analysis.load_results(tmp_path / "u").runs
-    table = paired.arms_table(runs, ("final",)).set_index("arm")
+    runs = load_results(tmp_path / "u").runs
+    table = arms_table(runs, ("final",)).set_index("arm")
     assert (
         set(table.index) == {"untied at step 3", "untied"} and (table["reference"] == "tied").all()
     )
@@ -133,7 +134,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     assert table.loc["untied at step 3", "share"] == pytest.approx(
         table.loc["untied at step 3", "diff"] / table.loc["untied", "diff"]
     )
-    fig = paired.fig_arms(runs, analysis.load_results(tmp_path / "u").history)
+    fig = paired.fig_arms(runs, load_results(tmp_path / "u").history)
     curves, diffs = fig.axes
     assert [
         line.get_label() for line in curves.get_lines() if not line.get_label().startswith("_")
@@ -141,7 +142,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     switch = [
         line for line in curves.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2
     ]
-    history = analysis.load_results(tmp_path / "u").history
+    history = load_results(tmp_path / "u").history
     at_switch = history.loc[history["step"] == 3, "tokens"]
     assert (
         at_switch.isna().all()

@@ -82,7 +82,7 @@ def model_config(size: str, block_size: int = 0):
     the valid ones."""
     from omegaconf import OmegaConf
 
-    from tiedvsuntied.model import ModelConfig
+    from tiedvsuntied.model.config import ModelConfig
 
     path = CONF_MODEL / f"{size}.yaml"
     if not path.is_file():
@@ -98,8 +98,8 @@ def training_step(model, variant: Variant, batch_size: int, device):
     import torch
 
     from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.train.config import OptimConfig
-    from tiedvsuntied.train.hardware import Precision, autocast
+    from tiedvsuntied.train.config import OptimConfig, Precision
+    from tiedvsuntied.train.hardware import autocast
     from tiedvsuntied.train.optim import build_optimizer
 
     optimizer = build_optimizer(model, OptimConfig())
@@ -126,7 +126,8 @@ def build(size: str, tie: bool, variant: Variant, settings: Settings, device):
     import torch
 
     from tiedvsuntied import reference
-    from tiedvsuntied.model import GPT, count_parameters, flops_per_token
+    from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+    from tiedvsuntied.model.gpt import GPT
 
     config = model_config(size, settings.block_size)
     torch.manual_seed(0)

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis import ResultsError, first_replicates, load_results
+from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (

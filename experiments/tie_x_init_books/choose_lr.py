@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tiedvsuntied.analysis import load_results
 from tiedvsuntied.analysis.books import chosen_lr
+from tiedvsuntied.analysis.load import load_results
 
 OUT = Path(__file__).with_name("lr_choice.tsv")
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from tiedvsuntied.analysis import load
+from tiedvsuntied.analysis.load import load
 
 BUNDLE = Path(__file__).parents[1] / "tie_x_init" / "results"
 ALPHA, POWER = 0.05, 0.8

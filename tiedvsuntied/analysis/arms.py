@@ -168,7 +168,7 @@ def interaction_table(
     rows = []
     for key, cell in both.groupby(keys, dropna=False, sort=True):
         for point in points:
-            col = POINTS[point][0]
+            col = POINTS[point]
             effect = (cell[f"{col}_t"] - cell[f"{col}_u"]).set_axis(cell["seed"]).astype(float)
             level = cell[factor].astype(str).to_numpy()
             if {first, second} <= set(level):

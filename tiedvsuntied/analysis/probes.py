@@ -1,5 +1,5 @@
 """The probe files a run writes (``probes/step_*.npz``, ``token_freq.npy``) as long DataFrames:
-per-token norms and counts, sampled cosines of E·Eᵀ per vocabulary stratum, window losses.
+per-token norms and counts, sampled cosines of E·Eᵀ per vocabulary stratum.
 Loaded on demand for a few runs; what is missing is listed in ``.attrs["missing"]``."""
 
 from __future__ import annotations
@@ -114,16 +114,3 @@ def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.
     out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     out.attrs["missing"] = missing
     return out
-
-
-def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
-    """The per-window losses of ``split`` at the run's ``step_col`` step, or None."""
-    step = run.get(step_col)
-    if not run.get("path") or pd.isna(step):
-        return None
-    path = Path(run["path"], "probes", f"step_{int(step):07d}.npz")
-    if not path.exists():
-        return None
-    with np.load(path) as z:
-        key = f"{split}_window_loss"
-        return np.asarray(z[key], dtype=np.float64) if key in z.files else None

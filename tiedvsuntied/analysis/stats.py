@@ -7,8 +7,7 @@ a cell's paired difference tied − untied is a Student-t interval over its seed
 windows in both arms, so evaluation noise is in the spread of the seeds' differences and enters
 the interval as a variance component, not instead of the seeds. Its coverage is checked by
 simulation (tests/test_coverage.py: >= 93% for a nominal 95% at 3 and 5 seeds, where a bootstrap
-of 3 seed means covers ~78%). With one seed there is no interval. The two-way bootstrap (seeds x
-windows, :func:`bootstrap_mean`) stays as a secondary column (``boot_low``, ``boot_high``).
+of 3 seed means covers ~78%). With one seed there is no interval.
 
 Replicates (``replicate`` > 0: one config trained again) measure the noise floor
 (:func:`noise_floor`) and enter no seed-level statistic (:func:`first_replicates`).
@@ -24,28 +23,19 @@ import pandas as pd
 from scipy import stats
 
 from tiedvsuntied.analysis.load import ResultsError
-from tiedvsuntied.analysis.probes import window_losses
 
 CONFIDENCE = 0.95  # of every interval the tables give and the figures draw
-# Fewer seeds: figures draw each seed, no band (n = 2 t-bands are uninformative), and the
-# secondary bootstrap does not resample seeds.
+# Fewer seeds: figures draw each seed, no band (n = 2 t-bands are uninformative).
 MIN_BAND_SEEDS = 3
-MIN_SEEDS = MIN_BAND_SEEDS
 MIN_INTERVAL_SEEDS = 2  # a paired difference's t-interval needs two seeds; with one: none
-N_BOOT = 4000
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds
 PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares
 CELL = ["data_id", "model", "variant", "init_std"]  # a paired table's row: its pairs share these
-# where each comparison point reads its numbers: (summary column, split, step of the windows)
-POINTS = {
-    "final": ("test_loss", "test", "step"),
-    "best": ("test_loss_at_best", "test", "best_step"),
-    "final_val": ("final_val_loss", "val", "step"),
-}
+# the summary column each comparison point reads
+POINTS = {"final": "test_loss", "best": "test_loss_at_best", "final_val": "final_val_loss"}
 # mean_t, mean_u: the compared value's mean in the _t (tied, or the arm) and _u (untied, or the
 # reference) runs of the pairs: how far from the start both arms are, beside their difference
-INTERVAL_COLUMNS = ["n_seeds", "mean_t", "mean_u", "diff", "low", "high", "method"]
-INTERVAL_COLUMNS += ["n_windows", "boot_low", "boot_high", "boot_method", "seed_diffs"]
+INTERVAL_COLUMNS = ["n_seeds", "mean_t", "mean_u", "diff", "low", "high", "method", "seed_diffs"]
 FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's columns
 
 
@@ -277,49 +267,11 @@ def summarize_differences(pairs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- intervals
-def bootstrap_mean(d: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, str]:
-    """CONFIDENCE percentile interval of the mean of ``d`` (seeds x windows): windows resampled
-    jointly for all seeds, seeds resampled too when there are at least MIN_SEEDS. Secondary: with
-    3 seeds it covers the truth far less often than its nominal level (tests/test_coverage.py)."""
-    rng = np.random.default_rng(seed)
-    n_seeds, n_windows = d.shape
-    per_seed = d[:, rng.integers(0, n_windows, (n_boot, n_windows))].mean(axis=2)  # seeds x boot
-    if n_seeds >= MIN_SEEDS:
-        pick = rng.integers(0, n_seeds, (n_boot, n_seeds))
-        boot = per_seed[pick, np.arange(n_boot)[:, None]].mean(axis=1)
-        method = f"bootstrap over {n_seeds} seeds x {n_windows} windows"
-    else:
-        boot = per_seed.mean(axis=0)
-        seeds = f"{n_seeds} seed{'s' * (n_seeds > 1)}"
-        method = f"bootstrap over {n_windows} windows only ({seeds}: seed noise not included)"
-    alpha = (1 - CONFIDENCE) / 2
-    return float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha)), method
-
-
-def window_bootstrap(pairs: pd.DataFrame, point: str) -> dict:
-    """The secondary interval of one cell's pairs (``boot_low``, ``boot_high``,
-    ``boot_method``, ``n_windows``): :func:`bootstrap_mean` over the window losses tied − untied,
-    when every run has them (else NaN and n_windows 0)."""
-    _, split, step_col = POINTS[point]
-    tied, untied = (
-        [window_losses(run, split, step_col) for _, run in side.iterrows()]
-        for side in (
-            pairs.rename(columns=lambda c, s=suffix: c.removesuffix(s)) for suffix in ("_t", "_u")
-        )
-    )
-    sizes = {len(w) if w is not None else None for w in [*tied, *untied]}
-    if not len(pairs) or None in sizes or len(sizes) != 1:
-        return {"n_windows": 0, "boot_low": np.nan, "boot_high": np.nan, "boot_method": "none"}
-    low, high, method = bootstrap_mean(np.stack(tied) - np.stack(untied))
-    return {"n_windows": sizes.pop(), "boot_low": low, "boot_high": high, "boot_method": method}
-
-
 def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
     """Mean difference _t − _u of one cell's pairs at one comparison point (POINTS): ``diff``
     with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), both
-    sides' means over the same pairs (``mean_t``, ``mean_u``), each seed's difference, and the
-    secondary window bootstrap (:func:`window_bootstrap`)."""
-    col = POINTS[point][0]
+    sides' means over the same pairs (``mean_t``, ``mean_u``) and each seed's difference."""
+    col = POINTS[point]
     diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
     mean, low, high = seed_interval(diffs)
     both = pairs.loc[diffs.index]
@@ -331,7 +283,6 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
         "low": low,
         "high": high,
         "method": seed_method(len(diffs)),
-        **window_bootstrap(pairs, point),
         "seed_diffs": diffs.tolist(),
     }
 
@@ -373,7 +324,7 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     floors = again[CELL].assign(
         **{
             FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
-            for point, (col, _, _) in POINTS.items()
+            for point, col in POINTS.items()
         }
     )
     groups = floors.groupby(CELL, dropna=False, sort=True)
@@ -398,7 +349,7 @@ def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) 
     """Per data/size/variant/init std and comparison point ("final": test loss of the final
     weights; "best": test loss of the weights of the best validation step; "final_val"): the
     mean paired difference tied − untied, its t-interval over seeds (``low``, ``high``,
-    ``method``), the secondary bootstrap, each seed's difference and the noise ``floor``."""
+    ``method``), each seed's difference and the noise ``floor``."""
     rows = [
         {**dict(zip(CELL, key, strict=True)), "point": point, **paired_interval(cell, point)}
         for key, cell in pairs(runs).groupby(CELL, dropna=False, sort=True)
@@ -432,17 +383,12 @@ def caption(table: pd.DataFrame) -> str:
 
 def markdown(table: pd.DataFrame) -> str:
     """A table as markdown under its :func:`caption`: numbers rounded, the t-interval as one
-    column, the secondary bootstrap beside it when there is one."""
+    column."""
     shown = table.drop(columns=["seed_diffs"], errors="ignore").copy()
     shown["interval"] = [
         f"[{lo:+.3f}, {hi:+.3f}]" if pd.notna(lo) else "none"
         for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
     ]
-    if "boot_low" in shown:
-        shown["bootstrap (secondary)"] = [
-            f"[{lo:+.3f}, {hi:+.3f}]" if pd.notna(lo) else "none"
-            for lo, hi in zip(shown.pop("boot_low"), shown.pop("boot_high"), strict=True)
-        ]
     if "floor" in shown:
         shown["floor"] = shown["floor"].map(lambda f: f"{f:.4f}" if pd.notna(f) else "not measured")
     return caption(table) + "\n\n" + shown.round(4).to_markdown(index=False)

@@ -17,7 +17,7 @@ from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token
 from tiedvsuntied.model.config import ModelConfig
 
 THEORY_DRAWS = (
-    256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_analysis.py)
+    256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_theory.py)
 )
 
 

@@ -39,9 +39,6 @@ from tiedvsuntied.results.records import atomic_write
 #: Bump when the on-disk format or the tokenization procedure changes: old entries are ignored.
 FORMAT_VERSION = 2
 SPLITS = ("train", "val", "test")
-#: Test hook: seconds to sleep after a split's tokens are written to their temp name, before
-#: fsync and rename, so a test can SIGKILL a build at the worst moment. Never set it in real runs.
-DEBUG_SLEEP_ENV = "TIEDVSUNTIED_DATA_DEBUG_SLEEP"
 _BATCH_CHARS = 1 << 22  # characters of documents tokenized, counted and written at once (memory)
 _RUN_CHARS = 1 << 16  # characters of documents one thread takes at a time
 
@@ -197,7 +194,6 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
         counts["n_documents"] = len(starts)
         if split != "train":  # held-out documents: per-document losses need their offsets
             atomic_write(folder / f"{split}.docs.npy", lambda g: np.save(g, np.array(starts)))
-        time.sleep(float(os.environ.get(DEBUG_SLEEP_ENV) or 0))  # a test kills the build here
         if counts["n_tokens"] == 0:
             raise DataError(
                 f"split {split!r} of {meta['source']} is empty (no text after tokenization)"

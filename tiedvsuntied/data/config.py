@@ -46,9 +46,7 @@ class Split(str, Enum):
 
 class Vocab(str, Enum):
     full = "full"  # every token of the encoding (GPT-2: 50,257; a small corpus uses a fraction)
-    seen = (
-        "seen"  # only the corpus's tokens, renumbered: a closed vocabulary, as word-level LMs had
-    )
+    seen = "seen"  # only the corpus's tokens, renumbered: a closed vocabulary (word-level LMs)
 
 
 def encoding_names() -> list[str]:

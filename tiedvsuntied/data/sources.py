@@ -81,8 +81,8 @@ def load_encoding(name: str) -> tiktoken.Encoding:
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
         where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
         raise DataUnavailableError(
-            f"could not load the tiktoken encoding {name!r} (TIKTOKEN_CACHE_DIR={where}): "
-            f"{one_line(e)}. Offline, {TIKTOKEN_FIX}"
+            f"the tiktoken encoding {name!r} is not in TIKTOKEN_CACHE_DIR={where} and cannot be "
+            f"downloaded ({type(e).__name__}): {TIKTOKEN_FIX}"
         ) from e
 
 
@@ -294,11 +294,7 @@ def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
     try:
         encoding = load_encoding(cfg.encoding)
     except DataUnavailableError as e:
-        where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
-        problems.append(
-            f"the tiktoken encoding {cfg.encoding!r} is not in TIKTOKEN_CACHE_DIR={where} and "
-            f"cannot be downloaded ({type(e.__cause__ or e).__name__}): {TIKTOKEN_FIX}"
-        )
+        problems.append(str(e))
     if (need_source or encoding is None) and cfg.source == Source.hub:
         hub = _hub_problem(cfg)
         if hub:

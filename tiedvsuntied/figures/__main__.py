@@ -1,5 +1,5 @@
 import sys
 
-from tiedvsuntied.figures import main
+from tiedvsuntied.figures.cli import main
 
 sys.exit(main())

@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import tiedvsuntied
-from tiedvsuntied.analysis import Results, ResultsError, WandbUnavailableError, load
+from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
+from tiedvsuntied.figures import (  # noqa: F401  (each module registers its outputs in REGISTRY)
+    books,
+    finetune,
+    geometry,
+    gradients,
+    init,
+    loss,
+    paired,
+    similarity,
+    tables,
+)
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
 FORMATS = ("pdf", "png", "svg")

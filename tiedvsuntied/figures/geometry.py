@@ -12,7 +12,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 from scipy import stats
 
-from tiedvsuntied.analysis import load_stratum_cosines, load_token_probes, representative_runs
+from tiedvsuntied.analysis.probes import load_stratum_cosines, load_token_probes
+from tiedvsuntied.analysis.stats import representative_runs
 from tiedvsuntied.figures.style import (
     REF_COLOR,
     TIE_COLOR,

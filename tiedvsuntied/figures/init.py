@@ -9,8 +9,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tiedvsuntied.analysis import (
-    first_replicates,
+from tiedvsuntied.analysis.stats import first_replicates
+from tiedvsuntied.analysis.theory import (
     gaussian_logit_loss,
     gaussian_logit_loss_approx,
     initial_loss_table,
@@ -24,13 +24,13 @@ from tiedvsuntied.figures.style import (
     init_label,
     init_order,
     legend,
-    model_label,
     model_order,
     new_figure,
     note,
     nothing_to_draw,
     plain_log,
     run_label,
+    size_handles,
     tie_handles,
 )
 
@@ -129,21 +129,13 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
                 alpha=0.9,
                 mfc=MFC[tie],
             )
-        if len(models) > 1:
-            ax.plot(
-                [],
-                [],
-                ls="none",
-                marker=MARKERS[k % len(MARKERS)],
-                color="#444444",
-                label=model_label(have, model),
-            )
     plain_log(ax, "x")
     ax.set_ylim(ln_v * 0.85, max(float(have["init_val_loss"].max()), ln_v) * 1.5)
     plain_log(ax, "y")
     ax.set_xlabel(r"initial logit std $\sigma$ (nats)")
     ax.set_ylabel("initial validation loss (nats)")
-    ax.legend(loc="upper left", fontsize=6.5)
+    handles = ax.get_legend_handles_labels()[0] + size_handles(have, models)
+    ax.legend(handles=handles, loc="upper left", fontsize=6.5)
 
 
 @figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
@@ -201,6 +193,3 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
         4,
     )
     return fig
-
-
-UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis

@@ -11,8 +11,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter
 
-from tiedvsuntied.analysis import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs, dense_steps
-from tiedvsuntied.analysis.early import MIN_DENSE_STEPS
+from tiedvsuntied.analysis.early import MIN_DENSE_STEPS, dense_steps
+from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs
 from tiedvsuntied.figures.style import (
     LINESTYLES,
     MARKERS,

@@ -1,7 +1,6 @@
 """Figures 6, 10 and 11: tied − untied, paired by seed, with the t-intervals over seeds of
 :mod:`tiedvsuntied.analysis.stats` (which explains them and their simulated coverage). The
-tables are in :mod:`tiedvsuntied.figures.tables`; the statistics are re-exported here for older
-imports (``from tiedvsuntied.figures.paired import paired_table``)."""
+tables are in :mod:`tiedvsuntied.figures.tables`."""
 
 from __future__ import annotations
 
@@ -15,25 +14,17 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied.analysis import (
-    ARM_KEYS,
-    CELL,
+from tiedvsuntied.analysis.arms import (
+    arms_table,
+    with_arms,
+)
+from tiedvsuntied.analysis.stats import (
     CONFIDENCE,
     MIN_INTERVAL_SEEDS,
-    N_BOOT,
-    PAIR_COLUMNS,
-    POINTS,
-    arms_table,
-    best_lr_comparison,
-    bootstrap_mean,
-    interaction_table,
     is_replicate,
-    markdown,
     noise_floor,
     paired_table,
     pairs,
-    window_losses,
-    with_arms,
 )
 from tiedvsuntied.figures.style import (
     REF_COLOR,
@@ -47,28 +38,8 @@ from tiedvsuntied.figures.style import (
     new_figure,
     nothing_to_draw,
     run_label,
+    with_setting,
 )
-from tiedvsuntied.figures.tables import write_tables
-
-__all__ = [
-    "ARM_KEYS",
-    "CELL",
-    "N_BOOT",
-    "PAIR_COLUMNS",
-    "POINTS",
-    "arms_table",
-    "best_lr_comparison",
-    "bootstrap_mean",
-    "fig_arms",
-    "fig_crossover",
-    "fig_paired_difference",
-    "interaction_table",
-    "markdown",
-    "noise_floor",
-    "paired_table",
-    "window_losses",
-    "write_tables",
-]
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
 SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
@@ -119,12 +90,6 @@ def _floor_text(runs: pd.DataFrame) -> str:
         f"shaded ±) {value} nats, "
         f"from {n} re-run{'s' * (n != 1)} of a config"
     )
-
-
-def _setting(table: pd.DataFrame) -> pd.Series:
-    """The figures' ``setting`` (style.with_setting) of a paired table's rows."""
-    init, variant = table["init_std"].astype("string"), table["variant"].fillna("")
-    return init.where(variant == "", init + " | " + variant)
 
 
 def _arm_means(ax, x: float, row: pd.Series) -> None:
@@ -215,7 +180,7 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
         + _floor_text(runs)
     )
     widths = runs.groupby("model")["n_embd"].first()
-    table = table.assign(setting=_setting(table), n_embd=table["model"].map(widths))
+    table = with_setting(table).assign(n_embd=table["model"].map(widths))
     rank = {v: k for k, v in enumerate([*model_order(runs), *init_order(runs)])}
     table = table.sort_values(  # sizes small to large, init std large to small within each
         ["model", "setting"], key=lambda col: col.map(rank), kind="stable"

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied.analysis import PAIR_COLUMNS, first_replicates, match
+from tiedvsuntied.analysis.stats import PAIR_COLUMNS, first_replicates, match
 from tiedvsuntied.figures.style import (
     REF_COLOR,
     TIE_COLOR,

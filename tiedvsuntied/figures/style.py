@@ -24,14 +24,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 
-from tiedvsuntied.analysis import (
+from tiedvsuntied.analysis.load import Results, ResultsError, require_single_data
+from tiedvsuntied.analysis.stats import (
     GROUP_COLUMNS,
     MIN_BAND_SEEDS,
-    Results,
-    ResultsError,
     aggregate_history,
     first_replicates,
-    require_single_data,
 )
 from tiedvsuntied.figures.labels import corpora, init_std_aside
 
@@ -128,15 +126,6 @@ def nothing_to_draw(fig: Figure, axes, reason: str) -> Figure:
     return fig
 
 
-def caption(fig: Figure) -> str:
-    """What a figure leaves out and draws apart, for its caption or the log ("" if nothing)."""
-    return " ".join(
-        f"{head}: " + "; ".join(items) + "."
-        for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged))
-        if items
-    )
-
-
 def seeds_per_cell(runs: pd.DataFrame) -> str:
     """'n = 5 seeds/cell' (or 'n = 3–5 ...' where cells differ): seeds of replicate 0 per data x
     size x variant x tie x init std; replicate runs (the noise floor) are counted apart."""
@@ -169,7 +158,8 @@ def describe_runs(runs: pd.DataFrame) -> str:
 
 
 def footnote(fig: Figure, width: int, max_lines: int = MAX_FOOTNOTE_LINES) -> list[str]:
-    """caption(fig) wrapped to ``width`` characters in at most ``max_lines`` lines: items beyond
+    """What a figure leaves out and draws apart (``fig.skipped``, ``fig.flagged``) wrapped to
+    ``width`` characters in at most ``max_lines`` lines per list: items beyond
     them are counted ('and 7 more'), the CLI and fig.skipped / fig.flagged have them all."""
     lines = []
     for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged)):

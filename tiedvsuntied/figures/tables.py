@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied.analysis import (
-    PRIMARY_CONTRAST,
-    arms_table,
-    best_lr_comparison,
-    early_steps,
-    early_summary,
-    interaction_table,
-    markdown,
-    paired_table,
-    parameter_table,
-)
-from tiedvsuntied.analysis.early import STEP_COLUMNS
+from tiedvsuntied.analysis.arms import arms_table, best_lr_comparison, interaction_table
+from tiedvsuntied.analysis.early import STEP_COLUMNS, early_steps, early_summary
+from tiedvsuntied.analysis.stats import PRIMARY_CONTRAST, markdown, paired_table
+from tiedvsuntied.analysis.theory import parameter_table
 from tiedvsuntied.figures.style import REGISTRY, Output, describe_runs, model_order
 
 

@@ -84,7 +84,7 @@ class Block(nn.Module):
 # ----------------------------------------------------------------------------- init table
 
 # The one table of initial values: init_weights() applies it, its docstring is generated from
-# it, docs/model.md shows it, and tests/test_model.py measures every tensor against it.
+# it, docs/model.md shows it, and tests/test_gpt.py measures every tensor against it.
 # Every parameter must match exactly one row, so no init can silently overwrite another.
 INIT_TABLE: tuple[tuple[str, str, str], ...] = (
     # tensor (fnmatch pattern)              init      std

@@ -64,24 +64,22 @@ def _pretrained_dir(path_or_name) -> Path:
         ) from e
 
 
+# config.json keys whose values this model cannot change: (key, GPT-2's default, supported)
+_FIXED_KEYS = (
+    ("model_type", "gpt2", ("gpt2",)),
+    ("activation_function", "gelu_new", ("gelu_new", "gelu_pytorch_tanh")),
+    ("layer_norm_epsilon", LN_EPS, (LN_EPS,)),
+    ("scale_attn_weights", True, (True,)),
+    ("scale_attn_by_inverse_layer_idx", False, (False,)),
+    ("add_cross_attention", False, (False,)),
+)
+
+
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
     """The ModelConfig of a GPT-2 config.json; error on what this model can't do."""
-    checks = {
-        "model_type": (hf.get("model_type", "gpt2"), ("gpt2",)),
-        "activation_function": (
-            hf.get("activation_function", "gelu_new"),
-            ("gelu_new", "gelu_pytorch_tanh"),
-        ),
-        "layer_norm_epsilon": (hf.get("layer_norm_epsilon", LN_EPS), (LN_EPS,)),
-        "scale_attn_weights": (hf.get("scale_attn_weights", True), (True,)),
-        "scale_attn_by_inverse_layer_idx": (
-            hf.get("scale_attn_by_inverse_layer_idx", False),
-            (False,),
-        ),
-        "add_cross_attention": (hf.get("add_cross_attention", False), (False,)),
-        "n_inner": (hf.get("n_inner"), (None, 4 * hf["n_embd"])),
-    }
-    for key, (value, ok) in checks.items():
+    checks = [(key, hf.get(key, default), ok) for key, default, ok in _FIXED_KEYS]
+    checks.append(("n_inner", hf.get("n_inner"), (None, 4 * hf["n_embd"])))
+    for key, value, ok in checks:
         if value not in ok:
             raise ValueError(f"{source}: {key}={value!r} is not supported (supported: {list(ok)})")
     return ModelConfig(
@@ -203,7 +201,7 @@ def save_pretrained(model: GPT, directory) -> None:
     save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
     hf = {
         "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
+        **{key: default for key, default, _ in _FIXED_KEYS},
         "vocab_size": cfg.vocab_size,
         "n_positions": cfg.block_size,
         "n_ctx": cfg.block_size,
@@ -211,15 +209,11 @@ def save_pretrained(model: GPT, directory) -> None:
         "n_layer": cfg.n_layer,
         "n_head": cfg.n_head,
         "n_inner": None,
-        "activation_function": "gelu_new",
-        "layer_norm_epsilon": LN_EPS,
         "resid_pdrop": cfg.dropout,
         "embd_pdrop": cfg.dropout,
         "attn_pdrop": cfg.dropout,
         "initializer_range": cfg.body_init_std,
         "tie_word_embeddings": model.tie,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
         "torch_dtype": "float32",
     }

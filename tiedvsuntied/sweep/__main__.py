@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied import analysis
+from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import SweepError
@@ -102,7 +102,7 @@ def table(args: argparse.Namespace) -> None:
     write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
     if write is None:
         raise Refused(f"--out={out} is invalid: end it in .csv or .parquet")
-    runs = analysis.load_results(args.sweep_dir).runs
+    runs = load_results(args.sweep_dir).runs
     try:
         getattr(runs, write)(out, index=False)
     except OSError as e:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = parser().parse_args(argv)
         args.func(args)
-    except (Refused, SweepError, analysis.ResultsError) as e:
+    except (Refused, SweepError, ResultsError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(REFUSED) from None
 

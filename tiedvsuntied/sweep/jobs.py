@@ -1,7 +1,9 @@
 """A sweep's jobs as Hydra's basic sweeper expands them (the experiment's
 ``hydra.sweeper.params``, then the command line, which wins), each composed as the launcher
-composes it and checked with the run's own checks (``train.check_config``). A multirun checks
-every job this way before its first starts (``run.SweepCheck``); the plan lists them.
+composes it and checked with the run's own checks (``check_job``). A command checks its jobs
+this way before Hydra makes any folder for them (``callbacks.Check``); the plan lists them.
+Hydra's and OmegaConf's errors become one line naming the key and what it may be
+(``one_line``).
 
 The schema and the checks load torch: they are imported when first needed, so that the
 reading side of ``tiedvsuntied.sweep`` (status, table) starts without it.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +25,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from tiedvsuntied.results import records as results
 
@@ -55,8 +58,8 @@ def user_errors() -> tuple[type[Exception], ...]:
     """What a user's command can get wrong: each is one line naming the key. The typed
     config's __post_init__ checks raise these inside OmegaConf.to_object, which lets a
     ValueError through as it is (it wraps only TypeError)."""
-    from tiedvsuntied.data import DataError, DataUnavailableError
-    from tiedvsuntied.model import ModelConfigError
+    from tiedvsuntied.data.config import DataError, DataUnavailableError
+    from tiedvsuntied.model.config import ModelConfigError
     from tiedvsuntied.train.config import ConfigError
 
     return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
@@ -105,9 +108,14 @@ def spelled(override: str) -> str:
 def task_config(loader: Any, master: DictConfig, overrides: list[str]) -> DictConfig:
     """The config a task function gets for these overrides: Hydra's own composition of a
     sweep's job (``load_sweep_config``, as the launcher calls it) less its ``hydra`` node."""
-    cfg = loader.load_sweep_config(master, overrides)
+    return without_hydra(loader.load_sweep_config(master, overrides))
+
+
+def without_hydra(cfg: DictConfig) -> DictConfig:
+    """A copy of a composed config less its ``hydra`` node, as Hydra's run_job gives the task."""
+    cfg = copy.deepcopy(cfg)
     with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]  # as Hydra's run_job does before calling the task
+        del cfg["hydra"]
     return cfg
 
 
@@ -142,34 +150,71 @@ def chooses_group(loader: Any, override: Any) -> bool:
 def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
     """Every job composed and checked, in order: their ``RunPlan``s, or a SweepError naming the
     first bad job. The file checks run once per distinct data config and results_dir."""
-    from tiedvsuntied.train.config import check_config
-
     checked: set[str] = set()
     plans = []
     configs = task_configs(loader, master, jobs)
     for job in jobs:
         try:
             _, cfg, overrides = next(configs)
-            plans.append(check_config(OmegaConf.to_object(cfg), overrides, checked))
+            plans.append(check_job(cfg, overrides, checked))
         except (*user_errors(), HydraException, OmegaConfBaseException) as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
 
 
-def one_line(error: Exception) -> str:
-    """Hydra's and OmegaConf's messages in one line: the override, then what is wrong with it
-    (OmegaConf's own lines after the first name the key and the schema class)."""
-    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
-    parts = [str(error).strip().splitlines()[0]] if str(error).strip() else []
-    if cause is not None and str(cause).strip():
-        parts.append(str(cause).strip().splitlines()[0])
-    return ": ".join(parts) or type(error).__name__
+def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = None) -> Any:
+    """One job's task config checked as its run starts: its booleans as typed, the dataclasses'
+    own checks (``OmegaConf.to_object``), then ``train.check_config``: its ``RunPlan``."""
+    from tiedvsuntied.train.config import check_config
+
+    check_booleans(cfg, overrides)
+    return check_config(OmegaConf.to_object(cfg), overrides, checked)
+
+
+def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
+    """OmegaConf reads 1/0/yes/no/on/off as booleans, which silently turns ``tie=1`` into true:
+    a boolean key takes true or false (null where it may), as Hydra's override grammar
+    spells them."""
+    from tiedvsuntied.train.config import ConfigError
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.is_sweep_override() or override.is_delete():
+            continue  # each job of a sweep is checked with its own value
+        value = override.value()
+        if isinstance(OmegaConf.select(cfg, override.key_or_group), bool) and not (
+            value is None or isinstance(value, bool)
+        ):
+            raise ConfigError(f"{override.input_line} is invalid: use true or false")
+
+
+def one_line(error: BaseException) -> str:
+    """Hydra's and OmegaConf's messages in one line naming the key and what it may be: a group
+    option with the options there are, an unknown key with the nearest one, else the override
+    then what is wrong with it (the first line of each: the rest names the schema class)."""
+    if isinstance(error, MissingConfigException) and error.options:
+        group, _, option = (error.missing_cfg_file or "").rpartition("/")
+        return f"{group}={option} is invalid: use one of {', '.join(error.options)}"
+    cause = error.__cause__
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.parent_node is not None:
+        node, _, _ = cause.full_key.rpartition(".")
+        near = difflib.get_close_matches(cause.key, list(cause.parent_node.keys()), n=1)
+        hint = f"did you mean {node + '.' if node else ''}{near[0]}?" if near else "no such key"
+        return f"{cause.full_key} is not a key of the config: {hint}"
+    parts = [getattr(error, "override", None), first_line(error)]
+    if isinstance(cause, OmegaConfBaseException):
+        parts.append(first_line(cause))
+    return ": ".join(p for p in parts if p) or type(error).__name__
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (``new_record``):
     the data's fingerprint from its files' hashes, once per distinct data config."""
-    from tiedvsuntied.data import corpus_fingerprint
+    from tiedvsuntied.data.cache import corpus_fingerprint
     from tiedvsuntied.train.config import resolved_config
 
     fingerprints: dict[str, str] = {}

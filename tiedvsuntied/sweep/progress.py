@@ -1,6 +1,7 @@
 """Where a sweep's runs stand, read from its directory while it runs: each run's summary.json
 (the trainer writes it at every evaluation), the sweep's index.json and each run's lock. The
-cost of what is left comes from the sweep's own finished runs. No torch: it only reads."""
+cost of what is left comes from the sweep's own finished runs; the table a multirun prints at
+its end (``runs_table``). No torch: it only reads."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from tiedvsuntied.results import records as results
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
 SHOWN = ["finished", "diverged", "running", "interrupted", "failed", "pending"]
 DONE = ("finished", "diverged")
-ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s"]
+ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s", "params"]
+ROW += ["init_val_loss", "final_val_loss", "test_loss"]
+# The table at the end of a multirun: its columns, and what a status means there
+TABLE = {"name": "run", "status": "status", "params": "params"}
+TABLE |= {"init_val_loss": "init val", "final_val_loss": "final val", "test_loss": "test"}
+MEANS = {"running": "running (another process)", "interrupted": "interrupted (a rerun resumes)"}
 
 
 def lock_held(run_dir: Path) -> bool:
@@ -53,6 +59,7 @@ def run_row(run_dir: Path, run_id: str | None = None) -> dict:
     row = dict.fromkeys(ROW) | {"run_id": run_id or Path(run_dir).name, "step": 0}
     if summary is not None:
         row |= {k: getattr(summary, k) for k in ROW if k != "status"}
+        row["params"] = (summary.params or {}).get("total")
     row["status"] = shown_status(summary, Path(run_dir))
     return row
 
@@ -64,6 +71,29 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
     paths = {sweep_dir / entry.path for entry in results.read_index(sweep_dir).values()}
     paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
     return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
+
+
+def runs_table(sweep_dir: Path) -> pd.DataFrame:
+    """The sweep's runs as a multirun shows them at its end: status, size and losses, and what
+    else the user set that tells them apart."""
+    runs = sweep_rows(sweep_dir).sort_values("run_id")
+    index = results.read_index(sweep_dir)
+    table = runs[list(TABLE)].rename(columns=TABLE).replace({"status": MEANS})
+    table["params"] = [f"{n:,.0f}" if pd.notna(n) else "-" for n in runs["params"]]
+    asked = [set(index[r].overrides) if r in index else set() for r in runs["run_id"]]
+    table["also"] = distinguishing(asked)
+    return table if table["also"].astype(bool).any() else table.drop(columns="also")
+
+
+def distinguishing(overrides: list[set[str]]) -> list[str]:
+    """What else the user set that tells runs apart (optim.lr=...): the overrides that not
+    every run shares, less the axes the run's name already shows."""
+    shared = set.intersection(*overrides) if overrides else set()
+    named = ("tie=", "init_std=", "model=", "seed=")
+    return [
+        " ".join(sorted(o for o in asked - shared if not o.startswith(named)))
+        for asked in overrides
+    ]
 
 
 def rates(runs: pd.DataFrame) -> pd.Series:

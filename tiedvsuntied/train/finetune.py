@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.data import DataConfig
-from tiedvsuntied.model import GPT, ModelConfig, ModelConfigError, set_trainable
+from tiedvsuntied.data.config import DataConfig
+from tiedvsuntied.model.config import ModelConfig, ModelConfigError
+from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results.records import Status, read_config, read_summary
 from tiedvsuntied.train.config import Trainable, Untie
 

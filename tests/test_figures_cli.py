@@ -1,0 +1,156 @@
+"""python -m tiedvsuntied.figures (figures.cli): outputs, notes, bad input, --paper; end to end on
+the tiny sweep (slow)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from fake_results import (
+    DIVERGED,
+    RUNNING,
+    caption_of,
+    strip_probes,
+    write_log_spaced_sweep,
+    write_sweep,
+)
+
+from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.figures.cli import main
+from tiedvsuntied.figures.geometry import fig_embedding_geometry
+from tiedvsuntied.figures.style import (
+    REGISTRY,
+    TIE_COLOR,
+    print_notes,
+)
+
+TIED, UNTIED = TIE_COLOR[True].lower(), TIE_COLOR[False].lower()
+
+
+def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, fig_results, drawn, capsys):
+    sweep = fig_results.runs["path"].iloc[0].rsplit("/", 1)[0]
+    only = "fig2_loss_vs_params"
+    assert main([sweep, "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "o" / "fig2_loss_vs_params.png").stat().st_size > 0
+    assert not (tmp_path / "o" / "fig2_loss_vs_params.pdf").exists()
+    assert f"not shown: {DIVERGED}: diverged, no final loss" in out
+    print_notes(drawn.outputs["fig1_val_loss"][1])  # what the CLI prints of each figure
+    assert f"marked: {RUNNING}: running" in capsys.readouterr().out
+
+
+def test_cli_bad_input(tmp_path, capsys):
+    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert f"{tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    for bad in (["--formats", "jpg"], ["--only", "fig9"], []):
+        with pytest.raises(SystemExit) as e:
+            main(([str(tmp_path)] if bad else []) + ["--out", str(tmp_path / "o"), *bad])
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "valid formats are pdf, png, svg" in err and "unknown figure(s) ['fig9']" in err
+    assert "give one or more SWEEP_DIRs" in err
+
+
+def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
+    write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
+    write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
+    args = [
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        "--out",
+        str(tmp_path / "o"),
+        "--formats",
+        "png",
+        "--only",
+        "fig3_initial_loss",
+    ]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "fig3_initial_loss: NOT MADE" in captured.err and "--data-id" in captured.err
+    assert "mixed sweeps" in captured.out
+    data_id = load_results(tmp_path / "a").runs["data_id"].iloc[0]
+    assert main(args + ["--data-id", data_id]) == 0
+    assert (tmp_path / "o" / "fig3_initial_loss.png").exists()
+
+
+def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert main(["--paper", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"no results bundle at {tmp_path / 'experiments/tie_x_init/results'}" in err
+    assert "python -m tiedvsuntied.bundle results/tie_x_init" in err
+
+
+def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
+    from tiedvsuntied.figures import cli
+
+    bundle = tmp_path / "experiments" / "tie_x_init" / "results"
+    write_log_spaced_sweep(bundle)
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    assert main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
+    out = capsys.readouterr().out
+    made = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert made == sorted(
+        [f"{name}.png" for name in cli.PAPER if name.startswith("fig")]
+        + ["table_early.md", "table_interaction.md", "table_paired.md"]
+        + ["table_params.md", "table_params.tex"]
+    )
+    assert re.search(rf"the paper from {bundle} in \d+\.\d s", out)
+
+
+def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_path, capsys):
+    sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
+    strip_probes(sweep)
+    only = "fig4_embedding_geometry,fig6_paired_difference,fig8_cka"
+    args = [str(sweep), "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "fig4_embedding_geometry: skipped: no probe arrays" in out
+    assert "fig8_cka: skipped: no tied/untied pairs with probe rows" in out
+    assert not (tmp_path / "o" / "fig4_embedding_geometry.png").exists()
+    assert (tmp_path / "o" / "fig6_paired_difference.png").exists()  # needs windows only
+    res = load_results(sweep)
+    fig = fig_embedding_geometry(res.runs)
+    assert fig.empty and "has no 'emb_norm'" in caption_of(fig)  # the footnote says what is missing
+
+
+@pytest.mark.slow
+def test_cli_regenerates_every_figure_from_the_tiny_sweep(tiny_sweep, tmp_path):
+    out = tmp_path / "figures"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiedvsuntied.figures", str(tiny_sweep), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NOT MADE" not in proc.stderr
+    assert "4 runs: 4 finished" in proc.stdout
+    # no fine-tuning runs: figure 7 is skipped in one line, not written empty
+    assert "fig7_finetune: skipped: not fine-tuning runs" in proc.stdout
+    skipped = {line.split(":")[0] for line in proc.stdout.splitlines() if ": skipped: " in line}
+    books = {name for name in REGISTRY if name.startswith("books_")}  # second edition's
+    assert skipped == {"fig7_finetune", *books}
+    assert not (out / "fig7_finetune.png").exists()
+    tables = {
+        "table_params": ["table_params.md", "table_params.tex"],
+        "table_paired": ["table_paired.md", "table_interaction.md"],
+        "table_early": ["table_early.md"],
+    }
+    for name in set(REGISTRY) - skipped:
+        for file in tables.get(name, [f"{name}.pdf", f"{name}.png"]):
+            path = out / file
+            assert path.exists() and path.stat().st_size > 0, path
+    assert not (out / "table_classic.md").exists()  # no learning-rate grid
+    # the tiny sweep has one seed: no interval, and no windows-only one in its place
+    paired_text = (out / "table_paired.md").read_text()
+    assert (
+        paired_text.startswith("0 intervals at 95% each") and "1 seed: no interval" in paired_text
+    )
+    early = (out / "table_early.md").read_text()
+    assert early.startswith("nano (d=64), 12 steps · ") and "n = 1 seed/cell" in early

@@ -1,0 +1,89 @@
+"""Hydra's callbacks of ``python -m tiedvsuntied.run`` (conf/config.yaml, ``hydra.callbacks``).
+
+Hydra calls ``on_run_start`` and ``on_multirun_start`` before it makes any folder for a job
+(``hydra.run.dir``, ``hydra.sweep.dir``): a command refused there (one line naming the key,
+exit 2) leaves nothing behind. ``Check`` checks the command's jobs; ``SweepTable`` prints the
+sweep's runs when a multirun ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from tiedvsuntied.sweep import jobs
+
+REFUSED = 2  # the exit code of a refused command
+
+
+def refuse(error: BaseException) -> NoReturn:
+    """A user's mistake: one line, exit code 2, and no sweep table (the line says it all)."""
+    SweepTable.shown = True
+    print(f"error: {jobs.one_line(error)}", file=sys.stderr, flush=True)
+    raise SystemExit(REFUSED) from None
+
+
+@contextlib.contextmanager
+def refusing() -> Iterator[None]:
+    """Any mistake of the user's raised inside, refused (``refuse``)."""
+    try:
+        yield
+    except (jobs.SweepError, *jobs.user_errors(), HydraException, OmegaConfBaseException) as e:
+        refuse(e)
+
+
+class Check(Callback):
+    """A command's jobs checked before Hydra makes any folder for them: a single run's job, or
+    every job of a multirun composed as its launcher will compose it, before the first starts.
+    This is the sweep's check (``train.check_config`` given ``checked``: the file checks once,
+    no device claimed); each job then makes its own, which claims its device (maybe in a
+    launcher's worker) and logs its notes to the job's log."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refusing():
+            overrides = list(config.hydra.overrides.task)
+            jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        loader = GlobalHydra.instance().config_loader()
+        with refusing():
+            jobs.check_jobs(loader, config, jobs.expand(loader, config))
+
+
+class SweepTable(Callback):
+    """Prints the sweep's runs when a multirun ends: all of them, also those of earlier
+    commands into the same sweep. Hydra skips ``on_multirun_end`` when a job raised, so the
+    table is also registered to print at exit; whichever comes first prints."""
+
+    shown = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.sweep_dir = Path(config.results_dir) / config.sweep
+        atexit.register(self.print_table)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.print_table()
+
+    def print_table(self) -> None:
+        from tiedvsuntied.sweep.progress import runs_table  # pandas: only when the sweep ends
+
+        if SweepTable.shown:
+            return
+        SweepTable.shown = True
+        table = runs_table(self.sweep_dir)
+        text = (
+            table.to_string(index=False, float_format="%.4f", na_rep="-")
+            if len(table)
+            else "(no runs)"
+        )
+        print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)
