@@ -353,10 +353,27 @@ def check_overrides(overrides: list[str]) -> None:
     choices, groups) and the booleans OmegaConf would read from 1/0/yes/no; a mistake is a
     ConfigError of the one line the command prints."""
     from tiedvsuntied.sweep import jobs
-    from tiedvsuntied.train import ConfigError
+    from tiedvsuntied.train.config import ConfigError
 
     try:
         with jobs.composed(overrides) as (_, master):
             jobs.check_booleans(master, overrides)
     except jobs.SweepError as e:
         raise ConfigError(str(e)) from None
+
+
+def stop_after_checkpoint(monkeypatch, step: int) -> None:
+    """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
+    import os
+    import signal
+
+    from tiedvsuntied.train.checkpoint import Checkpoints
+
+    real = Checkpoints.save
+
+    def save_then_sigterm(self, *args):
+        real(self, *args)
+        if self.saved_step == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_sigterm)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from tiedvsuntied import results
+from tiedvsuntied.results import records as results
 from tiedvsuntied.train.probes import vocab_strata
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd

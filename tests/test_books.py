@@ -19,8 +19,8 @@ from tiedvsuntied.data.batches import eval_window_starts
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError
 from tiedvsuntied.data.sources import text_files
-from tiedvsuntied.train import ConfigError, train
-from tiedvsuntied.train.config import TrainerConfig, check_budget
+from tiedvsuntied.train.config import ConfigError, TrainerConfig, check_budget
+from tiedvsuntied.train.trainer import train
 
 AUTHORS = ["ann", "ann", "bo", "bo", "cy", "dee", "dee", "dee", "eve", "fay", "gus", "hal"]
 

@@ -18,8 +18,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
-from tiedvsuntied import results
-from tiedvsuntied.train import check_config, train
+from tiedvsuntied.results import records as results
+from tiedvsuntied.train.config import check_config
+from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"
 GROUP_OPTIONS = [

@@ -25,14 +25,11 @@ from test_run import common, kill_at_first_checkpoint, metrics, summaries
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train import (
-    OptimConfig,
-    TrainState,
-    build_optimizer,
-    load_checkpoint,
-    save_checkpoint,
-)
-from tiedvsuntied.train.hardware import Precision, autocast, resolve_device
+from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
+from tiedvsuntied.train.config import OptimConfig, Precision
+from tiedvsuntied.train.hardware import autocast, resolve_device
+from tiedvsuntied.train.optim import build_optimizer
+from tiedvsuntied.train.state import TrainState
 
 pytestmark = [
     pytest.mark.cuda,

@@ -110,36 +110,45 @@ def test_each_rank_takes_its_own_contiguous_share_of_the_global_batch(monkeypatc
     assert torch.equal(torch.cat(shares), batch) and shares[0].shape == (2, 2)
 
 
-def _claim_in_child(n_gpus, claimed, release):
-    from tiedvsuntied.train.hardware import claim_gpu
-
-    try:
-        claimed.put(claim_gpu(n_gpus))
-    except ValueError as e:
-        claimed.put(str(e))
-    release.wait(60)  # hold the claim like a launcher worker does for the whole sweep
-
-
 def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_many(
     tmp_path, monkeypatch
 ):
-    import multiprocessing as mp
+    """Each worker is a process with its own claim; here each is a fresh claim of this process
+    (the lock files are flocks: a second open file of one process conflicts like another's)."""
+    from tiedvsuntied.train import hardware
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the children's lock files: this test's own
-    ctx = mp.get_context("spawn")
-    claimed, release = ctx.Queue(), ctx.Event()
-    workers = [ctx.Process(target=_claim_in_child, args=(2, claimed, release)) for _ in range(3)]
-    try:
-        got = []
-        for w in workers:  # one after the other, each holding its claim, like launcher workers
-            w.start()
-            got.append(claimed.get(timeout=120))
-    finally:
-        release.set()
-        for w in workers:
-            w.join(60)
+    monkeypatch.setattr(hardware.tempfile, "gettempdir", lambda: str(tmp_path))
+    got, held = [], []
+    for _ in range(3):  # one after the other, each holding its claim, like launcher workers
+        monkeypatch.setattr(hardware, "_claimed", {})
+        try:
+            got.append(hardware.claim_gpu(2))
+            held.append(hardware._claimed["lock"])
+        except ValueError as e:
+            got.append(str(e))
+    for lock in held:
+        lock.release()
     assert sorted(got[:2]) == [0, 1]
     assert got[2] == (
         "trainer.device=cuda:free but all 2 GPUs are claimed by other jobs: "
         "run at most 2 at once (hydra.launcher.n_jobs=2)"
     )
+
+
+def test_signals_set_a_stop_request_the_loop_reads_and_a_second_ctrl_c_stops_at_once():
+    import os
+    import signal
+
+    from tiedvsuntied.train.dist import stop_requests
+
+    # what was there before (a shell that starts a job in the background ignores SIGINT)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with stop_requests() as stop:
+        assert not stop
+        os.kill(os.getpid(), signal.SIGTERM)  # nothing is interrupted: the flag is set
+        assert stop and stop.name == "SIGTERM"
+    with pytest.raises(KeyboardInterrupt), stop_requests() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.name == "SIGINT"
+        os.kill(os.getpid(), signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # restored

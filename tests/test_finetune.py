@@ -13,7 +13,8 @@ import yaml
 from conftest import QUICK, USE_GPT2, compose, generated_corpus, needs_gpt2, run_cli
 from test_untie_at import stop_after_checkpoint
 
-from tiedvsuntied.train import ConfigError, train
+from tiedvsuntied.train.config import ConfigError
+from tiedvsuntied.train.trainer import train
 
 STEPS = ["trainer.max_steps=4", "trainer.eval_interval=2", "trainer.test_eval=false"]
 
@@ -197,7 +198,7 @@ def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path)
 
 
 def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
-    from tiedvsuntied import results as R
+    from tiedvsuntied.results import records as R
 
     before = {
         "tie": True,

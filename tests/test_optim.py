@@ -8,25 +8,14 @@ import pytest
 import torch
 from conftest import QUICK, check_overrides, compose
 
-from tiedvsuntied import results as R
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
-from tiedvsuntied.train import (
-    CheckpointMismatch,
-    ConfigError,
-    LrScaling,
-    OptimConfig,
-    TrainState,
-    build_optimizer,
-    group_lr_scales,
-    load_checkpoint,
-    lr_at,
-    resolved_config,
-    save_checkpoint,
-    set_lr,
-    train,
-    untie,
-)
+from tiedvsuntied.results import records as R
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
+from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config
+from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
+from tiedvsuntied.train.state import TrainState
+from tiedvsuntied.train.trainer import train
 
 V, D = 64, 16  # inv_sqrt_d = 0.25
 
@@ -277,3 +266,28 @@ def test_a_run_records_its_scales_and_logs_each_embedding_side_lr(tmp_path):
     for m in logged:  # train/lr stays the body's
         assert m["train/lr_tied"] == pytest.approx(50 * m["train/lr"])
         assert "train/lr_wte" not in m and "train/lr_lm_head" not in m
+
+
+def test_schedule_warms_up_then_decays_to_floor():
+    oc = OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, oc, 100) == pytest.approx(1e-4)
+    assert lr_at(9, oc, 100) == pytest.approx(1e-3)
+    assert lr_at(55, oc, 100) == pytest.approx(0.55e-3)
+    assert lr_at(100, oc, 100) == pytest.approx(1e-4) == lr_at(500, oc, 100)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_optimizer_holds_tied_matrix_once_and_skips_decay_on_embeddings(tie):
+    model = tiny(tie)
+    opt = build_optimizer(model, OptimConfig())
+    params = [p for g in opt.param_groups for p in g["params"]]
+    assert len(params) == len({id(p) for p in params}) == len(list(model.parameters()))
+    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert id(model.transformer.wte.weight) in no_decay and id(model.lm_head.weight) in no_decay
+    decayed = build_optimizer(model, OptimConfig(decay_embeddings=True)).param_groups
+    assert any(
+        p is model.transformer.wte.weight
+        for g in decayed
+        if g["weight_decay"] > 0
+        for p in g["params"]
+    )

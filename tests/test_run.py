@@ -19,8 +19,8 @@ import pytest
 from conftest import CORPUS, CORPUS_OVERRIDES, TINY_SWEEP_OVERRIDES, VOCAB, run_cli
 from filelock import FileLock
 
-from tiedvsuntied import results
-from tiedvsuntied.results import run_name
+from tiedvsuntied.results import records as results
+from tiedvsuntied.results.records import run_name
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import runs_table
 

@@ -4,73 +4,31 @@ behave as the results contract says."""
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import QUICK, REPO, SWEEP_NAMES, check_overrides, compose
+from conftest import QUICK, REPO, SWEEP_NAMES, check_overrides, compose, stop_after_checkpoint
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from tiedvsuntied import results as R
 from tiedvsuntied.data.cache import prepare_data
-from tiedvsuntied.model.config import ModelConfig
-from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train import (
-    CheckpointMismatch,
-    Checkpoints,
+from tiedvsuntied.results import records as R
+from tiedvsuntied.train.config import (
+    Config,
     ConfigError,
     OptimConfig,
+    Schedule,
     TrainerConfig,
-    TrainState,
-    build_optimizer,
     check_config,
-    load_checkpoint,
-    lr_at,
     resolved_config,
-    save_checkpoint,
-    train,
 )
+from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-
-
-def tiny_model(tie: bool, seed: int = 0) -> GPT:
-    return GPT(
-        ModelConfig(name="t", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=97),
-        tie=tie,
-        seed=seed,
-    )
-
-
-def test_schedule_warms_up_then_decays_to_floor():
-    oc = OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
-    assert lr_at(0, oc, 100) == pytest.approx(1e-4)
-    assert lr_at(9, oc, 100) == pytest.approx(1e-3)
-    assert lr_at(55, oc, 100) == pytest.approx(0.55e-3)
-    assert lr_at(100, oc, 100) == pytest.approx(1e-4) == lr_at(500, oc, 100)
-
-
-@pytest.mark.parametrize("tie", [True, False])
-def test_optimizer_holds_tied_matrix_once_and_skips_decay_on_embeddings(tie):
-    model = tiny_model(tie)
-    opt = build_optimizer(model, OptimConfig())
-    params = [p for g in opt.param_groups for p in g["params"]]
-    assert len(params) == len({id(p) for p in params}) == len(list(model.parameters()))
-    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
-    assert id(model.transformer.wte.weight) in no_decay and id(model.lm_head.weight) in no_decay
-    decayed = build_optimizer(model, OptimConfig(decay_embeddings=True)).param_groups
-    assert any(
-        p is model.transformer.wte.weight
-        for g in decayed
-        if g["weight_decay"] > 0
-        for p in g["params"]
-    )
 
 
 # ---------------------------------------------------------------------------- configs
@@ -235,100 +193,12 @@ def test_booleans_are_true_or_false_not_one_or_yes():
 # ---------------------------------------------------------------------------- records
 
 
-def _trained(tie: bool):
-    model = tiny_model(tie)
-    opt = build_optimizer(model, OptimConfig())
-    x = torch.randint(0, 97, (2, 8))
-    model(x, x, return_logits=False)[1].backward()
-    opt.step()
-    return model, opt
-
-
-def test_checkpoint_round_trip_keeps_tying_and_optimizer_state(tmp_path):
-    model, opt = _trained(True)
-    save_checkpoint(tmp_path, model, opt, TrainState(step=3, tokens=48, best_val_loss=1.5))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # nothing temporary left
-    fresh = tiny_model(True, seed=1)
-    fresh_opt, state = build_optimizer(fresh, OptimConfig()), TrainState()
-    assert load_checkpoint(tmp_path, fresh, fresh_opt, state) == tmp_path / "last.pt"
-    assert state == TrainState(step=3, tokens=48, best_val_loss=1.5)
-    assert fresh.lm_head.weight is fresh.transformer.wte.weight
-    pairs = zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
-    assert all(torch.equal(p, q) for p, q in pairs)
-    s0, s1 = opt.state_dict()["state"], fresh_opt.state_dict()["state"]
-    assert all(torch.equal(s0[k]["exp_avg"], s1[k]["exp_avg"]) for k in s0)
-
-
-def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp_path, caplog):
-    model, opt = _trained(False)
-    save_checkpoint(tmp_path, model, opt, TrainState(step=2))
-    save_checkpoint(tmp_path, model, opt, TrainState(step=4))
-    last = tmp_path / "last.pt"
-    last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a full disk
-    state = TrainState()
-    with caplog.at_level(logging.WARNING):
-        assert (
-            load_checkpoint(
-                tmp_path,
-                tiny_model(False),
-                build_optimizer(tiny_model(False), OptimConfig()),
-                state,
-            )
-            == tmp_path / "prev.pt"
-        )
-    assert state.step == 2 and str(last) in caplog.text
-    assert (tmp_path / "last.pt.bad").exists() and not last.exists()  # the next save keeps prev.pt
-    (tmp_path / "prev.pt").write_bytes(b"not a checkpoint")
-    assert (
-        load_checkpoint(
-            tmp_path,
-            tiny_model(False),
-            build_optimizer(tiny_model(False), OptimConfig()),
-            TrainState(),
-        )
-        is None
-    )  # nothing usable: the run starts over
-
-
-def test_a_checkpoint_that_no_longer_fits_the_code_names_the_parameter_and_changes_no_file(
-    tmp_path,
-):
-    model, opt = _trained(False)
-    save_checkpoint(tmp_path, model, opt, TrainState(step=2))
-    save_checkpoint(tmp_path, model, opt, TrainState(step=4))
-    for name in ("last.pt", "prev.pt"):  # as if the code had renamed a parameter since
-        ckpt = torch.load(tmp_path / name, weights_only=True)
-        ckpt["model"]["lm_head.w"] = ckpt["model"].pop("lm_head.weight")
-        torch.save(ckpt, tmp_path / name)
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(CheckpointMismatch) as err:
-        load_checkpoint(
-            tmp_path,
-            tiny_model(False),
-            build_optimizer(tiny_model(False), OptimConfig()),
-            TrainState(),
-        )
-    message = str(err.value)
-    assert "lm_head.weight" in message and "last.pt" in message and "\n" not in message
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
-
-
 def _interrupted_run(tmp_path, monkeypatch, *extra):
     """A run stopped by SIGTERM right after its checkpoint at step 2, as a scheduler stops it."""
-    import os
-    import signal
-
-    real = Checkpoints.save
-
-    def save_then_sigterm(self, *args):
-        real(self, *args)
-        if self.saved_step == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-
     over = [*QUICK, "trainer.test_eval=false", "trainer.ckpt_interval=2", *extra]
     cfg = compose(*over, f"results_dir={tmp_path}")
     with monkeypatch.context() as patch:
-        patch.setattr(Checkpoints, "save", save_then_sigterm)
+        stop_after_checkpoint(patch, 2)
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             train(cfg)
     (run_dir,) = [p for p in (tmp_path / cfg.sweep).iterdir() if p.is_dir()]
@@ -364,132 +234,6 @@ def test_a_truncated_last_checkpoint_resumes_from_the_previous_one_and_finishes_
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["model.pt"]  # no .bad
     steps = [r["step"] for r in R.read_metrics(run_dir) if "val/loss" in r]
     assert steps == [0, 1, 2, 4]  # step 2 trained again, logged once (1: an early evaluation)
-
-
-def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path):
-    with R.MetricsLog(tmp_path, None) as m:
-        for step in range(0, 50, 10):
-            m.log(
-                {"train/loss": float(step), "val/loss": float("nan") if step == 40 else 1.0}, step
-            )
-    with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write('{"step": 45, "train/lo')  # a line cut by a kill
-    assert R.read_metrics(tmp_path)[-1] == {
-        "step": 40,
-        "train/loss": 40.0,
-        "val/loss": "nan",
-    }  # JSON, not NaN
-    with R.MetricsLog(tmp_path, 20) as m:
-        m.log({"train/loss": 30.0}, 30)
-    assert [r["step"] for r in R.read_metrics(tmp_path)] == [0, 10, 20, 30]
-    with R.MetricsLog(tmp_path, None) as m:  # no checkpoint: trained again from step 0
-        m.log({"train/loss": 0.5}, 0)
-    assert [r["step"] for r in R.read_metrics(tmp_path)] == [0]
-    old = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl.old").open()]
-    assert old == [0, 10, 20, 30]  # the earlier lines are kept, not emptied
-
-
-def test_wandb_auto_is_offline_without_credentials_with_a_warning(monkeypatch, tmp_path, caplog):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    with caplog.at_level(logging.WARNING):
-        assert R.resolve_wandb_mode(R.WandbMode.auto) == R.WandbMode.offline
-    assert "no credentials" in caplog.text and "wandb sync" in caplog.text
-    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    with socket.create_server(("127.0.0.1", 0)) as server:  # a server that answers
-        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
-        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.online
-    assert not (tmp_path / R.UNREACHABLE_FILE).exists()
-    assert R.resolve_wandb_mode(R.WandbMode.disabled) == R.WandbMode.disabled
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    assert R.resolve_wandb_mode(R.WandbMode.auto) is None  # wandb.init reads WANDB_MODE itself
-
-
-def test_wandb_auto_with_a_key_decides_offline_once_per_sweep_without_asking_wandb(
-    monkeypatch, tmp_path, caplog
-):
-    """A key (fake) and a server whose name does not resolve: offline from a lookup, not from
-    wandb.init's 60 s wait; the sweep's next job reads the verdict from the sweep directory."""
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("WANDB_API_KEY", "fake" + "0" * 36)
-    monkeypatch.setenv("WANDB_BASE_URL", "https://api.wandb.invalid")
-    with caplog.at_level(logging.WARNING):
-        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.offline
-    assert "server https://api.wandb.invalid unreachable" in caplog.text
-    verdict = tmp_path / R.UNREACHABLE_FILE
-    assert "api.wandb.invalid" in verdict.read_text() and "fake" not in verdict.read_text()
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:1")  # not asked again: the file says
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        assert R.resolve_wandb_mode(R.WandbMode.auto, tmp_path) == R.WandbMode.offline
-    assert "api.wandb.invalid" in caplog.text and "decided earlier in this sweep" in caplog.text
-    assert "fake" not in caplog.text
-
-
-@pytest.mark.slow
-def test_wandb_auto_goes_offline_when_the_server_does_not_answer(monkeypatch, tmp_path, caplog):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    with socket.socket() as closed:  # a port nobody listens on: the server is unreachable
-        closed.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
-    config = R.WandbConfig(mode=R.WandbMode.auto, init_timeout=2)
-    run_dir = tmp_path / "sweep" / "run"  # the verdict is kept in the sweep's folder
-    run_dir.mkdir(parents=True)
-    with caplog.at_level(logging.WARNING), R.MetricsLog(run_dir, None) as m:
-        mode = m.start_wandb(
-            config, run_id="tvu-t", name="n", group="g", config={}, run_dir=run_dir
-        )
-        m.log({"train/loss": 1.0}, 1)
-    assert mode == R.WandbMode.offline and "wandb sync" in caplog.text
-    assert "k" * 40 not in caplog.text
-
-
-def test_secrets_are_scrubbed(monkeypatch):
-    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    text = R.scrub(f"failed with key {'k' * 40} and token=abc123 and api_key: xyz and {'0a' * 20}")
-    assert all(s not in text for s in ("k" * 40, "abc123", "xyz", "0a" * 20))
-
-
-def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
-    s = R.RunSummary(
-        run_id="r",
-        name="n",
-        sweep="s",
-        tie=True,
-        init_std="1.0",
-        model="nano",
-        seed=0,
-        best_val_loss=float("inf"),
-    )
-    s.write(tmp_path / "r")
-    back = R.read_summary(tmp_path / "r")
-    assert back.status == R.Status.running and back.best_val_loss == float("inf")
-    assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "running"
-    R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.running, "r", overrides=["tie=true"]))
-    R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.finished, "r"))
-    assert R.read_index(tmp_path)["r"].overrides == ["tie=true"]
-    assert R.read_index(tmp_path)["r"].status == R.Status.finished
-
-
-def test_signals_set_a_stop_request_the_loop_reads_and_a_second_ctrl_c_stops_at_once():
-    import os
-    import signal
-
-    from tiedvsuntied.train.dist import stop_requests
-
-    # what was there before (a shell that starts a job in the background ignores SIGINT)
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with stop_requests() as stop:
-        assert not stop
-        os.kill(os.getpid(), signal.SIGTERM)  # nothing is interrupted: the flag is set
-        assert stop and stop.name == "SIGTERM"
-    with pytest.raises(KeyboardInterrupt), stop_requests() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.name == "SIGINT"
-        os.kill(os.getpid(), signal.SIGINT)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # restored
 
 
 def test_a_run_is_named_so_its_path_passes_to_hydra_and_an_old_name_is_found_by_its_hash(
@@ -559,18 +303,19 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["model.pt"]
 
 
-def test_the_schedule_evaluates_the_first_steps_and_logs_each_early_step():
-    from tiedvsuntied.train.config import TrainerConfig
-
-    def evaluated(**kw):
-        t = TrainerConfig(**kw)
-        return [s for s in range(t.max_steps + 1) if t.evaluates_at(s)]
+def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_unties():
+    def steps(ask, max_steps, untie_at=None, **kw):
+        schedule = Schedule.of(Config(untie_at=untie_at, trainer=TrainerConfig(max_steps, **kw)))
+        assert schedule.done(max_steps) and not schedule.done(max_steps - 1)
+        return [s for s in range(max_steps + 1) if getattr(schedule, ask)(s)]
 
     # init 1.0 collapses within ~100 steps: powers of two below eval_interval see it
-    assert evaluated(max_steps=500, eval_interval=100) == [
+    assert steps("evaluates", 500, eval_interval=100) == [
         *(0, 1, 2, 4, 8, 16, 32, 64),
         *(100, 200, 300, 400, 500),
     ]
-    assert evaluated(max_steps=250, eval_interval=100, eval_log_steps=False) == [0, 100, 200, 250]
-    t = TrainerConfig(max_steps=250, log_first=3, log_interval=50)
-    assert [s for s in range(1, 251) if t.logs_at(s)] == [1, 2, 3, 50, 100, 150, 200, 250]
+    assert steps("evaluates", 250, eval_interval=100, eval_log_steps=False) == [0, 100, 200, 250]
+    logged = steps("logs", 250, log_first=3, log_interval=50)
+    assert logged == [0, 1, 2, 3, 50, 100, 150, 200, 250]
+    assert steps("saves", 250, ckpt_interval=100) == [0, 100, 200, 250]
+    assert steps("unties", 250, untie_at=0.5) == [125] and steps("unties", 250) == []

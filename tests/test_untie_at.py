@@ -8,9 +8,10 @@ import json
 
 import pytest
 import torch
-from conftest import QUICK, compose
+from conftest import QUICK, compose, stop_after_checkpoint
 
-from tiedvsuntied.train import ConfigError, check_config, train
+from tiedvsuntied.train.config import ConfigError, check_config
+from tiedvsuntied.train.trainer import train
 
 STEPS = [
     "trainer.max_steps=4",
@@ -149,20 +150,3 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
     per_step = history.loc[history["step"] == 2, "tokens"].iloc[0] / 2
     assert len(switch) == 1 and switch[0].get_xdata()[0] == pytest.approx(3 * per_step)
     assert [t.get_text() for t in diffs.get_xticklabels()] == ["untied at step 3", "untied"]
-
-
-def stop_after_checkpoint(monkeypatch, step: int) -> None:
-    """SIGTERM (as a scheduler sends it) right after the checkpoint of ``step``."""
-    import os
-    import signal
-
-    from tiedvsuntied.train import Checkpoints
-
-    real = Checkpoints.save
-
-    def save_then_sigterm(self, *args):
-        real(self, *args)
-        if self.saved_step == step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(Checkpoints, "save", save_then_sigterm)

@@ -98,8 +98,9 @@ def training_step(model, variant: Variant, batch_size: int, device):
     import torch
 
     from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.train import OptimConfig, build_optimizer
-    from tiedvsuntied.train.hardware import Precision, autocast
+    from tiedvsuntied.train.config import OptimConfig, Precision
+    from tiedvsuntied.train.hardware import autocast
+    from tiedvsuntied.train.optim import build_optimizer
 
     optimizer = build_optimizer(model, OptimConfig())
     forward = torch.compile(model) if variant.compile else model

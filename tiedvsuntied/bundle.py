@@ -22,9 +22,16 @@ import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.analysis.stats import first_replicates
-from tiedvsuntied.results import IndexEntry, Status, atomic_write, now, update_index, write_json
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
+from tiedvsuntied.results.records import (
+    IndexEntry,
+    Status,
+    atomic_write,
+    now,
+    update_index,
+    write_json,
+)
 
 RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")

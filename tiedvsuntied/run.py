@@ -26,7 +26,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from tiedvsuntied import callbacks, results
+from tiedvsuntied import callbacks
+from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import jobs
 
 jobs.register_schema()
@@ -57,7 +58,9 @@ def interrupted(step: int | None) -> NoReturn:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from tiedvsuntied.data.config import DataUnavailableError
-    from tiedvsuntied.train import ConfigError, dist, train
+    from tiedvsuntied.train import dist
+    from tiedvsuntied.train.config import ConfigError
+    from tiedvsuntied.train.trainer import train
 
     overrides = list(HydraConfig.get().overrides.task)
     dist.adopt_submitit()

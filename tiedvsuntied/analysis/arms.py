@@ -24,7 +24,7 @@ from tiedvsuntied.analysis.stats import (
     seed_method,
 )
 from tiedvsuntied.model.config import canonical_init_std
-from tiedvsuntied.results import NEUTRAL
+from tiedvsuntied.results.records import NEUTRAL
 
 ARM_KEYS = ["data_id", "model", "init_std", "seed"]  # an arm's run and its tied reference share
 ARM_CELL = ["model", "init_std", "data_id"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied import results as records
 from tiedvsuntied.analysis.rows import (
     FLOAT_COLUMNS,
     HISTORY_ID_COLUMNS,
@@ -23,7 +22,7 @@ from tiedvsuntied.analysis.rows import (
     variants,
     wandb_run_row,
 )
-from tiedvsuntied.results import bundles
+from tiedvsuntied.results import bundles, records
 
 
 class ResultsError(ValueError):

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.model.config import ModelConfig, canonical_init_std
-from tiedvsuntied.results import RunSummary
+from tiedvsuntied.results.records import RunSummary
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
 HELDOUT_COLUMNS = [f"{s}_{k}" for s in ("val", "test") for k in ("unigram", "bigram", "unseen")]

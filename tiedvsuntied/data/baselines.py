@@ -283,7 +283,7 @@ def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> d
     block size and window count (the corpus's fingerprint in its name: ``vocab=seen`` renumbers
     the tokens of the same entry)."""
     from tiedvsuntied.data.batches import eval_window_starts
-    from tiedvsuntied.results import atomic_write
+    from tiedvsuntied.results.records import atomic_write
 
     name = f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
     path = corpus.dir / name

@@ -13,7 +13,7 @@ from pathlib import Path, PurePath
 import pandas as pd
 
 from tiedvsuntied.model.config import init_std_note
-from tiedvsuntied.results import read_config
+from tiedvsuntied.results.records import read_config
 
 # Corpora known by a name a reader recognises, found in the data config's files / path / config.
 KNOWN_CORPORA = {

@@ -199,8 +199,8 @@ class MetricsLog:
             except Exception as e:  # the mirror must never kill the truth
                 log.warning("W&B log failed at step %d: %s", step, scrub(str(e)))
 
-    def summary(self, values: dict) -> None:
-        """Mirror summary values (dicts flattened to ``key/sub``) to the W&B run summary."""
+    def wandb_summary(self, values: dict) -> None:
+        """Mirror summary.json's values (dicts flattened to ``key/sub``) to the W&B run summary."""
         if self.wandb is None:
             return
         flat = {}

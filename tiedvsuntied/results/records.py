@@ -129,10 +129,6 @@ class RunSummary:
                 kept[k] = float(v)
         return cls(**kept)
 
-    def update(self, **values) -> None:
-        for k, v in values.items():
-            setattr(self, k, v)
-
     def write(self, run_dir: Path) -> None:
         self.updated_at = now()
         write_json(Path(run_dir) / "summary.json", self.to_dict())

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied import results
 from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import SweepError
 

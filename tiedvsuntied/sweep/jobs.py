@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from tiedvsuntied import results
+from tiedvsuntied.results import records as results
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -49,7 +49,7 @@ class Job:
 
 def register_schema() -> None:
     """The typed config as Hydra's ``base_config`` (conf/config.yaml's first default)."""
-    from tiedvsuntied.train import Config
+    from tiedvsuntied.train.config import Config
 
     ConfigStore.instance().store(name="base_config", node=Config)
 
@@ -60,7 +60,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     ValueError through as it is (it wraps only TypeError)."""
     from tiedvsuntied.data.config import DataError, DataUnavailableError
     from tiedvsuntied.model.config import ModelConfigError
-    from tiedvsuntied.train import ConfigError
+    from tiedvsuntied.train.config import ConfigError
 
     return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
 
@@ -165,7 +165,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
 def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = None) -> Any:
     """One job's task config checked as its run starts: its booleans as typed, the dataclasses'
     own checks (``OmegaConf.to_object``), then ``train.check_config``: its ``RunPlan``."""
-    from tiedvsuntied.train import check_config
+    from tiedvsuntied.train.config import check_config
 
     check_booleans(cfg, overrides)
     return check_config(OmegaConf.to_object(cfg), overrides, checked)
@@ -175,7 +175,7 @@ def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
     """OmegaConf reads 1/0/yes/no/on/off as booleans, which silently turns ``tie=1`` into true:
     a boolean key takes true or false (null where it may), as Hydra's override grammar
     spells them."""
-    from tiedvsuntied.train import ConfigError
+    from tiedvsuntied.train.config import ConfigError
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         if override.is_sweep_override() or override.is_delete():
@@ -215,7 +215,7 @@ def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (``new_record``):
     the data's fingerprint from its files' hashes, once per distinct data config."""
     from tiedvsuntied.data.cache import corpus_fingerprint
-    from tiedvsuntied.train import resolved_config
+    from tiedvsuntied.train.config import resolved_config
 
     fingerprints: dict[str, str] = {}
     ids = []

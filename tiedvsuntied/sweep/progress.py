@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from tiedvsuntied import results
+from tiedvsuntied.results import records as results
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.

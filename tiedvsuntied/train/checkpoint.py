@@ -1,7 +1,7 @@
-"""A run's ``checkpoints/`` folder and its whole policy, here and nowhere else.
+"""A run's ``checkpoints/`` folder: which files it keeps, how they are written and read.
 
-- ``last.pt``: weights, optimizer, the TrainState and the RNG states; written every
-  ``trainer.ckpt_interval`` steps, at the last step and when a signal stops the run. The file
+- ``last.pt``: weights, optimizer, the TrainState and the RNG states; written when the
+  schedule says (config.Schedule.saves) and when a signal stops the run. The file
   it replaces stays as ``prev.pt`` until the next save, so a file cut short (a kill, a full
   disk) never costs the run more than one interval.
 - ``best.pt``: the weights of the best validation step so far (with ``trainer.test_eval``),
@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.results import atomic_write, scrub
+from tiedvsuntied.results.records import RunSummary, Status, atomic_write, scrub
 from tiedvsuntied.train.config import ConfigError
+from tiedvsuntied.train.finetune import unreadable
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +139,34 @@ def load_checkpoint(
     return None
 
 
+def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
+    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
+    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
+    is set aside as ``model.pt.bad`` until the new one is written."""
+    if not (previous and previous.status.done):
+        return False
+    weights = folder / "model.pt"
+    if previous.status != Status.finished or not weights.exists():
+        return True
+    if (why := unreadable(weights)) is None:
+        return True
+    log.warning(
+        "[%s] finished, but %s does not load (%s): training it again from step 0 "
+        "(the broken file is kept as model.pt.bad until the run finishes)",
+        name,
+        weights,
+        why,
+    )
+    os.replace(weights, weights.with_suffix(".pt.bad"))
+    return False
+
+
 class Checkpoints:
     """The checkpoints of one run being trained; see the module's docstring for the policy."""
 
-    def __init__(self, folder: Path, interval: int, max_steps: int):
-        self.folder, self.interval, self.max_steps = Path(folder), interval, max_steps
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
         self.saved_step: int | None = None  # the step of the newest last.pt
-
-    def due(self, step: int) -> bool:
-        return step % self.interval == 0 or step == self.max_steps
 
     def load(self, model, optimizer, state, layout=None, only: Path | None = None):
         path = load_checkpoint(self.folder, model, optimizer, state, layout, only)

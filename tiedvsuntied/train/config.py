@@ -13,18 +13,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.data.sources import check_data
 from tiedvsuntied.model.config import ModelConfig, canonical_init_std, init_std_notes
 from tiedvsuntied.model.config import check_config as check_model
-from tiedvsuntied.results import WandbConfig
-from tiedvsuntied.train import dist
-from tiedvsuntied.train.finetune import FinetuneConfig, Start, adopt, read_start
-from tiedvsuntied.train.hardware import Precision, resolve_device
+from tiedvsuntied.results.metrics_log import WandbConfig
+
+if TYPE_CHECKING:  # the schema loads no torch: run.py imports it to start fast
+    import torch
+
+    from tiedvsuntied.train.finetune import Start
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,33 @@ class OptimConfig:
         )
 
 
+class Precision(str, Enum):
+    auto = "auto"  # bf16 where the hardware has fast bf16 (CUDA, AVX512-BF16/AMX CPUs)
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class Untie(str, Enum):
+    keep = "keep"  # the start's tying as it is
+    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
+    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
+
+
+class Trainable(str, Enum):
+    all = "all"
+    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
+    body = "body"  # all but wte, wpe and the head
+    embedding = "embedding"  # wte and wpe (tied: the head too)
+
+
+@dataclass
+class FinetuneConfig:
+    """The ``finetune`` node; it applies when ``init_from`` is set (train/finetune.py)."""
+
+    untie: Untie = Untie.keep
+    trainable: Trainable = Trainable.all
+
+
 class Sampling(str, Enum):
     """Which training windows a step takes (tiedvsuntied.data.batches.BatchSampler)."""
 
@@ -160,16 +189,6 @@ class TrainerConfig:
             },
         )
 
-    def evaluates_at(self, step: int) -> bool:
-        """Whether step ``step`` (after that many updates) is evaluated: every ``eval_interval``
-        and the last, and with ``eval_log_steps`` the powers of two below ``eval_interval``."""
-        early = self.eval_log_steps and step < self.eval_interval and step & (step - 1) == 0
-        return step % self.eval_interval == 0 or step == self.max_steps or early
-
-    def logs_at(self, step: int) -> bool:
-        """Whether the training loss of step ``step`` (counted from 1) is logged."""
-        return step <= self.log_first or step % self.log_interval == 0 or step == self.max_steps
-
 
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -200,6 +219,42 @@ def untie_step(untie_at: float | None, max_steps: int) -> int | None:
             f"[1, trainer.max_steps={max_steps}) (here it gives step {step})"
         )
     return step
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When the loop does what, for a run of ``trainer`` untied at ``untie_step`` (or never):
+    every decision of the loop about a step (counted after that many updates) is asked here."""
+
+    trainer: TrainerConfig
+    untie_step: int | None = None
+
+    @classmethod
+    def of(cls, cfg: Config) -> Schedule:
+        return cls(cfg.trainer, untie_step(cfg.untie_at, cfg.trainer.max_steps))
+
+    def done(self, step: int) -> bool:
+        return step >= self.trainer.max_steps
+
+    def logs(self, step: int) -> bool:
+        """The training loss of step ``step``: each of the first ``log_first`` steps, every
+        ``log_interval`` and the last."""
+        t = self.trainer
+        return step <= t.log_first or step % t.log_interval == 0 or step == t.max_steps
+
+    def evaluates(self, step: int) -> bool:
+        """Every ``eval_interval`` and the last step, and with ``eval_log_steps`` the powers of
+        two below ``eval_interval`` (step 0 is evaluated before the loop)."""
+        t = self.trainer
+        early = t.eval_log_steps and step < t.eval_interval and step & (step - 1) == 0
+        return step % t.eval_interval == 0 or step == t.max_steps or early
+
+    def saves(self, step: int) -> bool:
+        """``last.pt``: every ``ckpt_interval`` and the last step (and when a signal stops)."""
+        return step % self.trainer.ckpt_interval == 0 or step == self.trainer.max_steps
+
+    def unties(self, step: int) -> bool:
+        return step == self.untie_step
 
 
 @dataclass
@@ -250,6 +305,10 @@ class RunPlan:
     start: Start | None
     device: torch.device
 
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule.of(self.cfg)
+
 
 def check_config(
     cfg: Config, overrides: Sequence[str] = (), checked: set[str] | None = None
@@ -261,6 +320,10 @@ def check_config(
     the first starts, shared by its jobs, so that the file checks run once per distinct data
     config and results_dir (a 100-job sweep is checked in seconds); it claims no GPU (each job
     claims its own, maybe in a worker) and leaves the init_std notes to the jobs."""
+    from tiedvsuntied.train import dist
+    from tiedvsuntied.train.finetune import adopt, read_start
+    from tiedvsuntied.train.hardware import resolve_device
+
     try:
         start = read_start(cfg.init_from) if cfg.init_from else None
         if start is not None:

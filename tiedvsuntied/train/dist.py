@@ -85,12 +85,6 @@ def from_main(obj: Any) -> Any:
     return box[0]
 
 
-def share_decision(trains: bool | None) -> bool:
-    """Rank 0 decides whether the run trains (``trains``; None on the other ranks) and every
-    rank returns that decision."""
-    return bool(from_main(trains))
-
-
 def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether ``flag`` is set on at least one rank."""
     if world_size() == 1:

@@ -11,9 +11,8 @@ import torch
 
 from tiedvsuntied.data.baselines import window_baselines
 from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
-from tiedvsuntied.results import Status, atomic_write
-from tiedvsuntied.train.config import TrainerConfig
-from tiedvsuntied.train.hardware import autocast
+from tiedvsuntied.results.records import atomic_write
+from tiedvsuntied.train.config import Precision
 from tiedvsuntied.train.probes import drift, probe
 from tiedvsuntied.train.state import Run
 
@@ -21,19 +20,22 @@ log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(
-    model, tokens, block_size: int, trainer: TrainerConfig, device, precision, first=False
-) -> dict:
+def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
     """The loss of each of the split's fixed windows (the same windows every time, every run:
     paired comparisons and bootstrap intervals over them need that) and their mean. ``first``
     (step 0): also the logits' std and the mean logit of each input token at its own position
     (tied, h·e_x: at a large init std it dominates the initial loss)."""
+    trainer, device = run.cfg.trainer, run.device
     model.eval()
     windows, repeats, out = [], [], {}
-    batches = iter_eval_batches(tokens, block_size, trainer.eval_batch_size, trainer.eval_windows)
+    batches = iter_eval_batches(
+        tokens, run.cfg.model.block_size, trainer.eval_batch_size, trainer.eval_windows
+    )
     for i, (x, y) in enumerate(batches):
         x, y = x.to(device), y.to(device)
-        with autocast(precision, device):
+        with torch.autocast(
+            device.type, torch.bfloat16, enabled=run.derived.precision == Precision.bf16
+        ):
             logits, loss = model(
                 x,
                 y,
@@ -54,24 +56,12 @@ def evaluate(
     return {**out, "loss": float(losses.mean()), "windows": losses.astype(np.float32)}
 
 
-def evaluate_split(run: Run, split: str, first: bool = False) -> dict:
-    return evaluate(
-        run.eval_model,
-        run.corpus.tokens(split),
-        run.cfg.model.block_size,
-        run.cfg.trainer,
-        run.device,
-        run.precision,
-        first=first,
-    )
-
-
-def record_evaluation(run: Run, first: bool = False) -> float:
+def validate(run: Run, first: bool = False) -> float:
     """Validation loss (per window, beside the probes) and probes at this step, into the
-    metrics, probes/ and the summary; the validation loss. A new best keeps its weights
-    (best.pt) for the test loss at the end."""
-    state = run.state
-    result = evaluate_split(run, "val", first=first)
+    metrics, probes/ and the loop state; the validation loss. A new best keeps its weights
+    (best.pt) for the test loss at the end. ``first`` (step 0): the initial numbers too."""
+    state, trainer = run.state, run.cfg.trainer
+    result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
     metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
     if first:
@@ -84,30 +74,24 @@ def record_evaluation(run: Run, first: bool = False) -> float:
         )
     if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
         state.best_val_loss, state.best_step = loss, state.step
-        if run.cfg.trainer.test_eval:
+        if trainer.test_eval:
             run.checkpoints.save_best(state.step, run.model)
     scalars, arrays = probe(run.model, run.freq)
     if run.start_rows is not None:
         scalars.update(drift(run.model, run.start_rows, run.freq))
     if run.retain is not None:  # the start's own validation split
-        scalars["retain/loss"] = evaluate(
-            run.model,
-            run.retain.tokens("val"),
-            run.cfg.model.block_size,
-            run.cfg.trainer,
-            run.device,
-            run.precision,
-        )["loss"]
+        scalars["retain/loss"] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
     save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
-    if state.step == run.cfg.trainer.max_steps:
+    if state.step == trainer.max_steps:
         run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
     run.metrics.log({**metrics, **scalars}, state.step)
     state.last_val_loss = loss
-    run.write_summary()
-    run.write(
-        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-        f"ppl {math.exp(min(loss, 700)):.4g} | tokens {state.tokens:,}"
-    )
+    line = f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
+    line += f"ppl {math.exp(min(loss, 700)):.4g} | tokens {state.tokens:,}"
+    if run.bar is not None and not run.bar.disable:  # above the progress bar
+        run.bar.write(line)
+    else:
+        log.info(line)
     return loss
 
 
@@ -120,9 +104,14 @@ def save_arrays(run: Run, step: int, **arrays) -> None:
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
+def four_decimals(loss: float | None) -> str:
+    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
+    return "none" if loss is None else f"{loss:.4f}"
+
+
 def measure_test_loss(run: Run, step: int) -> dict:
     """The test loss of the model as it is, its windows beside step ``step``'s probes."""
-    result = evaluate_split(run, "test")
+    result = evaluate(run, run.eval_model, run.corpus.tokens("test"))
     save_arrays(run, step, test_window_loss=result["windows"])
     return result
 
@@ -151,39 +140,13 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     return out
 
 
-def finish(run: Run) -> None:
-    """Test loss of the final weights and of the best ones, status ``finished``, and only the
-    final weights kept."""
+def test(run: Run) -> None:
+    """The test loss of the final weights (beside the count models') and of the best ones
+    (early stopping's, from best.pt: the model ends with them), into the record and metrics."""
     record, state = run.record, run.state
-    if run.cfg.trainer.test_eval:
-        result = measure_test_loss(run, state.step)
-        record.test_loss = result["loss"]
-        record.heldout = {**(record.heldout or {}), "test": heldout(run, "test", result)}
-    run.checkpoints.save_final(run.model, state)  # before the best weights replace them
-    if run.cfg.trainer.test_eval:
-        record_test_at_best(run)
-    record.status = Status.finished
-    run.write_summary()
-    run.checkpoints.finish()
-    log.info(
-        "[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)",
-        record.name,
-        state.last_val_loss,
-        state.best_val_loss,
-        state.best_step,
-        four_decimals(record.test_loss),
-        four_decimals(record.test_loss_at_best),
-    )
-
-
-def four_decimals(loss: float | None) -> str:
-    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
-    return "none" if loss is None else f"{loss:.4f}"
-
-
-def record_test_at_best(run: Run) -> None:
-    """The test loss at the best validation step (early stopping's), into the metrics."""
-    record, state = run.record, run.state
+    result = measure_test_loss(run, state.step)
+    record.test_loss = result["loss"]
+    record.heldout = {**(record.heldout or {}), "test": heldout(run, "test", result)}
     best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
     if best is not None:
         run.model.load_state_dict(best)

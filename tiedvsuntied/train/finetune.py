@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import zipfile
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 import torch
@@ -23,7 +22,8 @@ import torch
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.config import ModelConfig, ModelConfigError
 from tiedvsuntied.model.gpt import GPT, set_trainable
-from tiedvsuntied.results import Status, read_config, read_summary
+from tiedvsuntied.results.records import Status, read_config, read_summary
+from tiedvsuntied.train.config import Trainable, Untie
 
 log = logging.getLogger(__name__)
 SHAPE_KEYS = (
@@ -37,27 +37,6 @@ SHAPE_KEYS = (
     "logit_scale",
     "emb_scale",
 )
-
-
-class Untie(str, Enum):
-    keep = "keep"  # the start's tying as it is
-    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
-    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
-
-
-class Trainable(str, Enum):
-    all = "all"
-    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
-    body = "body"  # all but wte, wpe and the head
-    embedding = "embedding"  # wte and wpe (tied: the head too)
-
-
-@dataclass
-class FinetuneConfig:
-    """The ``finetune`` node; it applies when ``init_from`` is set."""
-
-    untie: Untie = Untie.keep
-    trainable: Trainable = Trainable.all
 
 
 @dataclass

@@ -9,15 +9,10 @@ import contextlib
 import os
 import re
 import tempfile
-from enum import Enum
 
 import torch
 
-
-class Precision(str, Enum):
-    auto = "auto"  # bf16 where the hardware has fast bf16 (CUDA, AVX512-BF16/AMX CPUs)
-    bf16 = "bf16"
-    fp32 = "fp32"
+from tiedvsuntied.train.config import Precision
 
 
 def resolve_device(name: str) -> torch.device:

@@ -12,19 +12,7 @@ import math
 
 import torch
 
-from tiedvsuntied.train.config import LrScaling, OptimConfig, untie_step
-
-__all__ = [
-    "EMBEDDING_SIDE",
-    "OptimConfig",
-    "build_optimizer",
-    "group_lr_scales",
-    "lr_at",
-    "lr_scales",
-    "set_lr",
-    "untie",
-    "untie_step",
-]
+from tiedvsuntied.train.config import LrScaling, OptimConfig
 
 EMBEDDING_SIDE = ("tied", "wte", "lm_head")  # the groups whose lr the optim.*_lr_mult keys set
 

@@ -5,27 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tiedvsuntied.data.batches import BatchSampler, iter_eval_batches
+from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.results import RunSummary, Status
+from tiedvsuntied.results.records import RunSummary
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
-from tiedvsuntied.train.config import OptimConfig, RunPlan, Sampling
+from tiedvsuntied.train.config import OptimConfig, Precision, RunPlan, Sampling, Schedule
 from tiedvsuntied.train.finetune import build, retain_data, start_rows
-from tiedvsuntied.train.hardware import (
-    Precision,
-    measure_matmul_tflops,
-    resolve_compile,
-    resolve_precision,
-)
+from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_compile, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
-from tiedvsuntied.train.state import Run, TrainState
+from tiedvsuntied.train.state import Derived, Run, TrainState
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +41,7 @@ def resume_on_every_rank(
     model,
     optimizer,
     state: TrainState,
-    switch: int | None,
+    schedule: Schedule,
     optim: OptimConfig,
 ) -> Path | None:
     """Rank 0 reads the newest usable checkpoint (setting aside one it cannot read) and tells
@@ -54,7 +50,7 @@ def resume_on_every_rank(
     is a CheckpointMismatch."""
 
     def layout(ckpt):  # a checkpoint from after the switch holds an untied model and optimizer
-        if switch and model.tie and ckpt["train_state"]["step"] >= switch:
+        if schedule.untie_step and model.tie and ckpt["train_state"]["step"] >= schedule.untie_step:
             untie(model, optimizer, optim)
 
     used, error = None, None
@@ -71,26 +67,6 @@ def resume_on_every_rank(
     return used
 
 
-def derived_numbers(run: Run, params: dict) -> dict:
-    """What the config implies on this machine: config.yaml's ``derived`` and W&B's."""
-    cfg = run.cfg
-    return {
-        "vocab_size": run.corpus.vocab_size,
-        "params": params,
-        "flops_per_token": flops_per_token(run.model),
-        "init_std_resolved": run.model.init_stds(),
-        "lr_scales": lr_scales(run.optimizer),  # each group's multiple of the scheduled lr
-        "device": str(run.device),
-        "world_size": dist.world_size(),
-        "threads": torch.get_num_threads(),
-        "precision": run.precision.value,
-        "compiled": run.record.compiled,
-        "peak_tflops": run.peak_tflops,
-        "data_fingerprint": run.corpus.fingerprint,
-        "tokens_per_step": cfg.trainer.batch_size * cfg.trainer.grad_accum * cfg.model.block_size,
-    }
-
-
 def train_sampler(cfg, corpus: Corpus) -> BatchSampler:
     """The training batches: the same for every run of one seed (tied and untied alike)."""
     trainer = cfg.trainer
@@ -105,17 +81,25 @@ def train_sampler(cfg, corpus: Corpus) -> BatchSampler:
     )
 
 
-def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) -> Run:
-    """The run ready for its first (or next) step; raises CheckpointMismatch before
+@dataclass
+class Data:
+    """The tokens a run reads: its corpus, and for a fine-tuning start of this harness the
+    start's own (whose validation loss is the retention; rank 0 alone reads it)."""
+
+    corpus: Corpus
+    retain: Corpus | None = None
+
+
+def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> Run:
+    """The run ready for its first (or next) step (trainer.compile_model makes the model the
+    steps call); raises CheckpointMismatch before
     anything is written if its checkpoint does not fit the code."""
-    cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
+    cfg, trainer, device, corpus = plan.cfg, plan.cfg.trainer, plan.device, data.corpus
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
-    precision = resolve_precision(trainer.precision, device)
     if device.type == "cuda":  # TF32 for the fp32 matmuls autocast leaves (all, in fp32 runs)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    for split in ("val", "test") if trainer.test_eval else ("val",):  # a short split: now
-        next(iter_eval_batches(corpus.tokens(split), cfg.model.block_size, 1, 1))
+    sampler = train_sampler(cfg, corpus)
     model = build_model(plan, corpus.vocab_size)
     rows = start_rows(model) if plan.start else None  # before a resume changes them
     optimizer = build_optimizer(model, cfg.optim)
@@ -123,82 +107,75 @@ def build_run(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) 
         **count_parameters(model),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
-    state = TrainState()
-    checkpoints = Checkpoints(run_dir / "checkpoints", trainer.ckpt_interval, trainer.max_steps)
-    used = resume_on_every_rank(checkpoints, model, optimizer, state, record.untie_step, cfg.optim)
+    state, schedule = TrainState(), plan.schedule
+    checkpoints = Checkpoints(run_dir / "checkpoints")
+    used = resume_on_every_rank(checkpoints, model, optimizer, state, schedule, cfg.optim)
+    untied = bool(schedule.untie_step) and not model.tie  # resumed past the switch
+    record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
-    compiled = resolve_compile(trainer.compile, device, trainer.max_steps)
+    precision = resolve_precision(trainer.precision, device)
     run = Run(
         cfg=cfg,
+        schedule=schedule,
         run_dir=run_dir,
         record=record,
+        derived=derive(plan, corpus, model, optimizer, params, precision),
         model=model,
         optimizer=optimizer,
-        sampler=train_sampler(cfg, corpus),
+        sampler=sampler,
         corpus=corpus,
         device=device,
-        precision=precision,
         state=state,
         checkpoints=checkpoints,
-        step_model=model,
-        eval_model=model,
-        peak_tflops=trainer.peak_tflops
-        or measure_matmul_tflops(
-            device, torch.bfloat16 if precision == Precision.bf16 else torch.float32
-        ),
         freq=corpus.token_freq("train"),
-        derived={},
-        untie_step=record.untie_step,
         resumed_from=state.step if used else None,
         start_rows=rows,
-        retain=retain(plan),
+        retain=data.retain,
     )
-    run.compile(compiled)
-    run.derived = derived_numbers(run, params)
-    fill_record(run, params, untied=bool(record.untie_step) and not model.tie)
-    log_start(run, used, params)
+    log_start(run, used)
     return run
 
 
-def log_start(run: Run, used: Path | None, params: dict) -> None:
+def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -> Derived:
+    """What the config implies on this machine (Derived)."""
+    cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
+    dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float32
+    return Derived(
+        vocab_size=corpus.vocab_size,
+        params=params,
+        flops_per_token=flops_per_token(model),
+        init_std_resolved=model.init_stds(),
+        lr_scales=lr_scales(optimizer),
+        device=str(device),
+        world_size=dist.world_size(),
+        threads=torch.get_num_threads(),
+        precision=precision.value,
+        compiled=resolve_compile(trainer.compile, device, trainer.max_steps),
+        peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
+        data_fingerprint=corpus.fingerprint,
+        tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
+    )
+
+
+def log_start(run: Run, used: Path | None) -> None:
     if used:
         log.info("[%s] resuming from step %d (%s)", run.record.name, run.state.step, used)
     log.info(
         "[%s] %s params (non-embedding %s), %s %s, %s train tokens, peak %.2f TFLOP/s",
         run.record.name,
-        f"{params['total']:,}",
-        f"{params['non_embedding']:,}",
+        f"{run.derived.params['total']:,}",
+        f"{run.derived.params['non_embedding']:,}",
         run.device,
-        run.precision.value,
+        run.derived.precision,
         f"{len(run.corpus.tokens('train')):,}",
-        run.peak_tflops,
+        run.derived.peak_tflops,
     )
 
 
-def retain(plan: RunPlan) -> Corpus | None:
+def retain_corpus(plan: RunPlan) -> Corpus | None:
     """Fine-tuning from a run of this harness: its data, whose validation loss rank 0 records."""
     start = plan.start
     if start is None or start.data is None or not dist.is_main():
         return None
     return prepare_data(retain_data(start))
-
-
-def fill_record(run: Run, params: dict, untied: bool) -> None:
-    """The summary's numbers that the set-up found."""
-    stds = run.model.init_stds()
-    run.record.update(
-        params=params,
-        flops_per_token=run.derived["flops_per_token"],
-        device=str(run.device),
-        init_std_resolved={"emb": stds["emb"], "head": stds["head"]},
-        lr_scales=run.derived["lr_scales"],
-        precision=run.precision.value,
-        threads=torch.get_num_threads(),
-        peak_tflops=run.peak_tflops,
-        seen_vocab_frac=float((run.freq > 0).mean()),
-        resumed_from_step=run.resumed_from,
-        status=Status.running,
-        error=None,
-        params_untied=count_parameters(run.model) if untied else None,
-    )

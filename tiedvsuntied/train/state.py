@@ -1,13 +1,10 @@
-"""One run being trained (Run) and its loop state (TrainState).
-
-One state: the loop updates ``run.state`` only; the summary is written from it
-(``Run.summary``), never kept beside it, and the checkpoint carries it.
-"""
+"""One run being trained (Run): its loop state (TrainState) and what it derives on this
+machine (Derived); a run's identity. The trainer builds summary.json from the identity, these
+and the outcome (trainer.summary)."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,13 +14,11 @@ import torch
 from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.results import MetricsLog, RunSummary
+from tiedvsuntied.results.metrics_log import MetricsLog
+from tiedvsuntied.results.records import RunSummary, find_run_dir, run_id, run_name
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import Checkpoints
-from tiedvsuntied.train.config import Config
-from tiedvsuntied.train.hardware import Precision
-
-log = logging.getLogger(__name__)
+from tiedvsuntied.train.config import Config, RunPlan, Schedule, resolved_config
 
 
 @dataclass
@@ -50,15 +45,59 @@ class TrainState:
         for k, v in d.items():
             setattr(self, k, v)
 
-    def summary_fields(self) -> dict:
-        """The summary's numbers that are the loop's."""
-        fields = self.state_dict()
-        del fields["last_val_loss"], fields["clipped_steps"]
-        return {
-            **fields,
-            "final_val_loss": self.last_val_loss,
-            "clip_frac": self.clipped_steps / self.step if self.step else None,
-        }
+
+@dataclass
+class Derived:
+    """What the config implies on this machine, worked out once at set-up: config.yaml's
+    ``derived`` (in this order), W&B's config, and the summary's copies."""
+
+    vocab_size: int
+    params: dict  # model.count_parameters and "trainable"
+    flops_per_token: float
+    init_std_resolved: dict  # model.init_stds()
+    lr_scales: dict  # each optimizer group's multiple of the scheduled lr (untie_at: + head)
+    device: str
+    world_size: int
+    threads: int
+    precision: str  # bf16: the forward passes under autocast; fp32: none
+    compiled: bool  # False from the step torch.compile failed on (the run goes on eagerly)
+    peak_tflops: float
+    data_fingerprint: str
+    tokens_per_step: int
+
+
+def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
+    """The summary of a run as it starts (identity only), and its directory (an existing run of
+    the same identity keeps its directory and name, whatever naming scheme made them)."""
+    cfg, config = plan.cfg, resolved_config(plan.cfg)
+    name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
+    run_dir = find_run_dir(
+        Path(cfg.results_dir) / cfg.sweep, run_id(config, name, corpus.fingerprint)
+    )
+    m = cfg.model
+    record = RunSummary(
+        run_id=run_dir.name,
+        name=run_dir.name.rsplit("-", 1)[0],
+        sweep=cfg.sweep,
+        tie=cfg.tie,
+        init_std=config["init_std"],
+        model=m.name,
+        seed=cfg.seed,
+        replicate=cfg.replicate,
+        n_layer=m.n_layer,
+        n_head=m.n_head,
+        n_embd=m.n_embd,
+        vocab_size=corpus.vocab_size,
+        block_size=m.block_size,
+        t5_rescale=m.t5_rescale,
+        data=cfg.data.name,
+        data_fingerprint=corpus.fingerprint,
+        max_steps=cfg.trainer.max_steps,
+        untie_at=cfg.untie_at,
+        untie_step=plan.schedule.untie_step,
+        world_size=dist.world_size(),
+    )
+    return record, run_dir
 
 
 @dataclass
@@ -66,49 +105,22 @@ class Run:
     """One run being trained: what the loop reads and updates."""
 
     cfg: Config
+    schedule: Schedule
     run_dir: Path
-    record: RunSummary  # the summary's identity and outcome; the loop's numbers are the state's
+    record: RunSummary  # identity and outcome; the rest of the summary is derived and state
+    derived: Derived
     model: GPT
     optimizer: torch.optim.Optimizer
     sampler: BatchSampler
     corpus: Corpus
     device: torch.device
-    precision: Precision
     state: TrainState
     checkpoints: Checkpoints
-    step_model: torch.nn.Module  # the compiled model, or the model itself (in DDP: wrapped)
-    eval_model: torch.nn.Module  # the compiled model (no DDP: rank 0 evaluates alone), or model
-    peak_tflops: float
     freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
-    derived: dict  # values the config implies on this machine (config.yaml's "derived")
-    untie_step: int | None = None  # scheduled untying: the step of the switch
     resumed_from: int | None = None
     start_rows: dict | None = None  # fine-tuning: E (and H) at step 0, for drift
     retain: Corpus | None = None  # fine-tuning from a run of this harness: its data (retention)
+    step_model: torch.nn.Module | None = None  # compiled or not, in DDP wrapped (compile)
+    eval_model: torch.nn.Module | None = None  # compiled or not, never wrapped (rank 0 alone)
     metrics: MetricsLog | None = None
     bar: object = None
-
-    def summary(self) -> RunSummary:
-        """The run's summary now: its record with the loop's numbers from the state."""
-        return dataclasses.replace(self.record, **self.state.summary_fields())
-
-    def write_summary(self) -> RunSummary:
-        summary = self.summary()
-        summary.write(self.run_dir)
-        return summary
-
-    def write(self, msg: str) -> None:
-        """A line for the user, above the progress bar if there is one."""
-        if self.bar is not None and not self.bar.disable:
-            self.bar.write(msg)
-        else:
-            log.info(msg)
-
-    def compile(self, compiled: bool) -> None:
-        """The model the steps call: compiled or not, and wrapped for DDP."""
-        self.step_model = dist.wrap(torch.compile(self.model) if compiled else self.model)
-        # Evaluation compiled too: eager, its forward over the (rows x V) logits ran at the
-        # speed of a compiled training step (measured 3x slower than compiled, nano, V=50257).
-        # Fixed shapes: one graph per batch shape, no dynamic-shape recompile.
-        self.eval_model = torch.compile(self.model, dynamic=False) if compiled else self.model
-        self.record.compiled = compiled

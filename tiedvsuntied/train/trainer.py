@@ -1,52 +1,79 @@
-"""``train(cfg)``: set-up -> loop -> finish, for the one trainer every run shares.
+"""``train(cfg)``: the one trainer every run shares, read top to bottom: whether the run
+trains, its set-up, the loop (step, untie, log, evaluate, checkpoint, stop), its finish.
 
-A run is identified by its config (results.run_id), so calling ``train`` again with the same
-config skips a finished run and resumes an unfinished one from its checkpoint with exactly the
-batches and losses an uninterrupted run would have had: the batch order is a pure function of
-(seed, step) and the checkpoint holds the TrainState and every RNG state. Status
-(results.Status): ``running`` while training (or killed), ``finished``, ``diverged`` (NaN/inf:
-a result, not an error), ``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed``
-(an exception): a rerun resumes both.
+A run is identified by its config (results.records.run_id), so calling ``train`` again with the
+same config skips a finished run and resumes an unfinished one from its checkpoint with exactly
+the batches and losses an uninterrupted run would have had: the batch order is a pure function
+of (seed, step) and the checkpoint holds the TrainState and every RNG state. Status: ``running``
+while training (or killed), ``finished``, ``diverged`` (NaN/inf: a result, not an error),
+``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed`` (an exception): a rerun
+resumes both.
 
 Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint and
-evaluates; the other ranks follow it (the functions named ``*_on_every_rank`` and
-``dist.share_decision`` are the protocol).
+evaluates; the other ranks follow it through the same set-up and steps (train/dist.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-import os
+import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch._dynamo.exc
+import torch._inductor.exc
 from filelock import FileLock, Timeout
 from omegaconf import OmegaConf
 
-from tiedvsuntied import results
-from tiedvsuntied.data.cache import Corpus, prepare_data
-from tiedvsuntied.results import IndexEntry, MetricsLog, RunSummary, Status
+from tiedvsuntied.data.batches import iter_eval_batches
+from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.model.accounting import count_parameters
+from tiedvsuntied.results.metrics_log import MetricsLog
+from tiedvsuntied.results.records import (
+    IndexEntry,
+    RunSummary,
+    Status,
+    atomic_write,
+    read_summary,
+    scrub,
+    update_index,
+    wandb_id,
+)
 from tiedvsuntied.train import dist
-from tiedvsuntied.train.checkpoint import CheckpointMismatch
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,
+    Precision,
     RunPlan,
     check_budget,
     check_config,
     resolved_config,
-    untie_step,
 )
-from tiedvsuntied.train.evaluation import finish
-from tiedvsuntied.train.finetune import unreadable
-from tiedvsuntied.train.loop import Diverged, run_loop
-from tiedvsuntied.train.setup import build_run
-from tiedvsuntied.train.state import Run
+from tiedvsuntied.train.evaluation import four_decimals, test, validate
+from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
+from tiedvsuntied.train.setup import Data, build_run, retain_corpus
+from tiedvsuntied.train.state import Run, identity
 
 log = logging.getLogger(__name__)
+
+# What torch.compile raises when it cannot compile the model (tracing or code generation);
+# any other error of a compiled step is the run's own and is not retried.
+COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError)
+
+
+class Diverged(Exception):
+    """A non-finite loss or gradient: a result of the study, not an error."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal asked the run to stop; its checkpoint is saved and a rerun resumes it."""
 
 
 def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunSummary | None:
@@ -58,61 +85,30 @@ def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunS
     plan = cfg if isinstance(cfg, RunPlan) else check_config(cfg, overrides)
     dist.init(plan.device)
     corpus = prepare_data(plan.cfg.data)  # under torchrun one rank builds the cache
-    check_tokenizer(plan, corpus)
-    check_budget(plan.cfg.trainer, corpus.n_tokens("train"), plan.cfg.model.block_size)
-    record, run_dir = new_record(plan, corpus)
-    if not dist.is_main():
-        if dist.share_decision(None):
-            follow_main(plan, corpus, record, run_dir)
-        return None
-    return lead(plan, corpus, record, run_dir, overrides)
-
-
-def check_tokenizer(plan: RunPlan, corpus: Corpus) -> None:
-    cfg = plan.cfg
-    if plan.start is not None and corpus.vocab_size != cfg.model.vocab_size:
+    if plan.start is not None and corpus.vocab_size != plan.cfg.model.vocab_size:
+        c = plan.cfg
         raise ConfigError(
-            f"init_from={cfg.init_from} has {cfg.model.vocab_size:,} tokens but data.encoding="
-            f"{cfg.data.encoding} data.vocab={cfg.data.vocab.value} gives "
+            f"init_from={c.init_from} has {c.model.vocab_size:,} tokens but data.encoding="
+            f"{c.data.encoding} data.vocab={c.data.vocab.value} gives "
             f"{corpus.vocab_size:,}: fine-tune with the start's tokenizer"
         )
-
-
-def new_record(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
-    """The summary of the run as it starts, and its directory (an existing run of the same
-    identity keeps its directory and name, whatever naming scheme made them)."""
-    cfg, config = plan.cfg, resolved_config(plan.cfg)
-    name = results.run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
-    run_dir = results.find_run_dir(
-        Path(cfg.results_dir) / cfg.sweep, results.run_id(config, name, corpus.fingerprint)
-    )
-    record = RunSummary(
-        run_id=run_dir.name,
-        name=run_dir.name.rsplit("-", 1)[0],
-        sweep=cfg.sweep,
-        tie=cfg.tie,
-        init_std=config["init_std"],
-        model=cfg.model.name,
-        seed=cfg.seed,
-        replicate=cfg.replicate,
-        n_layer=cfg.model.n_layer,
-        n_head=cfg.model.n_head,
-        n_embd=cfg.model.n_embd,
-        vocab_size=corpus.vocab_size,
-        block_size=cfg.model.block_size,
-        t5_rescale=cfg.model.t5_rescale,
-        data=cfg.data.name,
-        data_fingerprint=corpus.fingerprint,
-        max_steps=cfg.trainer.max_steps,
-        untie_at=cfg.untie_at,
-        untie_step=untie_step(cfg.untie_at, cfg.trainer.max_steps),
-        world_size=dist.world_size(),
-    )
-    return record, run_dir
+    check_budget(plan.cfg.trainer, corpus.n_tokens("train"), plan.cfg.model.block_size)
+    for split in ("val", "test") if plan.cfg.trainer.test_eval else ("val",):  # too short?
+        next(iter_eval_batches(corpus.tokens(split), plan.cfg.model.block_size, 1, 1))
+    data = Data(corpus, retain_corpus(plan))
+    record, run_dir = identity(plan, corpus)
+    if dist.is_main():
+        return lead(plan, data, record, run_dir, overrides)
+    if dist.from_main(None):  # rank 0's decision: the run trains
+        run = build_run(plan, data, record, run_dir)
+        compile_model(run, run.derived.compiled)
+        with contextlib.suppress(Diverged):  # rank 0 records it
+            run_loop(run)
+    return None
 
 
 def lead(
-    plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path, overrides: list[str]
+    plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides: list[str]
 ) -> RunSummary | None:
     """Rank 0: decide whether the run trains (not if another process holds it or it is done),
     tell the other ranks, and train it."""
@@ -122,12 +118,12 @@ def lead(
         lock.acquire(timeout=0)
     except Timeout:
         log.warning("[%s] is being trained by another process; skipping", record.name)
-        dist.share_decision(False)
-        return results.read_summary(run_dir)
+        dist.from_main(False)
+        return read_summary(run_dir)
     try:
-        previous = results.read_summary(run_dir)
+        previous = read_summary(run_dir)
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
-        if is_done(previous, run_dir, record.name):
+        if is_done(previous, run_dir / "checkpoints", record.name):
             log.info(
                 "[%s] already %s at step %d; skipping (delete %s to train it again)",
                 record.name,
@@ -136,130 +132,306 @@ def lead(
                 run_dir,
             )
             entry.status = previous.status
-            results.update_index(run_dir.parent, record.run_id, entry)
-            dist.share_decision(False)
+            update_index(run_dir.parent, record.run_id, entry)
+            dist.from_main(False)
             return previous
         if previous:
             record.started_at = previous.started_at
-        dist.share_decision(True)
-        return train_and_record(plan, corpus, record, run_dir, entry)
+        dist.from_main(True)
+        return train_and_record(plan, data, record, run_dir, entry)
     finally:
         lock.release()
 
 
-def is_done(previous: RunSummary | None, run_dir: Path, name: str) -> bool:
-    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
-    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
-    is set aside as ``model.pt.bad`` until the new one is written."""
-    if not (previous and previous.status.done):
-        return False
-    weights = run_dir / "checkpoints" / "model.pt"
-    if previous.status != Status.finished or not weights.exists():
-        return True
-    if (why := unreadable(weights)) is None:
-        return True
-    log.warning(
-        "[%s] finished, but %s does not load (%s): training it again from step 0 "
-        "(the broken file is kept as model.pt.bad until the run finishes)",
-        name,
-        weights,
-        why,
-    )
-    os.replace(weights, weights.with_suffix(".pt.bad"))
-    return False
-
-
-def follow_main(plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path) -> None:
-    """Ranks > 0: rank 0's set-up and steps, without records (rank 0 keeps them)."""
-    run = build_run(plan, corpus, record, run_dir)
-    with contextlib.suppress(Diverged):  # rank 0 records it
-        run_loop(run)
-
-
 def train_and_record(
-    plan: RunPlan, corpus: Corpus, record: RunSummary, run_dir: Path, entry: IndexEntry
+    plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, entry: IndexEntry
 ) -> RunSummary:
     """Rank 0: set the run up (a checkpoint that does not fit the code stops it here, before
-    any file is changed), then train it; its status is recorded whatever happens, and the
-    metrics log and W&B are always closed."""
+    any file is changed), write config.yaml, then loop and finish; the status is recorded
+    whatever happens, and the metrics log and W&B are always closed."""
     t0 = time.time()
     try:
-        run = build_run(plan, corpus, record, run_dir)
-    except CheckpointMismatch:  # one line from the entry point; no file changes
+        run = build_run(plan, data, record, run_dir)
+        compile_model(run, run.derived.compiled)
+    except CheckpointMismatch:  # one line from the entry point; no file is changed
         raise
     except (Exception, KeyboardInterrupt) as e:
-        record_failure(record, run_dir, entry, e)
+        failed(record, e)
+        record.write(run_dir)
+        entry.status = record.status
+        update_index(run_dir.parent, record.run_id, entry)
         raise
-    write_run_files(run)
+    config = {**resolved_config(run.cfg), "derived": dataclasses.asdict(run.derived)}
+    atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
+    np.save(run_dir / "token_freq.npy", run.freq)
+    summary(run).write(run_dir)
     try:
         with MetricsLog(run_dir, run.resumed_from) as run.metrics:
-            start_wandb(run)
-            results.update_index(run_dir.parent, record.run_id, entry)
-            train_to_the_end(run)
+            start_wandb(run, config)
+            update_index(run_dir.parent, record.run_id, entry)
+            try:
+                run_loop(run)
+                finish(run)  # only a finished run is tested
+            except Diverged as e:  # a result of the study, not an error
+                record.status, record.error = Status.diverged, str(e)
+                record.diverged_at_step = run.state.step
+                log.warning("[%s] diverged: %s", record.name, e)
             record.wall_time_s = time.time() - t0
             run.metrics.failed = False
-            run.metrics.summary(run.summary().to_dict())
-        return run.summary()
-    except KeyboardInterrupt as e:
-        record.status = Status.interrupted  # a checkpoint was saved: not done, a rerun resumes
-        record.error = (
-            f"interrupted ({e or 'Ctrl-C'}) at step {run.state.step}; rerun the command to resume"
-        )
-        raise
-    except Exception as e:
-        record.status, record.error = Status.failed, results.scrub(f"{type(e).__name__}: {e}")
-        log.error("[%s] failed: %s", record.name, record.error)
+            run.metrics.wandb_summary(summary(run).to_dict())
+        return summary(run)
+    except (Exception, KeyboardInterrupt) as e:
+        failed(record, e, run.state.step)
         raise
     finally:
-        run.write_summary()
+        summary(run).write(run_dir)
         entry.status = record.status
-        results.update_index(run_dir.parent, record.run_id, entry)
+        update_index(run_dir.parent, record.run_id, entry)
 
 
-def train_to_the_end(run: Run) -> None:
-    """The loop, then the finish; a divergence is the run's result."""
-    try:
-        run_loop(run)
-        finish(run)
-    except Diverged as e:
-        run.record.status, run.record.error = Status.diverged, str(e)
-        run.record.diverged_at_step = run.state.step
-        log.warning("[%s] diverged: %s", run.record.name, e)
-
-
-def record_failure(record: RunSummary, run_dir: Path, entry: IndexEntry, e: BaseException) -> None:
-    """A run that failed (or was interrupted) before it was set up: its summary and index
-    entry say so."""
+def failed(record: RunSummary, e: BaseException, step: int | None = None) -> None:
+    """The status and error of a run an exception stopped (a Ctrl-C or a signal: after a
+    checkpoint, from ``step`` if it had started), logged. Both resume when run again."""
     stopped = isinstance(e, KeyboardInterrupt)
     record.status = Status.interrupted if stopped else Status.failed
-    record.error = results.scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
+    if stopped and step is not None:
+        record.error = f"interrupted ({e or 'Ctrl-C'}) at step {step}; rerun the command to resume"
+        return
+    record.error = scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
     log.error("[%s] failed: %s", record.name, record.error)
-    record.write(run_dir)
-    entry.status = record.status
-    results.update_index(run_dir.parent, record.run_id, entry)
 
 
-def start_wandb(run: Run) -> None:
-    """The W&B mirror, with the run's config and what it implies here."""
-    cfg, record = run.cfg, run.record
-    record.wandb_run_id = results.wandb_id(cfg.sweep, record.run_id)
+def finish(run: Run) -> None:
+    """The test loss of the final weights and of the best ones, ``model.pt``, status
+    ``finished``, and only the final weights kept."""
+    record, state = run.record, run.state
+    run.checkpoints.save_final(run.model, state)  # before the best weights replace them
+    if run.cfg.trainer.test_eval:
+        test(run)
+    record.status = Status.finished
+    summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
+    run.checkpoints.finish()
+    log.info(
+        "[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)",
+        record.name,
+        state.last_val_loss,
+        state.best_val_loss,
+        state.best_step,
+        four_decimals(record.test_loss),
+        four_decimals(record.test_loss_at_best),
+    )
+
+
+def summary(run: Run) -> RunSummary:
+    """summary.json now: identity and outcome (``run.record``), Derived, the loop's numbers."""
+    d, s = run.derived, run.state
+    return dataclasses.replace(
+        run.record,
+        params=d.params,
+        flops_per_token=d.flops_per_token,
+        device=d.device,
+        init_std_resolved={k: d.init_std_resolved[k] for k in ("emb", "head")},
+        lr_scales=d.lr_scales,
+        precision=d.precision,
+        threads=d.threads,
+        peak_tflops=d.peak_tflops,
+        compiled=d.compiled,
+        seen_vocab_frac=float((run.freq > 0).mean()),
+        resumed_from_step=run.resumed_from,
+        step=s.step,
+        tokens=s.tokens,
+        init_val_loss=s.init_val_loss,
+        init_logit_std=s.init_logit_std,
+        init_self_logit=s.init_self_logit,
+        init_self_target_frac=s.init_self_target_frac,
+        best_val_loss=s.best_val_loss,
+        best_step=s.best_step,
+        final_val_loss=s.last_val_loss,
+        clip_frac=s.clipped_steps / s.step if s.step else None,
+    )
+
+
+def start_wandb(run: Run, config: dict) -> None:
+    """The W&B mirror, with config.yaml's content."""
+    record = run.record
+    record.wandb_run_id = wandb_id(run.cfg.sweep, record.run_id)
     mode = run.metrics.start_wandb(
-        cfg.wandb,
+        run.cfg.wandb,
         run_id=record.wandb_run_id,
         name=record.name,
-        group=cfg.sweep,
+        group=run.cfg.sweep,
         run_dir=run.run_dir,
-        config={**resolved_config(cfg), "derived": run.derived},
+        config=config,
     )
     record.wandb_mode = mode.value
     if run.metrics.wandb is not None:
         record.wandb_dir = str(Path(run.metrics.wandb.dir).parent)
 
 
-def write_run_files(run: Run) -> None:
-    """config.yaml (the resolved config and what it implies on this machine), the train
-    split's token counts, and the summary of the run as it starts."""
-    config = {**resolved_config(run.cfg), "derived": run.derived}
-    results.atomic_write(run.run_dir / "config.yaml", OmegaConf.to_yaml(config))
-    np.save(run.run_dir / "token_freq.npy", run.freq)
-    run.write_summary()
+@dataclass
+class Window:
+    """Training time (no evaluations, no checkpoints), steps and clipped steps since the last
+    logged step: what the logged throughput and clip fraction are averaged over."""
+
+    seconds: float = 0.0
+    steps: int = 0
+    clipped: int = 0
+
+
+def run_loop(run: Run) -> None:
+    """Train from the state's step until the schedule says done: each step, the switch of
+    scheduled untying, the log, evaluation and checkpoint when the schedule says so. A signal
+    stops it after the step it arrived in: checkpoint saved, then Interrupted (a rerun resumes
+    there). Every rank runs it; rank 0 alone logs, evaluates and saves."""
+    state, schedule, main = run.state, run.schedule, dist.is_main()
+    if state.step == 0 and main:
+        validate(run, first=True)  # the initial loss is a result (and dominates at init 1.0)
+        summary(run).write(run.run_dir)
+    from tqdm.auto import tqdm
+
+    run.bar = tqdm(
+        total=run.cfg.trainer.max_steps,
+        initial=state.step,
+        desc=run.record.name[:48],
+        unit="step",
+        dynamic_ncols=True,
+        disable=not (run.cfg.trainer.progress and main),
+    )
+    window = Window()
+    with dist.stop_requests() as stop, run.bar:
+        while not schedule.done(state.step):
+            t0 = time.perf_counter()
+            loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
+            window.seconds += time.perf_counter() - t0
+            window.steps += 1
+            window.clipped += int(0 < run.cfg.optim.grad_clip < grad_norm)
+            run.bar.update(1)
+            if schedule.unties(state.step):  # the head becomes a parameter of its own
+                untie_now(run)
+            if grad_split is not None and main:
+                log_step(run, window, loss=loss, grad_norm=grad_norm, lr=lr, split=grad_split)
+                window = Window()
+            if schedule.evaluates(state.step):  # rank 0 evaluates, every rank learns the loss
+                val_loss = validate(run) if main else None
+                if main:
+                    summary(run).write(run.run_dir)
+                if not math.isfinite(dist.from_main(val_loss)):
+                    raise Diverged(f"non-finite validation loss at step {state.step}")
+            if main and schedule.saves(state.step):
+                run.checkpoints.save(run.model, run.optimizer, state)
+            if dist.any_rank(bool(stop), run.device):
+                stop_here(run, stop)
+
+
+def stop_here(run: Run, stop: dist.StopRequest) -> None:
+    """A signal asked the run to stop: save this step (rank 0), hand the signal on, stop."""
+    if dist.is_main():
+        run.checkpoints.save(run.model, run.optimizer, run.state)
+    stop.hand_on()
+    raise Interrupted(stop.name or "a signal to another process")
+
+
+def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
+    """One optimizer step: learning rate, forward/backward, clipping, update; its loss,
+    gradient norm (before clipping), lr and, on steps that log it, the gradient of the head
+    and of the embedding apart. Raises Diverged on a non-finite loss or gradient."""
+    state, optim = run.state, run.cfg.optim
+    lr = lr_at(state.step, optim, run.cfg.trainer.max_steps)
+    set_lr(run.optimizer, lr)  # each group at its multiple of the schedule (optim.*_lr_mult)
+    split = {} if log_now else None  # two (V, d) buffers: only on steps that log them
+    try:
+        loss = forward_backward(run, split)
+    except COMPILE_ERRORS as e:  # it shows on the first call: this step again, eagerly
+        if not run.derived.compiled:
+            raise
+        why = scrub(f"{type(e).__name__}: {e}").splitlines()[0]
+        log.warning("[%s] torch.compile failed (%s); continuing eagerly", run.record.name, why)
+        compile_model(run, False)
+        run.optimizer.zero_grad(set_to_none=True)
+        split = {} if log_now else None
+        loss = forward_backward(run, split)
+    for side in split or ():  # each rank tapped its share: the global split is their mean
+        dist.mean_(split[side])
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), optim.grad_clip or math.inf)
+    loss, grad_norm = torch.stack([loss, grad_norm.float()]).tolist()  # the step's one GPU sync
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise Diverged(
+            f"non-finite loss or gradient at step {state.step} (loss {loss}, grad norm {grad_norm})"
+        )
+    state.clipped_steps += int(0 < optim.grad_clip < grad_norm)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    state.tokens += run.derived.tokens_per_step
+    return loss, grad_norm, lr, split
+
+
+def forward_backward(run: Run, grad_split: dict | None) -> torch.Tensor:
+    """Forward and backward over the step's micro-batches; the mean loss, a tensor (reading
+    it waits for the GPU: the step does that once)."""
+    trainer, pin = run.cfg.trainer, run.device.type == "cuda"  # pinned: the copy overlaps
+    total = torch.zeros((), device=run.device)
+    for micro in range(trainer.grad_accum):  # this rank's share of the global micro-batch
+        x, y = (
+            (dist.shard(t).pin_memory() if pin else dist.shard(t)).to(run.device, non_blocking=True)
+            for t in run.sampler.get(run.state.step, micro)
+        )
+        with dist.no_sync(run.step_model, last=micro == trainer.grad_accum - 1):
+            with torch.autocast(
+                run.device.type, torch.bfloat16, enabled=run.derived.precision == Precision.bf16
+            ):
+                _, loss = run.step_model(
+                    x, y, loss_chunk=trainer.loss_chunk, return_logits=False, grad_split=grad_split
+                )
+            (loss / trainer.grad_accum).backward()
+        total += loss.detach().float()
+    return dist.mean_(total / trainer.grad_accum)
+
+
+def compile_model(run: Run, compiled: bool) -> None:
+    """The model the steps call: compiled or not, and wrapped for DDP."""
+    run.step_model = dist.wrap(torch.compile(run.model) if compiled else run.model)
+    # Evaluation compiled too: eager, its forward over the (rows x V) logits ran at the
+    # speed of a compiled training step (measured 3x slower than compiled, nano, V=50257).
+    # Fixed shapes: one graph per batch shape, no dynamic-shape recompile.
+    run.eval_model = torch.compile(run.model, dynamic=False) if compiled else run.model
+    run.derived.compiled = compiled
+
+
+def untie_now(run: Run) -> None:
+    """Scheduled untying (optim.untie), and the model the steps call made anew."""
+    untie(run.model, run.optimizer, run.cfg.optim)
+    run.derived.lr_scales = lr_scales(run.optimizer)  # now with the head's
+    compile_model(run, run.derived.compiled)
+    run.record.params_untied = count_parameters(run.model)
+    if dist.is_main():
+        params = run.record.params_untied
+        total = f"{params['total']:,}"
+        log.info("[%s] untied at step %d: %s parameters", run.record.name, run.state.step, total)
+        run.metrics.log({f"params/{k}": v for k, v in params.items()}, run.state.step)
+
+
+def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float, split: dict):
+    """The training metrics of the window that ends with this step."""
+    tokens_per_s = window.steps * run.derived.tokens_per_step / max(window.seconds, 1e-9)
+    peak = run.derived.peak_tflops * 1e12 * dist.world_size()
+    run.metrics.log(
+        {
+            "tokens": run.state.tokens,
+            "train/loss": loss,
+            "train/lr": lr,  # the body's; the embedding side's at their own scales:
+            **{
+                f"train/lr_{name}": lr * scale
+                for name, scale in run.derived.lr_scales.items()
+                if name in EMBEDDING_SIDE
+            },
+            "train/tokens_per_s": tokens_per_s,
+            "train/grad_norm": grad_norm,
+            "train/mfu": run.derived.flops_per_token * tokens_per_s / peak,
+            "train/clip_frac": window.clipped / window.steps,
+            # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
+            **{f"train/grad_norm_{side}": g.norm().item() for side, g in split.items()},
+        },
+        run.state.step,
+    )
+    run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")

@@ -1,0 +1,79 @@
+"""The checkpoint files on their own: a round trip keeps tying and optimizer state; a file cut
+short falls back to the previous one. (A checkpoint that no longer fits the code, and a resume
+end to end: tests/test_train.py.)"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.gpt import GPT
+from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
+from tiedvsuntied.train.config import OptimConfig
+from tiedvsuntied.train.optim import build_optimizer
+from tiedvsuntied.train.state import TrainState
+
+
+def tiny_model(tie: bool, seed: int = 0) -> GPT:
+    return GPT(
+        ModelConfig(name="t", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=97),
+        tie=tie,
+        seed=seed,
+    )
+
+
+def _trained(tie: bool):
+    model = tiny_model(tie)
+    opt = build_optimizer(model, OptimConfig())
+    x = torch.randint(0, 97, (2, 8))
+    model(x, x, return_logits=False)[1].backward()
+    opt.step()
+    return model, opt
+
+
+def test_checkpoint_round_trip_keeps_tying_and_optimizer_state(tmp_path):
+    model, opt = _trained(True)
+    save_checkpoint(tmp_path, model, opt, TrainState(step=3, tokens=48, best_val_loss=1.5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # nothing temporary left
+    fresh = tiny_model(True, seed=1)
+    fresh_opt, state = build_optimizer(fresh, OptimConfig()), TrainState()
+    assert load_checkpoint(tmp_path, fresh, fresh_opt, state) == tmp_path / "last.pt"
+    assert state == TrainState(step=3, tokens=48, best_val_loss=1.5)
+    assert fresh.lm_head.weight is fresh.transformer.wte.weight
+    pairs = zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
+    assert all(torch.equal(p, q) for p, q in pairs)
+    s0, s1 = opt.state_dict()["state"], fresh_opt.state_dict()["state"]
+    assert all(torch.equal(s0[k]["exp_avg"], s1[k]["exp_avg"]) for k in s0)
+
+
+def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp_path, caplog):
+    model, opt = _trained(False)
+    save_checkpoint(tmp_path, model, opt, TrainState(step=2))
+    save_checkpoint(tmp_path, model, opt, TrainState(step=4))
+    last = tmp_path / "last.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a full disk
+    state = TrainState()
+    with caplog.at_level(logging.WARNING):
+        assert (
+            load_checkpoint(
+                tmp_path,
+                tiny_model(False),
+                build_optimizer(tiny_model(False), OptimConfig()),
+                state,
+            )
+            == tmp_path / "prev.pt"
+        )
+    assert state.step == 2 and str(last) in caplog.text
+    assert (tmp_path / "last.pt.bad").exists() and not last.exists()  # the next save keeps prev.pt
+    (tmp_path / "prev.pt").write_bytes(b"not a checkpoint")
+    assert (
+        load_checkpoint(
+            tmp_path,
+            tiny_model(False),
+            build_optimizer(tiny_model(False), OptimConfig()),
+            TrainState(),
+        )
+        is None
+    )  # nothing usable: the run starts over

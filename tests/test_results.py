@@ -1,0 +1,120 @@
+"""What a run records, read back: summary.json and index.json round trips, metrics.jsonl across
+a resume, W&B's mode where there are no credentials or no server, and secrets scrubbed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+
+import pytest
+
+from tiedvsuntied.results import metrics_log as M
+from tiedvsuntied.results import records as R
+
+
+def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
+    s = R.RunSummary(
+        run_id="r",
+        name="n",
+        sweep="s",
+        tie=True,
+        init_std="1.0",
+        model="nano",
+        seed=0,
+        best_val_loss=float("inf"),
+    )
+    s.write(tmp_path / "r")
+    back = R.read_summary(tmp_path / "r")
+    assert back.status == R.Status.running and back.best_val_loss == float("inf")
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "running"
+    R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.running, "r", overrides=["tie=true"]))
+    R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.finished, "r"))
+    assert R.read_index(tmp_path)["r"].overrides == ["tie=true"]
+    assert R.read_index(tmp_path)["r"].status == R.Status.finished
+
+
+def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path):
+    with M.MetricsLog(tmp_path, None) as m:
+        for step in range(0, 50, 10):
+            m.log(
+                {"train/loss": float(step), "val/loss": float("nan") if step == 40 else 1.0}, step
+            )
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 45, "train/lo')  # a line cut by a kill
+    assert R.read_metrics(tmp_path)[-1] == {
+        "step": 40,
+        "train/loss": 40.0,
+        "val/loss": "nan",
+    }  # JSON, not NaN
+    with M.MetricsLog(tmp_path, 20) as m:
+        m.log({"train/loss": 30.0}, 30)
+    assert [r["step"] for r in R.read_metrics(tmp_path)] == [0, 10, 20, 30]
+    with M.MetricsLog(tmp_path, None) as m:  # no checkpoint: trained again from step 0
+        m.log({"train/loss": 0.5}, 0)
+    assert [r["step"] for r in R.read_metrics(tmp_path)] == [0]
+    old = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl.old").open()]
+    assert old == [0, 10, 20, 30]  # the earlier lines are kept, not emptied
+
+
+def test_wandb_auto_is_offline_without_credentials_with_a_warning(monkeypatch, tmp_path, caplog):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with caplog.at_level(logging.WARNING):
+        assert M.resolve_wandb_mode(M.WandbMode.auto) == M.WandbMode.offline
+    assert "no credentials" in caplog.text and "wandb sync" in caplog.text
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a server that answers
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert M.resolve_wandb_mode(M.WandbMode.auto, tmp_path) == M.WandbMode.online
+    assert not (tmp_path / M.UNREACHABLE_FILE).exists()
+    assert M.resolve_wandb_mode(M.WandbMode.disabled) == M.WandbMode.disabled
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert M.resolve_wandb_mode(M.WandbMode.auto) is None  # wandb.init reads WANDB_MODE itself
+
+
+def test_wandb_auto_with_a_key_decides_offline_once_per_sweep_without_asking_wandb(
+    monkeypatch, tmp_path, caplog
+):
+    """A key (fake) and a server whose name does not resolve: offline from a lookup, not from
+    wandb.init's 60 s wait; the sweep's next job reads the verdict from the sweep directory."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "fake" + "0" * 36)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://api.wandb.invalid")
+    with caplog.at_level(logging.WARNING):
+        assert M.resolve_wandb_mode(M.WandbMode.auto, tmp_path) == M.WandbMode.offline
+    assert "server https://api.wandb.invalid unreachable" in caplog.text
+    verdict = tmp_path / M.UNREACHABLE_FILE
+    assert "api.wandb.invalid" in verdict.read_text() and "fake" not in verdict.read_text()
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:1")  # not asked again: the file says
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert M.resolve_wandb_mode(M.WandbMode.auto, tmp_path) == M.WandbMode.offline
+    assert "api.wandb.invalid" in caplog.text and "decided earlier in this sweep" in caplog.text
+    assert "fake" not in caplog.text
+
+
+@pytest.mark.slow
+def test_wandb_auto_goes_offline_when_the_server_does_not_answer(monkeypatch, tmp_path, caplog):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with socket.socket() as closed:  # a port nobody listens on: the server is unreachable
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    config = M.WandbConfig(mode=M.WandbMode.auto, init_timeout=2)
+    run_dir = tmp_path / "sweep" / "run"  # the verdict is kept in the sweep's folder
+    run_dir.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING), M.MetricsLog(run_dir, None) as m:
+        mode = m.start_wandb(
+            config, run_id="tvu-t", name="n", group="g", config={}, run_dir=run_dir
+        )
+        m.log({"train/loss": 1.0}, 1)
+    assert mode == M.WandbMode.offline and "wandb sync" in caplog.text
+    assert "k" * 40 not in caplog.text
+
+
+def test_secrets_are_scrubbed(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    text = R.scrub(f"failed with key {'k' * 40} and token=abc123 and api_key: xyz and {'0a' * 20}")
+    assert all(s not in text for s in ("k" * 40, "abc123", "xyz", "0a" * 20))
