@@ -162,12 +162,14 @@ def kill_at_first_checkpoint(args: list[str], cwd: Path, sweep: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
+    # 110 steps between the first checkpoint and the end: on a loaded machine the test's
+    # polling may lag the run by seconds, and a run that finishes first is not killed.
     args = common(
         tmp_path,
-        "trainer.max_steps=60",
+        "trainer.max_steps=120",
         "trainer.ckpt_interval=10",
-        "trainer.eval_interval=20",
-        "trainer.log_interval=5",
+        "trainer.eval_interval=50",
+        "trainer.log_interval=10",
         "sweep=resume",
     )
     ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
@@ -176,7 +178,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
     sweep = tmp_path / "results" / "resume"
     kill_at_first_checkpoint(args, tmp_path, sweep)
     [killed] = summaries(sweep).values()
-    assert killed["status"] == "running" and killed["step"] < 60
+    assert killed["status"] == "running" and killed["step"] < 120
 
     again = run_cli(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -254,8 +256,9 @@ def test_ctrl_c_saves_checkpoint_and_rerun_resumes(tmp_path: Path):
 
 @pytest.mark.slow
 def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Path):
-    # A corpus whose held-out splits are shorter than one 128-token window: that job fails;
-    # a huge learning rate diverges; the sane job finishes. One multirun, all three recorded.
+    # A corpus whose held-out splits are shorter than one 128-token window: those jobs are
+    # refused in one line before anything of theirs is written; a huge learning rate diverges;
+    # the sane job finishes. One multirun goes on past each.
     small = tmp_path / "small.txt"
     # val and test: 5% of 2,000 characters, 17 to 128 tokens with GPT-2 and with bytes
     small.write_text(CORPUS.read_text()[:2_000])
@@ -274,30 +277,28 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
     # Hydra reports the failed job after running the others
     assert proc.returncode == 1, proc.stderr[-3000:]
     sweep = tmp_path / "results" / "mixed"
-    by = {}  # (block_size 128?, lr 1e5?) -> summary; a run that failed at set-up has no config.yaml
+    by = {}  # (block_size 128?, lr 1e5?) -> summary
     for run_id, entry in json.loads((sweep / "index.json").read_text()).items():
         asked = entry["overrides"]
         key = ("model.block_size=128" in asked, "optim.lr=100000.0" in asked)
         by[key] = json.loads((sweep / run_id / "summary.json").read_text())
-    assert len(by) == 4
+    assert sorted(by) == [(False, False), (False, True)]  # the refused jobs wrote nothing
+    assert "split 'val' has" in proc.stderr and "fewer than one window" in proc.stderr
     assert by[(False, False)]["status"] == "finished"
     diverged = by[(False, True)]
     assert diverged["status"] == "diverged" and diverged["diverged_at_step"] is not None
     assert "non-finite" in diverged["error"]
-    for lr_big in (False, True):
-        failed = by[(True, lr_big)]
-        assert failed["status"] == "failed" and "val" in failed["error"], failed["error"]
     # W&B knows too.
     got = json.loads(
         wandb_inspect(tmp_path / "results" / "mixed" / diverged["run_id"], "--summary")
     )
     assert got["summary"]["status"] == "diverged"
-    # The sweep table lists every run with its status, though a job failed.
+    # The sweep table lists every run with its status, though jobs failed.
     table = proc.stdout[proc.stdout.index("Sweep mixed") :]
-    assert table.count("diverged") == 1 and table.count("failed") == 2
+    assert table.count("diverged") == 1
     assert table.count("finished") == 1
     # what tells runs of one name apart is in the table
-    assert table.count("optim.lr=100000.0") == 2
+    assert table.count("optim.lr=100000.0") == 1
     # No secret from the environment reached anything the runs wrote.
     for f in (tmp_path / "results").rglob("*"):
         if f.is_file():
