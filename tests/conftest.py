@@ -36,6 +36,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
+@pytest.fixture(autouse=True)
+def own_wandb_service(monkeypatch):
+    """Every command a test starts gets its own W&B service, as from a user's shell. A test that
+    ran W&B in this process left WANDB_SERVICE in the environment; a child inheriting it shares
+    this process's service, where a SIGKILLed child's run stays registered and its rerun is
+    refused ("run ID ... is in use")."""
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+
+
 def generated_corpus(path: Path, n_words: int = 60_000, seed: int = 0) -> Path:
     """A text with word frequencies roughly Zipfian and line/paragraph structure, made here."""
     rng = random.Random(seed)
