@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied.results import records as results
-from tiedvsuntied.train.config import check_config
+from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"

@@ -22,9 +22,9 @@ from tiedvsuntied.train.config import (
     OptimConfig,
     Schedule,
     TrainerConfig,
-    check_config,
     resolved_config,
 )
+from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
 
 CONF = REPO / "conf"

@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import QUICK, compose, stop_after_checkpoint
 
-from tiedvsuntied.train.config import ConfigError, check_config
+from tiedvsuntied.train.config import ConfigError
+from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
 
 STEPS = [

@@ -26,9 +26,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.baselines import fit, score_documents
-from tiedvsuntied.data.batches import BatchSampler, eval_window_starts
+from tiedvsuntied.data.batches import eval_window_starts
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.train.config import Config
+from tiedvsuntied.train.setup import train_sampler
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 OUT = Path(__file__).with_name("seen_baselines.tsv")
@@ -47,14 +48,7 @@ def compose_run(model: str, seed: int) -> Config:
 def trained_tokens(corpus, cfg) -> np.ndarray:
     """The run's training windows (each block_size + 1 tokens), concatenated in order."""
     t = cfg.trainer
-    sampler = BatchSampler(
-        corpus.tokens("train"),
-        cfg.model.block_size,
-        t.batch_size,
-        cfg.seed,
-        once=True,
-        grad_accum=t.grad_accum,
-    )
+    sampler = train_sampler(cfg, corpus)  # the trainer's own batches
     starts = [sampler.starts(s, m) for s in range(t.max_steps) for m in range(t.grad_accum)]
     starts = np.concatenate(starts)
     tokens = corpus.tokens("train")

@@ -165,7 +165,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
 def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = None) -> Any:
     """One job's task config checked as its run starts: its booleans as typed, the dataclasses'
     own checks (``OmegaConf.to_object``), then ``train.check_config``: its ``RunPlan``."""
-    from tiedvsuntied.train.config import check_config
+    from tiedvsuntied.train.plan import check_config
 
     check_booleans(cfg, overrides)
     return check_config(OmegaConf.to_object(cfg), overrides, checked)

@@ -1,6 +1,7 @@
 """The one trainer shared by every run: ``trainer.train(cfg)``, read top to bottom.
 
-config.py      Config and its nodes (fields, docs, checks), the Schedule, check_config; no torch
+config.py      Config and its nodes (fields, docs, checks), the Schedule; no torch
+plan.py        check_config: a job's RunPlan (the start's shapes and tying, the device)
 trainer.py     train(): skip, resume or start a run; the loop; its records
 setup.py       the run on this process: model, optimizer, checkpoint to resume from, Derived
 state.py       Run, TrainState, Derived and the summary built from them

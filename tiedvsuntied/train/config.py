@@ -4,31 +4,16 @@ the machine or the files. A check never changes the config."""
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import logging
-import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.config import DataConfig
-from tiedvsuntied.data.sources import check_data
-from tiedvsuntied.model.config import ModelConfig, canonical_init_std, init_std_notes
-from tiedvsuntied.model.config import check_config as check_model
+from tiedvsuntied.model.config import ModelConfig, canonical_init_std
 from tiedvsuntied.results.metrics_log import WandbConfig
-
-if TYPE_CHECKING:  # the schema loads no torch: run.py imports it to start fast
-    import torch
-
-    from tiedvsuntied.train.finetune import Start
-
-log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -294,86 +279,6 @@ class Config:
                 f"untie_at={show(self.untie_at)} needs tie=true and no init_from "
                 "(finetune.untie unties a start)"
             )
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """What a checked config implies, worked out once per job: the config with the start's
-    shapes and tying (``init_from``), the start itself, and this process's device."""
-
-    cfg: Config
-    start: Start | None
-    device: torch.device
-
-    @property
-    def schedule(self) -> Schedule:
-        return Schedule.of(self.cfg)
-
-
-def check_config(
-    cfg: Config, overrides: Sequence[str] = (), checked: set[str] | None = None
-) -> RunPlan:
-    """Refuse a config no run can start with, before any data is read (the fields checked
-    themselves when the config was made). With ``init_from`` the plan's config takes the
-    start's shapes and tying (``overrides``: what the user set, which must not contradict
-    them); ``cfg`` itself is left as it is. ``checked``: a sweep's check of every job before
-    the first starts, shared by its jobs, so that the file checks run once per distinct data
-    config and results_dir (a 100-job sweep is checked in seconds); it claims no GPU (each job
-    claims its own, maybe in a worker) and leaves the init_std notes to the jobs."""
-    from tiedvsuntied.train import dist
-    from tiedvsuntied.train.finetune import adopt, read_start
-    from tiedvsuntied.train.hardware import resolve_device
-
-    try:
-        start = read_start(cfg.init_from) if cfg.init_from else None
-        if start is not None:
-            cfg = adopt(cfg, start, list(overrides))
-        check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # allocates nothing
-        name = cfg.trainer.device if checked is None else cfg.trainer.device.replace(":free", "")
-        device = resolve_device(dist.device(name))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if cfg.trainer.batch_size % dist.world_size():
-        raise ConfigError(
-            f"trainer.batch_size={cfg.trainer.batch_size} does not split over "
-            f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
-        )
-    if first_time(checked, f"data {cfg.data!r}"):
-        check_data(cfg.data)
-    if first_time(checked, f"results_dir {cfg.results_dir}"):
-        check_writable(Path(cfg.results_dir))
-    for note in init_std_notes(cfg.model, cfg.init_std) if checked is None else ():
-        log.warning(note)  # 0.036 is d^-0.5 only at d = 768
-    return RunPlan(cfg, start, device)
-
-
-def first_time(checked: set[str] | None, key: str) -> bool:
-    """Whether a check is due: always for one job; in a sweep, the first time its key is met."""
-    if checked is None:
-        return True
-    if key in checked:
-        return False
-    checked.add(key)
-    return True
-
-
-def check_writable(path: Path) -> None:
-    """Whether ``results_dir`` can be written is known only by trying: make it, then remove
-    what was made (nothing is left behind by a check)."""
-    made = [p for p in [path, *path.absolute().parents] if not p.exists()]
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, "not writable")
-    except OSError as e:
-        raise ConfigError(
-            f"results_dir={str(path)!r} cannot be written ({e.strerror or e}): "
-            "choose another results_dir"
-        ) from None
-    finally:
-        for folder in made:  # the deepest first
-            with contextlib.suppress(OSError):
-                folder.rmdir()
 
 
 def resolved_config(cfg: Config) -> dict:

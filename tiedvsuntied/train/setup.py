@@ -17,10 +17,11 @@ from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.records import RunSummary
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
-from tiedvsuntied.train.config import OptimConfig, Precision, RunPlan, Sampling, Schedule
+from tiedvsuntied.train.config import OptimConfig, Precision, Sampling, Schedule
 from tiedvsuntied.train.finetune import build, retain_data, start_rows
 from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_compile, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
+from tiedvsuntied.train.plan import RunPlan
 from tiedvsuntied.train.state import Derived, Run, TrainState
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import RunSummary, find_run_dir, run_id, run_name
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import Checkpoints
-from tiedvsuntied.train.config import Config, RunPlan, Schedule, resolved_config
+from tiedvsuntied.train.config import Config, Schedule, resolved_config
+from tiedvsuntied.train.plan import RunPlan
 
 
 @dataclass

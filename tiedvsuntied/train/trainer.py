@@ -51,13 +51,12 @@ from tiedvsuntied.train.config import (
     Config,
     ConfigError,
     Precision,
-    RunPlan,
     check_budget,
-    check_config,
     resolved_config,
 )
 from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
+from tiedvsuntied.train.plan import RunPlan, check_config
 from tiedvsuntied.train.setup import Data, build_run, retain_corpus
 from tiedvsuntied.train.state import Run, identity
 
