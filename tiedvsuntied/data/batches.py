@@ -19,8 +19,8 @@ from tiedvsuntied.data.config import DataError
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
 
 
-def _check_windows(tokens, block_size: int, batch_size: int, split: str | None) -> int:
-    split = split or Path(str(getattr(tokens, "filename", None) or "split")).stem
+def _check_windows(tokens, block_size: int, batch_size: int) -> int:
+    split = Path(str(getattr(tokens, "filename", None) or "split")).stem  # a memmap's file
     if block_size < 1 or batch_size < 1:
         raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
     if len(tokens) < block_size + 1:
@@ -47,7 +47,7 @@ class BatchSampler:
     seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
     ``once`` (``grad_accum`` given): the split cut into back-to-back windows (window k predicts
     tokens kT+1 .. kT+T), taken in one seeded order, so no token is a target twice; asking past
-    the last window is an error (:meth:`check_budget` says so before training).
+    the last window is an error (``train.config.check_budget`` says so before training).
     """
 
     def __init__(
@@ -56,30 +56,18 @@ class BatchSampler:
         block_size: int,
         batch_size: int,
         seed: int = 0,
-        split: str | None = None,
         once: bool = False,
         grad_accum: int = 1,
     ):
-        self.n = _check_windows(tokens, block_size, batch_size, split)
+        self.n = _check_windows(tokens, block_size, batch_size)
         if seed < 0:
             raise DataError(f"seed must be >= 0, got {seed}")
-        self.tokens, self.block_size, self.batch_size, self.seed = (
-            tokens,
-            block_size,
-            batch_size,
-            seed,
-        )
-        self.grad_accum, self.order = grad_accum, None
+        self.tokens, self.block_size, self.batch_size = tokens, block_size, batch_size
+        self.seed, self.grad_accum, self.order = seed, grad_accum, None
         if once:
-            seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, 1])
+            seq = np.random.SeedSequence([_SAMPLER_STREAM, seed, 1])
             windows = (self.n - 1) // block_size
             self.order = np.random.Generator(np.random.PCG64(seq)).permutation(windows)
-
-    def steps_available(self) -> int | None:
-        """Optimizer steps before a ``once`` sampler runs out of windows (None: never)."""
-        if self.order is None:
-            return None
-        return len(self.order) // (self.batch_size * self.grad_accum)
 
     def starts(self, step: int, micro: int = 0) -> np.ndarray:
         if self.order is not None:
@@ -109,15 +97,11 @@ def eval_window_starts(
 
 
 def iter_eval_batches(
-    tokens,
-    block_size: int,
-    batch_size: int,
-    max_windows: int | None = None,
-    split: str | None = None,
+    tokens, block_size: int, batch_size: int, max_windows: int | None = None
 ) -> Iterator:
     """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
     starts = eval_window_starts(
-        _check_windows(tokens, block_size, batch_size, split), block_size, max_windows
+        _check_windows(tokens, block_size, batch_size), block_size, max_windows
     )
     for i in range(0, len(starts), batch_size):
         yield _windows(tokens, starts[i : i + batch_size], block_size)
