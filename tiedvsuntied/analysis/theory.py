@@ -6,15 +6,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 from scipy import integrate, stats
 
 from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token
 from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.presets import presets
 
 THEORY_DRAWS = (
     256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_theory.py)
@@ -127,10 +126,8 @@ def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
     rows = []
-    for path in sorted((Path(__file__).resolve().parents[2] / "conf" / "model").glob("*.yaml")):
-        cfg = ModelConfig(
-            **{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size}
-        )
+    for preset in presets("model").values():
+        cfg = ModelConfig(**{**preset, "vocab_size": vocab_size})
         tied, untied = count_parameters_for(cfg, True), count_parameters_for(cfg, False)
         rows.append(
             {

@@ -86,15 +86,6 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         ) from e
 
 
-def gpt2_available() -> bool:
-    """Whether the GPT-2 encoding can be loaded here (cached, or downloadable)."""
-    try:
-        load_encoding("gpt2")
-        return True
-    except DataUnavailableError:
-        return False
-
-
 # ------------------------------------------------------------------------------ local files
 
 _SPLIT_KEYS = {
