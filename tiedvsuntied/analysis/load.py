@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,36 +63,28 @@ def load_results(*paths: str | Path) -> Results:
 
 def _best_records(loaded: list[tuple], notes: list[str]) -> list[tuple]:
     """One record per run_id: the best status (STATUS_RANK), then the newest ``updated_at``."""
-    rows = pd.DataFrame(
-        {
-            "run_id": [row["run_id"] for row, *_ in loaded],
-            "rank": [STATUS_RANK.get(row["status"], 9) for row, *_ in loaded],
-            "updated_at": [row["updated_at"] or "" for row, *_ in loaded],
-        }
-    )
-    order = rows.sort_values(["rank", "updated_at"], ascending=[True, False], kind="stable")
-    kept = order.drop_duplicates("run_id")
-    best = dict(zip(kept["run_id"], kept.index, strict=True))
-    for i in order.index.difference(kept.index, sort=False):
-        row, kept_row = loaded[i][0], loaded[best[rows.at[i, "run_id"]]][0]
-        notes.append(
-            f"run {row['run_id']} found twice: kept {kept_row['path']} ({kept_row['status']}), "
-            f"not {row['path']} ({row['status']})"
-        )
-    return [loaded[i] for i in kept.index]
+    ranked = sorted(loaded, key=lambda r: r[0]["updated_at"] or "", reverse=True)
+    ranked.sort(key=lambda r: STATUS_RANK.get(r[0]["status"], 9))
+    best: dict[str, tuple] = {}
+    for record in ranked:
+        row, kept = record[0], best.setdefault(record[0]["run_id"], record)[0]
+        if kept is not row:
+            notes.append(
+                f"run {row['run_id']} found twice: kept {kept['path']} ({kept['status']}), "
+                f"not {row['path']} ({row['status']})"
+            )
+    return list(best.values())
 
 
 def load(
-    sweep_dirs: str | Path | Sequence[str | Path] = (),
+    sweep_dirs: Sequence[str | Path] = (),
     *,
     wandb_project: str | None = None,
     wandb_group: str | None = None,
     data_id: str | None = None,
 ) -> Results:
-    """What the notebooks call: a W&B project if given, else sweep directories (a list, or one
-    string joined by os.pathsep); with ``data_id``, only the runs on that data (mixed sweeps)."""
-    if isinstance(sweep_dirs, (str, Path)):
-        sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+    """A W&B project if given, else sweep directories; with ``data_id``, only the runs on that
+    data (mixed sweeps)."""
     results = (
         load_wandb(wandb_project, group=wandb_group or None)
         if wandb_project
@@ -308,16 +299,14 @@ def require_single_data(runs: pd.DataFrame, what: str = "this comparison") -> No
             )
 
 
-def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0) -> Results:
+def load_wandb(project: str, *, group: str | None = None) -> Results:
     """The runs and history tables of a W&B project ("entity/project"; optionally one group =
     one sweep). Needs network and a W&B key: raises :class:`WandbUnavailableError` otherwise."""
     import wandb
 
     try:
         wb_runs = list(
-            wandb.Api(timeout=int(timeout)).runs(
-                project, filters={"group": group} if group else None
-            )
+            wandb.Api(timeout=10).runs(project, filters={"group": group} if group else None)
         )
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(

@@ -83,7 +83,7 @@ def _count_pairs(tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.nd
     return distinct, counts
 
 
-def fit(train_tokens: np.ndarray, vocab_size: int, discount: float = 0.75) -> CountModels:
+def fit(train_tokens: np.ndarray, vocab_size: int, *, discount: float = 0.75) -> CountModels:
     """Count unigrams and bigrams of ``train_tokens`` (1-D ints in [0, V), e.g. a memmap)."""
     if vocab_size < 1:
         raise DataError(f"vocab_size must be >= 1, got {vocab_size}")
