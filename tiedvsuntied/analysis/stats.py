@@ -76,6 +76,21 @@ def seed_method(n: int, what: str = "paired differences") -> str:
     return f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
 
 
+def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
+    """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
+    values = values.dropna()
+    diff, low, high = seed_interval(values)
+    method = seed_method(len(values), what)
+    return dict(
+        n_seeds=len(values),
+        diff=diff,
+        low=low,
+        high=high,
+        method=method,
+        seed_diffs=values.tolist(),
+    )
+
+
 def is_replicate(run: pd.Series) -> bool:
     value = run.get("replicate")
     return bool(pd.notna(value) and value > 0)
@@ -250,18 +265,9 @@ def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
     """INTERVAL_COLUMNS of one cell's pairs at one comparison point (POINTS)."""
     col = POINTS[point]
     diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
-    mean, low, high = seed_interval(diffs)
     both = pairs.loc[diffs.index]
-    return {
-        "n_seeds": len(diffs),
-        "mean_t": float(both[f"{col}_t"].astype(float).mean()) if len(both) else np.nan,
-        "mean_u": float(both[f"{col}_u"].astype(float).mean()) if len(both) else np.nan,
-        "diff": mean,
-        "low": low,
-        "high": high,
-        "method": seed_method(len(diffs)),
-        "seed_diffs": diffs.tolist(),
-    }
+    mean_t, mean_u = (float(both[f"{col}{s}"].astype(float).mean()) for s in ("_t", "_u"))
+    return {"mean_t": mean_t, "mean_u": mean_u, **seed_summary(diffs)}
 
 
 # ----------------------------------------------------------------------------- the noise floor
