@@ -102,13 +102,13 @@ def load(
 
 def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
     """(run_dir, index.json entry or None) for every run under ``path``."""
-    if not path.is_dir():
-        looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
+    if path.exists() and not path.is_dir():
         raise ResultsError(
-            f"results directory {path} does not exist{looked}"
-            if not path.exists()
-            else f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
+            f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
         )
+    if not path.exists():
+        looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
+        raise ResultsError(f"results directory {path} does not exist{looked}")
     if (path / "summary.json").exists():
         return [(path, None)]
     note_bundle(path, notes)
@@ -129,8 +129,8 @@ def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEn
 
 
 def note_bundle(path: Path, notes: list[str]) -> None:
-    """A results bundle (results.bundles) is read like the sweep it reduces; say so, and name
-    any file that differs from its manifest."""
+    """A results bundle is read like the sweep it reduces; say so, and name any file that
+    differs from its manifest."""
     try:
         manifest = bundles.read_manifest(path)
     except bundles.BundleError as e:
@@ -166,10 +166,9 @@ def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
     found: dict[str, tuple[Path, records.IndexEntry | None]] = {}
     for run_id, entry in records.read_index(sweep).items():
         run_dir = sweep / (entry.path or run_id)
-        found[run_id] = (
-            run_dir if run_dir.is_dir() or not (sweep / run_id).is_dir() else sweep / run_id,
-            entry,
-        )
+        if not run_dir.is_dir() and (sweep / run_id).is_dir():  # a moved sweep's old path
+            run_dir = sweep / run_id
+        found[run_id] = (run_dir, entry)
     for p in sorted(sweep.iterdir()):  # runs the index does not (yet) list
         if p.name not in found and _is_run_dir(p):
             found[p.name] = (p, None)
@@ -185,30 +184,17 @@ def _load_run_dir(
     run_dir: Path, entry: records.IndexEntry | None, notes: list[str]
 ) -> tuple[dict, dict, pd.DataFrame]:
     """(runs-table row, config, history) of one run directory."""
-    summary, config, metrics = (
-        records.read_summary(run_dir),
-        records.read_config(run_dir),
-        run_dir / "metrics.jsonl",
-    )
-    if summary is None:
-        notes.append(
-            f"{run_dir}: "
-            + (
-                "summary.json missing or unreadable; status from index.json or unknown"
-                if run_dir.is_dir()
-                else "listed in index.json but the directory does not exist"
-            )
-        )
-    s = (
-        summary.to_dict()
-        if summary
-        else {
-            "run_id": run_dir.name,
-            "name": entry and entry.name,
-            "sweep": run_dir.parent.name,
-            "status": records.Status(entry.status).value if entry else "unknown",
-        }
-    )
+    summary, config = records.read_summary(run_dir), records.read_config(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if summary:
+        s = summary.to_dict()
+    else:
+        missing = "summary.json missing or unreadable; status from index.json or unknown"
+        gone = "listed in index.json but the directory does not exist"
+        notes.append(f"{run_dir}: {missing if run_dir.is_dir() else gone}")
+        status = records.Status(entry.status).value if entry else "unknown"
+        name = entry and entry.name
+        s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
     row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
@@ -220,10 +206,8 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
     for (row, _, _), variant in zip(loaded, variants([c for _, c, _ in loaded]), strict=True):
         row["variant"] = variant
     runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=RUN_COLUMNS)
-    runs[INT_COLUMNS] = runs[INT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
-    runs[FLOAT_COLUMNS] = (
-        runs[FLOAT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("float64")
-    )
+    for columns, dtype in ((INT_COLUMNS, "Int64"), (FLOAT_COLUMNS, "float64")):
+        runs[columns] = runs[columns].apply(pd.to_numeric, errors="coerce").astype(dtype)
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(
         ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
@@ -236,11 +220,8 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     """Identity columns on each run's history; a diverged run's history ends at its divergence."""
 
     def end(r):
-        return (
-            r["diverged_at_step"]
-            if r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
-            else np.inf
-        )
+        diverged = r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
+        return r["diverged_at_step"] if diverged else np.inf
 
     parts = [
         h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS})
