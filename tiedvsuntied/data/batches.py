@@ -1,11 +1,6 @@
-"""Token arrays -> batches, the same for every run that shares a seed.
-
-* ``BatchSampler.get(step, micro)`` is a pure function of (seed, step, micro): tied and untied
-  runs with one seed see identical batches, and a resumed run sees what an uninterrupted one
-  would have seen.
-* ``iter_eval_batches`` always yields the same evenly spaced windows of a split, so every
-  evaluation of every run is comparable.
-"""
+"""Token arrays -> batches: a training batch is a pure function of (seed, step, micro), so tied
+and untied runs with one seed see identical batches and a resumed run sees what an uninterrupted
+one would have; every evaluation reads the same evenly spaced windows of a split."""
 
 from __future__ import annotations
 
@@ -41,14 +36,10 @@ def _windows(tokens, starts: np.ndarray, block_size: int):
 
 
 class BatchSampler:
-    """Training windows; the batch for (seed, step, micro) is a pure function of them.
-
-    ``random``: ``batch_size`` start offsets drawn uniformly (with replacement) from a generator
-    seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
-    ``once`` (``grad_accum`` given): the split cut into back-to-back windows (window k predicts
-    tokens kT+1 .. kT+T), taken in one seeded order, so no token is a target twice; asking past
-    the last window is an error (``train.config.check_budget`` says so before training).
-    """
+    """Training windows. Random: ``batch_size`` starts drawn uniformly (with replacement) by a
+    generator seeded by (seed, step, micro) only. ``once``: the split cut into back-to-back
+    windows taken in one seeded order, so no token is a target twice; asking past the last window
+    is an error (``train.config.check_budget`` says so before training)."""
 
     def __init__(
         self,

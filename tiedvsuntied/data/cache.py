@@ -1,11 +1,9 @@
-"""The token cache: a corpus tokenized ONCE per machine, shared by every run of a sweep.
+"""The token cache: a corpus tokenized once per machine (a file lock per corpus; temp name,
+fsync, rename; metadata last) into ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin``, shared
+by every run of a sweep as read-only memmaps.
 
-``prepare_data(cfg)`` finds or builds ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin`` (a
-file lock per corpus; temp name, fsync, rename; metadata last) and returns a :class:`Corpus`
-whose splits are read-only memmaps, all opened before it returns.
-
-The key (``corpus_key(corpus_identity(...))``) and the fingerprint derived from it are part of
-every run's identity: results on disk are found by them. Never change what enters them.
+The key and the fingerprint derived from it are part of every run's identity: results on disk
+are found by them. Never change what enters them.
 """
 
 from __future__ import annotations
