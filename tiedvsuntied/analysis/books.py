@@ -89,31 +89,23 @@ def wide(runs: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- contrasts
 
 
-def _tying(std: str) -> dict[Cell, float]:
-    return {("tied", std): 1.0, ("untied", std): -1.0}
+def _minus(first: str, second: str, std: str = "1.0") -> dict[Cell, float]:
+    """The arm ``first`` − the arm ``second`` at one init std."""
+    return {(first, std): 1.0, (second, std): -1.0}
 
 
 def contrasts() -> list[tuple[str, str, Combination]]:
     """(table, name, combination) of HYPOTHESES.md's per-size contrasts: A and the init-std
     interactions of B, and C. B's size interactions are :func:`size_interactions`."""
     shown = {"0.02": "0.02", "inv_sqrt_d": "d^-0.5", "1.0": "1.0"}
-    out = [("A", f"tied − untied, init {shown[s]}", _tying(s)) for s in STDS]
+    out = [("A", f"tied − untied, init {shown[s]}", _minus("tied", "untied", s)) for s in STDS]
     for std in ("1.0", "inv_sqrt_d"):
-        both = {**_tying(std), **{k: -v for k, v in _tying("0.02").items()}}
+        both = {**_minus("tied", "untied", std), **_minus("untied", "tied", "0.02")}
         out.append(("B", f"tying at {shown[std]} − tying at 0.02", both))
-    out += [
-        ("C", "T5 − tied, init 1.0", {("t5", "1.0"): 1.0, ("tied", "1.0"): -1.0}),
-        (
-            "C",
-            "emb 1.0/head d^-0.5 − untied 1.0",
-            {("emb1_head_dsqrt", "1.0"): 1.0, ("untied", "1.0"): -1.0},
-        ),
-        (
-            "C",
-            "emb 1.0/head d^-0.5 − tied 1.0",
-            {("emb1_head_dsqrt", "1.0"): 1.0, ("tied", "1.0"): -1.0},
-        ),
-    ]
+    split = "emb1_head_dsqrt"  # emb 1.0, head d^-0.5
+    out.append(("C", "T5 − tied, init 1.0", _minus("t5", "tied")))
+    out.append(("C", "emb 1.0/head d^-0.5 − untied 1.0", _minus(split, "untied")))
+    out.append(("C", "emb 1.0/head d^-0.5 − tied 1.0", _minus(split, "tied")))
     return out
 
 
