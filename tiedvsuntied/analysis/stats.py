@@ -240,16 +240,9 @@ def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.
     """tied − untied (``diff``) of one summary ``value`` per pair (:func:`pairs`); the runs in no
     pair are listed in ``.attrs["unpaired"]``."""
     both = pairs(runs)
-    out = pd.DataFrame(
-        {
-            **{c: both[c] for c in PAIR_COLUMNS},
-            "tied": both[f"{value}_t"],
-            "untied": both[f"{value}_u"],
-            "diff": both[f"{value}_t"] - both[f"{value}_u"],
-            "tied_run_id": both["run_id_t"],
-            "untied_run_id": both["run_id_u"],
-        }
-    )
+    tied, untied = both[f"{value}_t"], both[f"{value}_u"]
+    out = both[PAIR_COLUMNS].assign(tied=tied, untied=untied, diff=tied - untied)
+    out = out.assign(tied_run_id=both["run_id_t"], untied_run_id=both["run_id_u"])
     out = out.sort_values(PAIR_COLUMNS).reset_index(drop=True)
     out.attrs.update(unpaired=unpaired(runs, both), value=value)
     return out

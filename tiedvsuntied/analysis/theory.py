@@ -82,22 +82,11 @@ def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run: measured initial loss beside ln V and the predictions from its sigma: ``predicted``
     (i.i.d. Gaussian logits), ``predicted_tied`` (tied runs with ``init_self_logit``),
     ``predicted_approx``; ``excess`` = measured − the run's own prediction."""
-    cols = [
-        "run_id",
-        "name",
-        "tie",
-        "init_std",
-        "variant",
-        "model",
-        "seed",
-        "vocab_size",
-        "ln_vocab",
-        "init_logit_std",
-        "init_self_logit",
-        "init_self_target_frac",
-        "init_val_loss",
-    ]
-    t = runs[cols].assign(predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan)
+    run = ["run_id", "name", "tie", "init_std", "variant", "model", "seed", "vocab_size"]
+    init = ["ln_vocab", "init_logit_std", "init_self_logit", "init_self_target_frac"]
+    t = runs[[*run, *init, "init_val_loss"]].assign(
+        predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan
+    )
     ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
     for vocab, g in t[ok].groupby("vocab_size"):
         sigma = g["init_logit_std"].to_numpy(float)
