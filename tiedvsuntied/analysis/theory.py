@@ -114,10 +114,7 @@ def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
         rows.append(
             {
                 "size": cfg.name,
-                "n_layer": cfg.n_layer,
-                "n_head": cfg.n_head,
-                "n_embd": cfg.n_embd,
-                "block_size": cfg.block_size,
+                **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "block_size")},
                 "total (tied)": tied["total"],
                 "total (untied)": untied["total"],
                 "non-embedding": tied["non_embedding"],

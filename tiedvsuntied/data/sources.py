@@ -36,10 +36,6 @@ from tiedvsuntied.data.config import (
 )
 
 HUB_PROBE_TIMEOUT = 3.0  # seconds; then the Hub is unreachable and only caches are read
-TIKTOKEN_FIX = (
-    "point TIKTOKEN_CACHE_DIR at a folder holding its files (e.g. ../shared/data/tiktoken) "
-    "or use data.encoding=bytes"
-)
 HUB_FIX = (
     "use local text (data=text data.files=PATH), or put the dataset in the datasets cache "
     "(HF_DATASETS_CACHE) and set HF_DATASETS_OFFLINE=1, or prepare the token cache where the "
@@ -66,7 +62,8 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
         raise DataUnavailableError(
             f"the tiktoken encoding {name!r} is not in TIKTOKEN_CACHE_DIR={where} and cannot be "
-            f"downloaded ({type(e).__name__}): {TIKTOKEN_FIX}"
+            f"downloaded ({type(e).__name__}): point TIKTOKEN_CACHE_DIR at a folder holding its "
+            "files (e.g. ../shared/data/tiktoken) or use data.encoding=bytes"
         ) from e
 
 
