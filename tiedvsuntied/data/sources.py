@@ -32,7 +32,7 @@ from tiedvsuntied.data.config import (
     Documents,
     Source,
     Split,
-    encoding_names,
+    check_encoding,
 )
 
 HUB_PROBE_TIMEOUT = 3.0  # seconds; then the Hub is unreachable and only caches are read
@@ -54,8 +54,7 @@ def load_encoding(name: str) -> tiktoken.Encoding:
             mergeable_ranks={bytes([i]): i for i in range(256)},
             special_tokens={"<|endoftext|>": 256},
         )
-    if name not in encoding_names():
-        raise DataError(f"data.encoding={name!r} is not valid; valid: {encoding_names()}")
+    check_encoding(name)
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
