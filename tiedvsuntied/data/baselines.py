@@ -200,13 +200,10 @@ def _fitted(corpus) -> CountModels:
 
 
 def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
-    """Per evaluation window of ``split`` (``batches.eval_window_starts``: the windows every
-    run's loss is measured on), the count models' mean NLL over the window's targets and the
-    share of those targets never seen in training: ``{"unigram", "bigram", "unseen"}`` arrays.
-
-    Fitted on the corpus's train split once and kept beside the cache entry, one file per split,
-    block size and window count (the corpus's fingerprint in its name: ``vocab=seen`` renumbers
-    the tokens of the same entry)."""
+    """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation windows of ``split`` (those
+    every run's loss is measured on) of the count models' mean NLL and the unseen share. Kept
+    beside the cache entry, one file per split, block size, window count and fingerprint
+    (``vocab=seen`` renumbers the tokens of the same entry)."""
     from tiedvsuntied.data.batches import eval_window_starts
     from tiedvsuntied.results.records import atomic_write
 
