@@ -285,12 +285,10 @@ class Corpus:
     ):
         self.cfg, self.encoding, self.dir, self.key, self.built = cfg, enc, folder, key, built
         self._meta = metas
-        # Open everything now: an open mapping survives an unlink of the cache (POSIX).
+        # Open everything now: an open mapping survives an unlink of the cache (POSIX). Each
+        # file's size was checked against its metadata (read_entry), so the shape is its size.
         self._tokens = {
-            s: np.memmap(
-                folder / f"{s}.bin", dtype=np.dtype(m["dtype"]), mode="r", shape=(m["n_tokens"],)
-            )
-            for s, m in metas.items()
+            s: np.memmap(folder / f"{s}.bin", m["dtype"], "r") for s, m in metas.items()
         }
         self._freq = {s: np.load(folder / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
         self._new_id = None
