@@ -33,7 +33,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
+from tiedvsuntied.data.config import DataUnavailableError  # noqa: E402
+from tiedvsuntied.data.sources import load_encoding  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +69,15 @@ def generated_corpus_dir() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="tvu-corpus-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
+
+
+def gpt2_available() -> bool:
+    """Whether the GPT-2 encoding can be loaded here (cached, or downloadable)."""
+    try:
+        load_encoding("gpt2")
+        return True
+    except DataUnavailableError:
+        return False
 
 
 GPT2 = gpt2_available()

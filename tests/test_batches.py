@@ -50,11 +50,9 @@ def test_batch_windows_are_shifted_slices_of_the_split(corpus):
 def test_once_takes_every_training_window_at_most_once_in_a_seeded_order():
     tokens = np.arange(1000, dtype=np.uint16)
     sampler = BatchSampler(tokens, block_size=16, batch_size=4, seed=3, once=True, grad_accum=2)
-    assert sampler.steps_available() == (999 // 16) // 8
+    steps = (999 // 16) // 8  # 62 windows, 8 a step
     targets = [
-        sampler.get(step, micro)[1].numpy().ravel()
-        for step in range(sampler.steps_available())
-        for micro in range(2)
+        sampler.get(step, micro)[1].numpy().ravel() for step in range(steps) for micro in range(2)
     ]
     seen = np.concatenate(targets)
     assert len(np.unique(seen)) == len(seen)  # no token is a target twice
@@ -63,7 +61,7 @@ def test_once_takes_every_training_window_at_most_once_in_a_seeded_order():
     assert (again.starts(5, 1) == sampler.starts(5, 1)).all()
     assert not (other.starts(0) == sampler.starts(0)).all()
     with pytest.raises(DataError, match="past one pass"):
-        sampler.get(sampler.steps_available(), 1)  # 62 windows: step 7 ends at window 64
+        sampler.get(steps, 1)  # step 7 ends at window 64
 
 
 def test_eval_windows_are_fixed_evenly_spaced_and_non_overlapping(corpus):
@@ -88,6 +86,6 @@ def test_a_split_shorter_than_one_window_is_named(corpus):
     n = len(val)
     with pytest.raises(DataError, match=rf"split 'val' has {n} tokens.*block_size\+1 = {n + 1}"):
         BatchSampler(val, block_size=n, batch_size=2, seed=0)  # the name is read from the memmap
-    with pytest.raises(DataError, match=rf"split 'dev' has {n} tokens"):
-        next(iter_eval_batches(val, block_size=n, batch_size=2, max_windows=4, split="dev"))
+    with pytest.raises(DataError, match=rf"split 'val' has {n} tokens"):
+        next(iter_eval_batches(val, block_size=n, batch_size=2, max_windows=4))
     BatchSampler(val, block_size=n - 1, batch_size=2, seed=0).get(0)  # exactly one window fits

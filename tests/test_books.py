@@ -115,7 +115,7 @@ def test_a_run_reports_the_count_models_on_its_own_windows_per_document(library,
     )
     summary = train(cfg)
     corpus = prepare_data(cfg.data)
-    models = fit(corpus.tokens("train"), corpus.vocab_size, corpus.eot_token)
+    models = fit(corpus.tokens("train"), corpus.vocab_size)
     for split in ("val", "test"):
         report = summary.heldout[split]
         # recomputed here from the same windows' tokens: the targets the model's loss is over

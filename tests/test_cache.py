@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHAKESPEARE, USE_GPT2, needs_gpt2, play_text, text_config, write
+from conftest import GPT2, SHAKESPEARE, USE_GPT2, needs_gpt2, play_text, text_config, write
 
 from tiedvsuntied.data.cache import SPLITS, corpus_identity, corpus_key, prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError
-from tiedvsuntied.data.sources import gpt2_available, load_encoding
+from tiedvsuntied.data.sources import load_encoding
 
 
 def build_events(folder: Path) -> list[str]:
@@ -96,7 +96,7 @@ def test_fingerprint_and_tokens_of_a_fixed_corpus_never_change(fixed, documents)
 
 @pytest.mark.parametrize("encoding, other", sorted(PINNED_HUB_KEYS))
 def test_hub_corpus_keys_never_change(encoding, other):
-    if encoding == "gpt2" and not gpt2_available():
+    if encoding == "gpt2" and not GPT2:
         pytest.skip("GPT-2 tokenizer files not available (TIKTOKEN_CACHE_DIR)")
     keys = dict(config="wikitext-103-raw-v1", revision="abc", val_split=None) if other else {}
     identity = corpus_identity(DataConfig(encoding=encoding, **keys), load_encoding(encoding))
@@ -148,7 +148,7 @@ def test_fingerprint_tracks_content_fractions_and_tokenizer_not_name_path_or_mti
     changed = prepare_data(text_config(str(copy)))
     assert changed.fingerprint != corpus.fingerprint
     assert changed.n_tokens("train") == corpus.n_tokens("train")
-    if gpt2_available():
+    if GPT2:
         gpt2 = prepare_data(text_config(str(play), encoding="gpt2"))
         assert gpt2.fingerprint != corpus.fingerprint
 

@@ -232,15 +232,6 @@ def test_variant_separates_runs_that_differ_in_config(tmp_path):
     ]  # a missing key is no difference
 
 
-def test_load_string_with_several_dirs(tmp_path):
-    import os
-
-    write_sweep(tmp_path / "a", init_stds=("0.02",), ties=(True,))
-    write_sweep(tmp_path / "b", init_stds=("0.5",), ties=(True,))
-    res = load(f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
-    assert set(res.runs["sweep"]) == {"a", "b"}
-
-
 def test_runs_measured_against_different_mfu_peaks_are_noted(fake_sweep):
     runs = load_results(fake_sweep).runs
     assert not any("MFU peaks" in n for n in check_consistency(runs.assign(peak_tflops=1.5)))
@@ -264,7 +255,7 @@ def test_wandb_without_credentials_fails_fast_and_clearly(tmp_path, monkeypatch)
         WandbUnavailableError,
         match=r"cannot read W&B project 'someone/proj'.*load_results",
     ):
-        load_wandb("someone/proj", timeout=3)
+        load_wandb("someone/proj")
     assert time.time() - t0 < 30
 
 

@@ -172,4 +172,4 @@ def test_missing_probes_are_listed(tmp_path):
     assert load_stratum_cosines(runs).attrs["missing"] == [
         "tie=true_init=0.02_model=nano_seed=0: no probes/step_*.npz"
     ]
-    assert "no probe at step 7" in " ".join(load_token_probes(runs, step=7).attrs["missing"])
+    assert "no probe at step 7" in " ".join(load_stratum_cosines(runs, [7]).attrs["missing"])

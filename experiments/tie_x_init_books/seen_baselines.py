@@ -71,7 +71,7 @@ def one_run(model: str, seed: int) -> dict:
     row = {"model": model, "seed": seed}
     for fitted_on, train in (("seen", trained_tokens(corpus, cfg)), ("split", None)):
         train = corpus.tokens("train") if train is None else train
-        models = fit(train, corpus.vocab_size, corpus.eot_token)
+        models = fit(train, corpus.vocab_size)
         scores = score_documents(models, stream, offsets)
         weights = scores["n_tokens"]
         row[f"n_train_{fitted_on}"] = int(models.n_train)

@@ -1,7 +1,6 @@
 """The second edition's analysis (experiments/tie_x_init_books/HYPOTHESES.md): each run's arm,
-the learning-rate check and its rule, the grid at each arm's chosen multiplier, the contrast
-tables (A: tying per cell, B: interactions, C: the other arms) with their floors and count
-baselines, and the held-out books as a variance component. No torch.
+the learning-rate rule, the contrast tables (A: tying per cell, B: interactions, C: the other
+arms) with their floors and count baselines, and the held-out books as a variance component.
 
 A replicate of this study is a seed *and* a held-out fold (``data.heldout_fold = seed``): the
 per-seed paired differences vary with the init and with the books held out, so a t-interval
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.stats import first_replicates, seed_interval, seed_method
+from tiedvsuntied.analysis.stats import first_replicates, seed_summary
 
 STDS = ("0.02", "inv_sqrt_d", "1.0")  # canonical init_std spellings, smallest first
 LR_MULTS = (0.25, 1.0, 4.0)  # the lr check's first three multipliers
@@ -39,7 +38,6 @@ def arm(run: Mapping) -> str:
 
 
 def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
-    """The finished runs, with their ``arm``."""
     done = runs[runs["status"] == "finished"]
     return done.assign(arm=[arm(r) for r in done.to_dict("records")])
 
@@ -48,8 +46,7 @@ def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def lr_check(runs: pd.DataFrame) -> pd.DataFrame:
-    """The lr check's runs (nano, seed 0, replicate 0) as arm x init std rows and one column
-    of final validation loss per multiplier."""
+    """Final validation loss of the lr check's runs (nano, seed 0): (arm, init std) x mult."""
     check = with_arms(first_replicates(runs))
     check = check[(check["model"] == "nano") & (check["seed"] == 0)]
     return check.pivot_table(
@@ -82,41 +79,33 @@ def grid(runs: pd.DataFrame) -> pd.DataFrame:
     return with_arms(runs).merge(choice, on=["arm", "init_std", "emb_lr_mult"])
 
 
-def wide(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
-    """(model, seed) rows, (arm, init_std) columns: ``value`` of replicate 0."""
-    return first_replicates(runs).pivot_table(
-        index=["model", "seed"], columns=["arm", "init_std"], values=value
+def wide(runs: pd.DataFrame) -> pd.DataFrame:
+    """(model, seed) rows, (arm, init_std) columns: test loss."""
+    return runs.pivot_table(
+        index=["model", "seed"], columns=["arm", "init_std"], values="test_loss"
     )
 
 
 # ----------------------------------------------------------------------------- contrasts
 
 
-def _tying(std: str) -> dict[Cell, float]:
-    return {("tied", std): 1.0, ("untied", std): -1.0}
+def _minus(first: str, second: str, std: str = "1.0") -> dict[Cell, float]:
+    """The arm ``first`` − the arm ``second`` at one init std."""
+    return {(first, std): 1.0, (second, std): -1.0}
 
 
 def contrasts() -> list[tuple[str, str, Combination]]:
     """(table, name, combination) of HYPOTHESES.md's per-size contrasts: A and the init-std
     interactions of B, and C. B's size interactions are :func:`size_interactions`."""
     shown = {"0.02": "0.02", "inv_sqrt_d": "d^-0.5", "1.0": "1.0"}
-    out = [("A", f"tied − untied, init {shown[s]}", _tying(s)) for s in STDS]
+    out = [("A", f"tied − untied, init {shown[s]}", _minus("tied", "untied", s)) for s in STDS]
     for std in ("1.0", "inv_sqrt_d"):
-        both = {**_tying(std), **{k: -v for k, v in _tying("0.02").items()}}
+        both = {**_minus("tied", "untied", std), **_minus("untied", "tied", "0.02")}
         out.append(("B", f"tying at {shown[std]} − tying at 0.02", both))
-    out += [
-        ("C", "T5 − tied, init 1.0", {("t5", "1.0"): 1.0, ("tied", "1.0"): -1.0}),
-        (
-            "C",
-            "emb 1.0/head d^-0.5 − untied 1.0",
-            {("emb1_head_dsqrt", "1.0"): 1.0, ("untied", "1.0"): -1.0},
-        ),
-        (
-            "C",
-            "emb 1.0/head d^-0.5 − tied 1.0",
-            {("emb1_head_dsqrt", "1.0"): 1.0, ("tied", "1.0"): -1.0},
-        ),
-    ]
+    split = "emb1_head_dsqrt"  # emb 1.0, head d^-0.5
+    out.append(("C", "T5 − tied, init 1.0", _minus("t5", "tied")))
+    out.append(("C", "emb 1.0/head d^-0.5 − untied 1.0", _minus(split, "untied")))
+    out.append(("C", "emb 1.0/head d^-0.5 − tied 1.0", _minus(split, "tied")))
     return out
 
 
@@ -129,27 +118,16 @@ def per_seed(table: pd.DataFrame, combination: Combination) -> pd.Series:
 
 
 def _row(table: str, model: str, name: str, values: pd.Series) -> dict:
-    values = values.dropna()
-    diff, low, high = seed_interval(values)
-    method = seed_method(len(values), "paired differences (each its own held-out books)")
-    return {
-        "table": table,
-        "model": model,
-        "contrast": name,
-        "n_seeds": len(values),
-        "diff": diff,
-        "low": low,
-        "high": high,
-        "method": method,
-        "seed_diffs": [round(v, 4) for v in values],
-    }
+    row = seed_summary(values, "paired differences (each its own held-out books)")
+    row["seed_diffs"] = [round(v, 4) for v in row["seed_diffs"]]
+    return {"table": table, "model": model, "contrast": name, **row}
 
 
-def contrast_table(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
-    """Every contrast of HYPOTHESES.md at each size, with the noise floor (|the contrast on
-    replicate 1 − on replicate 0| at seed 0, where replicates ran) and ``primary``."""
+def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every contrast of HYPOTHESES.md at each size on the test loss, with the noise floor
+    (:func:`replicate_floor`) and ``primary``."""
     chosen = grid(runs)
-    table, floors = wide(chosen, value), replicate_floor(chosen, value)
+    table, floors = wide(first_replicates(chosen)), replicate_floor(chosen)
     rows = []
     for model in table.index.get_level_values("model").unique():
         for name_table, name, combination in contrasts():
@@ -181,14 +159,13 @@ def size_interactions(table: pd.DataFrame) -> list[dict]:
     ]
 
 
-def replicate_floor(chosen: pd.DataFrame, value: str = "test_loss") -> dict:
+def replicate_floor(chosen: pd.DataFrame) -> dict:
     """{(model, contrast): |contrast(replicate k) − contrast(replicate 0)|} at the seeds where
     every cell of the contrast ran again (the floor of a difference, not of one run)."""
     again = chosen[chosen["replicate"].fillna(0) > 0]
     if again.empty:
         return {}
-    first = wide(chosen, value)
-    second = again.pivot_table(index=["model", "seed"], columns=["arm", "init_std"], values=value)
+    first, second = wide(first_replicates(chosen)), wide(again)
     floors = {}
     for model in second.index.get_level_values("model").unique():
         for _, name, combination in contrasts():
@@ -200,32 +177,31 @@ def replicate_floor(chosen: pd.DataFrame, value: str = "test_loss") -> dict:
     return floors
 
 
-def references(runs: pd.DataFrame, split: str = "test") -> pd.DataFrame:
-    """Per size: the count models' mean over the seeds (each seed its own held-out books) and
-    the share of held-out targets never seen in training."""
-    columns = [f"{split}_unigram", f"{split}_bigram", f"{split}_unseen"]
-    chosen = first_replicates(with_arms(runs))
-    return chosen.groupby("model")[columns].mean()
+def references(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per size: the count models' test loss and the share of test targets never seen in
+    training, the mean over the seeds (each its own held-out books)."""
+    columns = ["test_unigram", "test_bigram", "test_unseen"]
+    return first_replicates(with_arms(runs)).groupby("model")[columns].mean()
 
 
 # ----------------------------------------------------------------------------- books
 
 
-def document_losses(runs: pd.DataFrame, split: str = "test") -> pd.DataFrame:
-    """One row per run and held-out book: the run's loss on the book's windows, the count
-    models' and the unseen share there (from each run's summary.json ``heldout``)."""
+def document_losses(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and test book: the run's loss on the book's windows, the count models'
+    and the unseen share there (from each run's summary.json ``heldout``)."""
     rows = []
     for run in runs.to_dict("records"):
         summary = json.loads((Path(run["path"]) / "summary.json").read_text())
-        books = ((summary.get("heldout") or {}).get(split) or {}).get("documents") or {}
+        books = ((summary.get("heldout") or {}).get("test") or {}).get("documents") or {}
         keys = ("model", "seed", "replicate", "arm", "init_std", "run_id")
         rows += [{**{k: run.get(k) for k in keys}, "document": d, **v} for d, v in books.items()]
     return pd.DataFrame(rows)
 
 
-def book_effects(runs: pd.DataFrame, combination: Combination, split: str = "test") -> pd.DataFrame:
-    """The combination per (model, seed, book): e.g. tied − untied on each held-out book."""
-    books = document_losses(first_replicates(grid(runs)), split)
+def book_effects(runs: pd.DataFrame, combination: Combination) -> pd.DataFrame:
+    """The combination per (model, seed, test book): e.g. tied − untied on each."""
+    books = document_losses(first_replicates(grid(runs)))
     if books.empty:
         return books
     table = books.pivot_table(

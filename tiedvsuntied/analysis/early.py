@@ -1,14 +1,12 @@
 """The first steps of a run: when its loss first falls below ln V (the loss of predicting every
-token of the vocabulary alike) and below the loss of its d^-0.5 arm at the same step.
+token alike) and below the loss of its d^-0.5 arm at the same step.
 
-An init std of 1.0 starts far above ln V (tens of nats: the logits' std is std · sqrt(d)) and
-spends its first steps collapsing; the d^-0.5 arm starts near ln V. These steps say how long the
-collapse takes and when the large init catches up, per run and per cell (median and range over
-seeds), on the loss logged most densely early: ``train/loss`` where the trainer logged it at every
-step from step 1 (``trainer.log_first``), else ``val/loss`` (step 0 and each evaluation). A
-step is the first logged step whose loss is strictly below the threshold; NaN when the run never
-got there (by ``last_step``), or, for the arm, when there is no d^-0.5 run of the same data,
-size, variant, tie and seed (``arm_run_id`` empty). Replicates (the noise floor) are left out.
+An init std of 1.0 starts far above ln V (the logits' std is std · sqrt(d)) and spends its first
+steps collapsing; the d^-0.5 arm starts near ln V. These steps say how long the collapse takes
+and when the large init catches up, on the loss logged most densely early: ``train/loss`` where
+the trainer logged it at every step from step 1 (``trainer.log_first``), else ``val/loss``. A
+step is the first logged step strictly below the threshold; NaN when the run never got there
+(by ``last_step``) or has no d^-0.5 arm. Replicates (the noise floor) are left out.
 """
 
 from __future__ import annotations
@@ -25,20 +23,10 @@ ARM_KEYS = ["data_id", "model", "variant", "tie", "seed"]  # a run and its d^-0.
 EARLY_CELL = ["data_id", "model", "variant", "tie", "init_std"]  # seeds summarised per cell
 MIN_DENSE_STEPS = 10  # train/loss at every step 1..k with k >= this: use it, not val/loss
 STEP_COLUMNS = ("step_below_ln_v", "step_below_arm")
-EARLY_COLUMNS = [
-    *ARM_KEYS,
-    "init_std",
-    "run_id",
-    "name",
-    "status",
-    "metric",
-    "last_step",
-    "ln_v",
-    "step_below_ln_v",
-    "arm_run_id",
-    "arm_metric",
-    "step_below_arm",
-]
+RUN_KEYS = [*ARM_KEYS, "init_std", "run_id", "name", "status"]  # copied from the runs table
+RUN_STEPS = ["metric", "last_step", "ln_v", "step_below_ln_v"]
+ARM_STEPS = ["arm_run_id", "arm_metric", "step_below_arm"]
+EARLY_COLUMNS = [*RUN_KEYS, *RUN_STEPS, *ARM_STEPS]
 
 
 def dense_steps(run_history: pd.DataFrame) -> int:
@@ -52,8 +40,7 @@ def dense_steps(run_history: pd.DataFrame) -> int:
 
 
 def loss_curve(run_history: pd.DataFrame, metric: str | None = None) -> tuple[str, pd.Series]:
-    """(metric, loss by step) of one run: ``metric``, else train/loss when it is logged densely
-    early (MIN_DENSE_STEPS), else val/loss."""
+    """(metric, loss by step) of one run: ``metric``, else train/loss if dense, else val/loss."""
     if metric is None:
         dense = dense_steps(run_history) >= MIN_DENSE_STEPS
         metric = "train/loss" if dense else "val/loss"
@@ -73,8 +60,7 @@ def first_below(loss: pd.Series, threshold) -> float:
 
 
 def _arm_step(h: pd.DataFrame, arm_h: pd.DataFrame | None) -> tuple[str | None, float]:
-    """(metric both curves use, first step below the arm's curve): train/loss when both log it
-    densely, else val/loss."""
+    """(metric both curves use: train/loss if both are dense, first step below the arm's curve)."""
     if arm_h is None:
         return None, np.nan
     dense = min(dense_steps(h), dense_steps(arm_h)) >= MIN_DENSE_STEPS
@@ -87,7 +73,7 @@ def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> d
     metric, loss = loss_curve(h)
     arm_metric, step_arm = _arm_step(h, arm_h)
     return {
-        **{c: run.get(c) for c in [*ARM_KEYS, "init_std", "run_id", "name", "status"]},
+        **{c: run.get(c) for c in RUN_KEYS},
         "metric": metric,
         "last_step": int(h["step"].max()) if len(h) else np.nan,
         "ln_v": ln_v,
@@ -99,9 +85,7 @@ def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> d
 
 
 def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
-    """Per run (replicate 0; EARLY_COLUMNS): the metric used, the run's last logged step, ln V,
-    the first step below ln V, its d^-0.5 arm (same ARM_KEYS) and the first step below that
-    arm's loss at the same step (NaN for the arm itself, or without one)."""
+    """EARLY_COLUMNS per run of replicate 0 (the arm's own steps below the arm: NaN)."""
     runs = first_replicates(runs).astype({"variant": object}).fillna({"variant": ""})
     by_run = {rid: h.sort_values("step") for rid, h in history.groupby("run_id", sort=False)}
     arms = runs[runs["init_std"] == ARM_INIT].set_index(ARM_KEYS)
@@ -120,9 +104,9 @@ def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
 
 
 def early_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (EARLY_CELL) of :func:`early_steps`: ``n`` runs, and for each step column
-    (STEP_COLUMNS) the median, min and max over the seeds that got there, ``*_n`` the runs it
-    applies to (for the arm: runs with one) and ``*_never`` those that did not get there."""
+    """Per EARLY_CELL of :func:`early_steps`: ``n`` runs, and for each of STEP_COLUMNS the
+    median, min and max over the seeds that got there, ``*_n`` the runs it applies to (for the
+    arm: runs with one) and ``*_never`` those that did not get there."""
     groups = table.astype({"variant": object}).groupby(EARLY_CELL, dropna=False, sort=True)
     out = groups.size().rename("n").to_frame()
     out["last_step"] = groups["last_step"].min()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,36 +63,28 @@ def load_results(*paths: str | Path) -> Results:
 
 def _best_records(loaded: list[tuple], notes: list[str]) -> list[tuple]:
     """One record per run_id: the best status (STATUS_RANK), then the newest ``updated_at``."""
-    rows = pd.DataFrame(
-        {
-            "run_id": [row["run_id"] for row, *_ in loaded],
-            "rank": [STATUS_RANK.get(row["status"], 9) for row, *_ in loaded],
-            "updated_at": [row["updated_at"] or "" for row, *_ in loaded],
-        }
-    )
-    order = rows.sort_values(["rank", "updated_at"], ascending=[True, False], kind="stable")
-    kept = order.drop_duplicates("run_id")
-    best = dict(zip(kept["run_id"], kept.index, strict=True))
-    for i in order.index.difference(kept.index, sort=False):
-        row, kept_row = loaded[i][0], loaded[best[rows.at[i, "run_id"]]][0]
-        notes.append(
-            f"run {row['run_id']} found twice: kept {kept_row['path']} ({kept_row['status']}), "
-            f"not {row['path']} ({row['status']})"
-        )
-    return [loaded[i] for i in kept.index]
+    ranked = sorted(loaded, key=lambda r: r[0]["updated_at"] or "", reverse=True)
+    ranked.sort(key=lambda r: STATUS_RANK.get(r[0]["status"], 9))
+    best: dict[str, tuple] = {}
+    for record in ranked:
+        row, kept = record[0], best.setdefault(record[0]["run_id"], record)[0]
+        if kept is not row:
+            notes.append(
+                f"run {row['run_id']} found twice: kept {kept['path']} ({kept['status']}), "
+                f"not {row['path']} ({row['status']})"
+            )
+    return list(best.values())
 
 
 def load(
-    sweep_dirs: str | Path | Sequence[str | Path] = (),
+    sweep_dirs: Sequence[str | Path] = (),
     *,
     wandb_project: str | None = None,
     wandb_group: str | None = None,
     data_id: str | None = None,
 ) -> Results:
-    """What the notebooks call: a W&B project if given, else sweep directories (a list, or one
-    string joined by os.pathsep); with ``data_id``, only the runs on that data (mixed sweeps)."""
-    if isinstance(sweep_dirs, (str, Path)):
-        sweep_dirs = [p for p in str(sweep_dirs).split(os.pathsep) if p]
+    """A W&B project if given, else sweep directories; with ``data_id``, only the runs on that
+    data (mixed sweeps)."""
     results = (
         load_wandb(wandb_project, group=wandb_group or None)
         if wandb_project
@@ -111,13 +102,13 @@ def load(
 
 def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
     """(run_dir, index.json entry or None) for every run under ``path``."""
-    if not path.is_dir():
-        looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
+    if path.exists() and not path.is_dir():
         raise ResultsError(
-            f"results directory {path} does not exist{looked}"
-            if not path.exists()
-            else f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
+            f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
         )
+    if not path.exists():
+        looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
+        raise ResultsError(f"results directory {path} does not exist{looked}")
     if (path / "summary.json").exists():
         return [(path, None)]
     note_bundle(path, notes)
@@ -138,8 +129,8 @@ def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEn
 
 
 def note_bundle(path: Path, notes: list[str]) -> None:
-    """A results bundle (results.bundles) is read like the sweep it reduces; say so, and name
-    any file that differs from its manifest."""
+    """A results bundle is read like the sweep it reduces; say so, and name any file that
+    differs from its manifest."""
     try:
         manifest = bundles.read_manifest(path)
     except bundles.BundleError as e:
@@ -175,10 +166,9 @@ def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
     found: dict[str, tuple[Path, records.IndexEntry | None]] = {}
     for run_id, entry in records.read_index(sweep).items():
         run_dir = sweep / (entry.path or run_id)
-        found[run_id] = (
-            run_dir if run_dir.is_dir() or not (sweep / run_id).is_dir() else sweep / run_id,
-            entry,
-        )
+        if not run_dir.is_dir() and (sweep / run_id).is_dir():  # a moved sweep's old path
+            run_dir = sweep / run_id
+        found[run_id] = (run_dir, entry)
     for p in sorted(sweep.iterdir()):  # runs the index does not (yet) list
         if p.name not in found and _is_run_dir(p):
             found[p.name] = (p, None)
@@ -194,30 +184,17 @@ def _load_run_dir(
     run_dir: Path, entry: records.IndexEntry | None, notes: list[str]
 ) -> tuple[dict, dict, pd.DataFrame]:
     """(runs-table row, config, history) of one run directory."""
-    summary, config, metrics = (
-        records.read_summary(run_dir),
-        records.read_config(run_dir),
-        run_dir / "metrics.jsonl",
-    )
-    if summary is None:
-        notes.append(
-            f"{run_dir}: "
-            + (
-                "summary.json missing or unreadable; status from index.json or unknown"
-                if run_dir.is_dir()
-                else "listed in index.json but the directory does not exist"
-            )
-        )
-    s = (
-        summary.to_dict()
-        if summary
-        else {
-            "run_id": run_dir.name,
-            "name": entry and entry.name,
-            "sweep": run_dir.parent.name,
-            "status": records.Status(entry.status).value if entry else "unknown",
-        }
-    )
+    summary, config = records.read_summary(run_dir), records.read_config(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if summary:
+        s = summary.to_dict()
+    else:
+        missing = "summary.json missing or unreadable; status from index.json or unknown"
+        gone = "listed in index.json but the directory does not exist"
+        notes.append(f"{run_dir}: {missing if run_dir.is_dir() else gone}")
+        status = records.Status(entry.status).value if entry else "unknown"
+        name = entry and entry.name
+        s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
     row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
@@ -229,10 +206,8 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
     for (row, _, _), variant in zip(loaded, variants([c for _, c, _ in loaded]), strict=True):
         row["variant"] = variant
     runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=RUN_COLUMNS)
-    runs[INT_COLUMNS] = runs[INT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
-    runs[FLOAT_COLUMNS] = (
-        runs[FLOAT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("float64")
-    )
+    for columns, dtype in ((INT_COLUMNS, "Int64"), (FLOAT_COLUMNS, "float64")):
+        runs[columns] = runs[columns].apply(pd.to_numeric, errors="coerce").astype(dtype)
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(
         ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
@@ -245,11 +220,8 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     """Identity columns on each run's history; a diverged run's history ends at its divergence."""
 
     def end(r):
-        return (
-            r["diverged_at_step"]
-            if r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
-            else np.inf
-        )
+        diverged = r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
+        return r["diverged_at_step"] if diverged else np.inf
 
     parts = [
         h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS})
@@ -308,16 +280,14 @@ def require_single_data(runs: pd.DataFrame, what: str = "this comparison") -> No
             )
 
 
-def load_wandb(project: str, *, group: str | None = None, timeout: float = 10.0) -> Results:
+def load_wandb(project: str, *, group: str | None = None) -> Results:
     """The runs and history tables of a W&B project ("entity/project"; optionally one group =
     one sweep). Needs network and a W&B key: raises :class:`WandbUnavailableError` otherwise."""
     import wandb
 
     try:
         wb_runs = list(
-            wandb.Api(timeout=int(timeout)).runs(
-                project, filters={"group": group} if group else None
-            )
+            wandb.Api(timeout=10).runs(project, filters={"group": group} if group else None)
         )
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(

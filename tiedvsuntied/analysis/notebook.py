@@ -19,25 +19,20 @@ from tiedvsuntied.analysis.rows import RUN_COLUMNS
 SWEEP_VAR = "TIEDVSUNTIED_SWEEP_DIR"
 
 
-def launch_dir() -> Path:
-    """The directory the user started Jupyter from: the shell's ``$PWD`` (a kernel's working
-    directory is the notebook's folder instead)."""
-    return Path(os.environ.get("PWD") or os.getcwd())
-
-
 def sweep_paths(sweep_dir: str) -> list[Path]:
     """``sweep_dir`` (os.pathsep-separated) as absolute paths; see the module's docstring."""
-    given = os.environ.get(SWEEP_VAR)
-    base = launch_dir() if given and sweep_dir == given else Path.cwd()
+    given, base = os.environ.get(SWEEP_VAR), Path.cwd()
+    if given and sweep_dir == given:  # Jupyter's launch dir (a kernel's cwd is the notebook's)
+        base = Path(os.environ.get("PWD") or os.getcwd())
     return [(base / p).resolve() for p in str(sweep_dir).split(os.pathsep) if p]
 
 
 def notebook_results(
     sweep_dir: str, *, run_first: str = "", wandb_project: str = "", **kwargs
 ) -> Results:
-    """``analysis.load`` for a notebook. ``run_first``: the command that makes the sweep this
-    notebook reads by default; if that sweep is missing (and none was given), say so and skip
-    the rest of the notebook (no error: a headless run of every notebook goes on)."""
+    """``analysis.load`` for a notebook. ``run_first``: the command that makes the sweep it reads
+    by default; where that is missing (and none was given), say so and skip the rest of the
+    notebook (no error: a headless run of every notebook goes on)."""
     if wandb_project:
         return load(wandb_project=wandb_project, **kwargs)
     paths = sweep_paths(sweep_dir)

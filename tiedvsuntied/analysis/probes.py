@@ -21,59 +21,50 @@ def iter_probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[st
         )
         files, seen = sorted((int(s), p) for s, p in found if s.isdigit()), set()
         if not files:
-            missing.append(
-                f"{run.get('name') or run['run_id']}: no probes/step_*.npz"
-                + ("" if run.get("path") else " (not a local run directory)")
-            )
+            local = "" if run.get("path") else " (not a local run directory)"
+            missing.append(f"{_label(run)}: no probes/step_*.npz{local}")
             continue
         by_name = {"first": files[0], "last": files[-1], **{str(s): (s, p) for s, p in files}}
         for which in steps:
             if (pick := by_name.get(str(which))) is None:
-                missing.append(f"{run.get('name') or run['run_id']}: no probe at step {which}")
+                missing.append(f"{_label(run)}: no probe at step {which}")
             elif pick[0] not in seen:
                 seen.add(pick[0])
                 with np.load(pick[1]) as z:
-                    yield (
-                        run,
-                        which,
-                        pick[0],
-                        {k: np.asarray(z[k], dtype="float32").ravel() for k in z.files},
-                    )
+                    arrays = {k: np.asarray(z[k], dtype="float32").ravel() for k in z.files}
+                yield run, which, pick[0], arrays
 
 
-def load_token_probes(runs: pd.DataFrame, step: int | str = "last") -> pd.DataFrame:
-    """Per-token probe arrays, long: ``count`` is the train-split frequency (NA without
-    ``token_freq.npy``), ``in_out_cos`` NaN for tied runs; gaps in ``.attrs["missing"]``."""
+TOKEN_COLUMNS = ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"]
+COSINE_COLUMNS = ["run_id", "probe_step", "which", "stratum", "kind", "cos"]
+
+
+def _label(run) -> str:
+    return run.get("name") or run["run_id"]
+
+
+def load_token_probes(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-token probe arrays at each run's last probe, long: ``count`` is the train-split
+    frequency (NA without ``token_freq.npy``), ``in_out_cos`` NaN for tied runs."""
     parts, missing = [], []
-    for run, _, probe_step, arrays in iter_probes(runs, [step], missing):
-        label, n = run.get("name") or run["run_id"], len(arrays.get("emb_norm", ()))
+    for run, _, probe_step, arrays in iter_probes(runs, ["last"], missing):
+        n = len(arrays.get("emb_norm", ()))
         if not n:
-            missing.append(
-                f"{label}: probe at step {probe_step} has no 'emb_norm' (keys: {sorted(arrays)})"
-            )
+            keys = sorted(arrays)
+            missing.append(f"{_label(run)}: probe at step {probe_step} has no 'emb_norm' ({keys})")
             continue
-        df = pd.DataFrame(
-            {"run_id": run["run_id"], "probe_step": probe_step, "token": np.arange(n)}
-        )
+        df = pd.DataFrame({"run_id": run["run_id"], "probe_step": probe_step, "token": range(n)})
         for k in ("emb_norm", "head_norm", "in_out_cos"):
             df[k] = arrays[k] if len(arrays.get(k, ())) == n else np.float32(np.nan)
         freq_path = Path(run["path"], "token_freq.npy")
         freq = np.load(freq_path) if freq_path.exists() else None
-        df["count"] = pd.array(
-            freq if freq is not None and len(freq) == n else [pd.NA] * n, dtype="Int64"
-        )
-        if freq is None or len(freq) != n:
-            missing.append(
-                f"{label}: token_freq.npy "
-                + ("missing" if freq is None else f"has length {len(freq)}, probes have {n}")
-                + " (norms kept, frequency unknown)"
-            )
+        known = freq is not None and len(freq) == n
+        df["count"] = pd.array(freq if known else [pd.NA] * n, dtype="Int64")
+        if not known:
+            why = "missing" if freq is None else f"has length {len(freq)}, probes have {n}"
+            missing.append(f"{_label(run)}: token_freq.npy {why} (norms kept, frequency unknown)")
         parts.append(df)
-    return _long(
-        parts,
-        ["run_id", "probe_step", "token", "count", "emb_norm", "head_norm", "in_out_cos"],
-        missing,
-    )
+    return _long(parts, TOKEN_COLUMNS, missing)
 
 
 def load_stratum_cosines(
@@ -81,33 +72,22 @@ def load_stratum_cosines(
 ) -> pd.DataFrame:
     """The sampled off-diagonal cosines of E·Eᵀ per run, probe step (``which``: the requested
     step), vocabulary stratum (unseen / rare / frequent, probes.vocab_strata) and ``kind`` (raw,
-    or centred: the stratum sample's mean row removed), long format. Runs from before the strata
-    have one unstratified sample (stratum "all", raw only); gaps in ``.attrs["missing"]``."""
+    or centred: the stratum sample's mean row removed), long format."""
     parts, missing = [], []
     for run, which, probe_step, arrays in iter_probes(runs, steps, missing):
         found = {
             (k.split("_", 1)[1], "raw" if k.startswith("cos_") else "centred"): v
             for k, v in arrays.items()
             if k.startswith(("cos_", "ccos_"))
-        } or ({("all", "raw"): arrays["offdiag_cos"]} if "offdiag_cos" in arrays else {})
+        }
         if not found:
-            missing.append(
-                f"{run.get('name') or run['run_id']}: probe at step {probe_step} has no cosines"
-            )
+            missing.append(f"{_label(run)}: probe at step {probe_step} has no cosines")
+        keys = {"run_id": run["run_id"], "probe_step": probe_step, "which": str(which)}
         parts += [
-            pd.DataFrame(
-                {
-                    "run_id": run["run_id"],
-                    "probe_step": probe_step,
-                    "which": str(which),
-                    "stratum": stratum,
-                    "kind": kind,
-                    "cos": v,
-                }
-            )
+            pd.DataFrame({**keys, "stratum": stratum, "kind": kind, "cos": v})
             for (stratum, kind), v in found.items()
         ]
-    return _long(parts, ["run_id", "probe_step", "which", "stratum", "kind", "cos"], missing)
+    return _long(parts, COSINE_COLUMNS, missing)
 
 
 def _long(parts: list[pd.DataFrame], cols: list[str], missing: list[str]) -> pd.DataFrame:

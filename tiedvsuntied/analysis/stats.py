@@ -1,16 +1,12 @@
 """Statistics on the runs table: means over seeds with Student-t intervals, the one tied/untied
-pairing, paired differences, the interaction of tying with another factor, the noise floor.
+pairing, paired tables, the noise floor.
 
-A tied run and its untied partner share data, seed and body init (PAIR_COLUMNS). The interval of
-a cell's paired difference tied − untied is a Student-t interval over its seeds' differences
-(:func:`seed_interval`, scipy): each seed's difference is a mean over the same evaluation
-windows in both arms, so evaluation noise is in the spread of the seeds' differences and enters
-the interval as a variance component, not instead of the seeds. Its coverage is checked by
-simulation (tests/test_coverage.py: >= 93% for a nominal 95% at 3 and 5 seeds, where a bootstrap
-of 3 seed means covers ~78%). With one seed there is no interval.
-
-Replicates (``replicate`` > 0: one config trained again) measure the noise floor
-(:func:`noise_floor`) and enter no seed-level statistic (:func:`first_replicates`).
+A tied run and its untied partner share data, seed and body init (PAIR_COLUMNS). A cell's
+interval is a Student-t interval over its seeds' paired differences: each is a mean over the same
+evaluation windows in both arms, so evaluation noise enters through the seeds' spread. Its
+coverage is checked by simulation (tests/test_coverage.py: >= 93% for a nominal 95% at 3 and 5
+seeds, where a bootstrap of 3 seed means covers ~78%). Replicates (``replicate`` > 0: one
+config trained again) measure the noise floor and enter no seed-level statistic.
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ from scipy import stats
 from tiedvsuntied.analysis.load import ResultsError
 
 CONFIDENCE = 0.95  # of every interval the tables give and the figures draw
-# Fewer seeds: figures draw each seed, no band (n = 2 t-bands are uninformative).
-MIN_BAND_SEEDS = 3
-MIN_INTERVAL_SEEDS = 2  # a paired difference's t-interval needs two seeds; with one: none
+MIN_BAND_SEEDS = 3  # fewer: figures draw each seed, no band (n = 2 t-bands are uninformative)
+MIN_INTERVAL_SEEDS = 2  # a paired difference's t-interval needs two seeds
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds
 PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares
 CELL = ["data_id", "model", "variant", "init_std"]  # a paired table's row: its pairs share these
@@ -40,8 +35,8 @@ FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's c
 
 
 class Contrast(NamedTuple):
-    """A contrast of tie effects: (tied − untied at ``factor`` = levels[0]) − (at levels[1]),
-    paired by seed, at comparison point ``point`` (POINTS), in the cells of size ``size``."""
+    """(tied − untied at ``factor`` = levels[0]) − (at levels[1]), paired by seed, at ``point``
+    (POINTS), in the cells of size ``size``."""
 
     factor: str
     levels: tuple[str, str]
@@ -62,19 +57,8 @@ class Contrast(NamedTuple):
 PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final", "largest")
 
 
-def t_interval(mean, sem, n) -> tuple[np.ndarray, np.ndarray]:
-    """The CONFIDENCE Student-t interval of a mean over ``n`` values with standard error ``sem``
-    (arrays; NaN where n < 2)."""
-    dof = np.atleast_1d(np.asarray(n, dtype=float)) - 1
-    quantile = np.full(dof.shape, np.nan)
-    quantile[dof > 0] = stats.t.interval(CONFIDENCE, dof[dof > 0])[1]
-    mean, sem = np.asarray(mean, dtype=float), np.asarray(sem, dtype=float)
-    return mean - quantile * sem, mean + quantile * sem
-
-
 def seed_interval(values) -> tuple[float, float, float]:
-    """Mean of one value per seed and its CONFIDENCE Student-t interval (scipy's one-sample t;
-    NaN bounds below MIN_INTERVAL_SEEDS seeds): the interval of every paired table."""
+    """Mean of one value per seed and its Student-t interval (NaN below MIN_INTERVAL_SEEDS)."""
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]  # a run without the value (no test evaluation)
     if len(values) < MIN_INTERVAL_SEEDS:
@@ -86,14 +70,28 @@ def seed_interval(values) -> tuple[float, float, float]:
 
 
 def seed_method(n: int, what: str = "paired differences") -> str:
-    """How :func:`seed_interval` made an interval over ``n`` seeds, in words."""
+    """How :func:`seed_interval` made its interval, in words."""
     if n < MIN_INTERVAL_SEEDS:
         return f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
     return f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
 
 
+def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
+    """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
+    values = values.dropna()
+    diff, low, high = seed_interval(values)
+    method = seed_method(len(values), what)
+    return dict(
+        n_seeds=len(values),
+        diff=diff,
+        low=low,
+        high=high,
+        method=method,
+        seed_diffs=values.tolist(),
+    )
+
+
 def is_replicate(run: pd.Series) -> bool:
-    """Whether one run trains its config again (``replicate`` > 0)."""
     value = run.get("replicate")
     return bool(pd.notna(value) and value > 0)
 
@@ -110,9 +108,8 @@ def first_replicates(runs: pd.DataFrame) -> pd.DataFrame:
 def aggregate(
     df: pd.DataFrame, by: Sequence[str], value: str, *, carry: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the CONFIDENCE
-    t interval (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1), ``ci_label``, ``carry``,
-    ``run_ids``."""
+    """``value`` over each group of ``by`` (typically: seeds): n, mean, std, sem, the t interval
+    (``ci_low``, ``ci_high``, ``ci_half``; NaN for n=1), ``ci_label``, ``carry``, ``run_ids``."""
     missing = [c for c in [*by, value, *carry] if c not in df.columns]
     if missing:
         raise KeyError(
@@ -128,8 +125,8 @@ def aggregate(
     if "run_id" in df:
         out["run_ids"] = groups["run_id"].agg(list)
     out = out.reset_index()
-    out["ci_low"], out["ci_high"] = t_interval(out["mean"], out["sem"], out["n"])
-    out["ci_half"] = (out["ci_high"] - out["ci_low"]) / 2
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, out["n"] - 1) * out["sem"]  # NaN where n < 2
+    out["ci_low"], out["ci_high"], out["ci_half"] = out["mean"] - half, out["mean"] + half, half
     out["ci_label"] = [
         f"{CONFIDENCE:.0%} t-CI, n={k}" if k > 1 else ("n=1: no CI" if k == 1 else "no data")
         for k in out["n"]
@@ -139,8 +136,8 @@ def aggregate(
 
 
 def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
-    """Mean and CI of a summary value over seeds, per data/size/variant/tie/init std; only
-    finished runs of replicate 0 count (a diverged run has no meaningful final loss)."""
+    """:func:`aggregate` per GROUP_COLUMNS of the finished runs of replicate 0 (a diverged run
+    has no meaningful final loss)."""
     carry = ["n_embd", "n_layer", "params_total", "params_non_embedding", "vocab_size"]
     finished = first_replicates(runs[runs["status"] == "finished"])
     return aggregate(finished, GROUP_COLUMNS, value, carry=carry)
@@ -152,8 +149,8 @@ def aggregate_history(
     *,
     by: Sequence[str] = ("model", "tie", "init_std"),
 ) -> pd.DataFrame:
-    """Per group and step: mean and CI of ``metric`` over the group's runs (seeds), plus the
-    mean ``tokens``. Diverged and failed runs are left out here: plot them one by one."""
+    """:func:`aggregate` of ``metric`` per group and step, with the mean ``tokens``. Diverged
+    and failed runs are left out here: plot them one by one."""
     if metric not in history.columns:
         raise KeyError(
             f"metric {metric!r} not in the history; logged metrics: "
@@ -201,9 +198,8 @@ def match(
     keys: Sequence[str],
     suffixes: tuple[str, str] = ("_t", "_u"),
 ) -> pd.DataFrame:
-    """Rows of ``first`` and ``second`` that share ``keys``: one row per pair, the other columns
-    suffixed ``suffixes`` (_t first, _u second). Two rows in one slot (two sweeps of the same
-    runs) cannot be paired: :class:`ResultsError`."""
+    """Rows of ``first`` and ``second`` that share ``keys``, the other columns suffixed. Two rows
+    in one slot (two sweeps of the same runs) cannot be paired: :class:`ResultsError`."""
     for side in (first, second):
         duplicated = side[side.duplicated(list(keys), keep=False)]
         if not duplicated.empty:
@@ -216,9 +212,8 @@ def match(
 
 
 def pairs(runs: pd.DataFrame, keys: Sequence[str] = PAIR_COLUMNS) -> pd.DataFrame:
-    """Finished tied runs of replicate 0 matched with their finished untied partners on ``keys``
-    (:func:`match`: columns suffixed _t for tied, _u for untied). The one tied/untied pairing of
-    the package."""
+    """Finished tied runs of replicate 0 matched with their untied partners on ``keys`` (columns
+    suffixed _t and _u): the one tied/untied pairing of the package."""
     finished = first_replicates(runs[runs["status"] == "finished"])
     return match(finished[finished["tie"].eq(True)], finished[finished["tie"].eq(False)], keys)
 
@@ -245,53 +240,34 @@ def paired_differences(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.
     """tied − untied (``diff``) of one summary ``value`` per pair (:func:`pairs`); the runs in no
     pair are listed in ``.attrs["unpaired"]``."""
     both = pairs(runs)
-    out = pd.DataFrame(
-        {
-            **{c: both[c] for c in PAIR_COLUMNS},
-            "tied": both[f"{value}_t"],
-            "untied": both[f"{value}_u"],
-            "diff": both[f"{value}_t"] - both[f"{value}_u"],
-            "tied_run_id": both["run_id_t"],
-            "untied_run_id": both["run_id_u"],
-        }
-    )
+    tied, untied = both[f"{value}_t"], both[f"{value}_u"]
+    out = both[PAIR_COLUMNS].assign(tied=tied, untied=untied, diff=tied - untied)
+    out = out.assign(tied_run_id=both["run_id_t"], untied_run_id=both["run_id_u"])
     out = out.sort_values(PAIR_COLUMNS).reset_index(drop=True)
     out.attrs.update(unpaired=unpaired(runs, both), value=value)
     return out
 
 
 def summarize_differences(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Mean paired difference (tied − untied) over seeds with its t CI, per data/size/variant/init
-    std."""
+    """:func:`aggregate` of the paired differences per CELL."""
     return aggregate(pairs, CELL, "diff")
 
 
 # ----------------------------------------------------------------------------- intervals
 def paired_interval(pairs: pd.DataFrame, point: str) -> dict:
-    """Mean difference _t − _u of one cell's pairs at one comparison point (POINTS): ``diff``
-    with its t-interval over seeds (``low``, ``high``, ``method``: :func:`seed_interval`), both
-    sides' means over the same pairs (``mean_t``, ``mean_u``) and each seed's difference."""
+    """INTERVAL_COLUMNS of one cell's pairs at one comparison point (POINTS)."""
     col = POINTS[point]
     diffs = (pairs[f"{col}_t"] - pairs[f"{col}_u"]).astype(float).dropna()
-    mean, low, high = seed_interval(diffs)
     both = pairs.loc[diffs.index]
-    return {
-        "n_seeds": len(diffs),
-        "mean_t": float(both[f"{col}_t"].astype(float).mean()) if len(both) else np.nan,
-        "mean_u": float(both[f"{col}_u"].astype(float).mean()) if len(both) else np.nan,
-        "diff": mean,
-        "low": low,
-        "high": high,
-        "method": seed_method(len(diffs)),
-        "seed_diffs": diffs.tolist(),
-    }
+    mean_t, mean_u = (float(both[f"{col}{s}"].astype(float).mean()) for s in ("_t", "_u"))
+    return {"mean_t": mean_t, "mean_u": mean_u, **seed_summary(diffs)}
 
 
 # ----------------------------------------------------------------------------- the noise floor
 def reruns(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every finished replicate k >= 1 matched with replicate 0 of its config and seed (columns
-    suffixed _0 and _k), and ``same_threads``: both trained with one known CPU thread count.
-    Such a pair is a determinism check (compiled CPU runs are then bitwise equal), not a floor."""
+    """Every finished replicate k >= 1 matched with replicate 0 of its config and seed (suffixes
+    _0 and _k), and ``same_threads``: both at one known CPU thread count, a determinism check
+    (compiled CPU runs are then bitwise equal), not a floor."""
     finished = runs[runs["status"] == "finished"]
     replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
     pairs = [
@@ -311,12 +287,10 @@ def reruns(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (CELL): ``n`` re-runs of a config (replicate k >= 1 against replicate 0, same
-    tie and seed) and the mean absolute difference |replicate 0 − replicate k| at every
-    comparison point (FLOOR_COLUMNS: test loss final and best, final validation loss). A re-run
-    at the same CPU thread count is left out (it is bitwise equal: :func:`reruns`); at another
+    """Per CELL: ``n`` re-runs (:func:`reruns` at another thread count) and the mean
+    |replicate 0 − replicate k| at every comparison point (FLOOR_COLUMNS). At another thread
     count the two runs differ by ~1e-6 from the first steps, and what training makes of that is
-    the floor. An effect below it is not a finding. Empty without such replicates."""
+    the floor: an effect below it is not a finding."""
     again = reruns(runs)
     again = again[~again["same_threads"]]
     if again.empty:
@@ -333,8 +307,7 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_floor(table: pd.DataFrame, floors: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """``table`` (rows per cell of ``keys`` and ``point``) with ``floor``: the cell's noise floor
-    at that point (NaN where none was measured)."""
+    """``table`` (rows per ``keys`` and ``point``) with the cell's noise ``floor`` there."""
     if floors.empty:
         return table.assign(floor=np.nan)
     long = floors.melt(
@@ -346,10 +319,8 @@ def with_floor(table: pd.DataFrame, floors: pd.DataFrame, keys: Sequence[str]) -
 
 
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
-    """Per data/size/variant/init std and comparison point ("final": test loss of the final
-    weights; "best": test loss of the weights of the best validation step; "final_val"): the
-    mean paired difference tied − untied, its t-interval over seeds (``low``, ``high``,
-    ``method``), each seed's difference and the noise ``floor``."""
+    """Per CELL and comparison point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise
+    ``floor``."""
     rows = [
         {**dict(zip(CELL, key, strict=True)), "point": point, **paired_interval(cell, point)}
         for key, cell in pairs(runs).groupby(CELL, dropna=False, sort=True)
@@ -361,8 +332,7 @@ def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) 
 
 # ----------------------------------------------------------------------------- tables as text
 def caption(table: pd.DataFrame) -> str:
-    """A table's first line: how many intervals it holds, its method, the primary contrast, and
-    the noise floor (or that none was measured)."""
+    """A table's first line: its intervals' count and method, the primary contrast, the floor."""
     k = int(table["low"].notna().sum()) if "low" in table else 0
     text = (
         f"{k} interval{'s' * (k != 1)} at {CONFIDENCE:.0%} each ({CONFIDENCE:.0%} t over seeds, "
@@ -382,8 +352,7 @@ def caption(table: pd.DataFrame) -> str:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """A table as markdown under its :func:`caption`: numbers rounded, the t-interval as one
-    column."""
+    """A table as markdown under its :func:`caption`, the interval as one column."""
     shown = table.drop(columns=["seed_diffs"], errors="ignore").copy()
     shown["interval"] = [
         f"[{lo:+.3f}, {hi:+.3f}]" if pd.notna(lo) else "none"

@@ -6,19 +6,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 from scipy import integrate, stats
 
 from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token
 from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.presets import presets
 
-THEORY_DRAWS = (
-    256  # logit vectors: with the control variate, standard error < 0.1% (tests/test_theory.py)
-)
+# logit vectors: with the control variate, standard error < 0.1% (tests/test_theory.py)
+THEORY_DRAWS = 256
 
 
 @functools.lru_cache(maxsize=4)
@@ -33,25 +31,19 @@ def expected_max_normal(n: int) -> float:
 
 
 @functools.lru_cache(maxsize=4)
-def _logit_draws(vocab_size: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
+def _logit_draws(vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Fixed standard-normal logit vectors as (each minus its max, its max)."""
-    g = np.random.default_rng(0).standard_normal((draws, vocab_size), dtype=np.float32)
+    g = np.random.default_rng(0).standard_normal((THEORY_DRAWS, vocab_size), dtype=np.float32)
     top = g.max(axis=1)
     return g - top[:, None], top.astype(np.float64)
 
 
-def gaussian_logit_loss(
-    sigma: float | Sequence[float],
-    vocab_size: int,
-    *,
-    draws: int = THEORY_DRAWS,
-    return_se: bool = False,
-):
+def gaussian_logit_loss(sigma: float | Sequence[float], vocab_size: int, *, return_se=False):
     """Expected loss E[logsumexp(z)] when the V logits are i.i.d. N(0, sigma^2) and independent of
-    the target. Monte Carlo over ``draws`` fixed logit vectors (the same for every sigma: a smooth
-    curve), with the largest logit as control variate (its mean sigma * E[max] is known exactly),
-    which removes most of the variance where the largest logits dominate."""
-    d, top = _logit_draws(int(vocab_size), int(draws))
+    the target. Monte Carlo over THEORY_DRAWS fixed logit vectors (the same for every sigma: a
+    smooth curve), with the largest logit as control variate (its mean sigma * E[max] is known
+    exactly), which removes most of the variance where the largest logits dominate."""
+    d, top = _logit_draws(int(vocab_size))
     e_max, est, se = expected_max_normal(int(vocab_size)), [], []
     for s in np.atleast_1d(np.asarray(sigma, dtype=float)):
         lse = s * top + np.log(np.exp(np.float32(s) * d).sum(axis=1, dtype=np.float64))
@@ -89,23 +81,12 @@ def tied_initial_loss(self_logit, sigma, vocab_size: int, self_target_frac=0.0) 
 def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run: measured initial loss beside ln V and the predictions from its sigma: ``predicted``
     (i.i.d. Gaussian logits), ``predicted_tied`` (tied runs with ``init_self_logit``),
-    ``predicted_approx``; ``excess`` = measured − the run's own prediction (tied: the tied one)."""
-    cols = [
-        "run_id",
-        "name",
-        "tie",
-        "init_std",
-        "variant",
-        "model",
-        "seed",
-        "vocab_size",
-        "ln_vocab",
-        "init_logit_std",
-        "init_self_logit",
-        "init_self_target_frac",
-        "init_val_loss",
-    ]
-    t = runs[cols].assign(predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan)
+    ``predicted_approx``; ``excess`` = measured − the run's own prediction."""
+    run = ["run_id", "name", "tie", "init_std", "variant", "model", "seed", "vocab_size"]
+    init = ["ln_vocab", "init_logit_std", "init_self_logit", "init_self_target_frac"]
+    t = runs[[*run, *init, "init_val_loss"]].assign(
+        predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan
+    )
     ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
     for vocab, g in t[ok].groupby("vocab_size"):
         sigma = g["init_logit_std"].to_numpy(float)
@@ -127,18 +108,13 @@ def parameter_table(vocab_size: int = 50257) -> pd.DataFrame:
     """Every size in ``conf/model/*.yaml``, smallest first: shape, parameters tied and untied
     (unique: a tied matrix counts once), and training GFLOPs per token (the same tied or not)."""
     rows = []
-    for path in sorted((Path(__file__).resolve().parents[2] / "conf" / "model").glob("*.yaml")):
-        cfg = ModelConfig(
-            **{**OmegaConf.to_container(OmegaConf.load(path)), "vocab_size": vocab_size}
-        )
+    for preset in presets("model").values():
+        cfg = ModelConfig(**{**preset, "vocab_size": vocab_size})
         tied, untied = count_parameters_for(cfg, True), count_parameters_for(cfg, False)
         rows.append(
             {
                 "size": cfg.name,
-                "n_layer": cfg.n_layer,
-                "n_head": cfg.n_head,
-                "n_embd": cfg.n_embd,
-                "block_size": cfg.block_size,
+                **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "block_size")},
                 "total (tied)": tied["total"],
                 "total (untied)": untied["total"],
                 "non-embedding": tied["non_embedding"],

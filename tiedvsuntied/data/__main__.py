@@ -11,28 +11,25 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError, DataUnavailableError
+from tiedvsuntied.presets import presets
 
-CONF_DATA_DIR = Path(__file__).resolve().parents[2] / "conf" / "data"
 
-
-def load_config(preset: str | None = None, overrides: Sequence[str] = ()) -> DataConfig:
+def load_config(preset: str, overrides: Sequence[str] = ()) -> DataConfig:
     """conf/data/<preset>.yaml + key=value overrides (as Hydra's data.<key>=value; 'data.'
     optional)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    path = CONF_DATA_DIR / f"{preset}.yaml"
-    if preset and not path.is_file():
-        valid = sorted(p.stem for p in CONF_DATA_DIR.glob("*.yaml"))
-        raise DataError(f"no data preset {preset!r}; valid: {valid}")
+    found = presets("data")
+    if preset not in found:
+        raise DataError(f"no data preset {preset!r}; valid: {sorted(found)}")
     try:
         conf = OmegaConf.merge(
             OmegaConf.structured(DataConfig),
-            OmegaConf.load(path) if preset else {},
+            found[preset],
             OmegaConf.from_dotlist([o.removeprefix("data.") for o in overrides]),
         )
         return OmegaConf.to_object(conf)

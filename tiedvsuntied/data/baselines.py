@@ -1,34 +1,23 @@
-"""Count-model reference points: a smoothed unigram and an interpolated Kneser-Ney bigram.
+"""Count-model reference points: a smoothed unigram and an interpolated Kneser-Ney bigram,
+fitted on the training split's tokens and scored on the models' held-out targets, in nats per
+predicted token. A transformer that has not beaten the bigram has learned little beyond counts.
 
-Every model loss in the paper is read against these two: both are fitted on the training split's
-tokens and scored on the same held-out targets as the models, in nats per predicted token. A
-transformer that has not beaten the bigram has learned little beyond counts.
+Both are over the whole vocabulary ``V`` (most of GPT-2's 50,257 tokens are absent from a small
+corpus), so every probability is above zero and every loss finite.
 
-Both models are over the whole vocabulary ``V`` (for GPT-2, 50,257 tokens, most of them absent
-from a small corpus), so every token has a probability above zero and every loss is finite.
-
-- **Unigram**, add-one (Laplace): ``p(w) = (c(w) + 1) / (N + V)``, with ``c(w)`` the count of
-  ``w`` among the ``N`` training tokens.
-- **Bigram**, interpolated Kneser-Ney with one discount ``D`` (default 0.75, ``0 < D <= 1``)::
+- **Unigram**, add-one: ``p(w) = (c(w) + 1) / (N + V)`` over the ``N`` training tokens.
+- **Bigram**, interpolated Kneser-Ney with one discount ``D`` in (0, 1]::
 
       p(w | v) = max(c(v, w) - D, 0) / c(v) + D * N1+(v .) / c(v) * p_cont(w)
       p_cont(w) = (N1+(. w) + 1) / (N1+(. .) + V)
 
-  ``c(v, w)`` counts the pair ``v w`` in training, ``c(v)`` the pairs with context ``v``,
-  ``N1+(v .)`` the distinct tokens seen after ``v``, ``N1+(. w)`` the distinct contexts seen
-  before ``w`` and ``N1+(. .)`` the distinct pairs. The continuation probability is add-one
-  smoothed over ``V`` so that no token gets 0. A context never seen in training (``c(v) = 0``)
-  falls back entirely: ``p(w | v) = p_cont(w)``.
+  ``c(v)`` counts the pairs with context ``v``, ``N1+(v .)`` the distinct tokens after ``v``,
+  ``N1+(. w)`` the distinct contexts before ``w``, ``N1+(. .)`` the distinct pairs; ``p_cont``
+  is add-one smoothed so that no token gets 0. An unseen context falls back to ``p_cont(w)``.
 
-**Documents.** The project's token streams put an end-of-text token (``eot``) before every
-document but the first. Counting treats it as an ordinary token: the pair ``(eot, w)`` is how the
-bigram learns what starts a document, and ``(w, eot)`` how it learns what ends one. Scoring a
-stream (:func:`score`) counts every adjacent pair; :func:`score_documents` drops the pair that
-crosses into a document from the one before (see there).
-
-Everything is vectorised with numpy (pair ids ``prev * V + next`` as int64, one in-place sort,
-``np.searchsorted`` look-ups): fitting 20 M tokens takes seconds. No torch: the reading side of
-the project must not load it.
+The end-of-text token is counted as any other: ``(eot, w)`` is how the bigram learns what starts
+a document. Vectorised with numpy (pair ids ``prev * V + next``, one in-place sort,
+``np.searchsorted``): fitting 20 M tokens takes seconds. No torch.
 """
 
 from __future__ import annotations
@@ -40,30 +29,20 @@ import numpy as np
 
 from tiedvsuntied.data.config import DataError
 
-DEFAULT_DISCOUNT = 0.75
-
 
 @dataclass(frozen=True)
 class CountModels:
-    """Fitted unigram and bigram counts (arrays in memory only); build with :func:`fit`."""
+    """Fitted unigram and bigram counts (in memory only); build with :func:`fit`."""
 
     vocab_size: int
-    #: the end-of-text token, for :func:`document_starts`; counted as an ordinary token
-    eot: int | None
     discount: float
-    #: training tokens N
-    n_train: int
-    #: c(w), int64 [V]
-    unigram_counts: np.ndarray
-    #: the distinct training pairs as ``prev * V + next``, sorted int64, and their counts c(v, w)
-    pair_ids: np.ndarray
-    pair_counts: np.ndarray
-    #: c(v): training pairs with context v, int64 [V]
-    context_counts: np.ndarray
-    #: the weight of p_cont after context v: D * N1+(v .) / c(v), or 1 for an unseen context
-    backoff: np.ndarray
-    #: p_cont(w), float64 [V]
-    continuation: np.ndarray
+    n_train: int  # training tokens N
+    unigram_counts: np.ndarray  # c(w), int64 [V]
+    pair_ids: np.ndarray  # the distinct training pairs as prev * V + next, sorted int64
+    pair_counts: np.ndarray  # c(v, w) of each
+    context_counts: np.ndarray  # c(v): training pairs with context v, int64 [V]
+    backoff: np.ndarray  # the weight of p_cont after v: D * N1+(v .) / c(v), 1 if c(v) = 0
+    continuation: np.ndarray  # p_cont(w), float64 [V]
 
 
 def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) -> np.ndarray:
@@ -84,12 +63,9 @@ def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) 
 
 
 def _count_pairs(tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct adjacent pairs as sorted ``prev * V + next`` (int64) and their counts.
-
-    What ``np.unique(ids, return_counts=True)`` gives, at 60% of its peak memory (measured with
-    tracemalloc on 20 M random tokens, nearly all pairs distinct: 0.46 GB instead of 0.78 GB):
-    the ids are sorted in place rather than copied, and freed before the counts are taken.
-    """
+    """``np.unique(prev * V + next, return_counts=True)`` at 60% of its peak memory (measured
+    with tracemalloc on 20 M random tokens: 0.46 GB instead of 0.78 GB): the ids are sorted in
+    place rather than copied, and freed before the counts are taken."""
     ids = tokens[:-1].astype(np.int64)
     ids *= vocab_size
     ids += tokens[1:]
@@ -107,21 +83,10 @@ def _count_pairs(tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.nd
     return distinct, counts
 
 
-def fit(
-    train_tokens: np.ndarray,
-    vocab_size: int,
-    eot: int | None = None,
-    discount: float = DEFAULT_DISCOUNT,
-) -> CountModels:
-    """Count unigrams and bigrams of ``train_tokens`` (1-D ints in [0, V), e.g. a uint16 memmap).
-
-    The formulas are in the module docstring. ``eot`` is only checked and kept (for
-    :func:`document_starts`): the counts treat it as any other token.
-    """
+def fit(train_tokens: np.ndarray, vocab_size: int, *, discount: float = 0.75) -> CountModels:
+    """Count unigrams and bigrams of ``train_tokens`` (1-D ints in [0, V), e.g. a memmap)."""
     if vocab_size < 1:
         raise DataError(f"vocab_size must be >= 1, got {vocab_size}")
-    if eot is not None and not 0 <= eot < vocab_size:
-        raise DataError(f"eot={eot} is outside the vocabulary [0, {vocab_size})")
     # D > 1 would take more than a pair's count; D = 0 would leave unseen pairs at probability 0.
     if not 0 < discount <= 1:
         raise DataError(f"discount must be in (0, 1], got {discount}")
@@ -136,10 +101,8 @@ def fit(
     seen = context_counts > 0
     backoff = np.ones(vocab_size)
     backoff[seen] = discount * followers[seen] / context_counts[seen]
-    continuation = (preceders + 1.0) / (len(pair_ids) + vocab_size)
     return CountModels(
         vocab_size=vocab_size,
-        eot=eot,
         discount=float(discount),
         n_train=len(tokens),
         unigram_counts=np.bincount(tokens, minlength=vocab_size).astype(np.int64),
@@ -147,12 +110,12 @@ def fit(
         pair_counts=pair_counts,
         context_counts=context_counts,
         backoff=backoff,
-        continuation=continuation,
+        continuation=(preceders + 1.0) / (len(pair_ids) + vocab_size),
     )
 
 
 def unigram_probs(models: CountModels) -> np.ndarray:
-    """p(w) for every w in V: ``(c(w) + 1) / (N + V)``."""
+    """p(w) for every w in V."""
     return (models.unigram_counts + 1.0) / (models.n_train + models.vocab_size)
 
 
@@ -170,55 +133,13 @@ def _pair_counts(models: CountModels, prev: np.ndarray, nxt: np.ndarray) -> np.n
 
 
 def bigram_prob(models: CountModels, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
-    """p(nxt | prev), elementwise: the Kneser-Ney formula of the module docstring.
-
-    The one place the formula is written; :func:`score` and :func:`bigram_probs` both use it.
-    """
+    """p(nxt | prev), elementwise: the one place the Kneser-Ney formula is written."""
     prev, nxt = np.asarray(prev), np.asarray(nxt)
     discounted = np.maximum(_pair_counts(models, prev, nxt) - models.discount, 0.0)
     # An unseen context has c(v, w) = 0 for every w, so only its backoff term (weight 1) is left;
     # the max(., 1) merely avoids 0/0 there.
     first = discounted / np.maximum(models.context_counts[prev], 1)
     return first + models.backoff[prev] * models.continuation[nxt]
-
-
-def bigram_probs(models: CountModels, context: int) -> np.ndarray:
-    """p(w | context) for every w in V (sums to 1)."""
-    vocab = np.arange(models.vocab_size)
-    return bigram_prob(models, np.full(models.vocab_size, context), vocab)
-
-
-def _target_losses(models: CountModels, tokens: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per target ``tokens[1:]``: unigram NLL, bigram NLL (context ``tokens[:-1]``), unseen."""
-    prev, targets = tokens[:-1], tokens[1:]
-    unigram = -np.log(unigram_probs(models))[targets]
-    bigram = -np.log(bigram_prob(models, prev, targets))
-    unseen = models.unigram_counts[targets] == 0
-    return unigram, bigram, unseen
-
-
-def score(models: CountModels, tokens: np.ndarray) -> dict:
-    """Mean NLL (nats per predicted token) of held-out ``tokens`` under both count models.
-
-    Both are over the same targets, ``tokens[1:]`` (the bigram needs a context, so the first
-    token is predicted by neither). Keys: ``unigram``, ``bigram`` (floats), ``unseen_frac`` (the
-    share of targets with training count 0), ``n_tokens`` (targets: ``len(tokens) - 1``).
-    """
-    tokens = _check_tokens(tokens, models.vocab_size, "tokens", min_len=2)
-    unigram, bigram, unseen = _target_losses(models, tokens)
-    return {
-        "unigram": float(unigram.mean()),
-        "bigram": float(bigram.mean()),
-        "unseen_frac": float(unseen.mean()),
-        "n_tokens": len(unigram),
-    }
-
-
-def document_starts(tokens: np.ndarray, eot: int) -> np.ndarray:
-    """Start offsets of the documents of a stream where ``eot`` begins every document but the
-    first (the project's layout): 0 and every position holding ``eot`` after it."""
-    tokens = np.asarray(tokens)
-    return np.r_[0, np.flatnonzero(tokens[1:] == eot) + 1].astype(np.int64)
 
 
 def _check_starts(starts: np.ndarray, n: int) -> np.ndarray:
@@ -235,17 +156,21 @@ def _check_starts(starts: np.ndarray, n: int) -> np.ndarray:
 
 
 def score_documents(models: CountModels, tokens: np.ndarray, starts: np.ndarray) -> dict:
-    """:func:`score`'s numbers for each document of ``tokens``, as arrays (one entry per start).
+    """Per document ``tokens[starts[d]:starts[d + 1]]``, arrays of the mean NLL of its targets
+    (its tokens after its first) under both models, ``unseen_frac`` (the share of targets with
+    training count 0) and ``n_tokens`` (targets; a one-token document has none: NaN means).
 
-    Document d is ``tokens[starts[d]:starts[d + 1]]``; its targets are its tokens after its first.
-    The pair that crosses into a document (the previous one's last token -> this one's first,
-    e.g. ``eot``) belongs to neither, so pooling the documents weighted by ``n_tokens`` gives
-    :func:`score` of the whole stream without those ``len(starts) - 1`` pairs. A one-token
-    document has no targets: ``n_tokens`` 0 and NaN means.
-    """
+    The pair that crosses into a document (e.g. into its leading ``eot``) belongs to neither, so
+    the documents pooled by ``n_tokens`` are the whole stream without those pairs;
+    ``starts=[0]`` scores one stream."""
     tokens = _check_tokens(tokens, models.vocab_size, "tokens", min_len=1)
     starts = _check_starts(starts, len(tokens))
-    losses = _target_losses(models, tokens)
+    prev, targets = tokens[:-1], tokens[1:]
+    losses = (
+        -np.log(unigram_probs(models))[targets],
+        -np.log(bigram_prob(models, prev, targets)),
+        models.unigram_counts[targets] == 0,
+    )
     # Pair i predicts tokens[i + 1]; it lies in the document of position i unless i + 1 starts one.
     document = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(tokens)]))[:-1]
     inside = np.ones(len(document), dtype=bool)
@@ -270,30 +195,27 @@ _FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus o
 def _fitted(corpus) -> CountModels:
     key = (str(corpus.dir), corpus.fingerprint)
     if key not in _FITTED:
-        _FITTED[key] = fit(corpus.tokens("train"), corpus.vocab_size, corpus.eot_token)
+        _FITTED[key] = fit(corpus.tokens("train"), corpus.vocab_size)
     return _FITTED[key]
 
 
 def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
-    """Per evaluation window of ``split`` (``batches.eval_window_starts``: the windows every
-    run's loss is measured on), the count models' mean NLL over the window's targets and the
-    share of those targets never seen in training: ``{"unigram", "bigram", "unseen"}`` arrays.
-
-    Fitted on the corpus's train split once and kept beside the cache entry, one file per split,
-    block size and window count (the corpus's fingerprint in its name: ``vocab=seen`` renumbers
-    the tokens of the same entry)."""
+    """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation windows of ``split`` (those
+    every run's loss is measured on) of the count models' mean NLL and the unseen share. Kept
+    beside the cache entry, one file per split, block size, window count and fingerprint
+    (``vocab=seen`` renumbers the tokens of the same entry)."""
     from tiedvsuntied.data.batches import eval_window_starts
     from tiedvsuntied.results.records import atomic_write
 
-    name = f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
-    path = corpus.dir / name
+    path = corpus.dir / f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
     with contextlib.suppress(OSError, ValueError, KeyError), np.load(path) as saved:
         return {key: saved[key] for key in ("unigram", "bigram", "unseen")}
-    models = _fitted(corpus)
     tokens = corpus.tokens(split)
     starts = eval_window_starts(len(tokens), block_size, max_windows)
     windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
-    scores = score_documents(models, windows.ravel(), np.arange(len(starts)) * (block_size + 1))
+    scores = score_documents(
+        _fitted(corpus), windows.ravel(), np.arange(len(starts)) * (block_size + 1)
+    )
     out = {
         "unigram": scores["unigram"],
         "bigram": scores["bigram"],

@@ -1,11 +1,6 @@
-"""Token arrays -> batches, the same for every run that shares a seed.
-
-* ``BatchSampler.get(step, micro)`` is a pure function of (seed, step, micro): tied and untied
-  runs with one seed see identical batches, and a resumed run sees what an uninterrupted one
-  would have seen.
-* ``iter_eval_batches`` always yields the same evenly spaced windows of a split, so every
-  evaluation of every run is comparable.
-"""
+"""Token arrays -> batches: a training batch is a pure function of (seed, step, micro), so tied
+and untied runs with one seed see identical batches and a resumed run sees what an uninterrupted
+one would have; every evaluation reads the same evenly spaced windows of a split."""
 
 from __future__ import annotations
 
@@ -19,8 +14,8 @@ from tiedvsuntied.data.config import DataError
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
 
 
-def _check_windows(tokens, block_size: int, batch_size: int, split: str | None) -> int:
-    split = split or Path(str(getattr(tokens, "filename", None) or "split")).stem
+def _check_windows(tokens, block_size: int, batch_size: int) -> int:
+    split = Path(str(getattr(tokens, "filename", None) or "split")).stem  # a memmap's file
     if block_size < 1 or batch_size < 1:
         raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
     if len(tokens) < block_size + 1:
@@ -41,14 +36,10 @@ def _windows(tokens, starts: np.ndarray, block_size: int):
 
 
 class BatchSampler:
-    """Training windows; the batch for (seed, step, micro) is a pure function of them.
-
-    ``random``: ``batch_size`` start offsets drawn uniformly (with replacement) from a generator
-    seeded by (seed, step, micro) only: no global RNG, no dependence on earlier draws.
-    ``once`` (``grad_accum`` given): the split cut into back-to-back windows (window k predicts
-    tokens kT+1 .. kT+T), taken in one seeded order, so no token is a target twice; asking past
-    the last window is an error (:meth:`check_budget` says so before training).
-    """
+    """Training windows. Random: ``batch_size`` starts drawn uniformly (with replacement) by a
+    generator seeded by (seed, step, micro) only. ``once``: the split cut into back-to-back
+    windows taken in one seeded order, so no token is a target twice; asking past the last window
+    is an error (``train.config.check_budget`` says so before training)."""
 
     def __init__(
         self,
@@ -56,30 +47,18 @@ class BatchSampler:
         block_size: int,
         batch_size: int,
         seed: int = 0,
-        split: str | None = None,
         once: bool = False,
         grad_accum: int = 1,
     ):
-        self.n = _check_windows(tokens, block_size, batch_size, split)
+        self.n = _check_windows(tokens, block_size, batch_size)
         if seed < 0:
             raise DataError(f"seed must be >= 0, got {seed}")
-        self.tokens, self.block_size, self.batch_size, self.seed = (
-            tokens,
-            block_size,
-            batch_size,
-            seed,
-        )
-        self.grad_accum, self.order = grad_accum, None
+        self.tokens, self.block_size, self.batch_size = tokens, block_size, batch_size
+        self.seed, self.grad_accum, self.order = seed, grad_accum, None
         if once:
-            seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, 1])
+            seq = np.random.SeedSequence([_SAMPLER_STREAM, seed, 1])
             windows = (self.n - 1) // block_size
             self.order = np.random.Generator(np.random.PCG64(seq)).permutation(windows)
-
-    def steps_available(self) -> int | None:
-        """Optimizer steps before a ``once`` sampler runs out of windows (None: never)."""
-        if self.order is None:
-            return None
-        return len(self.order) // (self.batch_size * self.grad_accum)
 
     def starts(self, step: int, micro: int = 0) -> np.ndarray:
         if self.order is not None:
@@ -109,15 +88,11 @@ def eval_window_starts(
 
 
 def iter_eval_batches(
-    tokens,
-    block_size: int,
-    batch_size: int,
-    max_windows: int | None = None,
-    split: str | None = None,
+    tokens, block_size: int, batch_size: int, max_windows: int | None = None
 ) -> Iterator:
     """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
     starts = eval_window_starts(
-        _check_windows(tokens, block_size, batch_size, split), block_size, max_windows
+        _check_windows(tokens, block_size, batch_size), block_size, max_windows
     )
     for i in range(0, len(starts), batch_size):
         yield _windows(tokens, starts[i : i + batch_size], block_size)

@@ -1,11 +1,9 @@
-"""The token cache: a corpus tokenized ONCE per machine, shared by every run of a sweep.
+"""The token cache: a corpus tokenized once per machine (a file lock per corpus; temp name,
+fsync, rename; metadata last) into ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin``, shared
+by every run of a sweep as read-only memmaps.
 
-``prepare_data(cfg)`` finds or builds ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin`` (a
-file lock per corpus; temp name, fsync, rename; metadata last) and returns a :class:`Corpus`
-whose splits are read-only memmaps, all opened before it returns.
-
-The key (``corpus_key(corpus_identity(...))``) and the fingerprint derived from it are part of
-every run's identity: results on disk are found by them. Never change what enters them.
+The key and the fingerprint derived from it are part of every run's identity: results on disk
+are found by them. Never change what enters them.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -86,33 +83,27 @@ def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
 
 
 def corpus_key(identity: dict) -> str:
-    """SHA-256 of the identity: names the cache entry; its first 12 digits are the fingerprint."""
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
 def fingerprint(key: str, vocab: Vocab) -> str:
-    """The corpus's short id in run identities: its key's first 12 digits, another hash of it
-    with ``vocab=seen`` (the renumbered vocabulary is another corpus to a model)."""
+    """The corpus's id in run identities: its key's first 12 digits; with ``vocab=seen`` (another
+    corpus to a model) those of another hash."""
     if Vocab(vocab) != Vocab.seen:
         return key[:12]
     return hashlib.sha256(f"{key}:seen".encode()).hexdigest()[:12]
 
 
 def corpus_fingerprint(cfg: DataConfig) -> str:
-    """The fingerprint a run on ``cfg`` will record, from the files' hashes without tokenizing:
-    a sweep's plan names its runs before any of them exists."""
+    """The fingerprint a run on ``cfg`` will record, without tokenizing (a sweep's plan)."""
     key = corpus_key(corpus_identity(cfg, check_available(cfg, need_source=False)))
     return fingerprint(key, cfg.vocab)
 
 
-def resolve_cache_dir(cfg: DataConfig) -> Path:
-    default = os.environ.get("TIEDVSUNTIED_CACHE") or "~/.cache/tiedvsuntied"
-    return Path(cfg.cache_dir or default).expanduser().resolve()
-
-
 def corpus_dir(cfg: DataConfig, key: str) -> Path:
+    default = os.environ.get("TIEDVSUNTIED_CACHE") or "~/.cache/tiedvsuntied"
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.name).strip("._") or "corpus"
-    return resolve_cache_dir(cfg) / "tokens" / f"{name}-{key[:16]}"
+    return Path(cfg.cache_dir or default).expanduser().resolve() / "tokens" / f"{name}-{key[:16]}"
 
 
 # ------------------------------------------------------------------------------ building
@@ -120,7 +111,7 @@ def corpus_dir(cfg: DataConfig, key: str) -> Path:
 
 def read_entry(folder: Path, split: str, key: str) -> dict | None:
     """Metadata of a complete split entry, else None. The metadata is written last, so a file
-    without it (a killed build) is never trusted; a size mismatch is not either."""
+    without it (a killed build) or of the wrong size is never trusted."""
     try:
         meta = json.loads((folder / f"{split}.json").read_text())
         size = (folder / f"{split}.bin").stat().st_size
@@ -140,7 +131,7 @@ def token_dtype(enc: tiktoken.Encoding) -> np.dtype:
 
 
 def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
-    """Consecutive strings grouped into lists that end once they hold max_chars characters."""
+    """Consecutive strings in lists that end once they hold max_chars characters."""
     chunk, chars = [], 0
     for item in items:
         chunk.append(item)
@@ -153,18 +144,19 @@ def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
 
 
 def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, list]:
-    """Tokenize documents (each whole) into f, an end-of-text token between them; count tokens
-    into freq. Returns (tokens written, the offset of each document's first token).
+    """Tokenize documents into f, an end-of-text token between them; count tokens into freq.
+    Returns (tokens written, the offset of each document's first token).
 
-    Threads take runs of ~64k characters of documents: tiktoken drops the GIL while it encodes,
-    and a run amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us,
-    more than encoding a short row). A batch of ~4M characters is counted and written at once.
-    Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Threads, not Dataset.map").
+    Threads take runs of ~64k characters: tiktoken drops the GIL while it encodes, and a run
+    amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us, more
+    than encoding a short row). Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md).
     """
     dtype = token_dtype(enc)
     n_tokens, starts = 0, []
     for batch in _chunks(documents, _BATCH_CHARS):
-        runs = pool.map(partial(_encode_run, enc), _chunks(batch, _RUN_CHARS))
+        runs = pool.map(
+            lambda docs: [enc.encode_ordinary(doc) for doc in docs], _chunks(batch, _RUN_CHARS)
+        )
         ids: list[int] = []
         for tokens in itertools.chain.from_iterable(runs):
             ids += [enc.eot_token] if starts else []
@@ -175,10 +167,6 @@ def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> t
         f.write(array.tobytes())
         n_tokens += len(array)
     return n_tokens, starts
-
-
-def _encode_run(enc: tiktoken.Encoding, documents: list[str]) -> list[list[int]]:
-    return [enc.encode_ordinary(doc) for doc in documents]
 
 
 def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads: int, meta: dict):
@@ -265,8 +253,8 @@ def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> t
 
 
 def prepare_data(cfg: DataConfig) -> Corpus:
-    """Tokenize the corpus of ``cfg`` into the cache (once, under a lock) and return it. Complete
-    entries are used without loading anything else; one process builds, the others wait."""
+    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
+    others wait) and return it."""
     check_data(cfg)
     enc = check_available(cfg, need_source=False)
     identity = corpus_identity(cfg, enc)
@@ -297,12 +285,10 @@ class Corpus:
     ):
         self.cfg, self.encoding, self.dir, self.key, self.built = cfg, enc, folder, key, built
         self._meta = metas
-        # Open everything now: an open mapping survives an unlink of the cache (POSIX).
+        # Open everything now: an open mapping survives an unlink of the cache (POSIX). Each
+        # file's size was checked against its metadata (read_entry), so the shape is its size.
         self._tokens = {
-            s: np.memmap(
-                folder / f"{s}.bin", dtype=np.dtype(m["dtype"]), mode="r", shape=(m["n_tokens"],)
-            )
-            for s, m in metas.items()
+            s: np.memmap(folder / f"{s}.bin", m["dtype"], "r") for s, m in metas.items()
         }
         self._freq = {s: np.load(folder / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
         self._new_id = None
@@ -348,9 +334,8 @@ class Corpus:
         return dict(self._meta[self._check(split)])
 
     def documents(self, split: str) -> tuple[np.ndarray, list[str]] | None:
-        """The held-out split's documents: the offset of each one's first token, and their
-        names (file names where a document is a file, else numbers); None for train and for
-        entries built before offsets were kept."""
+        """A held-out split's documents: each one's first token and their names (file names where
+        a document is a file, else numbers); None for train and for entries older than offsets."""
         path = self.dir / f"{self._check(split)}.docs.npy"
         if split == "train" or not path.is_file():
             return None

@@ -49,9 +49,11 @@ class Vocab(str, Enum):
     seen = "seen"  # only the corpus's tokens, renumbered: a closed vocabulary (word-level LMs)
 
 
-def encoding_names() -> list[str]:
-    """The valid ``data.encoding`` values: tiktoken's encodings and the built-in ``bytes``."""
-    return sorted([*tiktoken.list_encoding_names(), "bytes"])
+def check_encoding(name: str) -> None:
+    """``data.encoding`` is one of tiktoken's encodings or the built-in ``bytes``."""
+    valid = sorted([*tiktoken.list_encoding_names(), "bytes"])
+    if name not in valid:
+        raise DataError(f"data.encoding={name!r} is not valid; valid: {valid}")
 
 
 def _enum_value(key: str, enum: type[Enum], value: Any) -> Enum:
@@ -122,10 +124,7 @@ class DataConfig:
             raise DataError(
                 "data.val_fraction + data.test_fraction leaves nothing for train; keep it < 1"
             )
-        if self.encoding not in encoding_names():
-            raise DataError(
-                f"data.encoding={self.encoding!r} is not valid; valid: {encoding_names()}"
-            )
+        check_encoding(self.encoding)
         self._check_document_split(source)
         if self.num_threads < 0:
             raise DataError(f"data.num_threads={self.num_threads} must be >= 0 (0 = all cores)")

@@ -1,10 +1,6 @@
-"""Where tokens come from: the tokenizer, local text files and Hugging Face Hub datasets.
-
-* ``load_encoding`` gives a tiktoken encoding (``bytes`` is built here and needs no download).
-* ``check_data`` reads the first bytes of every local file; ``check_available`` makes sure the
-  tokenizer and the Hub dataset can be had, within seconds and in one line, before any long work.
-* ``split_streams`` gives each split's rows; a split the source lacks is a contiguous tail of
-  train. ``iter_documents`` joins rows into the documents an end-of-text token separates.
+"""Where tokens come from: the tokenizer, local text files and Hugging Face Hub datasets, each
+checked within seconds and in one line before any long work; each split's rows (a split the
+source lacks is a contiguous tail of train) and the documents an end-of-text token separates.
 
 Rows are what the format version 2 cache was built from (``str.splitlines`` lines of a file,
 blank-line-separated blocks, Hub rows): the corpus fingerprint promises the same tokens, so the
@@ -36,15 +32,10 @@ from tiedvsuntied.data.config import (
     Documents,
     Source,
     Split,
-    encoding_names,
+    check_encoding,
 )
 
-#: seconds to wait for the Hub before treating it as unreachable (then only caches are read)
-HUB_PROBE_TIMEOUT = 3.0
-TIKTOKEN_FIX = (
-    "point TIKTOKEN_CACHE_DIR at a folder holding its files (e.g. ../shared/data/tiktoken) "
-    "or use data.encoding=bytes"
-)
+HUB_PROBE_TIMEOUT = 3.0  # seconds; then the Hub is unreachable and only caches are read
 HUB_FIX = (
     "use local text (data=text data.files=PATH), or put the dataset in the datasets cache "
     "(HF_DATASETS_CACHE) and set HF_DATASETS_OFFLINE=1, or prepare the token cache where the "
@@ -52,59 +43,33 @@ HUB_FIX = (
 )
 
 
-def one_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
-
-
-# ------------------------------------------------------------------------------ tokenizer
-
-
-def _bytes_encoding() -> tiktoken.Encoding:
-    """256 single-byte tokens + <|endoftext|> (V = 257): round-trips any UTF-8, no download."""
-    return tiktoken.Encoding(
-        name="bytes",
-        pat_str=r"""\s+(?!\S)|\s+|\S+""",
-        mergeable_ranks={bytes([i]): i for i in range(256)},
-        special_tokens={"<|endoftext|>": 256},
-    )
-
-
 @cache
 def load_encoding(name: str) -> tiktoken.Encoding:
-    """The tokenizer: "bytes" is built here; others via tiktoken (its cache: TIKTOKEN_CACHE_DIR)."""
+    """The tokenizer: "bytes" is built here (256 single-byte tokens + <|endoftext|>, V = 257:
+    round-trips any UTF-8, no download); others via tiktoken (its cache: TIKTOKEN_CACHE_DIR)."""
     if name == "bytes":
-        return _bytes_encoding()
-    if name not in encoding_names():
-        raise DataError(f"data.encoding={name!r} is not valid; valid: {encoding_names()}")
+        return tiktoken.Encoding(
+            name="bytes",
+            pat_str=r"""\s+(?!\S)|\s+|\S+""",
+            mergeable_ranks={bytes([i]): i for i in range(256)},
+            special_tokens={"<|endoftext|>": 256},
+        )
+    check_encoding(name)
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
         where = os.environ.get("TIKTOKEN_CACHE_DIR", "<unset>")
         raise DataUnavailableError(
             f"the tiktoken encoding {name!r} is not in TIKTOKEN_CACHE_DIR={where} and cannot be "
-            f"downloaded ({type(e).__name__}): {TIKTOKEN_FIX}"
+            f"downloaded ({type(e).__name__}): point TIKTOKEN_CACHE_DIR at a folder holding its "
+            "files (e.g. ../shared/data/tiktoken) or use data.encoding=bytes"
         ) from e
-
-
-def gpt2_available() -> bool:
-    """Whether the GPT-2 encoding can be loaded here (cached, or downloadable)."""
-    try:
-        load_encoding("gpt2")
-        return True
-    except DataUnavailableError:
-        return False
 
 
 # ------------------------------------------------------------------------------ local files
 
-_SPLIT_KEYS = {
-    "train": "train",
-    "validation": "val",
-    "valid": "val",
-    "val": "val",
-    "dev": "val",
-    "test": "test",
-}
+_VAL_KEYS = ("validation", "valid", "val", "dev")
+_SPLIT_KEYS = {"train": "train", "test": "test"} | dict.fromkeys(_VAL_KEYS, "val")
 
 
 def plain(obj: Any) -> Any:
@@ -114,20 +79,21 @@ def plain(obj: Any) -> Any:
     return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
 
 
-def _expand(path: Path) -> list[Path]:
-    """A folder stands for the ``*.txt`` files directly in it, in name order."""
-    if not path.is_dir():
-        return [path]
-    found = sorted(path.glob("*.txt"))
-    if not found:
-        raise DataError(f"data.files: the folder {path} holds no *.txt files")
-    return found
+def _expand(value) -> list[Path]:
+    """A path or list of paths, absolute; a folder stands for its ``*.txt`` files, by name."""
+    out = []
+    for path in [value] if isinstance(value, (str, os.PathLike)) else value:
+        path = _absolute(path)
+        found = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        if not found:
+            raise DataError(f"data.files: the folder {path} holds no *.txt files")
+        out += found
+    return out
 
 
 def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
     """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the
-    working directory; a folder is its ``*.txt`` files. With ``data.split=document`` the files
-    are dealt into folds (:func:`document_splits`)."""
+    working directory; with ``data.split=document``, dealt into folds (:func:`document_splits`)."""
     files = plain(cfg.files)
     if Split(cfg.split) == Split.document:
         if isinstance(files, dict):
@@ -135,8 +101,7 @@ def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
                 "data.split=document takes one list of files or a folder in data.files, "
                 f"not a split mapping (got keys {sorted(files)})"
             )
-        paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-        return document_splits(cfg, [q for p in paths for q in _expand(_absolute(p))])
+        return document_splits(cfg, _expand(files))
     if not isinstance(files, dict):
         files = {"train": files}
     names = {**_SPLIT_KEYS, cfg.train_split: "train"}
@@ -149,8 +114,7 @@ def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
                 f"data.files has an unknown or repeated split key {key!r}; valid keys: "
                 f"{sorted(names)}"
             )
-        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
-        out[split] = [q for p in paths for q in _expand(_absolute(p))]
+        out[split] = _expand(value)
     if "train" not in out or not all(out.values()):
         raise DataError(f"data.files={files!r} needs a train file and at least one file per split")
     return out
@@ -185,10 +149,8 @@ def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
 
 def document_splits(cfg: DataConfig, paths: list[Path]) -> dict[str, list[Path]]:
     """Whole documents into folds: the groups (documents, or documents sharing a manifest
-    value) are sorted by name, shuffled with ``data.split_seed`` and dealt round-robin into
-    ``data.folds`` folds, so every fold holds about as many groups. Test is fold
-    ``heldout_fold``, validation the next one, train the rest: no document is in two splits,
-    and rotating ``heldout_fold`` rotates which documents are held out."""
+    value), sorted by name, shuffled with ``data.split_seed``, dealt round-robin into
+    ``data.folds`` folds. Test is fold ``heldout_fold``, validation the next, train the rest."""
     if len(set(paths)) != len(paths):
         raise DataError("data.files lists a document twice; a document is in one split only")
     groups = _groups(cfg, paths)
@@ -256,10 +218,8 @@ def _hub_reachable(path: str) -> bool:
         urllib.request.urlopen(
             urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT
         )
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, ValueError):
-        return False
+    except (OSError, ValueError) as e:
+        return isinstance(e, urllib.error.HTTPError)  # an answer, if not a yes
     return True
 
 
@@ -357,7 +317,8 @@ def _hub_streams(cfg: DataConfig, docs: Documents) -> dict[str, Stream]:
     try:
         dataset = datasets.load_dataset(cfg.path, cfg.config, revision=cfg.revision)
     except (ConnectionError, OSError, datasets.exceptions.DatasetNotFoundError) as e:
-        raise DataUnavailableError(f"could not load {what}: {one_line(e)}; {HUB_FIX}") from e
+        why = f"{type(e).__name__}: {' '.join(str(e).split())}"
+        raise DataUnavailableError(f"could not load {what}: {why}; {HUB_FIX}") from e
     out = {}
     for split, name in _hub_split_names(cfg, list(dataset)).items():
         columns = dataset[name].column_names

@@ -1,0 +1,17 @@
+"""The checkout's Hydra config folder and its presets (``conf/<group>/<name>.yaml``), for the
+commands that read one outside Hydra (the data CLI, the benchmark, the parameter table). No torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def presets(group: str) -> dict[str, dict]:
+    """Every ``conf/<group>/*.yaml`` by name, as plain dicts, in name order."""
+    from omegaconf import OmegaConf
+
+    paths = sorted((CONF_DIR / group).glob("*.yaml"))
+    return {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in paths}
