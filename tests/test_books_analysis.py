@@ -36,6 +36,7 @@ def run(arm, std, model, seed, loss, mult=1.0, replicate=0, val=None) -> dict:
         "emb_lr_mult": mult,
         "final_val_loss": loss if val is None else val,
         "test_loss": loss,
+        "test_bigram": 5.0,  # the registered count baseline on the same windows
     }
 
 
@@ -116,6 +117,20 @@ def test_the_floor_is_the_contrast_on_a_replicate_against_replicate_zero(study):
     assert floor[("nano", "tied − untied, init 0.02")] == pytest.approx(0.004)
     assert floor[("nano", "tied − untied, init 1.0")] == pytest.approx(0.0)
     assert np.isnan(floor[("micro", "tied − untied, init 0.02")])  # no replicate there
+
+
+def test_h2_and_h5_are_paired_by_seed_against_d_sqrt_and_the_bigram(study):
+    plain = study[study["emb_lr_mult"] == 1.0]
+    checks = books.hypothesis_checks(plain).set_index(["table", "model", "contrast"])
+    h2 = checks.loc[("H2", "micro", "tied: init 1.0 − init d^-0.5")]
+    assert h2["n_seeds"] == 5
+    assert h2["diff"] == pytest.approx(EFFECT["1.0"] - EFFECT["inv_sqrt_d"], abs=0.02)
+    untied = plain[(plain["model"] == "nano") & ~plain["tie"] & (plain["init_std"] == "0.02")]
+    gap = untied.sort_values("seed")["test_loss"] - 5.0
+    ci = stats.ttest_1samp(gap, 0).confidence_interval(0.95)
+    h5 = checks.loc[("H5", "nano", "untied 0.02 − bigram")]
+    assert (h5["diff"], h5["low"], h5["high"]) == pytest.approx((gap.mean(), ci.low, ci.high))
+    assert len(checks.loc["H5"]) == 2 * 8  # every arm at both sizes
 
 
 def test_text_variance_separates_books_within_a_seed_from_seed_means():

@@ -79,11 +79,9 @@ def grid(runs: pd.DataFrame) -> pd.DataFrame:
     return with_arms(runs).merge(choice, on=["arm", "init_std", "emb_lr_mult"])
 
 
-def wide(runs: pd.DataFrame) -> pd.DataFrame:
-    """(model, seed) rows, (arm, init_std) columns: test loss."""
-    return runs.pivot_table(
-        index=["model", "seed"], columns=["arm", "init_std"], values="test_loss"
-    )
+def wide(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
+    """(model, seed) rows, (arm, init_std) columns: ``value``."""
+    return runs.pivot_table(index=["model", "seed"], columns=["arm", "init_std"], values=value)
 
 
 # ----------------------------------------------------------------------------- contrasts
@@ -175,6 +173,24 @@ def replicate_floor(chosen: pd.DataFrame) -> dict:
             if delta.notna().any():
                 floors[(model, name)] = float(delta.abs().mean())
     return floors
+
+
+def hypothesis_checks(runs: pd.DataFrame) -> pd.DataFrame:
+    """H2 and H5 of HYPOTHESES.md per size, each a t-interval over seeds (beyond the 19 intervals
+    of tables A-C). H2: init 1.0 − init d^-0.5 of each head (predicted within 0.3 nats). H5:
+    each arm's test loss − the registered bigram on the same windows (predicted < 0)."""
+    chosen = first_replicates(grid(runs))
+    loss, gap = wide(chosen), wide(chosen) - wide(chosen, "test_bigram")
+    rows = []
+    for model in loss.index.get_level_values("model").unique():
+        for head in ("tied", "untied"):
+            one = {(head, "1.0"): 1.0, (head, "inv_sqrt_d"): -1.0}
+            name = f"{head}: init 1.0 − init d^-0.5"
+            rows.append(_row("H2", model, name, per_seed(loss.loc[model], one)))
+        for arm_name, std in gap.columns:
+            name = f"{arm_name} {std} − bigram"
+            rows.append(_row("H5", model, name, gap.loc[model, (arm_name, std)]))
+    return pd.DataFrame(rows).query("n_seeds > 0").reset_index(drop=True)
 
 
 def references(runs: pd.DataFrame) -> pd.DataFrame:

@@ -232,6 +232,9 @@ def write_book_tables(runs: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         f"Primary contrast: {primary.iloc[0]['contrast']} at {primary.iloc[0]['model']}."
         if len(primary)
         else "Primary contrast: not yet run.",
+        "## Hypothesis checks (H2: init 1.0 − d^-0.5 per head, predicted within 0.3; H5: arm − "
+        "bigram, predicted < 0; beyond the 19 intervals)",
+        books.hypothesis_checks(runs).drop(columns=["method"]).round(4).to_markdown(index=False),
         "## Count baselines on the same test windows (mean over seeds)",
         books.references(runs).round(4).to_markdown(),
         "## Learning-rate check (nano, seed 0, final validation loss)",
