@@ -147,10 +147,8 @@ def _is_model_default(key: str, value: Any) -> bool:
     """A model or head key at its default is the plain model, not a variant: the tied runs
     beside t5_rescale runs stay the plain tied arm (optimizer and trainer keys, such as a
     learning-rate grid, label every run)."""
-    default = KEYS[key].default
-    return key.startswith(("model.", "head.")) and str(value) == str(
-        getattr(default, "value", default)
-    )
+    default = getattr(KEYS[key].default, "value", KEYS[key].default)  # an enum: its value
+    return key.startswith(("model.", "head.")) and str(value) == str(default)
 
 
 def key_label(key: str) -> str:

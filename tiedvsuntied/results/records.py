@@ -68,25 +68,23 @@ class RunSummary:
     n_embd: int = 0
     vocab_size: int = 0
     block_size: int = 0
-    t5_rescale: bool = False
+    t5_rescale: bool = False  # head.t5_rescale
     data: str = ""
     data_fingerprint: str = ""
     max_steps: int = 0
     params: dict = field(default_factory=dict)  # model.count_parameters
-    untie_at: float | None = None  # scheduled untying: the config's value
+    untie_at: float | None = None  # scheduled untying: the config's head.untie_at
     untie_step: int | None = None  # ... as a step
-    params_untied: dict | None = (
-        None  # model.count_parameters after the switch (or a resume past it)
-    )
+    # model.count_parameters after the switch (or a resume past it)
+    params_untied: dict | None = None
     flops_per_token: float | None = None
     step: int = 0
     tokens: int = 0
     init_val_loss: float | None = None
     init_logit_std: float | None = None
     init_self_logit: float | None = None  # step 0: mean logit of the input token itself
-    init_self_target_frac: float | None = (
-        None  # validation positions whose target is the input token
-    )
+    # validation positions whose target is the input token
+    init_self_target_frac: float | None = None
     final_val_loss: float | None = None
     best_val_loss: float | None = None
     best_step: int | None = None
@@ -95,9 +93,8 @@ class RunSummary:
     # {"val"|"test": {loss, unigram, bigram, unseen, n_windows, documents: {name: {...}}}}: the
     # final weights beside the count models on the same windows (train/evaluation.heldout)
     heldout: dict | None = None
-    seen_vocab_frac: float | None = (
-        None  # of the vocabulary, the part that occurs in the train split
-    )
+    # of the vocabulary, the part that occurs in the train split
+    seen_vocab_frac: float | None = None
     clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
     peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: int | None = None

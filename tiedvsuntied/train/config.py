@@ -1,6 +1,8 @@
-"""The run's config as Hydra composes it (conf/config.yaml), each field with its doc and, in
-``__post_init__``, its check (as torchtitan's config does); ``check_config`` adds what needs
-the machine or the files. A check never changes the config."""
+"""The run's config as Hydra composes it (conf/config.yaml), each field with its doc, its role
+in the run's identity (``option(role=..., neutral=...)``) and, in ``__post_init__``, its check
+(as torchtitan's config does); ``check_config`` adds what needs the machine or the files. A
+check never changes the config. The lists of keys by role and ``run_id`` derive from the
+declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
