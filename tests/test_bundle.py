@@ -176,3 +176,19 @@ def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
         {"finetune": {"trainable": "head"}},
     ):
         assert run_id({**now, **changed}, "n", "fp") != run_id(before, "n", "fp")
+
+
+@pytest.mark.parametrize(
+    "head, pinned",  # ids computed by the code before the head node, from the same config
+    [
+        ({}, "n-34b5c358"),
+        ({"untie_at": 0.67}, "n-94e85514"),
+        ({"untie_at": 0.67, "untie": "copy", "logit_scale": "inv_sqrt_d"}, "n-76f6c4b6"),
+    ],
+)
+def test_a_head_setting_hashes_where_it_was_before_the_head_node(head, pinned):
+    path = REPO / "experiments/tie_x_init/results/tied_init1.0_nano_seed0-b12997bf"
+    config = read_config(path)
+    del config["derived"]
+    config["head"] = {**config["head"], **head}
+    assert run_id(config, "n", "fp") == pinned
