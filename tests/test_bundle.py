@@ -1,5 +1,5 @@
 """The results bundle: a real sweep, bundled by the command, reads back as the sweep did (slow:
-the tiny sweep trains); a missing sweep is refused in one line."""
+the tiny sweep trains); a missing sweep is refused in one line; every shipped run keeps its id."""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
+from omegaconf import OmegaConf
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.analysis.probes import load_token_probes
 from tiedvsuntied.bundle import main, write_bundle
 from tiedvsuntied.results.bundles import MANIFEST, read_manifest
+from tiedvsuntied.results.records import read_config, read_summary
+from tiedvsuntied.train.config import Config, resolved_config, run_id
 
 
 def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
@@ -134,3 +138,57 @@ def test_without_arrays_a_bundle_keeps_window_losses_and_no_per_token_probes(tin
     assert not list((tmp_path / "lean").rglob("token_freq.npy"))
     assert all(len(window_losses(run, "test", "best_step")) for _, run in runs.iterrows())
     assert "per-token" not in read_manifest(tmp_path / "lean")["kept"]
+
+
+# ---------------------------------------------------------------------------- run identity
+
+
+def test_every_shipped_run_keeps_its_id_under_todays_schema():
+    """A shipped run's config.yaml (written before the head node: untie_at, model.t5_rescale,
+    ...) read in today's layout and composed into today's Config hashes to the id it is stored
+    under: rerunning an old sweep skips its finished runs, and the paper's bundles stay put."""
+    shipped = sorted(REPO.glob("experiments/*/results/*/config.yaml"))
+    assert len(shipped) > 100
+    for path in shipped:
+        config, summary = read_config(path.parent), read_summary(path.parent)
+        fingerprint = summary.data_fingerprint or config["derived"]["data_fingerprint"]
+        del config["derived"]
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), config))
+        got = run_id(resolved_config(cfg), summary.name, fingerprint)
+        assert got == summary.run_id == path.parent.name, path
+
+
+def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
+    before = {"tie": True, "init_std": "0.02", "model": {"n_embd": 64}, "optim": {"lr": 1e-3}}
+    head = {"untie_at": None, "untie": "keep", "logit_scale": "1"}
+    now = {
+        **before,
+        "init_from": None,
+        "head": head,
+        "finetune": {"trainable": "all"},
+        "model": {"n_embd": 64, "emb_scale": "1"},
+    }
+    assert run_id(now, "n", "fp") == run_id(before, "n", "fp")  # a rerun finds the old run
+    for changed in (
+        {"init_from": "results/pre"},
+        {"head": {**head, "untie": "copy"}},
+        {"head": {**head, "logit_scale": "0.5"}},
+        {"finetune": {"trainable": "head"}},
+    ):
+        assert run_id({**now, **changed}, "n", "fp") != run_id(before, "n", "fp")
+
+
+@pytest.mark.parametrize(
+    "head, pinned",  # ids computed by the code before the head node, from the same config
+    [
+        ({}, "n-34b5c358"),
+        ({"untie_at": 0.67}, "n-94e85514"),
+        ({"untie_at": 0.67, "untie": "copy", "logit_scale": "inv_sqrt_d"}, "n-76f6c4b6"),
+    ],
+)
+def test_a_head_setting_hashes_where_it_was_before_the_head_node(head, pinned):
+    path = REPO / "experiments/tie_x_init/results/tied_init1.0_nano_seed0-b12997bf"
+    config = read_config(path)
+    del config["derived"]
+    config["head"] = {**config["head"], **head}
+    assert run_id(config, "n", "fp") == pinned

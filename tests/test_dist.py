@@ -52,7 +52,7 @@ def _only_run(results):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "head", [["tie=true"], ["tie=false"], ["tie=true", "untie_at=3"]], ids=" ".join
+    "head", [["tie=true"], ["tie=false"], ["tie=true", "head.untie_at=3"]], ids=" ".join
 )
 def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_cache, head):
     """Also across scheduled untying, where every rank swaps the head in and wraps DDP anew."""
@@ -68,7 +68,7 @@ def test_two_gloo_processes_train_the_run_one_process_trains(tmp_path, session_c
     assert derived["derived"]["world_size"] == 2
     assert s1["params"] == s2["params"] and s1["params_untied"] == s2["params_untied"]
     assert (s2["params_untied"] is not None) == (
-        "untie_at=3" in head
+        "head.untie_at=3" in head
     )  # the switch happened, in both
     for key in (
         "train/loss",

@@ -55,7 +55,7 @@ def _study():
         _run("ua", False, "inv_sqrt_d"),
         _run("t1s1", True, "1.0", seed=1),  # never below ln V by its last step (30)
         _run("ta1", True, "inv_sqrt_d", seed=1),
-        _run("t5", True, "1.0", variant="model.t5_rescale=True"),  # no d^-0.5 arm of its variant
+        _run("t5", True, "1.0", variant="head.t5_rescale=True"),  # no d^-0.5 arm of its variant
         _run("t1r", True, "1.0", replicate=1),  # the noise floor: left out
     ]
     history = [
@@ -150,7 +150,7 @@ def test_summary_gives_median_and_range_over_seeds_and_counts_the_runs_that_neve
     # seed 2 has no d^-0.5 arm: the arm's column covers seeds 0 and 1, one never got there
     assert big["step_below_arm_n"] == 2 and big["step_below_arm_never"] == 1
     assert big["step_below_arm_median"] == 12
-    t5 = summary.loc[(True, "1.0", "model.t5_rescale=True")]
+    t5 = summary.loc[(True, "1.0", "head.t5_rescale=True")]
     assert t5["step_below_arm_n"] == 0 and t5["step_below_ln_v_median"] == 3
 
 

@@ -181,9 +181,7 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
             "model": "nano",
             "vocab_size": 97,
             "data_id": "d",
-            "variant": [
-                f"finetune.trainable={t}, finetune.untie={u}" for u, t in modes + [modes[0]]
-            ],
+            "variant": [f"finetune.trainable={t}, head.untie={u}" for u, t in modes + [modes[0]]],
         }
     )
     history = pd.DataFrame(
@@ -209,7 +207,7 @@ def test_finetune_figure_draws_one_trajectory_per_mode_from_the_logged_drift_and
     )  # seen and unseen per mode
     assert [list(line.get_ydata()) for line in retention.get_lines()][0] == [4.0, 4.1, 4.2]
     # the runs share a name: the label names the mode (the variant) of the one left out
-    mode = "finetune.trainable=head, finetune.untie=keep"
+    mode = "finetune.trainable=head, head.untie=keep"
     assert fig.skipped == [f"ft [{mode}]: another seed of a mode shown"]
 
 

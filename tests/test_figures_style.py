@@ -177,6 +177,6 @@ def test_a_run_is_named_with_its_variant_so_a_t5_run_is_told_from_its_plain_twin
 
     name = "tied_init1.0_nano_seed0"
     plain = pd.Series({"name": name, "run_id": "a", "variant": None})
-    t5 = pd.Series({"name": name, "run_id": "b", "variant": "model.t5_rescale=True"})
+    t5 = pd.Series({"name": name, "run_id": "b", "variant": "head.t5_rescale=True"})
     assert run_label(plain) == name
-    assert run_label(t5) == f"{name} [model.t5_rescale=True]"
+    assert run_label(t5) == f"{name} [head.t5_rescale=True]"

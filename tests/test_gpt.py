@@ -14,8 +14,8 @@ import torch
 from conftest import batch, tiny
 
 from tiedvsuntied.model.accounting import count_parameters
-from tiedvsuntied.model.config import ModelConfig, ModelConfigError
-from tiedvsuntied.model.gpt import GPT, TRAINABLE, init_table_markdown, set_trainable
+from tiedvsuntied.model.config import HeadConfig, ModelConfig, ModelConfigError, Trainable
+from tiedvsuntied.model.gpt import GPT, init_table_markdown, set_trainable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,11 +96,12 @@ def test_docs_show_the_init_table():
 
 
 def test_the_embedding_and_head_overrides_set_their_tensors():
-    cfg = ModelConfig(emb_init_std="1.0", head_init_std="0.01", n_embd=64, n_head=2, n_layer=1)
-    model = GPT(cfg, tie=False, init_std="inv_sqrt_d", seed=0)
+    cfg = ModelConfig(n_embd=64, n_head=2, n_layer=1)
+    head = HeadConfig(emb_init_std="1.0", init_std="0.01")
+    model = GPT(cfg, tie=False, init_std="inv_sqrt_d", head=head, seed=0)
     assert model.transformer.wte.weight.std().item() == pytest.approx(1.0, rel=0.03)
     assert model.lm_head.weight.std().item() == pytest.approx(0.01, rel=0.03)
-    untied = GPT(ModelConfig(head_init_std="inv_sqrt_d", n_embd=64), tie=False, seed=0)
+    untied = GPT(ModelConfig(n_embd=64), tie=False, head=HeadConfig(init_std="inv_sqrt_d"), seed=0)
     assert untied.init_stds()["emb"] == 0.02 and untied.init_stds()["head"] == 0.125
 
 
@@ -110,7 +111,7 @@ def test_initial_loss_is_ln_v_for_a_tiny_std_and_exactly_ln_v_for_a_zero_head():
     with torch.no_grad():
         loss = GPT(cfg, init_std="1e-4", seed=0)(x, y)[1].item()
     assert loss == pytest.approx(math.log(50257), abs=2e-3)
-    zero = GPT(tiny(head_init_std="0"), tie=False, init_std="0.02", seed=0)
+    zero = GPT(tiny(), tie=False, init_std="0.02", head=HeadConfig(init_std="0"), seed=0)
     logits, loss = zero(*batch(zero.config))
     assert torch.count_nonzero(logits) == 0
     assert loss.item() == pytest.approx(math.log(97), abs=1e-6)
@@ -149,9 +150,15 @@ def test_a_seeded_build_leaves_the_global_rng_alone_and_seed_none_follows_it():
 def test_t5_rescale_is_the_tied_heads_logit_scale_inv_sqrt_d():
     """HF T5ForConditionalGeneration: `if tie_word_embeddings: h *= d**-0.5`."""
     cfg = tiny(n_embd=64)  # d^-0.5 = 1/8, a power of two: the product is exact
-    plain, t5 = GPT(cfg, seed=0).eval(), GPT(tiny(n_embd=64, t5_rescale=True), seed=0).eval()
-    scaled = GPT(tiny(n_embd=64, logit_scale="inv_sqrt_d"), seed=0).eval()
-    twice = GPT(tiny(n_embd=64, logit_scale="2"), seed=0).eval()
+    plain, t5, scaled, twice = (
+        GPT(cfg, head=HeadConfig(**head), seed=0).eval()
+        for head in (
+            {},
+            dict(t5_rescale=True),
+            dict(logit_scale="inv_sqrt_d"),
+            dict(logit_scale="2"),
+        )
+    )
     idx, _ = batch(cfg)
     with torch.no_grad():
         assert torch.equal(t5(idx)[0], plain(idx)[0] * 64**-0.5)
@@ -283,12 +290,9 @@ def test_training_only_the_head_after_untie_by_copy_leaves_the_embedding_bit_for
 def test_trainable_sets_partition_the_parameters(tie):
     model = GPT(tiny(), tie=tie, seed=0)
     parts = count_parameters(model)
-    counts = {w: set_trainable(model, w) for w in TRAINABLE}
+    counts = {w.value: set_trainable(model, w) for w in Trainable}
     assert all(c["trainable"] + c["frozen"] == parts["total"] for c in counts.values())
     assert counts["all"]["frozen"] == 0
     assert counts["body"]["trainable"] == parts["non_embedding"]
     assert counts["head"]["trainable"] == (parts["embedding"] if tie else parts["head"])
     assert counts["embedding"]["trainable"] == parts["embedding"] + parts["position"]
-    refused = "finetune.trainable='lm_head' is invalid: use one of all, head"
-    with pytest.raises(ModelConfigError, match=refused):
-        set_trainable(model, "lm_head")

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import batch, tiny
 
+from tiedvsuntied.model.config import HeadConfig
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.model.hf import from_pretrained, save_pretrained
 
@@ -96,10 +97,13 @@ def test_save_pretrained_round_trip(saved, tie):
         assert torch.equal(model(idx)[0], back(idx)[0])
 
 
-@pytest.mark.parametrize("field", ["bias", "t5_rescale"])
-def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path, field):
+@pytest.mark.parametrize(
+    "field, kwargs",
+    [("bias", dict(cfg=tiny(bias=False))), ("t5_rescale", dict(head=HeadConfig(t5_rescale=True)))],
+)
+def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path, field, kwargs):
     with pytest.raises(ValueError, match=field):
-        save_pretrained(GPT(tiny(**{field: field == "t5_rescale"}), seed=0), tmp_path)
+        save_pretrained(GPT(**{"cfg": tiny(), **kwargs}, seed=0), tmp_path)
 
 
 def test_untie_from_a_tied_checkpoint_copies_the_embedding(saved):

@@ -221,7 +221,7 @@ def test_variant_separates_runs_that_differ_in_config(tmp_path):
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=False)
     write_sweep(tmp_path / "t5", init_stds=("1.0",), t5_rescale=True)
     runs = load_results(tmp_path / "t5").runs
-    assert set(runs["variant"]) == {"", "model.t5_rescale=True"}  # the plain runs stay plain
+    assert set(runs["variant"]) == {"", "head.t5_rescale=True"}  # the plain runs stay plain
     threads = variants([{"trainer": {"threads": 1}}, {"trainer": {"threads": 2}}])
     assert threads == ["", ""]  # a floor replicate at another thread count is the same arm
     agg = aggregate_runs(runs)

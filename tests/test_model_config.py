@@ -12,6 +12,7 @@ from conftest import tiny
 from omegaconf import OmegaConf
 
 from tiedvsuntied.model.config import (
+    HeadConfig,
     ModelConfig,
     ModelConfigError,
     canonical_init_std,
@@ -80,10 +81,9 @@ def test_init_std_note_names_inv_sqrt_d_and_this_widths_value(value, n_embd, not
 
 
 def test_init_std_notes_cover_the_overrides_and_change_no_identity():
-    cfg = tiny(n_embd=128, head_init_std="0.036")
-    notes = init_std_notes(cfg, init_std="0.036")
-    assert [n.split("=")[0] for n in notes] == ["init_std", "model.head_init_std"]
-    assert init_std_notes(tiny(n_embd=128), "inv_sqrt_d") == []
+    notes = init_std_notes(128, "0.036", HeadConfig(init_std="0.036"))
+    assert [n.split("=")[0] for n in notes] == ["init_std", "head.init_std"]
+    assert init_std_notes(128, "inv_sqrt_d", HeadConfig()) == []
     assert canonical_init_std("0.036") == "0.036"  # the run keeps its name and hash
 
 
@@ -96,39 +96,45 @@ def test_init_std_notes_cover_the_overrides_and_change_no_identity():
         (dict(dropout=1.0), r"\[0, 1\)"),
         (dict(dropout=-0.1), r"\[0, 1\)"),
         (dict(body_init_std=float("nan")), "> 0"),
-        (dict(emb_init_std="big"), "inv_sqrt_d"),
-        (dict(emb_init_std="0"), "give a finite number > 0"),
-        (dict(head_init_std="-1"), ">= 0"),  # a head may start at 0, never below
-        (dict(logit_scale="0"), "give a number > 0, inv_sqrt_d or sqrt_d"),
         (dict(emb_scale="sqrt"), "give a number > 0, inv_sqrt_d or sqrt_d"),
+        (dict(head=dict(emb_init_std="big")), "inv_sqrt_d"),
+        (dict(head=dict(emb_init_std="0")), "give a finite number > 0"),
+        (dict(head=dict(init_std="-1")), ">= 0"),  # a head may start at 0, never below
+        (dict(head=dict(logit_scale="0")), "give a number > 0, inv_sqrt_d or sqrt_d"),
+        (dict(head=dict(untie="cut")), "'cut' is not a valid Untie"),
     ],
 )
 def test_a_bad_field_is_refused_where_the_config_is_made(value, says):
-    """A check that needs only the model's own fields runs in ModelConfig.__post_init__."""
+    """A check that needs only a node's own fields runs in its __post_init__."""
+    node, cls = ("head", HeadConfig) if "head" in value else ("model", ModelConfig)
+    value = value.get("head", value)
     key = next(iter(value))  # the key the message names
-    with pytest.raises(ModelConfigError, match=f"^model.{key}=.*{says}") as e:
-        ModelConfig(**value)
+    with pytest.raises(ValueError, match=f"^({node}.{key}=.*)?{says}") as e:
+        cls(**value)
     assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(
-    "key, value, says",
+    "key, run_keys, says",
     [
         ("init_std", dict(init_std="0"), "> 0"),
         ("tie", dict(tie="false"), "true or false"),
-        ("model.t5_rescale", dict(t5_rescale=True, tie=False), "model.logit_scale=inv_sqrt_d$"),
         (
-            "model.emb_init_std",
-            dict(emb_init_std="1.0", head_init_std="0.02"),
+            "head.t5_rescale",
+            dict(tie=False, head=HeadConfig(t5_rescale=True)),
+            "head.logit_scale=inv_sqrt_d$",
+        ),
+        (
+            "head.emb_init_std",
+            dict(head=HeadConfig(emb_init_std="1.0", init_std="0.02")),
             "tie=true shares one matrix",
         ),
     ],
 )
-def test_a_bad_run_key_is_refused_before_allocating_in_one_line(key, value, says):
-    run_keys = {k: value.pop(k) for k in ("tie", "init_std") if k in value}
+def test_a_bad_run_key_is_refused_before_allocating_in_one_line(key, run_keys, says):
     # a vocabulary this large could not be allocated: the error must come first
     with pytest.raises(ModelConfigError, match=f"^{re.escape(key)}=.*{says}") as e:
-        GPT(ModelConfig(**{"vocab_size": 10**12, **value}), **run_keys)
+        GPT(ModelConfig(vocab_size=10**12), **run_keys)
     assert "\n" not in str(e.value)
 
 
@@ -137,10 +143,11 @@ def test_check_config_checks_a_field_set_after_construction_and_returns_the_stds
     cfg.n_layer = 0  # as an OmegaConf merge or a dataclass attribute write can do
     with pytest.raises(ModelConfigError, match=r"^model.n_layer=0 is invalid: it must be > 0$"):
         check_config(cfg)
-    stds = check_config(tiny(emb_init_std="1.0", head_init_std="0"), tie=False, init_std="0.5")
+    head = HeadConfig(emb_init_std="1.0", init_std="0")
+    stds = check_config(tiny(), tie=False, init_std="0.5", head=head)
     assert stds == {"emb": 1.0, "head": 0.0, "body": 0.02, "resid": 0.01}
-    agreeing = tiny(emb_init_std="0.5", head_init_std="0.5")  # tied: fine when they agree
-    assert check_config(agreeing, tie=True, init_std="1.0")["emb"] == 0.5
+    agreeing = HeadConfig(emb_init_std="0.5", init_std="0.5")  # tied: fine when they agree
+    assert check_config(tiny(), tie=True, init_std="1.0", head=agreeing)["emb"] == 0.5
 
 
 def test_config_from_a_mapping_rejects_unknown_keys():

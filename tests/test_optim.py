@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import QUICK, check_overrides, compose
 
-from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.config import HeadConfig, ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
-from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config
+from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config, run_id
 from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
 from tiedvsuntied.train.state import TrainState
 from tiedvsuntied.train.trainer import train
@@ -20,9 +20,9 @@ from tiedvsuntied.train.trainer import train
 V, D = 64, 16  # inv_sqrt_d = 0.25
 
 
-def tiny(tie: bool = True, init_std: str = "0.02", **model) -> GPT:
+def tiny(tie: bool = True, init_std: str = "0.02", head=None, **model) -> GPT:
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=D, block_size=8, vocab_size=V, **model)
-    return GPT(cfg, tie=tie, init_std=init_std, seed=0)
+    return GPT(cfg, tie=tie, init_std=init_std, head=head, seed=0)
 
 
 def groups(opt: torch.optim.Optimizer) -> dict[str, dict]:
@@ -90,14 +90,14 @@ RULES = [  # (tie, init_std, model overrides, optim) -> expected scale per embed
     (
         False,
         "0.02",
-        {"emb_init_std": "1.0", "head_init_std": "inv_sqrt_d"},
+        {"head": HeadConfig(emb_init_std="1.0", init_std="inv_sqrt_d")},
         dict(lr_scaling="init_std"),
         {"wte": 50.0, "lm_head": 12.5},
     ),
     (
         False,
         "0.02",
-        {"emb_init_std": "1.0", "head_init_std": "inv_sqrt_d"},
+        {"head": HeadConfig(emb_init_std="1.0", init_std="inv_sqrt_d")},
         dict(lr_scaling="init_std", emb_lr_mult=0.5, head_lr_mult=2.0),
         {"wte": 25.0, "lm_head": 25.0},
     ),
@@ -107,7 +107,7 @@ RULES = [  # (tie, init_std, model overrides, optim) -> expected scale per embed
     (
         False,
         "1.0",
-        {"head_init_std": "0"},
+        {"head": HeadConfig(init_std="0")},
         dict(lr_scaling="init_std", head_lr_mult=2.0),
         {"wte": 50.0, "lm_head": 2.0},
     ),
@@ -243,10 +243,10 @@ def test_the_new_keys_at_their_defaults_leave_every_run_id_as_it_was():
     for overrides in ((), ("tie=false", "init_std=1.0")):
         config = resolved_config(compose(*overrides))
         before = {**config, "optim": {k: v for k, v in config["optim"].items() if k not in new}}
-        assert R.run_id(config, "n", "fp") == R.run_id(before, "n", "fp")
-    default = R.run_id(resolved_config(compose()), "n", "fp")
+        assert run_id(config, "n", "fp") == run_id(before, "n", "fp")
+    default = run_id(resolved_config(compose()), "n", "fp")
     for other in ("optim.emb_lr_mult=2", "optim.tied_lr_mult=1", "optim.lr_scaling=init_std"):
-        assert R.run_id(resolved_config(compose(other)), "n", "fp") != default, other
+        assert run_id(resolved_config(compose(other)), "n", "fp") != default, other
 
 
 # ---------------------------------------------------------------------------- a run

@@ -316,7 +316,11 @@ BAD = [
     (["seed=abc"], "seed=abc"),  # Hydra's own message would be six lines
     (["trainer.max_steps=x"], "trainer.max_steps=x"),
     (["data.files=/no/such.txt"], "data.files"),
-    (["tie=false", "untie_at=0.5"], "untie_at"),
+    (["tie=false", "head.untie_at=0.5"], "head.untie_at"),
+    (
+        ["model.t5_rescale=true"],
+        "model.t5_rescale is not a key of the config: it is head.t5_rescale now",
+    ),
     (["tie=true,maybe"], "tie=maybe"),  # every value of a sweep, before any job starts
     (["+experiment=nope"], "experiment=nope"),
     (["tie=[1"], "tie=[1"),  # the override grammar's own error

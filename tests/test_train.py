@@ -15,6 +15,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.cache import prepare_data
+from tiedvsuntied.model.config import HeadConfig
 from tiedvsuntied.results import records as R
 from tiedvsuntied.train.config import (
     Config,
@@ -23,6 +24,7 @@ from tiedvsuntied.train.config import (
     Schedule,
     TrainerConfig,
     resolved_config,
+    run_id,
 )
 from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
@@ -37,7 +39,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_trains_a_few_steps(experiment, tmp_path):
     """Each experiment config, with every swept key at its last value (the arm that differs from
-    the defaults: untie_at=0.67, data.encoding=bytes, ...), on a tiny budget."""
+    the defaults: head.untie_at=0.67, data.encoding=bytes, ...), on a tiny budget."""
     sweep = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
     lasts = [f"{k}={str(v).split(',')[-1]}" for k, v in sweep.items() if k not in ("model", "seed")]
     if experiment == "finetune":  # it starts from the run that finetune_pretrain makes
@@ -58,7 +60,7 @@ def test_defaults_of_the_yaml_and_the_dataclasses_agree():
 
 def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp_path):
     def rid(*o):
-        return R.run_id(resolved_config(compose(*o)), "n", "fp")
+        return run_id(resolved_config(compose(*o)), "n", "fp")
 
     a = rid("init_std=1.0")
     assert rid("init_std=1") == rid("init_std=1e0") == a
@@ -78,7 +80,7 @@ def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp
     others = ("tie=false", "init_std=0.036", "seed=1", "replicate=1", "optim.lr=3e-4", "model=nano")
     for other in others:
         assert rid("init_std=1.0", other) != a, other
-    assert R.run_id(resolved_config(compose("init_std=1.0")), "n", "other-data") != a
+    assert run_id(resolved_config(compose("init_std=1.0")), "n", "other-data") != a
 
 
 def test_a_replicate_is_another_run_of_one_config_that_changes_nothing_else(tmp_path):
@@ -158,7 +160,11 @@ def test_a_number_that_is_another_widths_inv_sqrt_d_is_explained_once(tmp_path, 
 
 @pytest.mark.parametrize(
     "override,echo",
-    [("untie_at=5", "untie_at=5 "), ("optim.lr=0", "optim.lr=0 "), ("optim.eps=0.0", "eps=0 ")],
+    [
+        ("head.untie_at=5", "head.untie_at=5 "),
+        ("optim.lr=0", "optim.lr=0 "),
+        ("optim.eps=0.0", "eps=0 "),
+    ],
 )
 def test_a_refused_value_is_echoed_as_typed_not_as_a_float(override, echo):
     with pytest.raises(ConfigError) as err:
@@ -305,7 +311,8 @@ def test_a_run_records_window_losses_test_at_its_best_step_clipping_and_the_seen
 
 def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_unties():
     def steps(ask, max_steps, untie_at=None, **kw):
-        schedule = Schedule.of(Config(untie_at=untie_at, trainer=TrainerConfig(max_steps, **kw)))
+        head = HeadConfig(untie_at=untie_at)
+        schedule = Schedule.of(Config(head=head, trainer=TrainerConfig(max_steps, **kw)))
         assert schedule.done(max_steps) and not schedule.done(max_steps - 1)
         return [s for s in range(max_steps + 1) if getattr(schedule, ask)(s)]
 

@@ -34,7 +34,7 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     tmp_path, monkeypatch
 ):
     _, _, tied = _run(tmp_path / "tied")
-    ref, _, untied = _run(tmp_path / "ref", "untie_at=0.5")
+    ref, _, untied = _run(tmp_path / "ref", "head.untie_at=0.5")
     assert ref.status.value == "finished" and ref.untie_step == 2
     # The function is unchanged at the switch: the same losses as the tied run up to it.
     assert [untied[s] for s in (0, 1, 2)] == pytest.approx([tied[s] for s in (0, 1, 2)], abs=1e-6)
@@ -45,7 +45,7 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     with monkeypatch.context() as patch:  # stopped right after the switch's checkpoint
         stop_after_checkpoint(patch, 2)
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-            _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
+            _run(tmp_path / "run", "head.untie_at=2", "trainer.ckpt_interval=2")
     ckpt = torch.load(
         next((tmp_path / "run" / "u").glob("*/checkpoints/last.pt")), weights_only=True
     )
@@ -61,7 +61,7 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
     for k in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(state[head_id][k], state[wte_id][k])
 
-    s, run_dir, resumed = _run(tmp_path / "run", "untie_at=2", "trainer.ckpt_interval=2")
+    s, run_dir, resumed = _run(tmp_path / "run", "head.untie_at=2", "trainer.ckpt_interval=2")
     assert (
         s.status.value == "finished"
         and s.resumed_from_step == 2
@@ -75,10 +75,16 @@ def test_untie_at_switches_to_two_equal_matrices_with_copied_moments_and_resumes
 
 
 @pytest.mark.parametrize(
-    "extra", [["untie_at=4"], ["untie_at=1.5"], ["untie_at=0"], ["tie=false", "untie_at=0.5"]]
+    "extra",
+    [
+        ["head.untie_at=4"],
+        ["head.untie_at=1.5"],
+        ["head.untie_at=0"],
+        ["tie=false", "head.untie_at=0.5"],
+    ],
 )
 def test_an_untie_at_outside_training_or_on_an_untied_run_is_refused_in_one_line(extra):
-    with pytest.raises(ConfigError, match="untie_at") as e:
+    with pytest.raises(ConfigError, match="head.untie_at") as e:
         check_config(compose(*QUICK, *STEPS, *extra))
     assert "\n" not in str(e.value)
 
@@ -88,7 +94,7 @@ def test_a_run_untied_on_schedule_starts_a_fine_tuning_run_as_the_untied_model_i
 ):
     from tiedvsuntied.train.finetune import build, read_start
 
-    s, run_dir, _ = _run(tmp_path, "untie_at=0.5")
+    s, run_dir, _ = _run(tmp_path, "head.untie_at=0.5")
     start = read_start(str(run_dir))
     assert start.tie is False  # its config says tie=true, but it ended with a head of its own
     over = [*QUICK, f"init_from='{run_dir}'"]
@@ -113,7 +119,7 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
         "trainer.log_first=0",  # the switch's step logs no training loss: its tokens interpolate
     ]
     for seed in (0, 1):
-        for arm in ([], ["untie_at=0.5"], ["tie=false"]):
+        for arm in ([], ["head.untie_at=0.5"], ["tie=false"]):
             _run(tmp_path, *test, f"seed={seed}", *arm)
     runs = load_results(tmp_path / "u").runs
     table = arms_table(runs, ("final",)).set_index("arm")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from tiedvsuntied.analysis.rows import key_label
 from tiedvsuntied.analysis.stats import (
     CELL,
     INTERVAL_COLUMNS,
@@ -24,7 +25,7 @@ from tiedvsuntied.analysis.stats import (
     seed_method,
 )
 from tiedvsuntied.model.config import canonical_init_std
-from tiedvsuntied.results.records import NEUTRAL
+from tiedvsuntied.train.config import NEUTRAL
 
 ARM_KEYS = ["data_id", "model", "init_std", "seed"]  # an arm's run and its tied reference share
 ARM_CELL = ["model", "init_std", "data_id"]
@@ -32,13 +33,13 @@ ARM_CELL = ["model", "init_std", "data_id"]
 
 def arm_label(run: pd.Series) -> str:
     """'tied', 'untied' or 'untied at step N', then the run's other variant keys (head init,
-    scales) except those at a value that changes nothing (None: a tied run's head_init_std;
-    results.NEUTRAL: logit and embedding scale 1)."""
+    scales) except those at a value that changes nothing (None: a tied run's head.init_std;
+    train.config.NEUTRAL: logit and embedding scale 1)."""
     parts = [p.strip().partition("=") for p in str(run["variant"] or "").split(",") if p.strip()]
     rest = ", ".join(
-        f"{k.split('.')[-1].replace('_', ' ')}: {v}"
+        f"{key_label(k)}: {v}"
         for k, _, v in parts
-        if k != "untie_at" and v != "None" and str(NEUTRAL.get(k)) != v
+        if k != "head.untie_at" and v != "None" and str(NEUTRAL.get(k)) != v
     )
     base = (
         f"untied at step {int(run['untie_step'])}"

@@ -4,7 +4,6 @@ and the ``variant`` that keeps runs differing in config apart."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -16,8 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.model.config import ModelConfig, canonical_init_std
-from tiedvsuntied.results.records import RunSummary
+from tiedvsuntied.model.config import canonical_init_std
+from tiedvsuntied.results.records import RunSummary, current
+from tiedvsuntied.train.config import KEYS, VARIANT
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
 HELDOUT_COLUMNS = [f"{s}_{k}" for s in ("val", "test") for k in ("unigram", "bigram", "unseen")]
@@ -95,31 +95,6 @@ HISTORY_ID_COLUMNS = [
     "replicate",
 ]
 
-# Config keys that never make two runs different experiments (bookkeeping, the study's axes,
-# the size, what data_id covers). Any other model/optim/trainer key whose value differs among
-# the loaded runs (model.t5_rescale, optim.lr, ...) goes into `variant`.
-_NOT_VARIANT = (
-    "model.name",
-    "model.n_layer",
-    "model.n_head",
-    "model.n_embd",
-    "model.block_size",
-    "model.vocab_size",
-    "trainer.progress",
-    "trainer.log_interval",
-    "trainer.ckpt_interval",
-    "trainer.peak_tflops",
-    "trainer.device",
-    "trainer.compile",
-    "trainer.eval_batch_size",
-    "trainer.loss_chunk",
-    "trainer.eval_interval",
-    "trainer.eval_log_steps",
-    "trainer.log_first",
-    "trainer.threads",  # the noise-floor replicates differ in it; it is no experiment's arm
-    "trainer.test_eval",
-)
-_VARIANT_SECTIONS = ("model.", "optim.", "trainer.", "finetune.", "init_from", "untie_at")
 _CONFIG_COLUMNS = ("emb_lr_mult", "heldout_fold")  # read from the config, not the summary
 SUMMARY_KEYS = [
     c
@@ -150,14 +125,10 @@ STATUS_RANK = {
 
 
 def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per config: "key=value, ..." for the model/optim/trainer keys whose values differ among
-    ``configs`` ("" where none does). A key a config lacks is not counted as a difference."""
+    """Per config: "key=value, ..." for the variant keys (train.config.VARIANT) whose values
+    differ among ``configs`` ("" where none does). A key a config lacks is no difference."""
     flat = [
-        {
-            k: v
-            for k, v in flatten(c or {}).items()
-            if k.startswith(_VARIANT_SECTIONS) and not k.startswith(_NOT_VARIANT)
-        }
+        {k: v for k, v in flatten(current(unflatten(c or {}))).items() if k in VARIANT}
         for c in configs
     ]
     keys = sorted({k for f in flat for k in f})
@@ -172,18 +143,19 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-_MODEL_DEFAULTS = {
-    f"model.{f.name}": f.default
-    for f in dataclasses.fields(ModelConfig)
-    if f.default is not dataclasses.MISSING
-}
-
-
 def _is_model_default(key: str, value: Any) -> bool:
-    """A model key at ModelConfig's default is the plain model, not a variant: the tied runs
+    """A model or head key at its default is the plain model, not a variant: the tied runs
     beside t5_rescale runs stay the plain tied arm (optimizer and trainer keys, such as a
     learning-rate grid, label every run)."""
-    return key in _MODEL_DEFAULTS and str(value) == str(_MODEL_DEFAULTS[key])
+    default = getattr(KEYS[key].default, "value", KEYS[key].default)  # an enum: its value
+    return key.startswith(("model.", "head.")) and str(value) == str(default)
+
+
+def key_label(key: str) -> str:
+    """A variant key as labels name it: without its node ('head.t5_rescale' -> 't5 rescale'),
+    unless a top-level key has that name ('head.init_std' -> 'head init std')."""
+    node, _, name = key.rpartition(".")
+    return (f"{node} {name}" if node and name in KEYS else name).replace("_", " ")
 
 
 def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -245,10 +217,8 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
         "model": model.get("name"),
         "data": _section(config, "data").get("name"),
         "max_steps": _section(config, "trainer").get("max_steps"),
-        **{
-            k: model.get(k)
-            for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size", "t5_rescale")
-        },
+        "t5_rescale": _section(config, "head").get("t5_rescale"),
+        **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size")},
     }
     nested = ("params", "init_std_resolved")
     for key in [*SUMMARY_KEYS, *nested, "data_fingerprint"]:
@@ -294,7 +264,7 @@ def run_row(
 ) -> dict[str, Any]:
     """One runs-table row from a ``summary.json`` dict; the config (nested, or W&B's dotted keys:
     ``derived``, top-level keys, the model/data/trainer sections) fills what the summary lacks."""
-    config = unflatten(config or {})
+    config = current(unflatten(config or {}))
     filled = _filled_summary(summary, config)
     row: dict[str, Any] = {c: filled.get(c) for c in RUN_COLUMNS}
     row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])

@@ -13,6 +13,8 @@ from typing import Any
 
 import tiktoken
 
+from tiedvsuntied.results.records import Role, option
+
 
 class DataError(ValueError):
     """A data configuration or input problem; one line naming the key/file and valid values."""
@@ -81,7 +83,7 @@ class DataConfig:
     #: hub: the column holding the text
     text_column: str = "text"
     #: text: PATH, [PATHS] or {train: A, validation: B, test: C}
-    files: Any = None
+    files: Any = option(None, role=Role.record)  # identity: the corpus fingerprint instead
     #: the source's split names; a val/test split that is null (or the default, absent) is held
     #: out of train
     train_split: str = "train"
@@ -95,23 +97,23 @@ class DataConfig:
     #: tail: held-out splits are tails of train (val/test_fraction); document: whole documents
     #: (text files) are shuffled with split_seed into ``folds`` folds: test is fold
     #: heldout_fold, validation the next fold (mod folds), train the rest
-    split: Split = Split.tail
-    folds: int = 10
-    heldout_fold: int = 0
-    split_seed: int = 0
+    split: Split = option(Split.tail, neutral="tail")
+    folds: int = option(10, neutral=10)
+    heldout_fold: int = option(0, neutral=0)
+    split_seed: int = option(0, neutral=0)
     #: document split: a TSV with a ``file`` column (names relative to the TSV's folder) whose
     #: ``group_by`` column keeps documents together (e.g. author: translations of one work stay
     #: on one side); null: every document is its own group
-    manifest: str | None = None
-    group_by: str | None = None
+    manifest: str | None = option(None, neutral=None)
+    group_by: str | None = option(None, neutral=None)
     #: a tiktoken encoding name, or "bytes" (built in: V = 257, no download)
     encoding: str = "gpt2"
     #: seen: only the corpus's tokens (train, val or test), renumbered
     vocab: Vocab = Vocab.full
     #: None -> $TIEDVSUNTIED_CACHE or ~/.cache/tiedvsuntied
-    cache_dir: str | None = None
+    cache_dir: str | None = option(None, role=Role.record)
     #: tokenizer threads; 0 = all available cores
-    num_threads: int = 0
+    num_threads: int = option(0, role=Role.record)
 
     def __post_init__(self) -> None:
         source = _enum_value("source", Source, self.source)

@@ -25,9 +25,9 @@ TRAINABLE_STYLE = {
 
 
 def _finetune_mode(variant: str) -> tuple[str, str]:
-    """(untie, trainable) from a run's variant ("finetune.trainable=head, finetune.untie=copy")."""
+    """(untie, trainable) from a run's variant ("finetune.trainable=head, head.untie=copy")."""
     kv = dict(p.split("=", 1) for p in str(variant or "").split(", ") if "=" in p)
-    return kv.get("finetune.untie", "keep"), kv.get("finetune.trainable", "all")
+    return kv.get("head.untie", "keep"), kv.get("finetune.trainable", "all")
 
 
 @figure(
@@ -39,7 +39,7 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Fine-tuning runs (init_from) as trajectories over their evaluations, from the start (step 0,
     shared) on: (a) the loss on the start's own data (retention) and (b) 1 − cosine of each
     embedding row to its step-0 value, tokens seen (solid) and unseen (dashed) in the fine-tuning
-    data, against the fine-tuning validation loss. Colour: finetune.untie; line and marker:
+    data, against the fine-tuning validation loss. Colour: head.untie; line and marker:
     finetune.trainable. One run per mode (the lowest seed); others are listed as left out."""
     fig, axes = new_figure(1, 2, 2.8)
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")

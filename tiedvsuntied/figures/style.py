@@ -25,6 +25,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter
 
 from tiedvsuntied.analysis.load import Results, ResultsError, require_single_data
+from tiedvsuntied.analysis.rows import key_label
 from tiedvsuntied.analysis.stats import (
     GROUP_COLUMNS,
     MIN_BAND_SEEDS,
@@ -218,7 +219,7 @@ def run_label(run) -> str:
 
 
 def with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
+    """Add ``setting``: the init std, plus the run's variant (head.t5_rescale=True, ...) if any:
     figures split by setting, so runs differing in anything but tie, size, seed are never
     averaged."""
     variant = df["variant"].fillna("")
@@ -229,13 +230,13 @@ def with_setting(df: pd.DataFrame) -> pd.DataFrame:
 def init_label(
     setting: str, short: bool = False, prefix: str = "init std ", widths: Sequence = ()
 ) -> str:
-    """'0.02 | model.t5_rescale=True, optim.lr=0.001' ->
+    """'0.02 | head.t5_rescale=True, optim.lr=0.001' ->
     'init std 0.02\nt5 rescale: True, lr: 0.001'. With ``widths`` (the n_embd of the runs drawn),
     a numeric init std that is d^-0.5 of another width says both numbers: '0.036 (d^-1/2 at
     d=768; here d^-1/2 = 0.088)' (labels.init_std_aside)."""
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
-    variant = ", ".join(f"{k.split('.')[-1].replace('_', ' ')}: {v}" for k, _, v in parts)
+    variant = ", ".join(f"{key_label(k)}: {v}" for k, _, v in parts)
     sep = ", " if short else "\n"
     aside = init_std_aside(init, widths, "; " if short else ";\n").strip()
     init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init

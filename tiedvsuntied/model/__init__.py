@@ -1,6 +1,6 @@
 """The model: GPT-2 with a tied or untied output head, its init table, accounting and loss.
 
-    config.py      ModelConfig (checked on construction), init-std spellings, check_config
+    config.py      ModelConfig and HeadConfig (checked on construction), init stds, check_config
     accounting.py  parameter counts and FLOPs per token, from a config or a model
     gpt.py         the GPT module: blocks, tying, the init table, gradient split, set_trainable
     loss.py        chunked cross-entropy (the loss without all the logits)

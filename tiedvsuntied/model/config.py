@@ -1,23 +1,27 @@
-"""The model's settings and their checks: ModelConfig, the init-std spellings, check_config.
+"""The model's settings and their checks: ModelConfig (the architecture), HeadConfig (the
+output head), the init-std spellings, check_config.
 
 No torch here: the reading side (results, analysis, figures) imports this module to name
-runs and count parameters without loading torch.
-
-`tie` and `init_std` are the study's two top-level run keys, not fields of ModelConfig: a
-check that needs them is `check_config(cfg, tie=..., init_std=...)`; every check that needs
-only the fields runs in `ModelConfig.__post_init__`. Errors are one line naming the key.
+runs and count parameters without loading torch. Each field's role in a run's identity is
+declared beside it (results.records.option); errors are one line naming the key.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from enum import Enum
+
+from tiedvsuntied.results.records import Role, option
 
 INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
-ZERO_OK = ("model.head_init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V
+ZERO_OK = ("head.init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V
 # Widths at which a user may have computed d^-0.5 by hand (the sizes in conf/model and the
 # powers of two): a numeric init_std equal to one of them at another width is likely a slip.
 KNOWN_WIDTHS = (64, 128, 256, 384, 512, 768, 1024, 1280, 1600, 2048, 4096)
+# The ModelConfig fields a checkpoint's weights fix (a smaller block_size crops wpe).
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "emb_scale")
+SIZE = Role.identity  # the size has columns of its own: no variant
 
 
 class ModelConfigError(ValueError):
@@ -28,41 +32,32 @@ class ModelConfigError(ValueError):
 class ModelConfig:
     """The Hydra `model` node: architecture only. Construction checks every field."""
 
-    name: str = "micro"
+    name: str = option("micro", role=SIZE)
     """size name (conf/model/<name>.yaml)"""
-    n_layer: int = 4
+    n_layer: int = option(4, role=SIZE)
     """transformer blocks, > 0"""
-    n_head: int = 4
+    n_head: int = option(4, role=SIZE)
     """attention heads; must divide n_embd"""
-    n_embd: int = 128
+    n_embd: int = option(128, role=SIZE)
     """width d"""
-    block_size: int = 256
+    block_size: int = option(256, role=SIZE)
     """context length (rows of the position embedding)"""
-    vocab_size: int = 50257
+    vocab_size: int = option(50257, role=SIZE)
     """V; the trainer sets it from the tokenizer"""
     bias: bool = True
     """biases in Linear layers and LayerNorms (GPT-2 has them)"""
     dropout: float = 0.0
     """embedding, attention and residual dropout, in [0, 1)"""
-    emb_init_std: str | None = None
-    """overrides init_std for wte (untied only): a number or inv_sqrt_d"""
-    head_init_std: str | None = None
-    """overrides init_std for lm_head (untied only): a number >= 0 or inv_sqrt_d"""
-    t5_rescale: bool = False
-    """T5's tied head: multiply the final hidden state by n_embd ** -0.5 (tied only, as in HF
-    T5ForConditionalGeneration; an untied head is rescaled with logit_scale=inv_sqrt_d)"""
-    logit_scale: str = "1"
-    """multiplies the logits: a number > 0, inv_sqrt_d or sqrt_d"""
-    emb_scale: str = "1"
+    emb_scale: str = option("1", neutral="1")
     """multiplies the token embedding on the way in: a number > 0, or sqrt_d (Gemma)"""
     body_init_std: float = 0.02
     """GPT-2 body init; residual projections get body_init_std / sqrt(2 n_layer)"""
 
     def __post_init__(self):
-        for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-            if getattr(self, key) <= 0:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            if getattr(self, name) <= 0:
                 raise ModelConfigError(
-                    f"model.{key}={getattr(self, key)!r} is invalid: it must be > 0"
+                    f"model.{name}={getattr(self, name)!r} is invalid: it must be > 0"
                 )
         if self.n_embd % self.n_head:
             raise ModelConfigError(
@@ -78,10 +73,83 @@ class ModelConfig:
                 f"model.body_init_std={self.body_init_std!r} is invalid: "
                 "it must be a finite number > 0"
             )
-        for key in ("emb_init_std", "head_init_std"):
-            if getattr(self, key) is not None:
-                canonical_init_std(getattr(self, key), f"model.{key}")
-        resolve_scales(self)
+        multiplier(self.emb_scale, self.n_embd, "model.emb_scale")
+
+
+class Untie(str, Enum):
+    """How a tied fine-tuning start (init_from) becomes untied: ``head.untie``."""
+
+    keep = "keep"  # the start's tying as it is
+    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
+    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
+
+
+class Trainable(str, Enum):
+    """What trains in a fine-tuning run: ``finetune.trainable`` (gpt.set_trainable)."""
+
+    all = "all"
+    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
+    body = "body"  # all but wte, wpe and the head
+    embedding = "embedding"  # wte and wpe (tied: the head too)
+
+
+@dataclass
+class HeadConfig:
+    """The Hydra ``head`` node: what kind of output head, beside the two top-level run keys a
+    sweep varies, ``tie`` (one matrix for wte and lm_head, or two) and ``init_std`` (their
+    std). Construction checks every field; :meth:`init_stds` and :meth:`scale` check what
+    needs ``tie`` too. Every field is a variant: runs that differ in it are labelled apart."""
+
+    untie_at: float | None = option(None, neutral=None)
+    """scheduled untying: tied until this step (>= 1) or fraction of training (< 1), then the
+    head is a copy of wte (tie=true, no init_from)"""
+    untie: Untie = Untie.keep
+    """a tied fine-tuning start (init_from): keep it, copy wte into a new head, or a fresh one"""
+    t5_rescale: bool = False
+    """T5's tied head: multiply the final hidden state by n_embd ** -0.5 (tied only, as in HF
+    T5ForConditionalGeneration; an untied head is rescaled with logit_scale=inv_sqrt_d)"""
+    logit_scale: str = option("1", neutral="1")
+    """multiplies the logits: a number > 0, inv_sqrt_d or sqrt_d"""
+    emb_init_std: str | None = None
+    """overrides init_std for wte (untied only): a number or inv_sqrt_d"""
+    init_std: str | None = None
+    """overrides init_std for lm_head (untied only): a number >= 0 or inv_sqrt_d"""
+
+    def __post_init__(self):
+        Untie(self.untie)  # untie_at needs trainer.max_steps: train.config.untie_step checks it
+        for name in ("emb_init_std", "init_std"):
+            if getattr(self, name) is not None:
+                canonical_init_std(getattr(self, name), f"head.{name}")
+        multiplier(self.logit_scale, 1, "head.logit_scale")
+
+    def init_stds(self, tie: bool, init_std, n_embd: int) -> tuple[float, float]:
+        """(wte's std, lm_head's std): the override where set, else init_std; tied, one."""
+        default = resolve_init_std(init_std, n_embd, "init_std")
+        emb, head = (
+            default if value is None else resolve_init_std(value, n_embd, f"head.{name}")
+            for name, value in (("emb_init_std", self.emb_init_std), ("init_std", self.init_std))
+        )
+        if tie and emb != head:
+            raise ModelConfigError(
+                f"head.emb_init_std={self.emb_init_std!r} and head.init_std={self.init_std!r} "
+                f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, "
+                "or use tie=false"
+            )
+        return emb, head
+
+    def scale(self, tie: bool, n_embd: int) -> float:
+        """The logits' multiplier: logit_scale, times d^-0.5 for T5's tied head."""
+        if self.t5_rescale and not tie:  # HF T5: `if config.tie_word_embeddings: h *= d**-0.5`
+            raise ModelConfigError(
+                "head.t5_rescale=true is invalid with tie=false: T5 rescales only a tied head; "
+                "rescale an untied head with head.logit_scale=inv_sqrt_d"
+            )
+        t5 = n_embd**-0.5 if self.t5_rescale else 1.0
+        return multiplier(self.logit_scale, n_embd, "head.logit_scale") * t5
+
+    def ends_tied(self, tie: bool) -> bool:
+        """Whether a run of this head ends tied (scheduled untying ends untied)."""
+        return tie and self.untie_at is None
 
 
 def canonical_init_std(value, key: str = "init_std") -> str:
@@ -132,34 +200,28 @@ def init_std_note(value, n_embd: int, key: str = "init_std") -> str | None:
     return None
 
 
-def init_std_notes(cfg: ModelConfig, init_std) -> list[str]:
-    """init_std_note of init_std and of the model's init-std overrides that are set: what the
+def init_std_notes(n_embd: int, init_std, head: HeadConfig) -> list[str]:
+    """init_std_note of init_std and of the head's init-std overrides that are set: what the
     trainer logs once per run."""
-    given = {"init_std": init_std, "model.emb_init_std": cfg.emb_init_std}
-    given["model.head_init_std"] = cfg.head_init_std
-    notes = (init_std_note(v, cfg.n_embd, k) for k, v in given.items() if v is not None)
+    given = {"init_std": init_std, "head.emb_init_std": head.emb_init_std}
+    given["head.init_std"] = head.init_std
+    notes = (init_std_note(v, n_embd, k) for k, v in given.items() if v is not None)
     return [note for note in notes if note]
 
 
-def resolve_scales(cfg: ModelConfig) -> tuple[float, float]:
-    """(logit scale, embedding scale) as numbers, from model.logit_scale and model.emb_scale.
-
-    model.t5_rescale is not folded in: it belongs to the tied head (GPT applies it)."""
-    named = {"inv_sqrt_d": cfg.n_embd**-0.5, "sqrt_d": cfg.n_embd**0.5}
-    scales = []
-    for key in ("logit_scale", "emb_scale"):
-        text = str(getattr(cfg, key)).strip()
-        try:
-            value = named[text] if text in named else float(text)
-        except ValueError:
-            value = float("nan")
-        if not (math.isfinite(value) and value > 0):
-            raise ModelConfigError(
-                f"model.{key}={getattr(cfg, key)!r} is invalid: give a number > 0, "
-                "inv_sqrt_d or sqrt_d"
-            )
-        scales.append(value)
-    return scales[0], scales[1]
+def multiplier(value, n_embd: int, name: str) -> float:
+    """A multiplier as a number: a number > 0, inv_sqrt_d or sqrt_d (of the width n_embd)."""
+    text = str(value).strip()
+    named = {"inv_sqrt_d": n_embd**-0.5, "sqrt_d": n_embd**0.5}
+    try:
+        number = named[text] if text in named else float(text)
+    except ValueError:
+        number = float("nan")
+    if not (math.isfinite(number) and number > 0):
+        raise ModelConfigError(
+            f"{name}={value!r} is invalid: give a number > 0, inv_sqrt_d or sqrt_d"
+        )
+    return number
 
 
 def as_model_config(cfg) -> ModelConfig:
@@ -173,34 +235,21 @@ def as_model_config(cfg) -> ModelConfig:
     return ModelConfig(**{k: cfg[k] for k in cfg})
 
 
-def check_config(cfg: ModelConfig, *, tie: bool = True, init_std="0.02") -> dict[str, float]:
-    """The checks that need the run keys tie and init_std besides the model's own fields.
-
-    Raises ModelConfigError (one line naming the key); returns the init stds by init-table
-    symbol: {"emb", "head", "body", "resid"}. Allocates nothing."""
-    cfg = as_model_config(cfg)
+def check_config(
+    cfg: ModelConfig, *, tie: bool = True, init_std="0.02", head: HeadConfig | None = None
+) -> dict[str, float]:
+    """The checks that need the run keys tie and init_std and the head besides the model's own
+    fields. Raises ModelConfigError (one line naming the key); returns the init stds by
+    init-table symbol: {"emb", "head", "body", "resid"}. Allocates nothing."""
+    cfg, head = as_model_config(cfg), head or HeadConfig()
     cfg.__post_init__()  # again: a field may have been set after construction
     if not isinstance(tie, bool):  # a string 'false' would be truthy
         raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
-    if cfg.t5_rescale and not tie:  # HF T5: `if config.tie_word_embeddings: h *= d**-0.5`
-        raise ModelConfigError(
-            "model.t5_rescale=true is invalid with tie=false: T5 rescales only a tied head; "
-            "rescale an untied head with model.logit_scale=inv_sqrt_d"
-        )
-    default = resolve_init_std(init_std, cfg.n_embd, "init_std")
-    emb, head = (
-        default if value is None else resolve_init_std(value, cfg.n_embd, f"model.{key}")
-        for key, value in (("emb_init_std", cfg.emb_init_std), ("head_init_std", cfg.head_init_std))
-    )
-    if tie and emb != head:
-        raise ModelConfigError(
-            f"model.emb_init_std={cfg.emb_init_std!r} and model.head_init_std="
-            f"{cfg.head_init_std!r} give {emb:g} and {head:g}, but tie=true shares one matrix: "
-            "set only init_std, or use tie=false"
-        )
+    head.scale(tie, cfg.n_embd)
+    emb, out = head.init_stds(tie, init_std, cfg.n_embd)
     return {
         "emb": emb,
-        "head": head,
+        "head": out,
         "body": cfg.body_init_std,
         "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer),
     }

@@ -7,7 +7,8 @@ accounting in accounting.py, the chunked loss in loss.py, Hugging Face import/ex
 Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wte`) and as
 `h @ Eᵀ` on the way out (`lm_head`). It is one nn.Parameter, so `named_parameters()` lists it
 once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
-are the study's two run keys: they are arguments of GPT, not fields of ModelConfig.
+are the study's two run keys and `head` the head's other options (config.HeadConfig): they are
+arguments of GPT, not fields of ModelConfig.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from torch.nn import functional as F
 
 from tiedvsuntied.model.accounting import unwrap
 from tiedvsuntied.model.config import (
+    HeadConfig,
     ModelConfig,
     ModelConfigError,
+    Trainable,
+    Untie,
     as_model_config,
     check_config,
-    resolve_scales,
+    multiplier,
 )
 from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
 
@@ -100,8 +104,8 @@ INIT_TABLE: tuple[tuple[str, str, str], ...] = (
 )
 
 STD_LEGEND = {
-    "emb": "model.emb_init_std if set, else init_std (tied: the std of the one shared matrix)",
-    "head": "model.head_init_std if set, else init_std (untied only: tied, lm_head.weight is wte)",
+    "emb": "head.emb_init_std if set, else init_std (tied: the std of the one shared matrix)",
+    "head": "head.init_std if set, else init_std (untied only: tied, lm_head.weight is wte)",
     "body": "model.body_init_std (0.02, GPT-2)",
     "resid": (
         "body_init_std / sqrt(2 * n_layer) "
@@ -166,18 +170,18 @@ class GPT(nn.Module):
         *,
         tie: bool = True,
         init_std: str | float = "0.02",
+        head: HeadConfig | None = None,
         seed: int | None = None,
     ):
         """Build and initialise. `seed` fixes the init (see init_weights) and leaves the global
         RNG alone; None draws one seed from the global torch RNG. Under
         `with torch.device("meta")` nothing is allocated or initialised."""
         super().__init__()
-        cfg = as_model_config(cfg)
-        self._init_stds = check_config(cfg, tie=tie, init_std=init_std)  # before allocating
-        self.config, self.tie, self.init_std = cfg, tie, init_std
-        self.logit_scale, self.emb_scale = resolve_scales(cfg)
-        if cfg.t5_rescale:  # tied only (check_config): HF T5 rescales h only when tied
-            self.logit_scale *= cfg.n_embd**-0.5
+        cfg, head = as_model_config(cfg), head or HeadConfig()
+        self._init_stds = check_config(cfg, tie=tie, init_std=init_std, head=head)  # no alloc
+        self.config, self.tie, self.init_std, self.head = cfg, tie, init_std, head
+        self.logit_scale = head.scale(tie, cfg.n_embd)
+        self.emb_scale = multiplier(cfg.emb_scale, cfg.n_embd, "model.emb_scale")
         device = torch.get_default_device()  # honours `with torch.device(...)`
         # Built on the meta device and then allocated empty: PyTorch's default per-module inits
         # would waste time, draw from the global RNG (more draws untied than tied, shifting
@@ -208,20 +212,20 @@ class GPT(nn.Module):
             self.lm_head.to_empty(device=device, recurse=recurse)
         return self
 
-    def untie(self, head: str = "copy") -> None:
+    def untie(self, how: Untie = Untie.copy) -> None:
         """Give the head a matrix of its own, e.g. to fine-tune it alone. ``copy``: a copy of the
         embedding, so the function is unchanged; ``fresh``: drawn like an untied model's head of
-        the same seed (init std "head"): the random head of a common fine-tuning mistake.
-        The logit scale stays as it was, a tied T5 head's d^-0.5 included: untying by copy
-        changes no logit."""
+        the same seed (init std "head"): the random head of a common fine-tuning mistake;
+        ``keep``: nothing. The logit scale stays as it was, a tied T5 head's d^-0.5 included:
+        untying by copy changes no logit."""
+        if Untie(how) == Untie.keep:
+            return
         if not self.tie:
             raise ModelConfigError(
-                "finetune.untie: the model is already untied; valid only from a tied start"
+                "head.untie: the model is already untied; valid only from a tied start"
             )
-        if head not in ("copy", "fresh"):
-            raise ModelConfigError(f"finetune.untie={head!r} is invalid: use keep, copy or fresh")
         w = self.transformer.wte.weight.detach()
-        if head == "copy":
+        if how == Untie.copy:
             new = w.clone()
         else:  # on the CPU from the tensor's own generator, as init_weights draws it
             g = tensor_generator(self.init_seed or 0, "lm_head.weight")
@@ -316,25 +320,18 @@ parameter of its own (named_parameters lists the matrix once, as wte): nothing r
 
 # ----------------------------------------------------------------------------- fine-tuning
 
-TRAINABLE = ("all", "head", "body", "embedding")
 
-
-def set_trainable(model: nn.Module, which: str) -> dict[str, int]:
-    """Freeze all but ``which``: ``head`` (the output matrix: tied, that is the one shared matrix,
-    the embedding included), ``embedding`` (wte and wpe; tied: the head too), ``body`` (all but
-    those), ``all``. Returns {"trainable", "frozen"} unique parameters."""
+def set_trainable(model: nn.Module, which: Trainable) -> dict[str, int]:
+    """Freeze all but ``which`` (config.Trainable). Returns {"trainable", "frozen"} unique
+    parameters."""
     gpt = unwrap(model)
-    if which not in TRAINABLE:
-        raise ModelConfigError(
-            f"finetune.trainable={which!r} is invalid: use one of {', '.join(TRAINABLE)}"
-        )
     emb = {id(gpt.transformer.wte.weight), id(gpt.transformer.wpe.weight)}
     chosen = {
-        "all": lambda p: True,
-        "head": lambda p: p is gpt.lm_head.weight,
-        "embedding": lambda p: id(p) in emb,
-        "body": lambda p: id(p) not in emb and p is not gpt.lm_head.weight,
-    }[which]
+        Trainable.all: lambda p: True,
+        Trainable.head: lambda p: p is gpt.lm_head.weight,
+        Trainable.embedding: lambda p: id(p) in emb,
+        Trainable.body: lambda p: id(p) not in emb and p is not gpt.lm_head.weight,
+    }[Trainable(which)]
     counts = {"trainable": 0, "frozen": 0}
     for p in gpt.parameters():  # a tied matrix comes once
         p.requires_grad_(chosen(p))

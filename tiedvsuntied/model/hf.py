@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.model.config import ModelConfig
+from tiedvsuntied.model.config import SHAPE_KEYS, ModelConfig
 from tiedvsuntied.model.gpt import GPT, LN_EPS
 
 _CONV1D_WEIGHTS = (
@@ -25,7 +25,6 @@ _CONV1D_WEIGHTS = (
     "mlp.c_proj.weight",
 )
 _HF_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")  # causal masks in old checkpoints
-_SHAPE_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "bias")
 
 
 def _pretrained_dir(path_or_name) -> Path:
@@ -136,7 +135,7 @@ def from_pretrained(path_or_name, tie: bool = True, **overrides) -> GPT:
     hf = json.loads((directory / "config.json").read_text())
     cfg = config_from_hf(hf, source=str(path_or_name))
     for k, v in overrides.items():
-        if k in _SHAPE_KEYS and v != getattr(cfg, k):
+        if k in SHAPE_KEYS and k != "block_size" and v != getattr(cfg, k):
             raise ValueError(
                 f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); "
                 "it cannot be overridden"
@@ -187,7 +186,7 @@ def save_pretrained(model: GPT, directory) -> None:
     if not cfg.bias or model.logit_scale != 1.0 or model.emb_scale != 1.0:
         raise ValueError(
             "GPT2LMHeadModel has biases and no logit or embedding scale: cannot export bias=false, "
-            "t5_rescale=true, logit_scale or emb_scale != 1"
+            "head.t5_rescale=true, head.logit_scale or model.emb_scale != 1"
         )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

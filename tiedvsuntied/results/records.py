@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import yaml
 
@@ -68,25 +68,23 @@ class RunSummary:
     n_embd: int = 0
     vocab_size: int = 0
     block_size: int = 0
-    t5_rescale: bool = False
+    t5_rescale: bool = False  # head.t5_rescale
     data: str = ""
     data_fingerprint: str = ""
     max_steps: int = 0
     params: dict = field(default_factory=dict)  # model.count_parameters
-    untie_at: float | None = None  # scheduled untying: the config's value
+    untie_at: float | None = None  # scheduled untying: the config's head.untie_at
     untie_step: int | None = None  # ... as a step
-    params_untied: dict | None = (
-        None  # model.count_parameters after the switch (or a resume past it)
-    )
+    # model.count_parameters after the switch (or a resume past it)
+    params_untied: dict | None = None
     flops_per_token: float | None = None
     step: int = 0
     tokens: int = 0
     init_val_loss: float | None = None
     init_logit_std: float | None = None
     init_self_logit: float | None = None  # step 0: mean logit of the input token itself
-    init_self_target_frac: float | None = (
-        None  # validation positions whose target is the input token
-    )
+    # validation positions whose target is the input token
+    init_self_target_frac: float | None = None
     final_val_loss: float | None = None
     best_val_loss: float | None = None
     best_step: int | None = None
@@ -95,9 +93,8 @@ class RunSummary:
     # {"val"|"test": {loss, unigram, bigram, unseen, n_windows, documents: {name: {...}}}}: the
     # final weights beside the count models on the same windows (train/evaluation.heldout)
     heldout: dict | None = None
-    seen_vocab_frac: float | None = (
-        None  # of the vocabulary, the part that occurs in the train split
-    )
+    # of the vocabulary, the part that occurs in the train split
+    seen_vocab_frac: float | None = None
     clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
     peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: int | None = None
@@ -235,54 +232,87 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def read_config(run_dir: Path) -> dict:
+    """A run's config.yaml, in today's layout (:func:`current`)."""
     try:
-        return yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+        return current(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {})
     except (OSError, yaml.YAMLError):
         return {}
 
 
 # ---------------------------------------------------------------------------- identity
 
-# Keys that change where and how a run is recorded, not what it computes.
-IDENTITY_EXCLUDE = (
-    "sweep",
-    "results_dir",
-    "wandb",
-    "trainer.progress",
-    "trainer.log_interval",
-    "trainer.log_first",
-    "trainer.threads",  # recorded as summary.threads: hardware, like the device
-    "trainer.ckpt_interval",
-    "trainer.peak_tflops",
-    "trainer.device",
-    "data.cache_dir",
-    "data.num_threads",
-    "data.files",  # files: replaced by the corpus fingerprint (content)
-)
+
+class Role(str, Enum):
+    """What a config key is to a run, declared once per field (:func:`option`); a node's role is
+    the default of its fields. The identity hash, the labels and the run tables derive from it."""
+
+    variant = "variant"  # part of the run's identity, named in its label where runs differ in it
+    identity = "identity"  # part of the identity only: the study's axes, the size, the data
+    record = "record"  # neither: where and how the run is recorded, the hardware
 
 
-# Keys added after results existed, at the values that change nothing: left out of the hash, so
-# runs made before a key existed keep their identity (a rerun still skips or resumes them).
-NEUTRAL = {
-    "init_from": None,
-    "untie_at": None,
-    "finetune": {"untie": "keep", "trainable": "all"},
-    "model.logit_scale": "1",
-    "model.emb_scale": "1",
-    "replicate": 0,
-    "trainer.eval_log_steps": False,
-    "optim.emb_lr_mult": 1.0,
-    "optim.head_lr_mult": None,
-    "optim.tied_lr_mult": None,
-    "optim.lr_scaling": "none",
-    "trainer.sampling": "random",
-    "data.split": "tail",
-    "data.folds": 10,
-    "data.heldout_fold": 0,
-    "data.split_seed": 0,
-    "data.manifest": None,
-    "data.group_by": None,
+def option(
+    default: Any = dataclasses.MISSING, *, role=None, neutral=dataclasses.MISSING, factory=None
+):
+    """A config field with its role and, for a key added after results existed, ``neutral``:
+    the value at which it is left out of the identity hash (runs from before it keep their id)."""
+    meta = {"role": role} if role else {}
+    if neutral is not dataclasses.MISSING:
+        meta["neutral"] = neutral
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+class Key(NamedTuple):
+    role: Role
+    neutral: Any  # dataclasses.MISSING: none
+    default: Any  # dataclasses.MISSING: made by a factory
+
+
+def keys(schema, prefix: str = "", role: Role = Role.variant) -> dict[str, Key]:
+    """Every dotted key of the config dataclass ``schema``: a field's role is its own, else its
+    node's. A node is a key too where it has a neutral value or is recorded only (then whole)."""
+    out = {}
+    for f in dataclasses.fields(schema):
+        own = f.metadata.get("role", role)
+        out[prefix + f.name] = Key(own, f.metadata.get("neutral", dataclasses.MISSING), f.default)
+        if dataclasses.is_dataclass(f.default_factory) and own is not Role.record:
+            out.update(keys(f.default_factory, f"{prefix}{f.name}.", own))
+    return out
+
+
+# Keys that moved, new -> old. The identity hash reads a config in the old layout, so the runs
+# made before a move keep their id; a config.yaml written before it is read in the new layout.
+LEGACY = {
+    "head.untie_at": "untie_at",
+    "head.untie": "finetune.untie",
+    "head.t5_rescale": "model.t5_rescale",
+    "head.logit_scale": "model.logit_scale",
+    "head.emb_init_std": "model.emb_init_std",
+    "head.init_std": "model.head_init_std",
 }
+
+
+def moved(tree: dict, mapping: dict[str, str]) -> dict:
+    """A copy of the nested ``tree`` with each present key ``a.b`` of ``mapping`` moved to its
+    value's place (``LEGACY`` to the old layout, its inverse to the new); a node left empty goes."""
+    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in tree.items()}
+    for src, dst in mapping.items():
+        node, _, leaf = src.rpartition(".")
+        parent = tree.get(node, {}) if node else tree
+        if isinstance(parent, dict) and leaf in parent:
+            value = parent.pop(leaf)
+            if node and not parent:
+                del tree[node]
+            new_node, _, new_leaf = dst.rpartition(".")
+            (tree.setdefault(new_node, {}) if new_node else tree)[new_leaf] = value
+    return tree
+
+
+def current(config: dict) -> dict:
+    """A config as written by any version, in today's layout (keys that moved, moved)."""
+    return moved(config, {old: new for new, old in LEGACY.items()})
 
 
 def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:
@@ -292,23 +322,6 @@ def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0
     model = model.rstrip("/").rsplit("/", 1)[-1]  # a Hugging Face start is named by its path
     rep = f"_rep{replicate}" if replicate else ""
     return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}{rep}"
-
-
-def run_id(config: dict, name: str, data_fingerprint: str) -> str:
-    """``<name>-<hash>``: the hash covers every key of the resolved ``config`` (a plain dict,
-    init_std already canonical) that can change the result, and the data's fingerprint."""
-    tree = json.loads(json.dumps(config, default=str))
-    for key in IDENTITY_EXCLUDE:
-        node, _, leaf = key.partition(".")
-        (tree.get(node, {}) if leaf else tree).pop(leaf or node, None)
-    for key, neutral in NEUTRAL.items():
-        node, _, leaf = key.partition(".")
-        parent = tree.get(node, {}) if leaf else tree
-        if (leaf or node) in parent and parent[leaf or node] == neutral:
-            del parent[leaf or node]
-    tree["data_fingerprint"] = data_fingerprint
-    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{name}-{digest}"
 
 
 def find_run_dir(sweep_dir: Path, run_id: str) -> Path:

@@ -199,6 +199,8 @@ def one_line(error: BaseException) -> str:
         node, _, _ = cause.full_key.rpartition(".")
         near = difflib.get_close_matches(cause.key, list(cause.parent_node.keys()), n=1)
         hint = f"did you mean {node + '.' if node else ''}{near[0]}?" if near else "no such key"
+        moved = [new for new, old in results.LEGACY.items() if old == cause.full_key]
+        hint = f"it is {moved[0]} now" if moved else hint
         return f"{cause.full_key} is not a key of the config: {hint}"
     parts = [getattr(error, "override", None), first_line(error)]
     if isinstance(cause, OmegaConfBaseException):
@@ -215,7 +217,7 @@ def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (``new_record``):
     the data's fingerprint from its files' hashes, once per distinct data config."""
     from tiedvsuntied.data.cache import corpus_fingerprint
-    from tiedvsuntied.train.config import resolved_config
+    from tiedvsuntied.train.config import resolved_config, run_id
 
     fingerprints: dict[str, str] = {}
     ids = []
@@ -230,5 +232,5 @@ def run_ids(plans: list[Any]) -> list[str]:
         name = results.run_name(
             cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate
         )
-        ids.append(results.run_id(config, name, fingerprints[key]))
+        ids.append(run_id(config, name, fingerprints[key]))
     return ids

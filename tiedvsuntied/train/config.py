@@ -1,19 +1,24 @@
-"""The run's config as Hydra composes it (conf/config.yaml), each field with its doc and, in
-``__post_init__``, its check (as torchtitan's config does); ``check_config`` adds what needs
-the machine or the files. A check never changes the config."""
+"""The run's config as Hydra composes it (conf/config.yaml), each field with its doc, its role
+in the run's identity (``option(role=..., neutral=...)``) and, in ``__post_init__``, its check
+(as torchtitan's config does); ``check_config`` adds what needs the machine or the files. A
+check never changes the config. The lists of keys by role and ``run_id`` derive from the
+declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from enum import Enum
 
 from omegaconf import OmegaConf
 
 from tiedvsuntied.data.config import DataConfig
-from tiedvsuntied.model.config import ModelConfig, canonical_init_std
+from tiedvsuntied.model.config import HeadConfig, ModelConfig, Trainable, canonical_init_std
 from tiedvsuntied.results.metrics_log import WandbConfig
+from tiedvsuntied.results.records import LEGACY, Role, keys, moved, option
 
 
 class ConfigError(ValueError):
@@ -32,10 +37,10 @@ Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is vali
 
 def check_fields(prefix: str, obj, rules: dict[str, Rule]) -> None:
     """Raise a one-line ConfigError for the first field of ``obj`` its rule refuses."""
-    for key, (ok, valid) in rules.items():
-        value = getattr(obj, key)
+    for name, (ok, valid) in rules.items():
+        value = getattr(obj, name)
         if not ok(value):
-            raise ConfigError(f"{prefix}{key}={show(value)} is invalid: it must be {valid}")
+            raise ConfigError(f"{prefix}{name}={show(value)} is invalid: it must be {valid}")
 
 
 AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
@@ -65,11 +70,13 @@ class OptimConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
     # Learning rates of the embedding side, as multiples of the scheduled lr (the body's):
-    emb_lr_mult: float = 1.0  # wte (untied)
-    # lm_head (untied, or after untie_at); null: emb_lr_mult, after untie_at the tied matrix's
-    head_lr_mult: float | None = None
-    tied_lr_mult: float | None = None  # the tied matrix: one lr for both roles; null: emb_lr_mult
-    lr_scaling: LrScaling = LrScaling.none  # then times init std / body std (init_std)
+    emb_lr_mult: float = option(1.0, neutral=1.0)  # wte (untied)
+    # lm_head (untied, or after head.untie_at); null: emb_lr_mult, after untie_at the tied one's
+    head_lr_mult: float | None = option(None, neutral=None)
+    # the tied matrix: one lr for both roles; null: emb_lr_mult
+    tied_lr_mult: float | None = option(None, neutral=None)
+    # then times init std / body std (init_std)
+    lr_scaling: LrScaling = option(LrScaling.none, neutral="none")
 
     def __post_init__(self) -> None:
         check_fields(
@@ -101,24 +108,11 @@ class Precision(str, Enum):
     fp32 = "fp32"
 
 
-class Untie(str, Enum):
-    keep = "keep"  # the start's tying as it is
-    copy = "copy"  # tied start: the head becomes a copy of the embedding (same function at step 0)
-    fresh = "fresh"  # tied start: a new random head (a control: what a careless untie does)
-
-
-class Trainable(str, Enum):
-    all = "all"
-    head = "head"  # the output matrix (tied: the shared matrix, embedding included)
-    body = "body"  # all but wte, wpe and the head
-    embedding = "embedding"  # wte and wpe (tied: the head too)
-
-
 @dataclass
 class FinetuneConfig:
-    """The ``finetune`` node; it applies when ``init_from`` is set (train/finetune.py)."""
+    """The ``finetune`` node; it applies when ``init_from`` is set (train/finetune.py); how a
+    tied start is untied is ``head.untie``."""
 
-    untie: Untie = Untie.keep
     trainable: Trainable = Trainable.all
 
 
@@ -136,28 +130,34 @@ class TrainerConfig:
     grad_accum: int = 1  # micro-batches per optimizer step
     # once: under one pass over the training tokens, checked before training (a memorised
     # corpus turns tying into a question about regularisation)
-    sampling: Sampling = Sampling.random
-    eval_interval: int = 100  # also at step 0 (the initial loss is a result) and the last step
+    sampling: Sampling = option(Sampling.random, neutral="random")
+    # also at step 0 (the initial loss is a result) and the last step
+    eval_interval: int = option(100, role=Role.identity)
     # Also evaluate at steps 1, 2, 4, 8, ... below eval_interval: an init-1.0 run collapses
     # from ~60 nats within the first 50-100 steps, between two evaluations otherwise.
-    eval_log_steps: bool = True
+    eval_log_steps: bool = option(True, role=Role.identity, neutral=False)
     eval_windows: int = 0  # fixed validation/test windows, the same for every run; 0 = all that fit
-    eval_batch_size: int = 16
-    log_interval: int = 10
-    log_first: int = 100  # log the training loss at every one of the first N steps as well
-    ckpt_interval: int = 200  # also at the last step and on Ctrl-C / SIGTERM
+    eval_batch_size: int = option(16, role=Role.identity)
+    log_interval: int = option(10, role=Role.record)
+    # log the training loss at every one of the first N steps as well
+    log_first: int = option(100, role=Role.record)
+    ckpt_interval: int = option(200, role=Role.record)  # also at the last step and on a signal
     precision: Precision = Precision.auto
-    compile: bool | None = None  # null: on CUDA, and on CPU for runs of >= 500 steps
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | cuda:free (a GPU no other job holds)
-    loss_chunk: int = 1024  # rows per cross-entropy chunk; 0 materialises all logits
-    test_eval: bool = True
-    peak_tflops: float = 0.0  # MFU denominator; 0 measures this machine's matmul peak at start
-    progress: bool = True
+    # null: on CUDA, and on CPU for runs of >= 500 steps
+    compile: bool | None = option(None, role=Role.identity)
+    # auto | cpu | cuda | cuda:N | cuda:free (a GPU no other job holds)
+    device: str = option("auto", role=Role.record)
+    # rows per cross-entropy chunk; 0: all logits at once
+    loss_chunk: int = option(1024, role=Role.identity)
+    test_eval: bool = option(True, role=Role.identity)
+    # MFU denominator; 0 measures this machine's matmul peak at start
+    peak_tflops: float = option(0.0, role=Role.record)
+    progress: bool = option(True, role=Role.record)
     # CPU threads of torch's intra-op pool; 0 keeps torch's choice (OMP_NUM_THREADS, or the
     # cores). Compiled CPU runs are bitwise equal at one thread count and drift apart from
     # about step 6 at another (a 1e-6 difference that training amplifies): the count used is
     # recorded in the summary, and pinning it makes runs under any launcher comparable.
-    threads: int = 0
+    threads: int = option(0, role=Role.record)
 
     def __post_init__(self) -> None:
         steps = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batch_size")
@@ -193,15 +193,15 @@ def check_budget(trainer: TrainerConfig, train_tokens: int, block_size: int) -> 
 
 
 def untie_step(untie_at: float | None, max_steps: int) -> int | None:
-    """``untie_at`` as a step: a fraction of training (< 1) or a step (a whole number >= 1).
+    """``head.untie_at`` as a step: a fraction of training (< 1) or a whole number >= 1.
     Raises ConfigError, naming the key, where that is not a step inside training."""
     if untie_at is None:
         return None
     step = round(untie_at * max_steps) if untie_at < 1 else int(untie_at)
     if untie_at <= 0 or (untie_at >= 1 and untie_at != step) or not 1 <= step < max_steps:
         raise ConfigError(
-            f"untie_at={show(untie_at)} is invalid: use a fraction in (0, 1) or a whole step in "
-            f"[1, trainer.max_steps={max_steps}) (here it gives step {step})"
+            f"head.untie_at={show(untie_at)} is invalid: use a fraction in (0, 1) or a whole "
+            f"step in [1, trainer.max_steps={max_steps}) (here it gives step {step})"
         )
     return step
 
@@ -216,7 +216,7 @@ class Schedule:
 
     @classmethod
     def of(cls, cfg: Config) -> Schedule:
-        return cls(cfg.trainer, untie_step(cfg.untie_at, cfg.trainer.max_steps))
+        return cls(cfg.trainer, untie_step(cfg.head.untie_at, cfg.trainer.max_steps))
 
     def done(self, step: int) -> bool:
         return step >= self.trainer.max_steps
@@ -245,25 +245,32 @@ class Schedule:
 @dataclass
 class Config:
     """The whole run, as Hydra composes it (conf/config.yaml). ``tie``, ``init_std`` and
-    ``seed`` are top-level because they are what a sweep varies; the model node is the
-    architecture only."""
+    ``seed`` are top-level because they are what a sweep varies; the head's other options are
+    the head node, the model node is the architecture only. Each field's role in the run's
+    identity is declared beside it (:func:`results.records.option`; a node's is its fields')."""
 
-    tie: bool = True  # lm_head.weight is wte.weight
-    untie_at: float | None = None  # tied until this step (>= 1) or fraction (< 1), then a copy
-    init_std: str = "0.02"  # std of wte and the untied head: a number, or inv_sqrt_d
-    seed: int = 0  # model init, batch order, dropout: tied and untied share it
+    tie: bool = option(True, role=Role.identity)  # lm_head.weight is wte.weight
+    # std of wte and the untied head: a number, or inv_sqrt_d
+    init_std: str = option("0.02", role=Role.identity)
+    # model init, batch order, dropout: tied and untied share it
+    seed: int = option(0, role=Role.identity)
     # A second run of one config (the noise floor): it enters the run's identity, so the run
     # is not skipped as done, and changes nothing else (same seed, data, init).
-    replicate: int = 0
-    sweep: str = "default"  # results/<sweep>/ and the W&B group
-    results_dir: str = "results"
-    init_from: str | None = None  # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
-    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    replicate: int = option(0, role=Role.identity, neutral=0)
+    sweep: str = option("default", role=Role.record)  # results/<sweep>/ and the W&B group
+    results_dir: str = option("results", role=Role.record)
+    # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
+    init_from: str | None = option(None, neutral=None)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    # neutral: the node as it was written before head.untie moved out of it
+    finetune: FinetuneConfig = option(
+        factory=FinetuneConfig, neutral={"untie": "keep", "trainable": "all"}
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig = option(factory=DataConfig, role=Role.identity)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    wandb: WandbConfig = field(default_factory=WandbConfig)
+    wandb: WandbConfig = option(factory=WandbConfig, role=Role.record)
 
     def __post_init__(self) -> None:
         at_least_0: Rule = (lambda v: v >= 0, ">= 0")
@@ -272,12 +279,12 @@ class Config:
             raise ConfigError(
                 f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"
             )
-        if untie_step(self.untie_at, self.trainer.max_steps) and not (
+        if untie_step(self.head.untie_at, self.trainer.max_steps) and not (
             self.tie and not self.init_from
         ):
             raise ConfigError(
-                f"untie_at={show(self.untie_at)} needs tie=true and no init_from "
-                "(finetune.untie unties a start)"
+                f"head.untie_at={show(self.head.untie_at)} needs tie=true and no init_from "
+                "(head.untie unties a start)"
             )
 
 
@@ -287,3 +294,29 @@ def resolved_config(cfg: Config) -> dict:
     tree = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
     tree["init_std"] = canonical_init_std(cfg.init_std)
     return tree
+
+
+# Every list of keys by role, derived from the declarations.
+KEYS = keys(Config)
+RECORDED = [k for k, v in KEYS.items() if v.role is Role.record]  # not in the identity
+VARIANT = {k for k, v in KEYS.items() if v.role is Role.variant}  # labelled where runs differ
+NEUTRAL = {k: v.neutral for k, v in KEYS.items() if v.neutral is not MISSING}
+
+
+def run_id(config: dict, name: str, data_fingerprint: str) -> str:
+    """``<name>-<hash>``: the hash covers every key of the resolved ``config`` (a plain dict,
+    init_std already canonical) but the recorded ones and those at their neutral value, in the
+    layout before keys moved (LEGACY), and the data's fingerprint: the same config has the
+    same id in every version."""
+    tree = moved(json.loads(json.dumps(config, default=str)), LEGACY)
+    for dotted in RECORDED:
+        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
+        (tree.get(node, {}) if node else tree).pop(leaf, None)
+    for dotted, neutral in NEUTRAL.items():
+        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
+        parent = tree.get(node, {}) if node else tree
+        if leaf in parent and parent[leaf] == neutral:
+            del parent[leaf]
+    tree["data_fingerprint"] = data_fingerprint
+    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}-{digest}"

@@ -1,5 +1,5 @@
 """Fine-tuning: start from a finished run or Hugging Face GPT-2 (``init_from``), untie the head
-the right way (``finetune.untie``), choose what trains (``finetune.trainable``).
+the right way (``head.untie``), choose what trains (``finetune.trainable``).
 
 The question users ask first: "to fine-tune GPT-2's lm_head, must I fine-tune wte too?" Tied,
 the head IS the embedding: training "only the head" moves every embedding row, seen in the new
@@ -20,23 +20,19 @@ from pathlib import Path
 import torch
 
 from tiedvsuntied.data.config import DataConfig
-from tiedvsuntied.model.config import ModelConfig, ModelConfigError
+from tiedvsuntied.model.config import (
+    SHAPE_KEYS,
+    HeadConfig,
+    ModelConfig,
+    ModelConfigError,
+    Trainable,
+    Untie,
+)
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results.records import Status, read_config, read_summary
-from tiedvsuntied.train.config import Trainable, Untie
 
 log = logging.getLogger(__name__)
-SHAPE_KEYS = (
-    "n_layer",
-    "n_head",
-    "n_embd",
-    "block_size",
-    "vocab_size",
-    "bias",
-    "t5_rescale",
-    "logit_scale",
-    "emb_scale",
-)
+HEAD_SHAPE_KEYS = ("t5_rescale", "logit_scale")  # the head options a start's weights are for
 
 
 @dataclass
@@ -45,9 +41,10 @@ class Start:
 
     source: str
     model: ModelConfig
-    tie: bool
+    tie: bool  # as it ended (a run untied on schedule ended untied)
     data: dict | None  # a run of this harness: its data config (retention); Hugging Face: None
     weights: Path | None = None  # checkpoints/model.pt of a run; None: a Hugging Face directory
+    head: HeadConfig = dataclasses.field(default_factory=HeadConfig)
 
 
 def _run_dir(path: Path) -> Path | None:
@@ -102,8 +99,9 @@ def read_start(init_from: str) -> Start:
                 "trained it again (it trains a finished run whose model.pt is broken anew)"
             )
         model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
-        tie = bool(cfg["tie"]) and cfg.get("untie_at") is None  # untie_at: it finished untied
-        return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights)
+        head = HeadConfig(**cfg.get("head", {}))
+        tie = head.ends_tied(bool(cfg["tie"]))
+        return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights, head)
     if path.is_dir() and (path / "config.json").is_file():
         import json
 
@@ -127,31 +125,33 @@ def adopt(cfg, start: Start, overrides: list[str]):
     contradicts the start is refused, as is untying an untied head. block_size may be given
     smaller than the start's (wpe is cropped)."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    for key in SHAPE_KEYS:
-        ours, theirs = getattr(cfg.model, key), getattr(start.model, key)
-        if key == "vocab_size" or (key == "block_size" and ours < theirs):
-            continue  # the tokenizer is checked with the data; a shorter block crops wpe
-        if ("model" in given or f"model.{key}" in given) and ours != theirs:
-            raise ModelConfigError(
-                f"model.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
-                "the start's shapes are used; drop the override"
-            )
+    for node, keys in (("model", SHAPE_KEYS), ("head", HEAD_SHAPE_KEYS)):
+        for key in keys:
+            ours, theirs = getattr(getattr(cfg, node), key), getattr(getattr(start, node), key)
+            if key == "vocab_size" or (key == "block_size" and ours < theirs):
+                continue  # the tokenizer is checked with the data; a shorter block crops wpe
+            if (node in given or f"{node}.{key}" in given) and ours != theirs:
+                raise ModelConfigError(
+                    f"{node}.{key}={ours} conflicts with init_from (its {key} is {theirs}): "
+                    "the start's shapes are used; drop the override"
+                )
     if "tie" in given and cfg.tie != start.tie:
         raise ModelConfigError(
             f"tie={str(cfg.tie).lower()} conflicts with init_from (tie={str(start.tie).lower()}): "
-            "to untie a tied start use finetune.untie=copy"
+            "to untie a tied start use head.untie=copy"
         )
-    if cfg.finetune.untie != Untie.keep and not start.tie:
+    if cfg.head.untie != Untie.keep and not start.tie:
         raise ModelConfigError(
-            f"finetune.untie={Untie(cfg.finetune.untie).value} needs a tied start; init_from is "
-            "untied: use finetune.untie=keep"
+            f"head.untie={Untie(cfg.head.untie).value} needs a tied start; init_from is "
+            "untied: use head.untie=keep"
         )
     block = start.model.block_size
     if "model.block_size" in given:
         block = min(cfg.model.block_size, block)
     shapes = {k: getattr(start.model, k) for k in SHAPE_KEYS}
     model = dataclasses.replace(cfg.model, **{**shapes, "block_size": block}, name=start.model.name)
-    return dataclasses.replace(cfg, model=model, tie=start.tie)
+    head = dataclasses.replace(cfg.head, **{k: getattr(start.head, k) for k in HEAD_SHAPE_KEYS})
+    return dataclasses.replace(cfg, model=model, head=head, tie=start.tie)
 
 
 def build(start: Start, cfg, seed: int) -> GPT:
@@ -170,19 +170,19 @@ def build(start: Start, cfg, seed: int) -> GPT:
                 ),
                 tie=start.tie,
                 init_std=cfg.init_std,
+                head=cfg.head,
             )
         model.to_empty(device="cpu")
         sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
         sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.model.block_size]
         model.load_state_dict(sd)
     model.init_seed = seed  # a fresh head is drawn as an untied model of this seed would draw it
-    if cfg.finetune.untie != Untie.keep:
-        model.untie(cfg.finetune.untie.value)
-    counts = set_trainable(model, cfg.finetune.trainable.value)
+    model.untie(cfg.head.untie)
+    counts = set_trainable(model, cfg.finetune.trainable)
     if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):
         log.warning(
             "finetune.trainable=%s on a tied model trains the one shared matrix: the embedding "
-            "(and every token's row) moves too; finetune.untie=copy trains a separate head",
+            "(and every token's row) moves too; head.untie=copy trains a separate head",
             cfg.finetune.trainable.value,
         )
     if counts["trainable"] == 0:

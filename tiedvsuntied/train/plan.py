@@ -54,7 +54,7 @@ def check_config(
         start = read_start(cfg.init_from) if cfg.init_from else None
         if start is not None:
             cfg = adopt(cfg, start, list(overrides))
-        check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std)  # allocates nothing
+        check_model(cfg.model, tie=cfg.tie, init_std=cfg.init_std, head=cfg.head)  # no alloc
         name = cfg.trainer.device if checked is None else cfg.trainer.device.replace(":free", "")
         device = resolve_device(dist.device(name))
     except ValueError as e:
@@ -68,7 +68,7 @@ def check_config(
         check_data(cfg.data)
     if first_time(checked, f"results_dir {cfg.results_dir}"):
         check_writable(Path(cfg.results_dir))
-    for note in init_std_notes(cfg.model, cfg.init_std) if checked is None else ():
+    for note in init_std_notes(cfg.model.n_embd, cfg.init_std, cfg.head) if checked is None else ():
         log.warning(note)  # 0.036 is d^-0.5 only at d = 768
     return RunPlan(cfg, start, device)
 

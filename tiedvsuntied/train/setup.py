@@ -34,7 +34,8 @@ def build_model(plan: RunPlan, vocab_size: int) -> GPT:
     if plan.start is not None:
         return build(plan.start, cfg, cfg.seed).to(plan.device)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=vocab_size)
-    return GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, seed=cfg.seed).to(plan.device)
+    model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, head=cfg.head, seed=cfg.seed)
+    return model.to(plan.device)
 
 
 def resume_on_every_rank(

@@ -15,10 +15,10 @@ from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import RunSummary, find_run_dir, run_id, run_name
+from tiedvsuntied.results.records import RunSummary, find_run_dir, run_name
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import Checkpoints
-from tiedvsuntied.train.config import Config, Schedule, resolved_config
+from tiedvsuntied.train.config import Config, Schedule, resolved_config, run_id
 from tiedvsuntied.train.plan import RunPlan
 
 
@@ -90,11 +90,11 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
         n_embd=m.n_embd,
         vocab_size=corpus.vocab_size,
         block_size=m.block_size,
-        t5_rescale=m.t5_rescale,
+        t5_rescale=cfg.head.t5_rescale,
         data=cfg.data.name,
         data_fingerprint=corpus.fingerprint,
         max_steps=cfg.trainer.max_steps,
-        untie_at=cfg.untie_at,
+        untie_at=cfg.head.untie_at,
         untie_step=plan.schedule.untie_step,
         world_size=dist.world_size(),
     )

@@ -1,7 +1,7 @@
 """``train(cfg)``: the one trainer every run shares, read top to bottom: whether the run
 trains, its set-up, the loop (step, untie, log, evaluate, checkpoint, stop), its finish.
 
-A run is identified by its config (results.records.run_id), so calling ``train`` again with the
+A run is identified by its config (train.config.run_id), so calling ``train`` again with the
 same config skips a finished run and resumes an unfinished one from its checkpoint with exactly
 the batches and losses an uninterrupted run would have had: the batch order is a pure function
 of (seed, step) and the checkpoint holds the TrainState and every RNG state. Status: ``running``
