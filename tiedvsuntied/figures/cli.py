@@ -64,34 +64,21 @@ def parser() -> argparse.ArgumentParser:
         epilog="Outputs: "
         + "; ".join(f"{name} ({REGISTRY[name].description})" for name in output_names()),
     )
-    ap.add_argument(
-        "sweep_dirs",
-        nargs="*",
-        metavar="SWEEP_DIR",
-        help="sweep directories (results/<sweep>/), run directories, or a results directory",
-    )
+    where = "sweep directories (results/<sweep>/), run directories, or a results directory"
+    ap.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR", help=where)
     ap.add_argument("--out", required=True, help="directory for the figure files (created)")
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg")
-    ap.add_argument(
-        "--only", default=None, help=f"comma-separated subset of: {', '.join(output_names())}"
+    ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(output_names())}")
+    ap.add_argument("--data-id", help="only runs with this data_id (mixed sweeps)")
+    wandb = "read runs from W&B instead (online)"
+    ap.add_argument("--wandb", metavar="ENTITY/PROJECT", help=wandb)
+    ap.add_argument("--group", help="with --wandb: one W&B group (= sweep)")
+    paper = (
+        f"the paper's figures and tables ({', '.join(PAPER)}) from the shipped bundles "
+        f"({', '.join(PAPER_BUNDLES)} in the repository), or from SWEEP_DIRs when given; prints "
+        "how long it took"
     )
-    ap.add_argument("--data-id", default=None, help="only runs with this data_id (mixed sweeps)")
-    ap.add_argument(
-        "--wandb",
-        default=None,
-        metavar="ENTITY/PROJECT",
-        help="read runs from W&B instead (online)",
-    )
-    ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
-    ap.add_argument(
-        "--paper",
-        action="store_true",
-        help="the paper's figures and tables ("
-        + ", ".join(PAPER)
-        + ") from the shipped bundles ("
-        + ", ".join(PAPER_BUNDLES)
-        + " in the repository), or from SWEEP_DIRs when given; prints how long it took",
-    )
+    ap.add_argument("--paper", action="store_true", help=paper)
     return ap
 
 
