@@ -67,9 +67,9 @@ def fig_loss(runs: pd.DataFrame):
     models = [m for m in style.model_order(runs) if m in set(chosen["model"])]
     fig, axes = style.new_figure(1, max(len(models), 1), 2.4, sharey=False)
     if not is_books(runs):
-        return style.nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if chosen.empty:
-        return style.nothing_to_draw(fig, axes, "no finished runs at their arm's chosen lr")
+        return style.nothing_to_draw(fig, "no finished runs at their arm's chosen lr")
     labelled = set()  # each arm once in the legend, wherever it first appears
     for ax, model in zip(axes[0], models, strict=False):
         cell = chosen[chosen["model"] == model]
@@ -103,9 +103,9 @@ def fig_contrasts(runs: pd.DataFrame):
     fig, axes = style.new_figure(1, 1, 0.22 * max(len(table), 4), width=7.0)
     ax = axes[0][0]
     if not is_books(runs):
-        return style.nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if table.empty:
-        return style.nothing_to_draw(fig, axes, "no contrast has a pair of runs yet")
+        return style.nothing_to_draw(fig, "no contrast has a pair of runs yet")
     for y, row in enumerate(table.itertuples()):
         seeds = {"ls": "none", "marker": ".", "color": "#777777", "ms": 3}
         ax.plot(row.seed_diffs, np.full(len(row.seed_diffs), y), **seeds)
@@ -136,10 +136,10 @@ def fig_lr(runs: pd.DataFrame):
     the chosen multiplier circled."""
     fig, axes = style.new_figure(1, len(books.STDS), 2.2, sharey=False)
     if not is_books(runs):
-        return style.nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     check, choice = books.lr_check(runs), books.chosen_lr(runs)
     if check.empty:
-        return style.nothing_to_draw(fig, axes, "no lr-check runs (nano, seed 0)")
+        return style.nothing_to_draw(fig, "no lr-check runs (nano, seed 0)")
     for ax, std in zip(axes[0], books.STDS, strict=True):
         for (a, s), losses in check.iterrows():
             if s != std:
@@ -172,11 +172,9 @@ def fig_per_book(runs: pd.DataFrame):
     ]
     fig, axes = style.new_figure(1, max(len(models), 1), 2.2, sharey=True)
     if not is_books(runs):
-        return style.nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if not models:
-        return style.nothing_to_draw(
-            fig, axes, "no per-book losses of paired tied/untied runs at 0.02"
-        )
+        return style.nothing_to_draw(fig, "no per-book losses of paired tied/untied runs at 0.02")
     for ax, model in zip(axes[0], models, strict=False):
         cell = effects[effects["model"] == model]
         for seed, group in cell.groupby("seed"):

@@ -25,7 +25,6 @@ def _finetune_mode(variant: str) -> tuple[str, str]:
 @style.figure(
     "fig7_finetune",
     "fine-tuning: retention and embedding drift vs fine-tuning loss, per untie x trainable",
-    uses=("runs", "history"),
 )
 def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Fine-tuning runs (init_from) as trajectories over their evaluations, from the start (step 0,
@@ -37,7 +36,7 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
     if missing := [k for k in keys if k not in history.columns]:
         why = f"not fine-tuning runs: no {', '.join(missing)} logged"
-        return style.nothing_to_draw(fig, axes, why)
+        return style.nothing_to_draw(fig, why)
     modes = runs["variant"].map(_finetune_mode)
     shown = runs.assign(mode=modes).sort_values("seed").drop_duplicates("mode")
     style.leave_out(fig, runs.drop(shown.index), "another seed of a mode shown")

@@ -59,9 +59,8 @@ def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     style.plain_log(ax, "y", norms, ratio=20)
     n_decades = int(math.ceil(math.log10(max(max_count, 10)))) + 1
     decades = list(range(n_decades))[:: 2 if n_decades > 5 else 1]
-    ax.set_xticks(
-        [UNSEEN_X] + [10.0**k for k in decades], ["0"] + [f"$10^{{{k}}}$" for k in decades]
-    )
+    ticks = [f"$10^{{{k}}}$" for k in decades]
+    ax.set_xticks([UNSEEN_X] + [10.0**k for k in decades], ["0", *ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
 
@@ -101,13 +100,10 @@ def _in_out_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     """(c) untied: cosine between each token's input and output vector, against N(0, 1/d)."""
     untied = cell[cell["tie"].eq(False)]
     io = token_probes[token_probes["run_id"].isin(untied["run_id"])]["in_out_cos"].dropna()
-    if untied.empty or io.empty:
-        return style.note(
-            ax,
-            "tied only: input and output vectors are one (cos = 1)"
-            if untied.empty
-            else "no in_out_cos in the untied run's probes",
-        )
+    if untied.empty:
+        return style.note(ax, "tied only: input and output vectors are one (cos = 1)")
+    if io.empty:
+        return style.note(ax, "no in_out_cos in the untied run's probes")
     lim = min(1.0, max(0.25, float(np.nanpercentile(np.abs(io), 99.5)) * 1.15))
     bins = np.linspace(-lim, lim, 61)
     ax.hist(io, bins=bins, density=True, color=style.TIE_COLOR[False], alpha=0.8)
@@ -136,14 +132,13 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     fig.skipped += token_probes.attrs["missing"] + cosines.attrs["missing"]
     fig.drawn = shown
     if token_probes.empty and cosines.empty:
-        return style.nothing_to_draw(fig, axes, "no probe arrays (norms, cosines) for these runs")
+        return style.nothing_to_draw(fig, "no probe arrays (norms, cosines) for these runs")
     if n_other := len(runs) - len(shown):
         fig.skipped.append(
             f"{n_other} other run(s): one run per tie and init std is shown "
             f"(largest size, lowest seed, finished first)"
         )
-    seen = shown["seen_vocab_frac"].dropna()
-    if len(seen):
+    if len(seen := shown["seen_vocab_frac"].dropna()):
         fig.flagged.append(
             f"{seen.iloc[0]:.1%} of the vocabulary occurs in the training split (seen_vocab_frac)"
         )
@@ -164,8 +159,7 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
         style.handle("independent random: N(0, 1/d)", style.REF_COLOR, ls=":", lw=1),
     ]
     steps = token_probes["probe_step"].unique()  # the title rides on the legend
-    title = f"{shown['model'].iloc[0]}, last probe" + (
-        f" (step {steps[0]})" if len(steps) == 1 else " per run"
-    )
-    style.legend(fig, handles, 3, title=title if len(steps) else None, title_fontsize=8)
+    probe = f" (step {steps[0]})" if len(steps) == 1 else " per run"
+    title = f"{shown['model'].iloc[0]}, last probe{probe}" if len(steps) else None
+    style.legend(fig, handles, 3, title=title, title_fontsize=8)
     return fig

@@ -49,9 +49,7 @@ def _grad_column(axes, cell: pd.DataFrame, models: list[str], x: tuple[str, bool
     set_x_axis(ratio, *x, last_row=True)
 
 
-@style.figure(
-    "fig5_grad_split", "tied: input- vs output-side gradient norm", uses=("runs", "history")
-)
+@style.figure("fig5_grad_split", "tied: input- vs output-side gradient norm")
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Tied runs: input-side (lookup, solid) vs output-side (head, dashed) gradient norm of the one
     embedding matrix, mean over seeds, a column per init std; below, their ratio out/in per size:
@@ -64,11 +62,9 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -
         fig.skipped.append(f"{n} untied run(s) (the figure shows tied runs)")
     if missing := [k for k in GRAD_KEYS if k not in history.columns or history[k].isna().all()]:
         fig.skipped.append(f"all runs: {', '.join(missing)} not logged")
-        return style.nothing_to_draw(fig, axes, "gradient split not logged")
+        return style.nothing_to_draw(fig, "gradient split not logged")
     if not runs["tie"].eq(True).any():
-        return style.nothing_to_draw(
-            fig, axes, "no tied runs: the gradient split is a tied matrix's"
-        )
+        return style.nothing_to_draw(fig, "no tied runs: the gradient split is a tied matrix's")
     fig.drawn = runs[runs["tie"].eq(True)]
     tied = history[history["tie"].eq(True)]
     tied = tied.assign(ratio=tied[GRAD_KEYS[1]] / tied[GRAD_KEYS[0]])

@@ -104,7 +104,7 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     have = first[first["init_val_loss"].notna()]
     style.leave_out(fig, first.drop(have.index), lambda r: f"no init_val_loss ({r['status']})")
     if have.empty:
-        return style.nothing_to_draw(fig, axes, "no run has an initial validation loss yet")
+        return style.nothing_to_draw(fig, "no run has an initial validation loss yet")
     fig.drawn = have
     style.leave_out(fig, have[have["init_logit_std"].isna()], "no init_logit_std (right panel)")
     zero = have["init_logit_std"] <= 0  # a zero-init head: loss exactly ln V, no place on log σ

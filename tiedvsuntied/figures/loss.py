@@ -37,11 +37,11 @@ def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric:
             fig.flagged.append(f"{name}: {status}{at}, drawn alone (dashed), not in the mean")
 
 
-def log_spaced(history: pd.DataFrame, metric: str = "val/loss") -> bool:
+def log_spaced(history: pd.DataFrame) -> bool:
     """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, not 3)."""
-    if metric not in history:
+    if "val/loss" not in history:
         return False
-    steps = history.loc[history[metric].notna()].groupby("run_id")["step"]
+    steps = history.loc[history["val/loss"].notna()].groupby("run_id")["step"]
     return any(set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps)
 
 
@@ -130,18 +130,12 @@ def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> tuple
     return seed_counts, ended
 
 
-@style.figure(
-    "fig1_val_loss",
-    "validation loss vs training steps (log) or tokens, per init std",
-    uses=("runs", "history"),
-)
-def fig_val_loss(
-    runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto", train_loss: bool | None = None
-) -> Figure:
+@style.figure("fig1_val_loss", "validation loss vs training steps (log) or tokens, per init std")
+def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Validation loss over training, tied vs untied; a panel per init std and size. ``x``:
     "log_step" (symlog steps, so step 0 shows), "step", "tokens", or "auto": log steps when the
-    runs were evaluated at log-spaced early steps. ``train_loss`` (default: with step axes) adds
-    the training loss thin where it was logged at every step (trainer.log_first). Finished and
+    runs were evaluated at log-spaced early steps. On a step axis, the training loss thin where
+    it was logged at every step (trainer.log_first). Finished and
     running runs: mean over seeds, t-band from 3 seeds; diverged and failed runs alone, dashed,
     ending with a marker where they stopped."""
     metric, (x, log) = "val/loss", x_axis(x, history)
@@ -150,9 +144,8 @@ def fig_val_loss(
     logged = history[history[metric].notna()] if metric in history else history.iloc[:0]
     _note_runs_drawn_apart(fig, runs, set(logged["run_id"]), metric)
     if logged.empty:
-        return style.nothing_to_draw(fig, axes, f"no {metric} logged yet")
-    drawn_train = (x == "step" if train_loss is None else train_loss) and "train/loss" in history
-    train = _dense_train(history) if drawn_train else history.iloc[:0]
+        return style.nothing_to_draw(fig, f"no {metric} logged yet")
+    train = _dense_train(history) if x == "step" and "train/loss" in history else history.iloc[:0]
     ended, seed_counts = set(), set()
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
         ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
@@ -161,15 +154,15 @@ def fig_val_loss(
         ax.set_ylabel("validation loss (nats)" + size if j == 0 else "")
         cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
         if cell.empty:
-            empty = "no runs of this setting and size" if cell_runs.empty else f"no {metric} logged"
-            style.note(ax, empty)
+            style.note(
+                ax, f"no {metric} logged" if len(cell_runs) else "no runs of this setting and size"
+            )
         else:
             cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
             counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)
             seed_counts, ended = seed_counts | counts, ended | ended_here
         set_x_axis(ax, x, log, i == len(models) - 1)
-    legend = _val_loss_handles(seed_counts, ended, train)
-    style.legend(fig, legend, 4 if len(inits) > 1 else 2)
+    style.legend(fig, _val_loss_handles(seed_counts, ended, train), 4 if len(inits) > 1 else 2)
     return fig
 
 
@@ -193,11 +186,7 @@ def _loss_vs_params_panel(ax, runs, agg, xcol: str, inits: list[str]) -> None:
 
 def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
     handles = style.tie_handles(agg["tie"]) + [
-        style.handle(
-            style.setting_label(agg, init, short=True),
-            marker=style.MARKERS[k % 8],
-            ls=style.LINESTYLES[k % 4],
-        )
+        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
         for k, init in enumerate(inits)
     ]
     if (agg["n"] >= MIN_BAND_SEEDS).any():
@@ -220,7 +209,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     agg = style.with_setting(aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
     if agg.empty:
-        return style.nothing_to_draw(fig, axes, f"no finished run with a {value}")
+        return style.nothing_to_draw(fig, f"no finished run with a {value}")
     fig.drawn = runs[~unfinished & runs[value].notna()]
     inits = style.init_order(runs)
     for ax, xcol, xlabel in (

@@ -136,7 +136,7 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     fig.drawn = runs[runs["run_id"].isin(paired_ids)]
     style.leave_out(fig, runs[~runs["run_id"].isin(paired_ids)], _unpaired)
     if table.empty:
-        return style.nothing_to_draw(fig, axes, "no tied/untied pair finished")
+        return style.nothing_to_draw(fig, "no tied/untied pair finished")
     seeds = table["n_seeds"]
     below = seeds.min() < MIN_INTERVAL_SEEDS
     fig.captions.append(
@@ -218,9 +218,7 @@ def _arm_colors(arms: set, ref: str) -> dict:
 
 
 @style.figure(
-    "fig10_arms",
-    "every arm (scheduled untying, head init ...) against the tied arm, paired",
-    uses=("runs", "history"),
+    "fig10_arms", "every arm (scheduled untying, head init ...) against the tied arm, paired"
 )
 def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Sweeps with more than two arms (tied, untied, untie_at, untied head inits): (a) validation
@@ -233,7 +231,7 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     if ref is None or finished.empty:
         tied_arms = ", ".join(sorted(finished.loc[finished["tie"].eq(True), "arm"].unique()))
         needs = "needs a tied arm to compare with: plain tied runs, or tied runs of one variant"
-        return style.nothing_to_draw(fig, axes, f"{needs}; here: {tied_arms or 'none'}")
+        return style.nothing_to_draw(fig, f"{needs}; here: {tied_arms or 'none'}")
     first = finished.sort_values(["model", "init_std"]).iloc[0]
     fig.drawn = cell = finished[
         (finished["model"] == first["model"]) & (finished["init_std"] == first["init_std"])
@@ -241,9 +239,7 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     other = "another size or init std (one cell per figure)"
     style.leave_out(fig, finished.drop(cell.index), other)
     if set(cell["arm"]) == {ref}:
-        return style.nothing_to_draw(
-            fig, axes, f"only the {ref} arm finished: no other arm to compare"
-        )
+        return style.nothing_to_draw(fig, f"only the {ref} arm finished: no other arm to compare")
     colors = _arm_colors(set(cell["arm"]), ref)
     _arm_curves(axes[0, 0], cell, history, colors)
     init = style.init_label(first["init_std"], short=True, widths=[first["n_embd"]])
@@ -295,7 +291,7 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     _crossover_points(fig, ax, runs, table)
     if not ax.lines[1:]:
-        return style.nothing_to_draw(fig, axes, "no finished tied/untied pair")
+        return style.nothing_to_draw(fig, "no finished tied/untied pair")
     fig.drawn = runs[plain]
     ax.set_xlabel("embedding share of the tied model's parameters (%)")
     ax.set_ylabel("(tied − untied) / untied test loss (%)")

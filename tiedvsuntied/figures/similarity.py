@@ -100,7 +100,6 @@ def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
 @style.figure(
     "fig8_cka",
     "which side the tied matrix resembles: CKA with the untied partner's input and output",
-    uses=("runs",),
 )
 def fig_cka(runs: pd.DataFrame) -> Figure:
     """Linear CKA over training between a tied run's matrix and its untied partner's input (wte)
@@ -114,7 +113,6 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     if cka.empty:
         return style.nothing_to_draw(
             fig,
-            axes,
             "no tied/untied pairs with probe rows (emb_seen): runs made before them, a bundle "
             "(it keeps none), or unpaired",
         )
@@ -138,10 +136,7 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-ANISOTROPY = {
-    "emb": ("probe/frequent/emb_cos_mean", "probe/frequent/emb_ccos_abs_mean"),
-    "head": ("probe/frequent/head_cos_mean", "probe/frequent/head_ccos_abs_mean"),
-}
+ANISOTROPY = ("cos_mean", "ccos_abs_mean")  # of probe/frequent/{emb,head}_: raw, centred
 
 
 def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
@@ -149,7 +144,7 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
     (solid) and untied output (dashed), each where logged."""
     for row, ax in enumerate(axes):
         for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
-            key = ANISOTROPY[side][row]
+            key = f"probe/frequent/{side}_{ANISOTROPY[row]}"
             hs = h[(h["tie"] == tie) & h[key].notna()] if key in h else h[:0]
             if not hs.empty:
                 style.mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
@@ -158,7 +153,6 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
 @style.figure(
     "fig9_anisotropy",
     "anisotropy over training: mean cosine of embedding rows, raw and mean-centred",
-    uses=("runs", "history"),
 )
 def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """The mean cosine between rows of the frequent half of the seen tokens (raw: one common
@@ -170,21 +164,19 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     tuned = runs["run_id"].isin(
         history.loc[history[key].notna(), "run_id"] if key in history else []
     )
-    if tuned.all():
-        fig, axes = style.new_figure(1, 1, 1.8)
-        style.leave_out(fig, runs, "a fine-tuning run (its embedding drift is figure 7)")
-        return style.nothing_to_draw(
-            fig, axes, "only fine-tuning runs: their embedding drift is figure 7"
-        )
-    fig, axes = style.new_figure(2, len(style.init_order(runs[~tuned])), 1.8, sharex="col")
+    inits, models = style.init_order(runs[~tuned]), style.model_order(runs[~tuned])
+    fig, axes = style.new_figure(1 + bool(inits), max(len(inits), 1), 1.8, sharex="col")
     style.leave_out(fig, runs[tuned], "a fine-tuning run (its embedding drift is figure 7)")
-    fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
-    runs = runs[~tuned]
-    if ANISOTROPY["emb"][0] not in history.columns:
+    if tuned.all():
         return style.nothing_to_draw(
-            fig, axes, "no stratified probes logged (probe/frequent/emb_cos_mean)"
+            fig, "only fine-tuning runs: their embedding drift is figure 7"
         )
-    fig.drawn, inits, models = runs, style.init_order(runs), style.model_order(runs)
+    fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
+    if "probe/frequent/emb_cos_mean" not in history.columns:
+        return style.nothing_to_draw(
+            fig, "no stratified probes logged (probe/frequent/emb_cos_mean)"
+        )
+    runs = fig.drawn = runs[~tuned]
     for j, init in enumerate(inits):
         axes[0, j].set_title(style.setting_label(runs, init))
         for k, model in enumerate(models):

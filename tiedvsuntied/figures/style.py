@@ -15,6 +15,7 @@ import re
 import textwrap
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Sequence
+from inspect import signature
 from pathlib import Path
 
 import numpy as np
@@ -75,13 +76,12 @@ Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
-def figure(
-    name: str, description: str, uses: Sequence[str] = ("runs",), mixed_data: bool = False
-) -> Callable:
-    """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
-    ``mixed_data``: it compares across them itself), its tables carry a ``setting`` column
-    (:func:`with_setting`), and it gets its caption (:func:`finish`)."""
+def figure(name: str, description: str, mixed_data: bool = False) -> Callable:
+    """Register a figure function as output ``name``, called with the Results tables its
+    parameters without a default name (runs, history). It runs under STYLE (never the global
+    rcParams), on runs of one dataset (unless ``mixed_data``: it compares across them itself),
+    its tables carry a ``setting`` column (:func:`with_setting`), and it gets its caption
+    (:func:`finish`)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -96,6 +96,7 @@ def figure(
             return fig
 
         def write(results: Results, out_dir: Path, formats: Sequence[str]):
+            uses = [p for p, v in signature(func).parameters.items() if v.default is v.empty]
             fig = styled(*(getattr(results, table) for table in uses))
             return ([] if fig.empty else save_figure(fig, out_dir, name, formats)), fig
 
@@ -120,9 +121,9 @@ def new_figure(
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
-def nothing_to_draw(fig: Figure, axes, reason: str) -> Figure:
+def nothing_to_draw(fig: Figure, reason: str) -> Figure:
     """Every panel says ``reason``; the figure is marked empty (the CLI skips it, saying why)."""
-    for ax in np.ravel(axes):
+    for ax in fig.axes:
         note(ax, reason)
     fig.empty = reason
     return fig
