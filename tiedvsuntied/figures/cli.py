@@ -70,8 +70,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg")
     ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(output_names())}")
     ap.add_argument("--data-id", help="only runs with this data_id (mixed sweeps)")
-    wandb = "read runs from W&B instead (online)"
-    ap.add_argument("--wandb", metavar="ENTITY/PROJECT", help=wandb)
+    ap.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
     ap.add_argument("--group", help="with --wandb: one W&B group (= sweep)")
     paper = (
         f"the paper's figures and tables ({', '.join(PAPER)}) from the shipped bundles "
@@ -108,10 +107,9 @@ def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
         return list(sweep_dirs)
     missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
     for path in missing:
-        study = path.parent.name
+        make = f"python -m tiedvsuntied.bundle results/{path.parent.name} {path.relative_to(REPO)}"
         print(
-            f"error: no results bundle at {path}: make it from the finished sweep with "
-            f"`python -m tiedvsuntied.bundle results/{study} {path.relative_to(REPO)}`, "
+            f"error: no results bundle at {path}: make it from the finished sweep with `{make}`, "
             "or pass SWEEP_DIR",
             file=sys.stderr,
         )

@@ -9,12 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from tiedvsuntied.analysis import theory
 from tiedvsuntied.analysis.stats import first_replicates
-from tiedvsuntied.analysis.theory import (
-    gaussian_logit_loss,
-    gaussian_logit_loss_approx,
-    initial_loss_table,
-)
 from tiedvsuntied.figures import style
 
 DIAMOND = {"ls": "none", "marker": "D", "mfc": "none", "mec": "black"}  # a predicted loss
@@ -28,7 +24,7 @@ def _initial_loss_cell(ax, x: float, cell: pd.DataFrame) -> None:
         jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
         dots = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], "ms": 3.5, "alpha": 0.9}
         ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", zorder=3, **dots)
-        predicted = initial_loss_table(c)["predicted_tied" if tie else "predicted"]
+        predicted = theory.initial_loss_table(c)["predicted_tied" if tie else "predicted"]
         ax.plot(np.full(len(c), x + dx), predicted, ms=4.5, mew=0.7, zorder=4, **DIAMOND)
 
 
@@ -66,21 +62,15 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
     sig = sig_runs["init_logit_std"]
     grid = np.geomspace(min(sig.min() / 3, 0.05), max(sig.max() * 3, 3 * sigma_c), 80)
     exact = r"E[logsumexp $z$], $z\sim N(0,\sigma^2)^V$"
-    ax.plot(grid, gaussian_logit_loss(grid, vocab), color="black", lw=1.2, label=exact)
+    ax.plot(grid, theory.gaussian_logit_loss(grid, vocab), color="black", lw=1.2, label=exact)
     approx = r"ln V + $\sigma^2$/2, then $\sigma\,$E[max of V normals]"
     ref = {"color": style.REF_COLOR, "ls": ":", "lw": 1.2, "label": approx}
-    ax.plot(grid, gaussian_logit_loss_approx(grid, vocab), **ref)
+    ax.plot(grid, theory.gaussian_logit_loss_approx(grid, vocab), **ref)
     ax.axhline(ln_v, color=style.REF_COLOR, ls="--", lw=1)
     for (k, model), tie in itertools.product(enumerate(models), (True, False)):
         c = sig_runs[(sig_runs["model"] == model) & (sig_runs["tie"] == tie)]
-        dots = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], "alpha": 0.9}
-        ax.plot(
-            c["init_logit_std"],
-            c["init_val_loss"],
-            ls="none",
-            marker=style.MARKERS[k % len(style.MARKERS)],
-            **dots,
-        )
+        dots = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], "alpha": 0.9, "ls": "none"}
+        ax.plot(c["init_logit_std"], c["init_val_loss"], marker=style.marker(k), **dots)
     style.plain_log(ax, "x")
     ax.set_ylim(ln_v * 0.85, max(float(have["init_val_loss"].max()), ln_v) * 1.5)
     style.plain_log(ax, "y")

@@ -12,15 +12,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from tiedvsuntied.analysis import stats
 from tiedvsuntied.analysis.arms import arms_table, with_arms
-from tiedvsuntied.analysis.stats import (
-    CONFIDENCE,
-    MIN_INTERVAL_SEEDS,
-    is_replicate,
-    noise_floor,
-    paired_table,
-    pairs,
-)
+from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_INTERVAL_SEEDS
 from tiedvsuntied.figures import style
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
@@ -58,7 +52,7 @@ def _interval_handles(table: pd.DataFrame) -> list:
 
 def _floor_text(runs: pd.DataFrame) -> str:
     """The noise floor of test loss (final weights) in words, for a caption."""
-    floors = noise_floor(runs)
+    floors = stats.noise_floor(runs)
     if floors.empty:
         return "noise floor not measured (no replicate runs)"
     n = int(floors["n"].sum())
@@ -105,7 +99,7 @@ def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: st
 def _panels(runs: pd.DataFrame) -> list[tuple[str, str]]:
     """(point, title) of each panel: final weights, and the best validation step unless every
     paired run's best step is its last (then both are one set of weights: one panel)."""
-    both = pairs(runs)
+    both = stats.pairs(runs)
     best, last = both[["best_step_t", "best_step_u"]], both[["step_t", "step_u"]]
     final = f"test loss, final weights (step {style.span(last.stack(), '{:.0f}')})"
     if len(both) and (best.to_numpy() == last.to_numpy()).all():
@@ -115,7 +109,7 @@ def _panels(runs: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _unpaired(run: pd.Series) -> str:
-    if is_replicate(run):
+    if stats.is_replicate(run):
         return f"replicate {run['replicate']} (noise floor only)"
     return run["status"] + (", no partner" if run["status"] == "finished" else "")
 
@@ -130,9 +124,9 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     as a small dot, both arms' mean losses beside it, the noise floor shaded when replicates
     measured it. The caption says the method, n seeds and the floor."""
     panels = _panels(runs)
-    table = paired_table(runs, [point for point, _ in panels])
+    table = stats.paired_table(runs, [point for point, _ in panels])
     fig, axes = style.new_figure(1, len(panels), 2.4, width=7.0, sharey=True)
-    paired_ids = set(pairs(runs)[["run_id_t", "run_id_u"]].stack())
+    paired_ids = set(stats.pairs(runs)[["run_id_t", "run_id_u"]].stack())
     fig.drawn = runs[runs["run_id"].isin(paired_ids)]
     style.leave_out(fig, runs[~runs["run_id"].isin(paired_ids)], _unpaired)
     if table.empty:
@@ -286,7 +280,7 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     tokens-per-byte factor, so the ratio is the same per token and per byte."""
     fig, axes = style.new_figure(1, 1, 2.8)
     ax, plain = axes[0, 0], runs["variant"].fillna("") == ""
-    table = paired_table(runs[plain], ("final",))
+    table = stats.paired_table(runs[plain], ("final",))
     style.leave_out(fig, runs[~plain], _variant)
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     _crossover_points(fig, ax, runs, table)

@@ -327,22 +327,25 @@ def mean_line(
     return agg
 
 
+def marker(k: int) -> str:
+    """The k-th marker, to tell sizes or init stds apart."""
+    return MARKERS[k % len(MARKERS)]
+
+
 def init_line(k: int) -> dict:
     """Line keywords that tell the k-th of several init stds apart."""
-    return {"marker": MARKERS[k % len(MARKERS)], "ls": LINESTYLES[k % len(LINESTYLES)]}
+    return {"marker": marker(k), "ls": LINESTYLES[k % len(LINESTYLES)]}
 
 
 def size_markers(k: int, models: Sequence[str]) -> dict:
     """Line keywords that tell the k-th of several sizes apart (none for one size)."""
-    return (
-        {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
-    )
+    return {"marker": marker(k), "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
 
 
 def size_handles(runs: pd.DataFrame, models: Sequence[str]) -> list:
     """Legend entries for the size markers of :func:`size_markers` (none for one size)."""
     return [
-        handle(model_label(runs, m), marker=MARKERS[k % len(MARKERS)], ls="none")
+        handle(model_label(runs, m), marker=marker(k), ls="none")
         for k, m in enumerate(models)
         if len(models) > 1
     ]

@@ -42,35 +42,15 @@ def interaction_text(runs: pd.DataFrame) -> str:
     at the smallest; or why there is none."""
     first, second = PRIMARY_CONTRAST.levels
     by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
-    parts = [
-        "## Tying x init std\n\n"
-        + (
-            markdown(by_init)
-            if len(by_init)
-            else f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
-        )
-    ]
+    none = f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
+    parts = [f"## Tying x init std\n\n{markdown(by_init) if len(by_init) else none}"]
     sizes = style.model_order(runs[runs["status"] == "finished"])
     if len(sizes) > 1:
         by_size = interaction_table(runs, "model", (sizes[-1], sizes[0]), ("final",))
-        parts.append(
-            f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n"
-            + (markdown(by_size) if len(by_size) else "No seed has pairs at both sizes.")
-        )
+        none = "No seed has pairs at both sizes."
+        parts.append(f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n")
+        parts[-1] += markdown(by_size) if len(by_size) else none
     return "\n\n".join(parts)
-
-
-def _optional_tables(runs: pd.DataFrame) -> dict[str, str]:
-    """``table_classic.md`` only for a learning-rate grid (each arm at its own best rate needs
-    two rates), ``table_arms.md`` only for arms beyond tied and untied (table_paired has those)."""
-    texts = {}
-    classic = best_lr_comparison(runs)
-    if len(classic) and (classic["lrs"] > 1).any():
-        texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
-    arms = arms_table(runs)
-    if len(arms) and not set(arms["arm"]) <= {"untied"}:
-        texts["table_arms.md"] = markdown(arms)
-    return texts
 
 
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
@@ -81,8 +61,13 @@ def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
-        **_optional_tables(runs),
     }
+    classic = best_lr_comparison(runs)
+    if len(classic) and (classic["lrs"] > 1).any():  # a learning-rate grid: two rates or more
+        texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
+    arms = arms_table(runs)
+    if len(arms) and not set(arms["arm"]) <= {"untied"}:  # arms beyond tied, untied (as paired)
+        texts["table_arms.md"] = markdown(arms)
     return style.write_texts(out_dir, {name: text + "\n" for name, text in texts.items()})
 
 
