@@ -114,10 +114,8 @@ def fig_contrasts(runs: pd.DataFrame):
         ax.plot(row.diff, y, marker="o", color="black", ms=4)
         if np.isfinite(row.floor):
             ax.fill_betweenx([y - 0.35, y + 0.35], -row.floor, row.floor, color="#cccccc", lw=0)
-    labels = [
-        f"{r.table}  {r.model}: {r.contrast}" + (" [PRIMARY]" if r.primary else "")
-        for r in table.itertuples()
-    ]
+    primary = table["primary"].map({True: " [PRIMARY]", False: ""})
+    labels = table["table"] + "  " + table["model"] + ": " + table["contrast"] + primary
     ax.set_yticks(range(len(table)), labels, fontsize=6)
     ax.axvline(0, color=style.REF_COLOR, lw=0.8)
     ax.invert_yaxis()

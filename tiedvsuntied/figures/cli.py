@@ -82,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def write_outputs(results: Results, names: Sequence[str], out: Path, formats: list[str]) -> bool:
-    """Write each named output, print its files and notes (or why it is skipped); True if none
+    """Write each named output, print its files and notes or why it is skipped; False if any
     failed."""
     made = True
     for name in names:

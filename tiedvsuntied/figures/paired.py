@@ -65,13 +65,9 @@ def _floor_text(runs: pd.DataFrame) -> str:
 
 def _arm_means(ax, x: float, row: pd.Series) -> None:
     """Both arms' mean losses beside an effect: a difference of 0.5 nats means little at 18."""
-    ax.annotate(
-        f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}",
-        (x + 0.15, row["diff"]),  # right of the seed dots (_seed_dots: within ±0.12)
-        va="center",
-        fontsize=6,
-        color="#444444",
-    )
+    text = f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}"
+    # right of the seed dots (_seed_dots: within ±0.12)
+    ax.annotate(text, (x + 0.15, row["diff"]), va="center", fontsize=6, color="#444444")
 
 
 def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: str) -> None:

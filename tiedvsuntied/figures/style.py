@@ -77,11 +77,9 @@ REGISTRY: dict[str, Output] = {}
 
 
 def figure(name: str, description: str, mixed_data: bool = False) -> Callable:
-    """Register a figure function as output ``name``, called with the Results tables its
-    parameters without a default name (runs, history). It runs under STYLE (never the global
-    rcParams), on runs of one dataset (unless ``mixed_data``: it compares across them itself),
-    its tables carry a ``setting`` column (:func:`with_setting`), and it gets its caption
-    (:func:`finish`)."""
+    """Register a figure function as output ``name``: called with the Results tables its
+    parameters without a default name, under STYLE (never the global rcParams), on runs of one
+    dataset unless ``mixed_data``, its tables with a ``setting`` column, and then captioned."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -167,9 +165,8 @@ def describe_runs(runs: pd.DataFrame) -> str:
 
 
 def footnote(fig: Figure, width: int) -> list[str]:
-    """What a figure leaves out and draws apart (``fig.skipped``, ``fig.flagged``) wrapped to
-    ``width`` characters in at most MAX_FOOTNOTE_LINES lines per list: items beyond them are
-    counted ('and 7 more'), the CLI and fig.skipped / fig.flagged have them all."""
+    """``fig.skipped`` and ``fig.flagged`` wrapped to ``width`` characters, at most
+    MAX_FOOTNOTE_LINES lines each: items beyond them are counted ('and 7 more')."""
     lines = []
     for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged)):
         for keep in range(len(items), 0, -1):
@@ -213,9 +210,8 @@ def run_label(run) -> str:
 
 
 def with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any:
-    figures split by setting, so runs differing in anything but tie, size, seed are never
-    averaged."""
+    """Add ``setting``: the init std, plus the run's variant (model.t5_rescale=True, ...) if any;
+    figures split by it, so runs differing in anything but tie, size, seed are never averaged."""
     variant = df["variant"].fillna("")
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))

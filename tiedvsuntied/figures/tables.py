@@ -55,9 +55,8 @@ def interaction_text(runs: pd.DataFrame) -> str:
 
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     """``table_paired.md`` (every cell, final and best, with the noise floor),
-    ``table_interaction.md`` (:func:`interaction_text`), and where the runs have them
-    ``table_classic.md`` (each arm at its own best learning rate) and ``table_arms.md`` (every
-    arm against the tied one) in ``out_dir``; returns the files written."""
+    ``table_interaction.md``, and where the runs have them ``table_classic.md`` (each arm at its
+    own best learning rate) and ``table_arms.md`` (every arm against the tied one)."""
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
