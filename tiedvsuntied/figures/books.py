@@ -135,16 +135,14 @@ def fig_lr(runs: pd.DataFrame):
     fig, axes = style.new_figure(1, len(books.STDS), 2.2, sharey=False)
     if not is_books(runs):
         return style.nothing_to_draw(fig, NOT_BOOKS)
-    check, choice = books.lr_check(runs), books.chosen_lr(runs)
+    check = books.lr_check(runs)
     if check.empty:
         return style.nothing_to_draw(fig, "no lr-check runs (nano, seed 0)")
+    chosen = books.chosen_lr(runs).set_index(["arm", "init_std"])["emb_lr_mult"]
     for ax, std in zip(axes[0], books.STDS, strict=True):
-        for (a, s), losses in check.iterrows():
-            if s != std:
-                continue
-            losses = losses.dropna()
+        for (a, s), losses in check[check.index.get_level_values(1) == std].iterrows():
+            losses, best = losses.dropna(), chosen[(a, s)]
             ax.plot(losses.index, losses.values, label=ARM_LABEL[a], **ARM_STYLE[a])
-            best = choice.set_index(["arm", "init_std"]).loc[(a, s), "emb_lr_mult"]
             ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=ARM_STYLE[a]["color"])
         ax.set_xscale("log", base=2)
         ax.set_title(f"init std {STD_LABEL[std]}")
