@@ -13,13 +13,12 @@ from fake_results import (
     RUNNING,
     caption_of,
     strip_probes,
-    write_log_spaced_sweep,
     write_sweep,
 )
 
-from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.figures.cli import main
-from tiedvsuntied.figures.geometry import fig_embedding_geometry
+from tiedvsuntied.figures.init import fig_initial_loss
 from tiedvsuntied.figures.style import (
     REGISTRY,
     TIE_COLOR,
@@ -53,9 +52,16 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "give one or more SWEEP_DIRs" in err
 
 
-def test_cli_mixed_sweeps_need_data_id(tmp_path, capsys):
+def test_mixed_sweeps_are_refused_clearly_and_need_data_id(tmp_path, fig_results, capsys):
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
+    mixed = load_results(tmp_path / "a", tmp_path / "b")
+    for name, output in REGISTRY.items():  # in-process: every figure of one dataset refuses
+        if "fig" in name and name != "fig11_crossover":
+            with pytest.raises(ResultsError, match=r"mix 2 values of vocab_size"):
+                output.write(mixed, tmp_path / "o", ["png"])
+    with pytest.raises(ResultsError, match="no runs to plot"):
+        fig_initial_loss(fig_results.runs.iloc[:0])
     args = [
         str(tmp_path / "a"),
         str(tmp_path / "b"),
@@ -87,36 +93,34 @@ def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, 
 
 
 def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
+    """Every output of PAPER exists (each is drawn by the drawn fixture); --paper makes them
+    from the shipped bundle (two here: the figures are tested on their own)."""
     from tiedvsuntied.figures import cli
 
+    assert set(cli.PAPER) <= set(REGISTRY)
     bundle = tmp_path / "experiments" / "tie_x_init" / "results"
-    write_log_spaced_sweep(bundle)
+    write_sweep(bundle, init_stds=("1.0",))
     monkeypatch.setattr(cli, "REPO", tmp_path)
+    monkeypatch.setattr(cli, "PAPER", ("fig3_initial_loss", "table_params"))
     assert main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
     out = capsys.readouterr().out
     made = sorted(p.name for p in (tmp_path / "o").iterdir())
-    assert made == sorted(
-        [f"{name}.png" for name in cli.PAPER if name.startswith("fig")]
-        + ["table_early.md", "table_interaction.md", "table_paired.md"]
-        + ["table_params.md", "table_params.tex"]
-    )
+    assert made == ["fig3_initial_loss.png", "table_params.md", "table_params.tex"]
     assert re.search(rf"the paper from {bundle} in \d+\.\d s", out)
 
 
 def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_path, capsys):
     sweep = write_sweep(tmp_path / "sw", init_stds=("1.0",), seeds=(0, 1, 2))
     strip_probes(sweep)
-    only = "fig4_embedding_geometry,fig6_paired_difference,fig8_cka"
+    only = "fig6_paired_difference,fig8_cka"
     args = [str(sweep), "--out", str(tmp_path / "o"), "--formats", "png", "--only", only]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "fig4_embedding_geometry: skipped: no probe arrays" in out
     assert "fig8_cka: skipped: no tied/untied pairs with probe rows" in out
-    assert not (tmp_path / "o" / "fig4_embedding_geometry.png").exists()
     assert (tmp_path / "o" / "fig6_paired_difference.png").exists()  # needs windows only
-    res = load_results(sweep)
-    fig = fig_embedding_geometry(res.runs)
-    assert fig.empty and "has no 'emb_norm'" in caption_of(fig)  # the footnote says what is missing
+    files, fig = REGISTRY["fig4_embedding_geometry"].write(load_results(sweep), tmp_path, ["png"])
+    assert fig.empty.startswith("no probe arrays") and files == []
+    assert "has no 'emb_norm'" in caption_of(fig)  # the footnote says what is missing
 
 
 @pytest.mark.slow

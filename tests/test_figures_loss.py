@@ -191,8 +191,14 @@ def test_grad_ratio_is_a_geometric_mean_with_clipping_noted(tmp_path):
     assert "pre-clip" in texts(fig)
 
 
-def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
-    res = load_results(write_log_spaced_sweep(tmp_path / "sw"))
+@pytest.fixture(scope="module")
+def log_spaced(tmp_path_factory):
+    """Runs evaluated at the log-spaced early steps too, written and loaded once here."""
+    return load_results(write_log_spaced_sweep(tmp_path_factory.mktemp("log") / "sw"))
+
+
+def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(log_spaced):
+    res = log_spaced
     fig = fig_val_loss(res.runs, res.history)
     ax = fig.axes[0]
     assert ax.get_xscale() == "symlog" and "log scale" in fig.axes[-1].get_xlabel()
@@ -214,8 +220,8 @@ def test_loss_curves_use_a_log_step_axis_for_log_spaced_evaluations(tmp_path):
         fig_val_loss(res.runs, res.history, x="steps")
 
 
-def test_gradient_split_follows_the_step_axis_of_figure_1(tmp_path):
-    res = load_results(write_log_spaced_sweep(tmp_path / "sw"))
+def test_gradient_split_follows_the_step_axis_of_figure_1(log_spaced):
+    res = log_spaced
     fig = fig_grad_split(res.runs, res.history)
     assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_xlim()[0] > -0.1
     first = fig.axes[0].get_lines()[0]

@@ -5,6 +5,7 @@ numbers are :mod:`tiedvsuntied.analysis.books`'."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,17 +14,7 @@ import pandas as pd
 
 from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
-from tiedvsuntied.figures.style import (
-    REF_COLOR,
-    REGISTRY,
-    Output,
-    describe_runs,
-    figure,
-    legend,
-    model_order,
-    new_figure,
-    nothing_to_draw,
-)
+from tiedvsuntied.figures import style
 
 STD_LABEL = {"0.02": "0.02", "inv_sqrt_d": "d$^{-1/2}$", "1.0": "1.0"}
 ARM_STYLE = {  # Okabe-Ito colours, one marker per arm: told apart in grey print too
@@ -49,13 +40,13 @@ def is_books(runs: pd.DataFrame) -> bool:
     return "heldout_fold" in runs and runs["heldout_fold"].notna().any()
 
 
-def _cell(ax, x: float, values: pd.Series, style: dict, label: str | None = None) -> None:
+def _cell(ax, x: float, values: pd.Series, arm: dict, label: str | None = None) -> None:
     """Per-seed dots, and the mean with its t-interval over seeds."""
     values = values.dropna()
-    ax.plot(np.full(len(values), x), values, ls="none", ms=3, alpha=0.45, **style)
+    ax.plot(np.full(len(values), x), values, ls="none", ms=3, alpha=0.45, **arm)
     mean, low, high = seed_interval(values)
     yerr = None if np.isnan(low) else [[mean - low], [high - mean]]
-    ax.errorbar(x, mean, yerr=yerr, capsize=2, ms=5, label=label, **style)
+    ax.errorbar(x, mean, yerr=yerr, capsize=2, ms=5, label=label, **arm)
 
 
 def _references(ax, runs: pd.DataFrame) -> None:
@@ -63,45 +54,37 @@ def _references(ax, runs: pd.DataFrame) -> None:
     for column, ls, name in (("test_bigram", "--", "bigram"), ("test_unigram", ":", "unigram")):
         value = runs[column].mean()
         if np.isfinite(value):
-            ax.axhline(value, color=REF_COLOR, ls=ls, lw=0.8)
-            ax.annotate(
-                name,
-                (1.0, value),
-                xycoords=("axes fraction", "data"),
-                fontsize=6,
-                ha="right",
-                va="bottom",
-                color=REF_COLOR,
-            )
+            ax.axhline(value, color=style.REF_COLOR, ls=ls, lw=0.8)
+            where = {"xycoords": ("axes fraction", "data"), "ha": "right", "va": "bottom"}
+            ax.annotate(name, (1.0, value), fontsize=6, color=style.REF_COLOR, **where)
 
 
-@figure("books_fig1_loss", "second edition: test loss per arm and init std, count baselines")
+@style.figure("books_fig1_loss", "second edition: test loss per arm and init std, count baselines")
 def fig_loss(runs: pd.DataFrame):
     """One panel per size: each arm's test loss (final weights) at each init std, per seed and
     as the mean with its t-interval; the bigram and unigram count models as lines."""
     chosen = first_replicates(books.grid(runs)) if is_books(runs) else runs.iloc[:0]
-    models = [m for m in model_order(runs) if m in set(chosen["model"])]
-    fig, axes = new_figure(1, max(len(models), 1), 2.4, sharey=False)
+    models = [m for m in style.model_order(runs) if m in set(chosen["model"])]
+    fig, axes = style.new_figure(1, max(len(models), 1), 2.4, sharey=False)
     if not is_books(runs):
-        return nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if chosen.empty:
-        return nothing_to_draw(fig, axes, "no finished runs at their arm's chosen lr")
+        return style.nothing_to_draw(fig, "no finished runs at their arm's chosen lr")
     labelled = set()  # each arm once in the legend, wherever it first appears
     for ax, model in zip(axes[0], models, strict=False):
         cell = chosen[chosen["model"] == model]
-        for a, style in ARM_STYLE.items():
-            for i, std in enumerate(books.STDS):
-                values = cell.loc[(cell["arm"] == a) & (cell["init_std"] == std), "test_loss"]
-                if len(values):
-                    _cell(ax, i + OFFSET[a], values, style, None if a in labelled else ARM_LABEL[a])
-                    labelled.add(a)
+        for (a, arm), (i, std) in itertools.product(ARM_STYLE.items(), enumerate(books.STDS)):
+            values = cell.loc[(cell["arm"] == a) & (cell["init_std"] == std), "test_loss"]
+            if len(values):
+                _cell(ax, i + OFFSET[a], values, arm, None if a in labelled else ARM_LABEL[a])
+                labelled.add(a)
         _references(ax, cell)
         ax.set_xlim(-0.5, len(books.STDS) - 0.5)
         ax.set_xticks(range(len(books.STDS)), [STD_LABEL[s] for s in books.STDS])
         ax.set_xlabel("init std of embedding / head")
         ax.set_title(model)
     axes[0][0].set_ylabel("test loss (nats/token), held-out books")
-    legend(fig, [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]], ncols=4)
+    style.legend(fig, [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]], ncols=4)
     fig.drawn = chosen
     fig.captions.append(
         f"Mean and {CONFIDENCE:.0%} t-interval over seeds (each seed its own held-out books); "
@@ -111,38 +94,30 @@ def fig_loss(runs: pd.DataFrame):
     return fig
 
 
-@figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
+@style.figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
 def fig_contrasts(runs: pd.DataFrame):
     """Tables A, B and C as one forest plot: per-seed values, mean, t-interval, floor band; the
     primary contrast marked [PRIMARY] and drawn thick."""
     table = books.contrast_table(runs) if is_books(runs) else pd.DataFrame({"n_seeds": []})
     table = table[table["n_seeds"] > 0]
-    fig, axes = new_figure(1, 1, 0.22 * max(len(table), 4), width=7.0)
+    fig, axes = style.new_figure(1, 1, 0.22 * max(len(table), 4), width=7.0)
     ax = axes[0][0]
     if not is_books(runs):
-        return nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if table.empty:
-        return nothing_to_draw(fig, axes, "no contrast has a pair of runs yet")
+        return style.nothing_to_draw(fig, "no contrast has a pair of runs yet")
     for y, row in enumerate(table.itertuples()):
-        ax.plot(
-            row.seed_diffs,
-            np.full(len(row.seed_diffs), y),
-            ls="none",
-            marker=".",
-            color="#777777",
-            ms=3,
-        )
+        seeds = {"ls": "none", "marker": ".", "color": "#777777", "ms": 3}
+        ax.plot(row.seed_diffs, np.full(len(row.seed_diffs), y), **seeds)
         if np.isfinite(row.low):
             ax.plot([row.low, row.high], [y, y], color="black", lw=2.2 if row.primary else 1.0)
         ax.plot(row.diff, y, marker="o", color="black", ms=4)
         if np.isfinite(row.floor):
             ax.fill_betweenx([y - 0.35, y + 0.35], -row.floor, row.floor, color="#cccccc", lw=0)
-    labels = [
-        f"{r.table}  {r.model}: {r.contrast}" + (" [PRIMARY]" if r.primary else "")
-        for r in table.itertuples()
-    ]
+    primary = table["primary"].map({True: " [PRIMARY]", False: ""})
+    labels = table["table"] + "  " + table["model"] + ": " + table["contrast"] + primary
     ax.set_yticks(range(len(table)), labels, fontsize=6)
-    ax.axvline(0, color=REF_COLOR, lw=0.8)
+    ax.axvline(0, color=style.REF_COLOR, lw=0.8)
     ax.invert_yaxis()
     ax.set_xlabel("difference in test loss (nats/token)")
     fig.captions.append(
@@ -153,30 +128,28 @@ def fig_contrasts(runs: pd.DataFrame):
     return fig
 
 
-@figure("books_fig3_lr", "second edition: the learning-rate check, per arm")
+@style.figure("books_fig3_lr", "second edition: the learning-rate check, per arm")
 def fig_lr(runs: pd.DataFrame):
     """Final validation loss against the embedding-side multiplier (nano, seed 0), per arm;
     the chosen multiplier circled."""
-    fig, axes = new_figure(1, len(books.STDS), 2.2, sharey=False)
+    fig, axes = style.new_figure(1, len(books.STDS), 2.2, sharey=False)
     if not is_books(runs):
-        return nothing_to_draw(fig, axes, NOT_BOOKS)
-    check, choice = books.lr_check(runs), books.chosen_lr(runs)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
+    check = books.lr_check(runs)
     if check.empty:
-        return nothing_to_draw(fig, axes, "no lr-check runs (nano, seed 0)")
+        return style.nothing_to_draw(fig, "no lr-check runs (nano, seed 0)")
+    chosen = books.chosen_lr(runs).set_index(["arm", "init_std"])["emb_lr_mult"]
     for ax, std in zip(axes[0], books.STDS, strict=True):
-        for (a, s), losses in check.iterrows():
-            if s != std:
-                continue
-            losses = losses.dropna()
+        for (a, s), losses in check[check.index.get_level_values(1) == std].iterrows():
+            losses, best = losses.dropna(), chosen[(a, s)]
             ax.plot(losses.index, losses.values, label=ARM_LABEL[a], **ARM_STYLE[a])
-            best = choice.set_index(["arm", "init_std"]).loc[(a, s), "emb_lr_mult"]
             ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=ARM_STYLE[a]["color"])
         ax.set_xscale("log", base=2)
         ax.set_title(f"init std {STD_LABEL[std]}")
         ax.set_xlabel("embedding-side lr multiplier m")
     axes[0][0].set_ylabel("final validation loss")
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-    legend(fig, list(handles.values()), ncols=4)
+    style.legend(fig, list(handles.values()), ncols=4)
     fig.captions.append(
         "lr = 1e-3 × (init std / 0.02) × m on wte, lm_head or the tied matrix; the body at "
         "1e-3. Chosen: the lowest final validation loss (circled), before any grid run."
@@ -184,25 +157,27 @@ def fig_lr(runs: pd.DataFrame):
     return fig
 
 
-@figure("books_fig4_per_book", "second edition: the primary contrast on each held-out book")
+@style.figure("books_fig4_per_book", "second edition: the primary contrast on each held-out book")
 def fig_per_book(runs: pd.DataFrame):
     """Tied − untied at init 0.02, per held-out book (dots), per seed (its own books), with the
     seed's mean: how much of the effect's spread is the text."""
     combination = dict(books.contrasts()[0][2])  # table A, init 0.02: the primary's cells
     effects = books.book_effects(runs, combination) if is_books(runs) else pd.DataFrame()
-    models = [m for m in model_order(runs) if not effects.empty and m in set(effects["model"])]
-    fig, axes = new_figure(1, max(len(models), 1), 2.2, sharey=True)
+    models = [
+        m for m in style.model_order(runs) if not effects.empty and m in set(effects["model"])
+    ]
+    fig, axes = style.new_figure(1, max(len(models), 1), 2.2, sharey=True)
     if not is_books(runs):
-        return nothing_to_draw(fig, axes, NOT_BOOKS)
+        return style.nothing_to_draw(fig, NOT_BOOKS)
     if not models:
-        return nothing_to_draw(fig, axes, "no per-book losses of paired tied/untied runs at 0.02")
+        return style.nothing_to_draw(fig, "no per-book losses of paired tied/untied runs at 0.02")
     for ax, model in zip(axes[0], models, strict=False):
         cell = effects[effects["model"] == model]
         for seed, group in cell.groupby("seed"):
             jitter = np.linspace(-0.3, 0.3, len(group))
             ax.plot(seed + jitter, group["effect"], ls="none", marker=".", ms=3, color="#777777")
             ax.plot([seed - 0.35, seed + 0.35], [group["effect"].mean()] * 2, color="black")
-        ax.axhline(0, color=REF_COLOR, lw=0.8)
+        ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_title(model)
         ax.set_xlabel("seed (each holds out its own books)")
     axes[0][0].set_ylabel("tied − untied, init 0.02 (nats/token)")
@@ -225,7 +200,7 @@ def write_book_tables(runs: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     primary = contrasts[contrasts["primary"]]
     effects = books.book_effects(runs, dict(books.contrasts()[0][2]))
     parts = [
-        f"Runs: {describe_runs(first_replicates(books.grid(runs)))}.",
+        f"Runs: {style.describe_runs(first_replicates(books.grid(runs)))}.",
         f"## Contrasts ({len(contrasts)} intervals, {CONFIDENCE:.0%} t over seeds, "
         "none corrected; floor: |replicate − replicate 0| of the difference)",
         contrasts.drop(columns=["method"]).round(4).to_markdown(index=False),
@@ -244,10 +219,7 @@ def write_book_tables(runs: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         if not effects.empty
         else "no per-book losses yet",
     ]
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(out_dir, "books_tables.md")
-    path.write_text("\n\n".join(parts) + "\n")
-    return [path]
+    return style.write_texts(out_dir, {"books_tables.md": "\n\n".join(parts) + "\n"})
 
 
 def _write_tables(results, out_dir, formats):
@@ -256,6 +228,6 @@ def _write_tables(results, out_dir, formats):
     return write_book_tables(results.runs, out_dir), None
 
 
-REGISTRY["books_tables"] = Output(
+style.REGISTRY["books_tables"] = style.Output(
     "second edition: contrasts, count baselines, lr check, text variance (md)", _write_tables
 )

@@ -64,39 +64,25 @@ def parser() -> argparse.ArgumentParser:
         epilog="Outputs: "
         + "; ".join(f"{name} ({REGISTRY[name].description})" for name in output_names()),
     )
-    ap.add_argument(
-        "sweep_dirs",
-        nargs="*",
-        metavar="SWEEP_DIR",
-        help="sweep directories (results/<sweep>/), run directories, or a results directory",
-    )
+    where = "sweep directories (results/<sweep>/), run directories, or a results directory"
+    ap.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR", help=where)
     ap.add_argument("--out", required=True, help="directory for the figure files (created)")
     ap.add_argument("--formats", default="pdf,png", help="comma-separated: pdf, png, svg")
-    ap.add_argument(
-        "--only", default=None, help=f"comma-separated subset of: {', '.join(output_names())}"
+    ap.add_argument("--only", help=f"comma-separated subset of: {', '.join(output_names())}")
+    ap.add_argument("--data-id", help="only runs with this data_id (mixed sweeps)")
+    ap.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
+    ap.add_argument("--group", help="with --wandb: one W&B group (= sweep)")
+    paper = (
+        f"the paper's figures and tables ({', '.join(PAPER)}) from the shipped bundles "
+        f"({', '.join(PAPER_BUNDLES)} in the repository), or from SWEEP_DIRs when given; prints "
+        "how long it took"
     )
-    ap.add_argument("--data-id", default=None, help="only runs with this data_id (mixed sweeps)")
-    ap.add_argument(
-        "--wandb",
-        default=None,
-        metavar="ENTITY/PROJECT",
-        help="read runs from W&B instead (online)",
-    )
-    ap.add_argument("--group", default=None, help="with --wandb: one W&B group (= sweep)")
-    ap.add_argument(
-        "--paper",
-        action="store_true",
-        help="the paper's figures and tables ("
-        + ", ".join(PAPER)
-        + ") from the shipped bundles ("
-        + ", ".join(PAPER_BUNDLES)
-        + " in the repository), or from SWEEP_DIRs when given; prints how long it took",
-    )
+    ap.add_argument("--paper", action="store_true", help=paper)
     return ap
 
 
 def write_outputs(results: Results, names: Sequence[str], out: Path, formats: list[str]) -> bool:
-    """Write each named output, print its files and notes (or why it is skipped); True if none
+    """Write each named output, print its files and notes or why it is skipped; False if any
     failed."""
     made = True
     for name in names:
@@ -121,10 +107,9 @@ def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
         return list(sweep_dirs)
     missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
     for path in missing:
-        study = path.parent.name
+        make = f"python -m tiedvsuntied.bundle results/{path.parent.name} {path.relative_to(REPO)}"
         print(
-            f"error: no results bundle at {path}: make it from the finished sweep with "
-            f"`python -m tiedvsuntied.bundle results/{study} {path.relative_to(REPO)}`, "
+            f"error: no results bundle at {path}: make it from the finished sweep with `{make}`, "
             "or pass SWEEP_DIR",
             file=sys.stderr,
         )

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
-from tiedvsuntied.figures.style import (
-    TIE_COLOR,
-    figure,
-    legend,
-    new_figure,
-    nothing_to_draw,
-    run_label,
-)
+from tiedvsuntied.figures import style
 
-UNTIE_COLOR = {"keep": TIE_COLOR[True], "copy": TIE_COLOR[False], "fresh": "#009E73"}
+UNTIE_COLOR = {"keep": style.TIE_COLOR[True], "copy": style.TIE_COLOR[False], "fresh": "#009E73"}
 TRAINABLE_STYLE = {
     "all": ("-", "o"),
     "head": ("--", "s"),
@@ -30,10 +22,9 @@ def _finetune_mode(variant: str) -> tuple[str, str]:
     return kv.get("head.untie", "keep"), kv.get("finetune.trainable", "all")
 
 
-@figure(
+@style.figure(
     "fig7_finetune",
     "fine-tuning: retention and embedding drift vs fine-tuning loss, per untie x trainable",
-    uses=("runs", "history"),
 )
 def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Fine-tuning runs (init_from) as trajectories over their evaluations, from the start (step 0,
@@ -41,48 +32,38 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     embedding row to its step-0 value, tokens seen (solid) and unseen (dashed) in the fine-tuning
     data, against the fine-tuning validation loss. Colour: head.untie; line and marker:
     finetune.trainable. One run per mode (the lowest seed); others are listed as left out."""
-    fig, axes = new_figure(1, 2, 2.8)
+    fig, axes = style.new_figure(1, 2, 2.8)
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
     if missing := [k for k in keys if k not in history.columns]:
-        return nothing_to_draw(fig, axes, f"not fine-tuning runs: no {', '.join(missing)} logged")
-    shown = (
-        runs.sort_values("seed")
-        .assign(mode=runs["variant"].map(_finetune_mode))
-        .drop_duplicates("mode")
-    )
-    fig.skipped += [
-        f"{run_label(r)}: another seed of a mode shown"
-        for _, r in runs.drop(shown.index).iterrows()
-    ]
+        why = f"not fine-tuning runs: no {', '.join(missing)} logged"
+        return style.nothing_to_draw(fig, why)
+    modes = runs["variant"].map(_finetune_mode)
+    shown = runs.assign(mode=modes).sort_values("seed").drop_duplicates("mode")
+    style.leave_out(fig, runs.drop(shown.index), "another seed of a mode shown")
     fig.drawn = shown
     for _, r in shown.iterrows():
-        h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()].sort_values(
-            "step"
-        )
+        h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()]
+        h = h.sort_values("step")
         (untie, trainable), color = r["mode"], UNTIE_COLOR.get(r["mode"][0], "#444444")
         ls, marker = TRAINABLE_STYLE.get(trainable, ("-", "o"))
-        kw = dict(
-            color=color, marker=marker, ms=3, lw=1, mfc="white" if untie == "fresh" else color
-        )
+        kw = {"color": color, "marker": marker, "ms": 3, "lw": 1}
+        kw["mfc"] = "white" if untie == "fresh" else color
         axes[0, 0].plot(h["val/loss"], h["retain/loss"], ls=ls, **kw)
         axes[0, 1].plot(h["val/loss"], 1 - h["drift/emb_cos_seen"], ls="-", **kw)
         if "drift/emb_cos_unseen" in h:
-            axes[0, 1].plot(
-                h["val/loss"], 1 - h["drift/emb_cos_unseen"], ls="--", **{**kw, "mfc": "white"}
-            )
+            unseen = 1 - h["drift/emb_cos_unseen"]
+            axes[0, 1].plot(h["val/loss"], unseen, ls="--", **{**kw, "mfc": "white"})
     axes[0, 0].set_ylabel("loss on the start's data (nats)")
     axes[0, 1].set_ylabel("embedding drift: 1 − cos(row, step-0 row)")
     axes[0, 1].set_yscale("symlog", linthresh=1e-4)
     for ax in axes[0]:
         ax.set_xlabel("fine-tuning validation loss (nats)")
         ax.invert_xaxis()  # training runs left to right
-    handles = [Line2D([], [], color=c, lw=2, label=f"untie={u}") for u, c in UNTIE_COLOR.items()]
+    handles = [style.handle(f"untie={u}", c, lw=2) for u, c in UNTIE_COLOR.items()]
     handles += [
-        Line2D([], [], color="#444444", ls=ls, marker=m, ms=3, label=f"trainable={t}")
+        style.handle(f"trainable={t}", ls=ls, marker=m, ms=3)
         for t, (ls, m) in TRAINABLE_STYLE.items()
     ]
-    handles.append(
-        Line2D([], [], color="#444444", ls="--", mfc="white", label="(b) dashed: tokens unseen")
-    )
-    legend(fig, handles, 4)
+    handles.append(style.handle("(b) dashed: tokens unseen", ls="--", mfc="white"))
+    style.legend(fig, handles, 4)
     return fig

@@ -15,13 +15,11 @@ import pandas as pd
 from tiedvsuntied.model.config import init_std_note
 from tiedvsuntied.results.records import read_config
 
-# Corpora known by a name a reader recognises, found in the data config's files / path / config.
+# Corpora known by a name a reader recognises, found in the data config's files / path / config
+# (lower case, without - and _)
 KNOWN_CORPORA = {
     "tinyshakespeare": "Tiny Shakespeare",
-    "tiny_shakespeare": "Tiny Shakespeare",
-    "wikitext-103": "WikiText-103",
     "wikitext103": "WikiText-103",
-    "wikitext-2": "WikiText-2",
     "wikitext2": "WikiText-2",
     "openwebtext": "OpenWebText",
     "fineweb": "FineWeb",
@@ -44,7 +42,7 @@ def _corpus_name(data: dict) -> str | None:
     files = [files] if isinstance(files, str) else list(files or [])
     where = " ".join(str(v) for v in [*files, data.get("path"), data.get("config")] if v)
     for key, name in KNOWN_CORPORA.items():
-        if key in where.lower():
+        if key in re.sub("[-_]", "", where.lower()):
             return name
     if not files:
         return str(data.get("path") or "") or None

@@ -7,54 +7,14 @@ import itertools
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from tiedvsuntied.analysis.early import MIN_DENSE_STEPS, dense_steps
 from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs
-from tiedvsuntied.figures.style import (
-    LINESTYLES,
-    MARKERS,
-    MFC,
-    STATUS_MARKER,
-    TIE_COLOR,
-    figure,
-    init_label,
-    init_order,
-    legend,
-    mean_line,
-    model_label,
-    model_order,
-    new_figure,
-    note,
-    nothing_to_draw,
-    plain_log,
-    run_label,
-    tie_handles,
-    widths,
-    with_setting,
-)
+from tiedvsuntied.figures import style
 
-DRAWN_IN_MEAN = ["finished", "running", "interrupted"]  # partial runs: up to their step
 FEW_STEPS = 20  # curves with at most this many logged steps get markers
-
-
-def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric: str) -> None:
-    for _, run in runs.iterrows():
-        if run["run_id"] not in logged:
-            fig.skipped.append(f"{run_label(run)}: no {metric} logged (status {run['status']})")
-        elif run["status"] in ("running", "interrupted"):
-            fig.flagged.append(
-                f"{run_label(run)}: {run['status']}, in the mean up to step {run['step']}"
-            )
-        elif run["status"] != "finished":
-            at = f" at step {run['diverged_at_step']}" if run["status"] == "diverged" else ""
-            fig.flagged.append(
-                f"{run_label(run)}: {run['status']}{at}, drawn alone (dashed), not in the mean"
-            )
-
-
 # Where tied and untied overlap both stay visible: untied solid and wider below, tied dashed on
 # top and lighter; markers filled (tied) or open (untied) as everywhere.
 TIE_LINE = {
@@ -65,20 +25,28 @@ X_AXES = ("auto", "log_step", "step", "tokens")
 EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
 
 
-def log_spaced(history: pd.DataFrame, metric: str = "val/loss") -> bool:
+def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric: str) -> None:
+    for _, run in runs.iterrows():
+        name, status = style.run_label(run), run["status"]
+        if run["run_id"] not in logged:
+            fig.skipped.append(f"{name}: no {metric} logged (status {status})")
+        elif status in ("running", "interrupted"):
+            fig.flagged.append(f"{name}: {status}, in the mean up to step {run['step']}")
+        elif status != "finished":
+            at = f" at step {run['diverged_at_step']}" if status == "diverged" else ""
+            fig.flagged.append(f"{name}: {status}{at}, drawn alone (dashed), not in the mean")
+
+
+def log_spaced(history: pd.DataFrame) -> bool:
     """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, not 3)."""
-    if metric not in history:
+    if "val/loss" not in history:
         return False
-    steps = history.loc[history[metric].notna(), ["run_id", "step"]]
-    return any(
-        set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps.groupby("run_id")["step"]
-    )
+    steps = history.loc[history["val/loss"].notna()].groupby("run_id")["step"]
+    return any(set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps)
 
 
 def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
     """train/loss of each run at its steps 1..k logged at every step (analysis.dense_steps)."""
-    if "train/loss" not in history:
-        return history.iloc[:0]
     parts = [
         h[h["train/loss"].notna() & (h["step"] <= k)]
         for _, h in history.groupby("run_id", sort=False)
@@ -87,44 +55,40 @@ def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts) if parts else history.iloc[:0]
 
 
-def _val_loss_curves(ax, cell: pd.DataFrame, metric: str, tie: bool, x: str) -> tuple[set, set]:
+def _val_loss_curves(ax, cell: pd.DataFrame, tie: bool, x: str) -> tuple[set, set]:
     """One tie's mean curve (band from MIN_BAND_SEEDS) and its ended runs, each alone, dashed,
     with a marker where it stopped; returns (seed counts averaged, statuses of ended runs)."""
     drawn = cell[cell["tie"] == tie]
-    in_mean = drawn["status"].isin(DRAWN_IN_MEAN)
+    in_mean = drawn["status"].isin(style.IN_MEAN)
     few = drawn.loc[in_mean, "step"].nunique() <= FEW_STEPS
-    style = {"marker": "o" if few else None, "ms": 2.5, "mfc": MFC[tie], **TIE_LINE[tie]}
-    counts = set(mean_line(ax, drawn, metric, tie, ["tie"], 0.2, x=x, **style)["n"])
-    ended = set()
+    line = {"marker": "o" if few else None, "ms": 2.5, "mfc": style.MFC[tie], **TIE_LINE[tie]}
+    counts = set(style.mean_line(ax, drawn, "val/loss", tie, ["tie"], 0.2, x=x, **line)["n"])
     for _, run in drawn[~in_mean].groupby("run_id"):
-        status = run["status"].iloc[0]
-        ax.plot(run[x], run[metric], color=TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
-        last = run.iloc[-1:]
-        marker = STATUS_MARKER.get(status, "x")
-        end = {"color": TIE_COLOR[tie], "ls": "none", "marker": marker, "ms": 5, "mew": 1.2}
-        ax.plot(last[x], last[metric], **end)
-        ended.add(status)
-    return counts, ended
+        ax.plot(run[x], run["val/loss"], color=style.TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
+        marker = style.STATUS_MARKER.get(run["status"].iloc[0], "x")
+        end = {"color": style.TIE_COLOR[tie], "ls": "none", "marker": marker, "ms": 5, "mew": 1.2}
+        ax.plot(run[x].iloc[-1:], run["val/loss"].iloc[-1:], **end)
+    return counts, set(drawn.loc[~in_mean, "status"])
 
 
 def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list:
     handles = [
-        Line2D([], [], color=TIE_COLOR[t], marker="o", ms=2.5, mfc=MFC[t], label=label, **line)
+        style.handle(label, style.TIE_COLOR[t], marker="o", ms=2.5, mfc=style.MFC[t], **line)
         for t, label in ((True, "tied"), (False, "untied"))
         for line in [{k: v for k, v in TIE_LINE[t].items() if k != "zorder"}]
     ]
-    if counts := sorted({int(n) for n in seed_counts if n >= MIN_BAND_SEEDS}):
-        n_range = "–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))
-        label = f"{CONFIDENCE:.0%} t-CI over seeds (n={n_range})"
+    if counts := [n for n in seed_counts if n >= MIN_BAND_SEEDS]:
+        label = f"{CONFIDENCE:.0%} t-CI over seeds (n={style.span(map(int, counts))})"
         handles.append(Patch(color="#999999", alpha=0.4, label=label))
     if any(n < MIN_BAND_SEEDS for n in seed_counts):
-        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(Line2D([], [], color="#999999", lw=0.6, label=label))
+        handles.append(
+            style.handle(f"< {MIN_BAND_SEEDS} seeds: each seed, no CI", "#999999", lw=0.6)
+        )
     if len(train):
         label = f"thin: training loss, every step to {int(train['step'].max())}"
-        handles.append(Line2D([], [], color="#bbbbbb", lw=0.6, ls="--", label=label))
+        handles.append(style.handle(label, "#bbbbbb", lw=0.6, ls="--"))
     return handles + [
-        Line2D([], [], color="#444444", ls="none", marker=STATUS_MARKER[s], label=f"{s} (run ends)")
+        style.handle(f"{s} (run ends)", ls="none", marker=style.STATUS_MARKER[s])
         for s in ("diverged", "failed")
         if s in ended
     ]
@@ -157,139 +121,103 @@ def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> tuple
     """A panel's curves: each tie's validation loss, its dense training loss thin beneath."""
     seed_counts, ended = set(), set()
     for tie in (False, True):  # tied last: on top
-        counts, ended_here = _val_loss_curves(ax, cell, "val/loss", tie, x)
-        seed_counts |= counts
-        ended |= ended_here
-        dense = train[train["tie"] == tie]
-        if len(dense):
+        counts, ended_here = _val_loss_curves(ax, cell, tie, x)
+        seed_counts, ended = seed_counts | counts, ended | ended_here
+        if len(dense := train[train["tie"] == tie]):
             line = {**TIE_LINE[tie], "lw": 0.6, "alpha": 0.5, "zorder": 1}
-            mean_line(ax, dense, "train/loss", tie, ["tie"], x=x, **line)
-    plain_log(ax, "y", pd.concat([cell["val/loss"], train["train/loss"]]), ratio=4)
+            style.mean_line(ax, dense, "train/loss", tie, ["tie"], x=x, **line)
+    style.plain_log(ax, "y", pd.concat([cell["val/loss"], train["train/loss"]]), ratio=4)
     return seed_counts, ended
 
 
-@figure(
-    "fig1_val_loss",
-    "validation loss vs training steps (log) or tokens, per init std",
-    uses=("runs", "history"),
-)
-def fig_val_loss(
-    runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto", train_loss: bool | None = None
-) -> Figure:
+@style.figure("fig1_val_loss", "validation loss vs training steps (log) or tokens, per init std")
+def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Validation loss over training, tied vs untied; a panel per init std and size. ``x``:
     "log_step" (symlog steps, so step 0 shows), "step", "tokens", or "auto": log steps when the
-    runs were evaluated at log-spaced early steps. ``train_loss`` (default: with step axes) adds
-    the training loss thin where it was logged at every step (trainer.log_first). Finished and
+    runs were evaluated at log-spaced early steps. On a step axis, the training loss thin where
+    it was logged at every step (trainer.log_first). Finished and
     running runs: mean over seeds, t-band from 3 seeds; diverged and failed runs alone, dashed,
     ending with a marker where they stopped."""
     metric, (x, log) = "val/loss", x_axis(x, history)
-    inits, models = init_order(runs), model_order(runs)
-    fig, axes = new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
+    inits, models = style.init_order(runs), style.model_order(runs)
+    fig, axes = style.new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     logged = history[history[metric].notna()] if metric in history else history.iloc[:0]
     _note_runs_drawn_apart(fig, runs, set(logged["run_id"]), metric)
     if logged.empty:
-        return nothing_to_draw(fig, axes, f"no {metric} logged yet")
-    drawn_train = (
-        train_loss if train_loss is not None else x == "step"
-    ) and "train/loss" in history
-    train = _dense_train(history) if drawn_train else history.iloc[:0]
+        return style.nothing_to_draw(fig, f"no {metric} logged yet")
+    train = _dense_train(history) if x == "step" and "train/loss" in history else history.iloc[:0]
     ended, seed_counts = set(), set()
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
         ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
-        ax.set_title(init_label(init, widths=widths(runs, init)) if i == 0 else "")
-        if j == 0:
-            size = f"\n{model_label(runs, model)}" if len(models) > 1 else ""
-            ax.set_ylabel("validation loss (nats)" + size)
+        ax.set_title(style.setting_label(runs, init) if i == 0 else "")
+        size = f"\n{style.model_label(runs, model)}" if len(models) > 1 else ""
+        ax.set_ylabel("validation loss (nats)" + size if j == 0 else "")
         cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
         if cell.empty:
-            note(
-                ax, "no runs of this setting and size" if cell_runs.empty else f"no {metric} logged"
+            style.note(
+                ax, f"no {metric} logged" if len(cell_runs) else "no runs of this setting and size"
             )
         else:
             cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
             counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)
             seed_counts, ended = seed_counts | counts, ended | ended_here
         set_x_axis(ax, x, log, i == len(models) - 1)
-    handles = _val_loss_handles(seed_counts, ended, train)
-    legend(fig, handles, 4 if len(inits) > 1 else 2)
+    style.legend(fig, _val_loss_handles(seed_counts, ended, train), 4 if len(inits) > 1 else 2)
     return fig
 
 
-def _loss_vs_params_panel(ax, runs, agg, xcol: str, value: str, inits: list[str]) -> None:
+def _loss_vs_params_panel(ax, runs, agg, xcol: str, inits: list[str]) -> None:
     """Seed means with t-CI error bars (from MIN_BAND_SEEDS seeds), fewer seeds as dots."""
     for (k, init), tie in itertools.product(enumerate(inits), (True, False)):
         cell = agg[(agg["setting"] == init) & (agg["tie"] == tie)].sort_values(xcol)
         if cell.empty:
             continue
         yerr = cell["ci_half"].where(cell["n"] >= MIN_BAND_SEEDS)
-        ax.errorbar(
-            cell[xcol],
-            cell["mean"],
-            yerr=yerr if yerr.notna().any() else None,
-            color=TIE_COLOR[tie],
-            marker=MARKERS[k % len(MARKERS)],
-            ls=LINESTYLES[k % len(LINESTYLES)],
-            capsize=2,
-            ms=4,
-            mfc=MFC[tie],
-        )
-        few_ids = sum(cell.loc[cell["n"] < MIN_BAND_SEEDS, "run_ids"], [])
-        few = runs[runs["run_id"].isin(few_ids)]
-        style = {"ls": "none", "marker": ".", "ms": 3, "alpha": 0.7}
-        ax.plot(few[xcol], few[value], color=TIE_COLOR[tie], **style)
+        yerr = yerr if yerr.notna().any() else None
+        line = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], **style.init_line(k)}
+        ax.errorbar(cell[xcol], cell["mean"], yerr, capsize=2, **line)
+        few = runs[runs["run_id"].isin(sum(cell.loc[cell["n"] < MIN_BAND_SEEDS, "run_ids"], []))]
+        dots = {"ls": "none", "marker": ".", "ms": 3, "alpha": 0.7}
+        ax.plot(few[xcol], few["final_val_loss"], color=style.TIE_COLOR[tie], **dots)
     ax.set_xlim(agg[xcol].min() / 1.5, agg[xcol].max() * 1.5)  # room around the points
-    plain_log(ax, "x", eng=True)
-    plain_log(ax, "y", agg["mean"], ratio=4)
+    style.plain_log(ax, "x", eng=True)
+    style.plain_log(ax, "y", agg["mean"], ratio=4)
 
 
 def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
-    handles = tie_handles(marker="o", ties=agg["tie"]) + [
-        Line2D(
-            [],
-            [],
-            color="#444444",
-            marker=MARKERS[k % len(MARKERS)],
-            ls=LINESTYLES[k % len(LINESTYLES)],
-            label=init_label(init, short=True, widths=widths(agg, init)),
-        )
+    handles = style.tie_handles(agg["tie"]) + [
+        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
         for k, init in enumerate(inits)
     ]
     if (agg["n"] >= MIN_BAND_SEEDS).any():
-        label = f"mean ± {CONFIDENCE:.0%} t-CI over seeds"
-        handles.append(Line2D([], [], color="none", label=label))
+        handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
     if (agg["n"] < MIN_BAND_SEEDS).any():
         label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(Line2D([], [], color="#444444", marker=".", ls="none", label=label))
+        handles.append(style.handle(label, marker=".", ls="none"))
     return handles
 
 
-@figure("fig2_loss_vs_params", "final validation loss vs parameters")
+@style.figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
     marker and line style: init std; points: mean over finished seeds with t-CI error bars."""
     value = "final_val_loss"
-    fig, axes = new_figure(1, 2, 2.5, sharey=True)
-    fig.skipped += [
-        f"{run_label(run)}: "
-        + (
-            f"{run['status']}, no final loss"
-            if run["status"] != "finished"
-            else f"no {value} in summary"
-        )
-        for _, run in runs[(runs["status"] != "finished") | runs[value].isna()].iterrows()
-    ]
-    agg = with_setting(aggregate_runs(runs, value))
+    fig, axes = style.new_figure(1, 2, 2.5, sharey=True)
+    unfinished = runs["status"] != "finished"
+    style.leave_out(fig, runs[unfinished], lambda run: f"{run['status']}, no final loss")
+    style.leave_out(fig, runs[~unfinished & runs[value].isna()], f"no {value} in summary")
+    agg = style.with_setting(aggregate_runs(runs, value))
     agg = agg[agg["n"] > 0]
     if agg.empty:
-        return nothing_to_draw(fig, axes, f"no finished run with a {value}")
-    fig.drawn = runs[(runs["status"] == "finished") & runs[value].notna()]
-    inits = init_order(runs)
+        return style.nothing_to_draw(fig, f"no finished run with a {value}")
+    fig.drawn = runs[~unfinished & runs[value].notna()]
+    inits = style.init_order(runs)
     for ax, xcol, xlabel in (
         (axes[0, 0], "params_total", "parameters (total, unique)"),
         (axes[0, 1], "params_non_embedding", "parameters (non-embedding)"),
     ):
-        _loss_vs_params_panel(ax, runs, agg, xcol, value, inits)
+        _loss_vs_params_panel(ax, runs, agg, xcol, inits)
         ax.set_xlabel(xlabel)
     axes[0, 0].set_ylabel("final validation loss (nats)")
-    legend(fig, _loss_vs_params_handles(agg, inits), 5)
+    style.legend(fig, _loss_vs_params_handles(agg, inits), 5)
     return fig

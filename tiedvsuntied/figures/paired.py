@@ -10,50 +10,25 @@ import textwrap
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied.analysis.arms import (
-    arms_table,
-    with_arms,
-)
-from tiedvsuntied.analysis.stats import (
-    CONFIDENCE,
-    MIN_INTERVAL_SEEDS,
-    is_replicate,
-    noise_floor,
-    paired_table,
-    pairs,
-)
-from tiedvsuntied.figures.style import (
-    REF_COLOR,
-    TIE_COLOR,
-    figure,
-    init_label,
-    init_order,
-    legend,
-    mean_line,
-    model_order,
-    new_figure,
-    nothing_to_draw,
-    run_label,
-    with_setting,
-)
+from tiedvsuntied.analysis import stats
+from tiedvsuntied.analysis.arms import arms_table, with_arms
+from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_INTERVAL_SEEDS
+from tiedvsuntied.figures import style
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
 SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
 
 
-def _difference(ax, x: float, row: pd.Series, scale: float = 1.0, **style) -> None:
+def _difference(ax, x: float, row: pd.Series, scale: float = 1.0, **kw) -> None:
     """One cell's mean difference with its interval (``low``, ``high``), times ``scale``; the mean
     alone (open) where there is no interval (one seed)."""
     if pd.isna(row["low"]):
-        style = {**style, "mfc": "white"}
-        ax.plot(x, row["diff"] * scale, marker="o", ms=5, ls="none", **style)
+        ax.plot(x, row["diff"] * scale, marker="o", ms=5, ls="none", **{**kw, "mfc": "white"})
         return
     yerr = [[(row["diff"] - row["low"]) * scale], [(row["high"] - row["diff"]) * scale]]
-    ax.errorbar(x, row["diff"] * scale, yerr=yerr, marker="o", capsize=3, ms=5, **style)
+    ax.errorbar(x, row["diff"] * scale, yerr=yerr, marker="o", capsize=3, ms=5, **kw)
 
 
 def _seed_dots(ax, x: float, seed_diffs) -> None:
@@ -68,56 +43,47 @@ def _interval_handles(table: pd.DataFrame) -> list:
     handles = []
     if table["low"].notna().any():
         label = f"mean, {CONFIDENCE:.0%} t-interval over seeds (paired by seed)"
-        handles.append(Line2D([], [], color="black", marker="o", label=label))
+        handles.append(style.handle(label, "black", marker="o"))
     if (table["low"].isna() & table["diff"].notna()).any():
         label = f"fewer than {MIN_INTERVAL_SEEDS} seeds: mean only, no interval"
-        handles.append(
-            Line2D([], [], color="black", marker="o", mfc="white", ls="none", label=label)
-        )
+        handles.append(style.handle(label, "black", marker="o", mfc="white", ls="none"))
     return handles
 
 
 def _floor_text(runs: pd.DataFrame) -> str:
     """The noise floor of test loss (final weights) in words, for a caption."""
-    floors = noise_floor(runs)
+    floors = stats.noise_floor(runs)
     if floors.empty:
         return "noise floor not measured (no replicate runs)"
-    low, high = floors["floor_final"].min(), floors["floor_final"].max()
-    value = f"{low:.3f}" if np.isclose(low, high) else f"{low:.3f}–{high:.3f}"
     n = int(floors["n"].sum())
     return (
         "noise floor (mean |replicate 0 − replicate k| of one config at another thread count, "
-        f"shaded ±) {value} nats, "
+        f"shaded ±) {style.span(floors['floor_final'], '{:.3f}')} nats, "
         f"from {n} re-run{'s' * (n != 1)} of a config"
     )
 
 
 def _arm_means(ax, x: float, row: pd.Series) -> None:
     """Both arms' mean losses beside an effect: a difference of 0.5 nats means little at 18."""
-    ax.annotate(
-        f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}",
-        (x + 0.15, row["diff"]),  # right of the seed dots (_seed_dots: within ±0.12)
-        va="center",
-        fontsize=6,
-        color="#444444",
-    )
+    text = f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}"
+    # right of the seed dots (_seed_dots: within ±0.12)
+    ax.annotate(text, (x + 0.15, row["diff"]), va="center", fontsize=6, color="#444444")
 
 
 def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: str) -> None:
-    ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+    ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     for x, row in cells.iterrows():
         _seed_dots(ax, x, row["seed_diffs"])
         _difference(ax, x, row, color="black", zorder=3)
         _arm_means(ax, x, row)
-        if pd.notna(row["floor"]):
-            ax.fill_between(
-                [x - 0.3, x + 0.3], -row["floor"], row["floor"], color=REF_COLOR, alpha=0.2, lw=0
-            )
+        if pd.notna(floor := row["floor"]):
+            band = {"color": style.REF_COLOR, "alpha": 0.2, "lw": 0}
+            ax.fill_between([x - 0.3, x + 0.3], -floor, floor, **band)
         if row["n_seeds"] < cells["n_seeds"].max():  # the caption gives the common n
-            label = f"{init_label(row['setting'], short=True)} ({row['model']}, {point})"
+            label = f"{style.init_label(row['setting'], short=True)} ({row['model']}, {point})"
             fig.flagged.append(f"{label}: {row['method']}")
     labels = [
-        init_label(row["setting"], prefix="", widths=[row["n_embd"]])
+        style.init_label(row["setting"], prefix="", widths=[row["n_embd"]])
         + (f"\n{row['model']}" if several else "")
         for _, row in cells.iterrows()
     ]
@@ -126,24 +92,27 @@ def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: st
     ax.grid(axis="x", visible=False)
 
 
-def _steps(values) -> str:
-    steps = sorted({int(v) for v in values if pd.notna(v)})
-    return "?" if not steps else f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
-
-
 def _panels(runs: pd.DataFrame) -> list[tuple[str, str]]:
     """(point, title) of each panel: final weights, and the best validation step unless every
     paired run's best step is its last (then both are one set of weights: one panel)."""
-    both = pairs(runs)
+    both = stats.pairs(runs)
     best, last = both[["best_step_t", "best_step_u"]], both[["step_t", "step_u"]]
-    final = f"test loss, final weights (step {_steps(last.stack())})"
+    final = f"test loss, final weights (step {style.span(last.stack(), '{:.0f}')})"
     if len(both) and (best.to_numpy() == last.to_numpy()).all():
         return [("final", final + " = best validation step")]
-    best_steps = _steps(best.stack())
+    best_steps = style.span(best.stack(), "{:.0f}")
     return [("final", final), ("best", f"test loss, best validation step ({best_steps})")]
 
 
-@figure("fig6_paired_difference", "tied − untied test loss, paired, with t-intervals over seeds")
+def _unpaired(run: pd.Series) -> str:
+    if stats.is_replicate(run):
+        return f"replicate {run['replicate']} (noise floor only)"
+    return run["status"] + (", no partner" if run["status"] == "finished" else "")
+
+
+@style.figure(
+    "fig6_paired_difference", "tied − untied test loss, paired, with t-intervals over seeds"
+)
 def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     """The study's headline: tied − untied test loss per init std (and size), paired by seed, at
     the final weights and at the best validation step (one panel when every best step is the
@@ -151,52 +120,39 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     as a small dot, both arms' mean losses beside it, the noise floor shaded when replicates
     measured it. The caption says the method, n seeds and the floor."""
     panels = _panels(runs)
-    table = paired_table(runs, [point for point, _ in panels])
-    fig, axes = new_figure(1, len(panels), 2.4, width=7.0, sharey=True)
-    paired_ids = set(pairs(runs)[["run_id_t", "run_id_u"]].stack())
+    table = stats.paired_table(runs, [point for point, _ in panels])
+    fig, axes = style.new_figure(1, len(panels), 2.4, width=7.0, sharey=True)
+    paired_ids = set(stats.pairs(runs)[["run_id_t", "run_id_u"]].stack())
     fig.drawn = runs[runs["run_id"].isin(paired_ids)]
-    fig.skipped += [
-        f"{run_label(run)}: "
-        + (
-            f"replicate {run['replicate']} (noise floor only)"
-            if is_replicate(run)
-            else run["status"] + (", no partner" if run["status"] == "finished" else "")
-        )
-        for _, run in runs[~runs["run_id"].isin(paired_ids)].iterrows()
-    ]
+    style.leave_out(fig, runs[~runs["run_id"].isin(paired_ids)], _unpaired)
     if table.empty:
-        return nothing_to_draw(fig, axes, "no tied/untied pair finished")
-    low, high = table["n_seeds"].min(), table["n_seeds"].max()
-    seeds = f"{low}" if low == high else f"{low}–{high}"
+        return style.nothing_to_draw(fig, "no tied/untied pair finished")
+    seeds = table["n_seeds"]
+    below = seeds.min() < MIN_INTERVAL_SEEDS
     fig.captions.append(
-        f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over n = {seeds} "
-        f"seed{'' if high == 1 else 's'} per cell"
-        + (
-            f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)"
-            if low < MIN_INTERVAL_SEEDS
-            else ""
-        )
+        f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over "
+        f"n = {style.span(seeds)} seed{'' if seeds.max() == 1 else 's'} per cell"
+        + (f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)" if below else "")
         + "; beside it both arms' mean test loss (nats); "
         + _floor_text(runs)
     )
     widths = runs.groupby("model")["n_embd"].first()
-    table = with_setting(table).assign(n_embd=table["model"].map(widths))
-    rank = {v: k for k, v in enumerate([*model_order(runs), *init_order(runs)])}
+    table = style.with_setting(table).assign(n_embd=table["model"].map(widths))
+    rank = {v: k for k, v in enumerate([*style.model_order(runs), *style.init_order(runs)])}
     table = table.sort_values(  # sizes small to large, init std large to small within each
         ["model", "setting"], key=lambda col: col.map(rank), kind="stable"
     )
     several = table["model"].nunique() > 1
     for ax, (point, title) in zip(axes[0], panels, strict=True):
         ax.set_title(title)
-        _paired_panel(
-            fig, ax, table[table["point"] == point].reset_index(drop=True), several, point
-        )
+        cells = table[table["point"] == point].reset_index(drop=True)
+        _paired_panel(fig, ax, cells, several, point)
         ax.set_xlabel("init std" + (" and size" if several else f" ({table['model'].iloc[0]})"))
     axes[0, 0].set_ylabel("tied − untied (nats)")
-    handles = [*_interval_handles(table), Line2D([], [], label="one seed", **SEED_DOT)]
+    handles = [*_interval_handles(table), style.handle("one seed", **SEED_DOT)]
     if table["floor"].notna().any():
-        handles.append(Patch(color=REF_COLOR, alpha=0.3, label="noise floor (±)"))
-    legend(fig, handles, 4)
+        handles.append(Patch(color=style.REF_COLOR, alpha=0.3, label="noise floor (±)"))
+    style.legend(fig, handles, 4)
     return fig
 
 
@@ -206,41 +162,36 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
     for arm, color in colors.items():
         ids = runs.loc[runs["arm"] == arm, "run_id"]
         logged = history[history["run_id"].isin(ids) & history["val/loss"].notna()]
-        mean_line(
-            ax, logged.assign(arm=arm), "val/loss", True, ["arm"], 0.2, color=color, label=arm
-        )
+        line = {"color": color, "label": arm}
+        style.mean_line(ax, logged.assign(arm=arm), "val/loss", True, ["arm"], 0.2, **line)
         steps = history[history["run_id"].isin(ids)].groupby("step")["tokens"].mean().dropna()
         for step in runs.loc[runs["arm"] == arm, "untie_step"].dropna().unique():
             if len(steps):  # the switch need not be a logged step
                 tokens = np.interp(step, steps.index, steps.to_numpy())
                 ax.axvline(tokens, color=color, ls=":", lw=1)
-    late = history.loc[
-        history["run_id"].isin(runs["run_id"]) & (history["step"] >= history["step"].max() / 4),
-        "val/loss",
-    ].dropna()
-    if len(late):  # the first quarter (from ln V down) would flatten the part where arms differ
+    late = history["run_id"].isin(runs["run_id"]) & (history["step"] >= history["step"].max() / 4)
+    if len(late := history.loc[late, "val/loss"].dropna()):
+        # the first quarter (from ln V down) would flatten the part where arms differ
         pad = 0.1 * (late.max() - late.min()) + 1e-3
         ax.set_ylim(late.min() - pad, late.max() + pad)
-    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    ax.set_xlabel("training tokens")
+    style.token_axis(ax)
     ax.set_ylabel("validation loss (nats)")
 
 
 def _arm_differences(fig: Figure, ax, cell: pd.DataFrame, colors: dict, ref: str) -> None:
     """Test loss of the final weights, arm − the reference arm, one column per arm."""
     table = arms_table(cell, ("final",))
-    ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+    ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     shown = table.set_index("arm").reindex([a for a in colors if a != ref])
     for x, row in shown.dropna(subset=["diff"]).reset_index().iterrows():
         _seed_dots(ax, x, row["seed_diffs"])
         _difference(ax, x, row, color=colors[row["arm"]])
         fig.flagged.append(f"{row['arm']}: {row['method']}")
     labels = [a for a in colors if a != ref and a in set(table["arm"])]
-    if len(labels) > 4:  # long names would overlap: the colours name the arms, as in the legend
-        ax.set_xticks(range(len(labels)), [""] * len(labels))
-        ax.set_xlabel("arm (colour as in the legend)")
-    else:
-        ax.set_xticks(range(len(labels)), ["\n".join(textwrap.wrap(a, 16)) for a in labels])
+    # long names would overlap: then the colours name the arms, as in the legend
+    ticks = [""] * len(labels) if len(labels) > 4 else [textwrap.fill(a, 16) for a in labels]
+    ax.set_xticks(range(len(labels)), ticks)
+    ax.set_xlabel("arm (colour as in the legend)" if len(labels) > 4 else "")
     ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.set_ylabel(f"test loss, final weights: arm − {ref} (nats)")
     ax.grid(axis="x", visible=False)
@@ -250,58 +201,42 @@ def _arm_colors(arms: set, ref: str) -> dict:
     """The reference in the tied colour, untied in the untied one, scheduled untying first."""
     others = sorted(arms - {ref, "untied"}, key=lambda a: (not a.startswith("untied at"), a))
     return {
-        ref: TIE_COLOR[True],
+        ref: style.TIE_COLOR[True],
         **dict(zip(others, itertools.cycle(ARM_COLORS))),
-        **({"untied": TIE_COLOR[False]} if "untied" in arms else {}),
+        **({"untied": style.TIE_COLOR[False]} if "untied" in arms else {}),
     }
 
 
-@figure(
-    "fig10_arms",
-    "every arm (scheduled untying, head init ...) against the tied arm, paired",
-    uses=("runs", "history"),
+@style.figure(
+    "fig10_arms", "every arm (scheduled untying, head init ...) against the tied arm, paired"
 )
 def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Sweeps with more than two arms (tied, untied, untie_at, untied head inits): (a) validation
     loss per arm over training, the switch of scheduled untying dotted; (b) test loss of the
     final weights, arm − tied, paired by seed, with :func:`arms_table`'s interval, each seed as a
     dot. One cell (size, init std, data); runs of the others are listed as not shown."""
-    fig, axes = new_figure(1, 2, 2.6)
+    fig, axes = style.new_figure(1, 2, 2.6)
     finished, ref = with_arms(runs)
-    fig.skipped += [
-        f"{run_label(run)}: {run['status']}"
-        for _, run in runs[runs["status"] != "finished"].iterrows()
-    ]
+    style.leave_out(fig, runs[runs["status"] != "finished"], lambda run: run["status"])
     if ref is None or finished.empty:
-        tied_arms = sorted(finished.loc[finished["tie"].eq(True), "arm"].unique())
-        return nothing_to_draw(
-            fig,
-            axes,
-            "needs a tied arm to compare with: plain tied runs, or tied runs of one variant; "
-            "here: " + (", ".join(tied_arms) or "none"),
-        )
+        tied_arms = ", ".join(sorted(finished.loc[finished["tie"].eq(True), "arm"].unique()))
+        needs = "needs a tied arm to compare with: plain tied runs, or tied runs of one variant"
+        return style.nothing_to_draw(fig, f"{needs}; here: {tied_arms or 'none'}")
     first = finished.sort_values(["model", "init_std"]).iloc[0]
-    cell = finished[
+    fig.drawn = cell = finished[
         (finished["model"] == first["model"]) & (finished["init_std"] == first["init_std"])
     ]
-    fig.drawn = cell
-    fig.skipped += [
-        f"{run_label(run)}: another size or init std (one cell per figure)"
-        for _, run in finished.drop(cell.index).iterrows()
-    ]
+    other = "another size or init std (one cell per figure)"
+    style.leave_out(fig, finished.drop(cell.index), other)
     if set(cell["arm"]) == {ref}:
-        return nothing_to_draw(fig, axes, f"only the {ref} arm finished: no other arm to compare")
+        return style.nothing_to_draw(fig, f"only the {ref} arm finished: no other arm to compare")
     colors = _arm_colors(set(cell["arm"]), ref)
     _arm_curves(axes[0, 0], cell, history, colors)
-    init = init_label(first["init_std"], short=True, widths=[first["n_embd"]])
+    init = style.init_label(first["init_std"], short=True, widths=[first["n_embd"]])
     axes[0, 0].set_title(f"{first['model']}, {init}")
     _arm_differences(fig, axes[0, 1], cell, colors, ref)
-    legend(
-        fig,
-        [Line2D([], [], color=c, label=a) for a, c in colors.items()]
-        + [Line2D([], [], label="one seed", **SEED_DOT)],
-        min(len(colors) + 1, 4),
-    )
+    handles = [style.handle(a, c) for a, c in colors.items()]
+    style.legend(fig, [*handles, style.handle("one seed", **SEED_DOT)], 4)
     return fig
 
 
@@ -309,11 +244,8 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
 def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) -> None:
     """Each cell's difference as a percentage of its untied mean, at its embedding share."""
     tied = runs[runs["tie"].eq(True) & runs["params_total"].notna()]
-    share = (
-        (tied["params_embedding"] / tied["params_total"])
-        .groupby([tied[c] for c in ("data_id", "model")])
-        .first()
-    )
+    share = tied["params_embedding"] / tied["params_total"]
+    share = share.groupby([tied["data_id"], tied["model"]]).first()
     untied = runs[runs["tie"].eq(False) & (runs["status"] == "finished")]
     base = untied.groupby(["data_id", "model", "init_std"])["test_loss"].mean()
     for _, row in table.iterrows():
@@ -323,22 +255,15 @@ def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) 
         scale, x = 100 / base[(*key, row["init_std"])], 100 * share[key]
         vocab = runs.loc[runs["data_id"] == row["data_id"], "vocab_size"].iloc[0]
         _difference(ax, x, row, scale, color="black")
-        ax.annotate(
-            f"V={vocab:,}, {row['model']}\n"
-            + init_label(
-                row["init_std"],
-                short=True,
-                widths=tied.loc[tied["model"] == row["model"], "n_embd"].unique(),
-            ),
-            (x, row["diff"] * scale),
-            textcoords="offset points",
-            xytext=(6, 4),
-            fontsize=6,
-        )
+        widths = tied.loc[tied["model"] == row["model"], "n_embd"]
+        init = style.init_label(row["init_std"], short=True, widths=widths)
+        label = f"V={vocab:,}, {row['model']}\n{init}"
+        point = (x, row["diff"] * scale)
+        ax.annotate(label, point, textcoords="offset points", xytext=(6, 4), fontsize=6)
         fig.flagged.append(f"V={vocab}, {row['model']}, init {row['init_std']}: {row['method']}")
 
 
-@figure(
+@style.figure(
     "fig11_crossover",
     "tied − untied relative to the untied loss vs the embedding's share of parameters",
     mixed_data=True,
@@ -349,21 +274,21 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     vocabulary, size and init std (other variants are listed as not shown). A ratio because losses
     per token of different tokenizations are in different units; on one text both arms share the
     tokens-per-byte factor, so the ratio is the same per token and per byte."""
-    fig, axes = new_figure(1, 1, 2.8)
-    ax = axes[0, 0]
-    plain = runs["variant"].fillna("") == ""
-    table = paired_table(runs[plain], ("final",))
-    fig.skipped += [
-        f"{run_label(run)}: variant {run['variant']} (only runs without one are compared)"
-        for _, run in runs[~plain].iterrows()
-    ]
-    ax.axhline(0, color=REF_COLOR, ls="--", lw=1)
+    fig, axes = style.new_figure(1, 1, 2.8)
+    ax, plain = axes[0, 0], runs["variant"].fillna("") == ""
+    table = stats.paired_table(runs[plain], ("final",))
+    style.leave_out(fig, runs[~plain], _variant)
+    ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     _crossover_points(fig, ax, runs, table)
     if not ax.lines[1:]:
-        return nothing_to_draw(fig, axes, "no finished tied/untied pair")
+        return style.nothing_to_draw(fig, "no finished tied/untied pair")
     fig.drawn = runs[plain]
     ax.set_xlabel("embedding share of the tied model's parameters (%)")
     ax.set_ylabel("(tied − untied) / untied test loss (%)")
     ax.set_xlim(0, 100)
-    legend(fig, _interval_handles(table), 1)
+    style.legend(fig, _interval_handles(table), 1)
     return fig
+
+
+def _variant(run: pd.Series) -> str:
+    return f"variant {run['variant']} (only runs without one are compared)"

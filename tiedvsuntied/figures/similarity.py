@@ -19,32 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import EngFormatter
 
 from tiedvsuntied.analysis.stats import PAIR_COLUMNS, first_replicates, match
-from tiedvsuntied.figures.style import (
-    REF_COLOR,
-    TIE_COLOR,
-    figure,
-    init_label,
-    init_order,
-    legend,
-    mean_line,
-    model_order,
-    new_figure,
-    note,
-    nothing_to_draw,
-    run_label,
-    size_handles,
-    size_markers,
-    widths,
-)
+from tiedvsuntied.figures import style
 
 SIDES = {
-    "cka_in": ("tied vs untied input (wte)", TIE_COLOR[False], "-"),
-    "cka_out": ("tied vs untied output (lm_head)", TIE_COLOR[True], "-"),
-    "cka_untied": ("untied: input vs output", REF_COLOR, ":"),
+    "cka_in": ("tied vs untied input (wte)", style.TIE_COLOR[False], "-"),
+    "cka_out": ("tied vs untied output (lm_head)", style.TIE_COLOR[True], "-"),
+    "cka_untied": ("untied: input vs output", style.REF_COLOR, ":"),
 }
 
 
@@ -77,7 +59,9 @@ def _pair_rows(tied: pd.Series, untied: pd.Series, missing: list[str]) -> list[d
         if np.array_equal(a[step]["rows_seen"], b[step]["rows_seen"])
     ]
     if not steps:
-        missing.append(f"{run_label(tied)} and its untied partner: no common probe rows (emb_seen)")
+        missing.append(
+            f"{style.run_label(tied)} and its untied partner: no common probe rows (emb_seen)"
+        )
     return [
         {
             **{c: tied[c] for c in PAIR_COLUMNS},
@@ -113,64 +97,46 @@ def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@figure(
+@style.figure(
     "fig8_cka",
     "which side the tied matrix resembles: CKA with the untied partner's input and output",
-    uses=("runs",),
 )
 def fig_cka(runs: pd.DataFrame) -> Figure:
     """Linear CKA over training between a tied run's matrix and its untied partner's input (wte)
     and output (lm_head) matrices, on the seen tokens the probes sample; the untied run's input vs
     output as a reference. A column per init std; mean over seeds with a t-band from 3 seeds
     (fewer: each seed drawn thin), a marker per size."""
-    cka, models = pair_cka(runs), model_order(runs)
-    inits = [i for i in init_order(runs) if i in set(cka["setting"])] or ["none"]
-    fig, axes = new_figure(1, len(inits), 2.4, sharey=True)
+    cka, models = pair_cka(runs), style.model_order(runs)
+    inits = [i for i in style.init_order(runs) if i in set(cka["setting"])] or ["none"]
+    fig, axes = style.new_figure(1, len(inits), 2.4, sharey=True)
     fig.skipped += cka.attrs["missing"]
     if cka.empty:
-        return nothing_to_draw(
+        return style.nothing_to_draw(
             fig,
-            axes,
             "no tied/untied pairs with probe rows (emb_seen): runs made before them, a bundle "
             "(it keeps none), or unpaired",
         )
     for j, init in enumerate(inits):
         ax, cell = axes[0, j], cka[cka["setting"] == init]
         if cell.empty:
-            note(ax, "no tied/untied pairs with probe rows (emb_seen) at this init std")
+            style.note(ax, "no tied/untied pairs with probe rows (emb_seen) at this init std")
             continue
-        ax.set_title(init_label(init, widths=widths(runs, init)))
+        ax.set_title(style.setting_label(runs, init))
         for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
-            markers = size_markers(k, models)
+            sized, markers = cell[cell["model"] == model], style.size_markers(k, models)
             for side, (_, color, ls) in SIDES.items():
-                mean_line(
-                    ax,
-                    cell[cell["model"] == model],
-                    side,
-                    True,
-                    ["model"],
-                    0.15,
-                    ls=ls,
-                    color=color,
-                    **markers,
+                style.mean_line(
+                    ax, sized, side, True, ["model"], 0.15, ls=ls, color=color, **markers
                 )
-        ax.set_xlabel("training tokens")
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        style.token_axis(ax)
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
-    legend(
-        fig,
-        [Line2D([], [], color=c, ls=ls, label=label) for label, c, ls in SIDES.values()]
-        + size_handles(runs, models),
-        3,
-    )
+    handles = [style.handle(label, c, ls=ls) for label, c, ls in SIDES.values()]
+    style.legend(fig, handles + style.size_handles(runs, models), 3)
     return fig
 
 
-ANISOTROPY = {
-    "emb": ("probe/frequent/emb_cos_mean", "probe/frequent/emb_ccos_abs_mean"),
-    "head": ("probe/frequent/head_cos_mean", "probe/frequent/head_ccos_abs_mean"),
-}
+ANISOTROPY = ("cos_mean", "ccos_abs_mean")  # of probe/frequent/{emb,head}_: raw, centred
 
 
 def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
@@ -178,16 +144,15 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
     (solid) and untied output (dashed), each where logged."""
     for row, ax in enumerate(axes):
         for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
-            key = ANISOTROPY[side][row]
+            key = f"probe/frequent/{side}_{ANISOTROPY[row]}"
             hs = h[(h["tie"] == tie) & h[key].notna()] if key in h else h[:0]
             if not hs.empty:
-                mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
+                style.mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
 
 
-@figure(
+@style.figure(
     "fig9_anisotropy",
     "anisotropy over training: mean cosine of embedding rows, raw and mean-centred",
-    uses=("runs", "history"),
 )
 def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """The mean cosine between rows of the frequent half of the seen tokens (raw: one common
@@ -199,36 +164,29 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     tuned = runs["run_id"].isin(
         history.loc[history[key].notna(), "run_id"] if key in history else []
     )
-    skipped = [
-        f"{run_label(r)}: a fine-tuning run (its embedding drift is figure 7)"
-        for _, r in runs[tuned].iterrows()
-    ]
+    inits, models = style.init_order(runs[~tuned]), style.model_order(runs[~tuned])
+    fig, axes = style.new_figure(1 + bool(inits), max(len(inits), 1), 1.8, sharex="col")
+    style.leave_out(fig, runs[tuned], "a fine-tuning run (its embedding drift is figure 7)")
     if tuned.all():
-        fig, axes = new_figure(1, 1, 1.8)
-        fig.skipped += skipped
-        return nothing_to_draw(
-            fig, axes, "only fine-tuning runs: their embedding drift is figure 7"
+        return style.nothing_to_draw(
+            fig, "only fine-tuning runs: their embedding drift is figure 7"
         )
-    runs = runs[~tuned]
-    inits, models = init_order(runs), model_order(runs)
-    fig, axes = new_figure(2, len(inits), 1.8, sharex="col")
-    fig.skipped += [*skipped, "rare and unseen strata (logged as probe/rare/*, probe/unseen/*)"]
-    if ANISOTROPY["emb"][0] not in history.columns:
-        return nothing_to_draw(
-            fig, axes, "no stratified probes logged (probe/frequent/emb_cos_mean)"
+    fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
+    if "probe/frequent/emb_cos_mean" not in history.columns:
+        return style.nothing_to_draw(
+            fig, "no stratified probes logged (probe/frequent/emb_cos_mean)"
         )
-    fig.drawn = runs
+    runs = fig.drawn = runs[~tuned]
     for j, init in enumerate(inits):
-        axes[0, j].set_title(init_label(init, widths=widths(runs, init)))
+        axes[0, j].set_title(style.setting_label(runs, init))
         for k, model in enumerate(models):
             h = history[(history["setting"] == init) & (history["model"] == model)]
-            _anisotropy_column(axes[:, j], h, size_markers(k, models))
-        axes[1, j].set_xlabel("training tokens")
-        axes[1, j].xaxis.set_major_formatter(EngFormatter(sep=""))
+            _anisotropy_column(axes[:, j], h, style.size_markers(k, models))
+        style.token_axis(axes[1, j])
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
     handles = [
-        Line2D([], [], color=TIE_COLOR[tie], ls=ls, label=label)
+        style.handle(label, style.TIE_COLOR[tie], ls=ls)
         for tie, ls, label in (
             (True, "-", "tied"),
             (False, "-", "untied input (wte)"),
@@ -236,5 +194,5 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         )
         if runs["tie"].eq(tie).any()  # the legend names what is drawn
     ]
-    legend(fig, handles + size_handles(runs, models), 3)
+    style.legend(fig, handles + style.size_handles(runs, models), 3)
     return fig

@@ -15,6 +15,7 @@ import re
 import textwrap
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Sequence
+from inspect import signature
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,8 @@ REF_COLOR = "#7f7f7f"  # references: ln V, init, identity
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 STATUS_MARKER = {"diverged": "x", "failed": "X", "unknown": "X"}
+IN_MEAN = ["finished", "running", "interrupted"]  # averaged (partial runs: up to their step)
+NOTE_TEXT = {"ha": "center", "va": "center", "fontsize": 7, "color": "#444444"}  # an empty panel's
 STYLE = {
     "font.size": 8,
     "axes.titlesize": 8,
@@ -74,13 +77,10 @@ Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
-def figure(
-    name: str, description: str, uses: Sequence[str] = ("runs",), mixed_data: bool = False
-) -> Callable:
-    """Register a figure function as output ``name``; ``uses`` names the Results tables it is
-    called with. It runs under STYLE (never the global rcParams), on runs of one dataset (unless
-    ``mixed_data``: it compares across them itself), its tables carry a ``setting`` column
-    (:func:`with_setting`), and it gets its caption (:func:`finish`)."""
+def figure(name: str, description: str, mixed_data: bool = False) -> Callable:
+    """Register a figure function as output ``name``: called with the Results tables its
+    parameters without a default name, under STYLE (never the global rcParams), on runs of one
+    dataset unless ``mixed_data``, its tables with a ``setting`` column, and then captioned."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -95,6 +95,7 @@ def figure(
             return fig
 
         def write(results: Results, out_dir: Path, formats: Sequence[str]):
+            uses = [p for p, v in signature(func).parameters.items() if v.default is v.empty]
             fig = styled(*(getattr(results, table) for table in uses))
             return ([] if fig.empty else save_figure(fig, out_dir, name, formats)), fig
 
@@ -119,12 +120,26 @@ def new_figure(
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
-def nothing_to_draw(fig: Figure, axes, reason: str) -> Figure:
+def nothing_to_draw(fig: Figure, reason: str) -> Figure:
     """Every panel says ``reason``; the figure is marked empty (the CLI skips it, saying why)."""
-    for ax in np.ravel(axes):
+    for ax in fig.axes:
         note(ax, reason)
     fig.empty = reason
     return fig
+
+
+def leave_out(fig: Figure, runs: pd.DataFrame, reason: str | Callable) -> None:
+    """List each of ``runs`` as not shown: 'name: reason' (``reason``: text, or of the run)."""
+    fig.skipped += [
+        f"{run_label(run)}: {reason(run) if callable(reason) else reason}"
+        for _, run in runs.iterrows()
+    ]
+
+
+def span(values: Iterable, fmt: str = "{}") -> str:
+    """'5', or '3–5' where ``values`` differ (NaN left out; '?' if none)."""
+    kept = sorted(v for v in values if pd.notna(v))
+    return "–".join(dict.fromkeys(fmt.format(v) for v in kept[:1] + kept[-1:])) or "?"
 
 
 def seeds_per_cell(runs: pd.DataFrame) -> str:
@@ -132,8 +147,7 @@ def seeds_per_cell(runs: pd.DataFrame) -> str:
     size x variant x tie x init std; replicate runs (the noise floor) are counted apart."""
     first = first_replicates(runs)
     counts = first.groupby(GROUP_COLUMNS, dropna=False)["seed"].nunique()
-    low, high = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
-    text = f"n = {low if low == high else f'{low}–{high}'} seed{'s' * (high != 1)}/cell"
+    text = f"n = {span(counts) if len(counts) else 0} seed{'' if counts.max() == 1 else 's'}/cell"
     if extra := len(runs) - len(first):
         text += f" (+{extra} replicate run{'s' * (extra != 1)}: noise floor)"
     return text
@@ -143,48 +157,36 @@ def describe_runs(runs: pd.DataFrame) -> str:
     """What a figure draws, for its caption: 'nano (d=64), micro (d=128), 500 steps · Tiny
     Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell'."""
     runs = runs.reindex(columns=list(dict.fromkeys([*runs.columns, *DESCRIBED])))
-    steps = sorted(int(s) for s in runs["max_steps"].dropna().unique())
-    vocab = sorted(int(v) for v in runs["vocab_size"].dropna().unique())
+    steps = runs["max_steps"].dropna().astype(int)
     models = ", ".join(model_label(runs, m) for m in model_order(runs))
-    if steps:
-        models += f", {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
-    return " · ".join(
-        [
-            models,
-            corpora(runs),
-            "V = " + (", ".join(f"{v:,}" for v in vocab) or "?"),
-            seeds_per_cell(runs),
-        ]
-    )
+    models += f", {span(steps)} steps" if len(steps) else ""
+    vocab = sorted(runs["vocab_size"].dropna().astype(int).unique())
+    vocab = ", ".join(f"{v:,}" for v in vocab) or "?"
+    return " · ".join([models, corpora(runs), f"V = {vocab}", seeds_per_cell(runs)])
 
 
-def footnote(fig: Figure, width: int, max_lines: int = MAX_FOOTNOTE_LINES) -> list[str]:
-    """What a figure leaves out and draws apart (``fig.skipped``, ``fig.flagged``) wrapped to
-    ``width`` characters in at most ``max_lines`` lines per list: items beyond
-    them are counted ('and 7 more'), the CLI and fig.skipped / fig.flagged have them all."""
+def footnote(fig: Figure, width: int) -> list[str]:
+    """``fig.skipped`` and ``fig.flagged`` wrapped to ``width`` characters, at most
+    MAX_FOOTNOTE_LINES lines each: items beyond them are counted ('and 7 more')."""
     lines = []
     for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged)):
         for keep in range(len(items), 0, -1):
             more = f"; and {len(items) - keep} more (the console lists them)" * (keep < len(items))
             wrapped = textwrap.wrap(f"{head}: " + "; ".join(items[:keep]) + more + ".", width)
-            if len(wrapped) <= max_lines or keep == 1:
-                lines += wrapped[:max_lines]
+            if len(wrapped) <= MAX_FOOTNOTE_LINES or keep == 1:
+                lines += wrapped[:MAX_FOOTNOTE_LINES]
                 break
     return lines
 
 
 def finish(fig: Figure, runs: pd.DataFrame) -> None:
     """The caption under the panels: what the runs drawn are (:func:`describe_runs` of
-    ``fig.drawn``, else ``runs``), the figure's own ``fig.captions``, then the footnote of what
-    it leaves out and draws apart."""
+    ``fig.drawn``, else ``runs``), the figure's own ``fig.captions``, then the footnote."""
     fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
     drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
     width = int(fig.get_figwidth() * CHARS_PER_INCH)
-    lines = [
-        line
-        for text in [describe_runs(drawn), *fig.captions]
-        for line in textwrap.wrap(text, width)
-    ]
+    texts = [describe_runs(drawn), *fig.captions]
+    lines = [line for text in texts for line in textwrap.wrap(text, width)]
     # below the figure, out of the layout (the panels keep their size); saving with
     # bbox_inches="tight" (save_figure, Jupyter) takes it in
     fig.caption_text = fig.text(
@@ -194,21 +196,11 @@ def finish(fig: Figure, runs: pd.DataFrame) -> None:
 
 def note(ax, text: str) -> None:
     """Say in the panel itself why it is empty."""
-    ax.text(
-        0.5,
-        0.5,
-        "\n".join(textwrap.wrap(text, 40)),
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=7,
-        color="#444444",
-    )
+    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 40)), transform=ax.transAxes, **NOTE_TEXT)
     ax.grid(False)
     # an empty panel draws no axis of its own: its 0-1 ticks would read as data
     ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
-    for spine in ("left", "bottom"):
-        ax.spines[spine].set_visible(False)
+    ax.spines[["left", "bottom"]].set_visible(False)
 
 
 def run_label(run) -> str:
@@ -219,21 +211,17 @@ def run_label(run) -> str:
 
 
 def with_setting(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``setting``: the init std, plus the run's variant (head.t5_rescale=True, ...) if any:
-    figures split by setting, so runs differing in anything but tie, size, seed are never
-    averaged."""
+    """Add ``setting``: the init std, plus the run's variant (head.t5_rescale=True, ...) if any;
+    figures split by it, so runs differing in anything but tie, size, seed are never averaged."""
     variant = df["variant"].fillna("")
     init = df["init_std"].astype("string").fillna("?")
     return df.assign(setting=init.where(variant == "", init + " | " + variant))
 
 
-def init_label(
-    setting: str, short: bool = False, prefix: str = "init std ", widths: Sequence = ()
-) -> str:
+def init_label(setting: str, short: bool = False, prefix: str = "init std ", widths=()) -> str:
     """'0.02 | head.t5_rescale=True, optim.lr=0.001' ->
     'init std 0.02\nt5 rescale: True, lr: 0.001'. With ``widths`` (the n_embd of the runs drawn),
-    a numeric init std that is d^-0.5 of another width says both numbers: '0.036 (d^-1/2 at
-    d=768; here d^-1/2 = 0.088)' (labels.init_std_aside)."""
+    a numeric init std that is d^-0.5 of another width says both numbers (labels.init_std_aside)."""
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
     variant = ", ".join(f"{key_label(k)}: {v}" for k, _, v in parts)
@@ -243,11 +231,9 @@ def init_label(
     return prefix + init + (sep + aside if aside else "") + (sep + variant if variant else "")
 
 
-def widths(runs: pd.DataFrame, setting: str | None = None) -> list[int]:
-    """The n_embd of ``runs`` (of one ``setting``): what :func:`init_label` compares with."""
-    if setting is not None:
-        runs = runs[runs["setting"] == setting]
-    return sorted(int(w) for w in runs["n_embd"].dropna().unique())
+def setting_label(runs: pd.DataFrame, setting: str, short: bool = False) -> str:
+    """:func:`init_label` of ``setting``, compared with the widths of its runs."""
+    return init_label(setting, short, widths=runs.loc[runs["setting"] == setting, "n_embd"])
 
 
 def init_order(runs: pd.DataFrame) -> list[str]:
@@ -289,93 +275,74 @@ def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = 
     )
 
 
+def token_axis(ax) -> None:
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlabel("training tokens")
+
+
 def legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
     """One legend above all panels (a suptitle would collide with it)."""
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
 
 
-def tie_handles(marker: str | None = None, ties: Iterable[bool] = (True, False)) -> list:
-    """Legend entries for tied/untied; with a marker, untied is drawn open (as in the plots).
-    ``ties``: the arms drawn (a legend names only what the figure shows)."""
+def handle(label: str, color: str = "#444444", **kw) -> Line2D:
+    """A legend entry drawn as ``kw`` say."""
+    return Line2D([], [], label=label, color=color, **kw)
+
+
+def tie_handles(ties: Iterable[bool]) -> list:
+    """Tied filled, untied open, as in the plots; only the arms in ``ties`` (those drawn)."""
     return [
-        Line2D(
-            [],
-            [],
-            color=TIE_COLOR[t],
-            label="tied" if t else "untied",
-            marker=marker,
-            mfc=MFC[t],
-            ls="-" if marker is None else "none",
-        )
-        for t in (True, False)
+        handle(label, TIE_COLOR[t], marker="o", mfc=MFC[t], ls="none")
+        for t, label in ((True, "tied"), (False, "untied"))
         if t in set(ties)
     ]
 
 
 def mean_line(
-    ax,
-    h: pd.DataFrame,
-    metric: str,
-    tie: bool,
-    by: list[str],
-    band: float = 0,
-    log: bool = False,
-    x: str = "tokens",
-    **kw,
+    ax, h: pd.DataFrame, metric: str, tie: bool, by: list[str], band: float = 0, **kw
 ) -> pd.DataFrame:
-    """The mean of ``metric`` over seeds vs ``x`` (tokens, or step). With ``band``: its
+    """The mean of ``metric`` over seeds vs ``x`` (a keyword: tokens, or step). With ``band``: its
     t-interval where at least MIN_BAND_SEEDS runs are averaged; where fewer are, each run is drawn
     thin instead (with two seeds a t-band spans tens of nats). ``log``: mean and interval of
     log(metric), exponentiated (for ratios: a geometric mean, an interval that stays positive)."""
+    x, log, color = kw.pop("x", "tokens"), kw.pop("log", False), kw.pop("color", TIE_COLOR[tie])
     h = h.assign(**{metric: np.log(h[metric].where(h[metric] > 0))}) if log else h
-    agg, color = aggregate_history(h, metric, by=by), kw.pop("color", TIE_COLOR[tie])
+    agg = aggregate_history(h, metric, by=by)
     if log:
         agg[["mean", "ci_low", "ci_high"]] = np.exp(agg[["mean", "ci_low", "ci_high"]])
     ax.plot(agg[x], agg["mean"], color=color, **kw)
     if band and (ok := agg["n"] >= MIN_BAND_SEEDS).any():
-        ax.fill_between(
-            agg.loc[ok, x],
-            agg.loc[ok, "ci_low"],
-            agg.loc[ok, "ci_high"],
-            color=color,
-            alpha=band,
-            lw=0,
-        )
+        ci = agg[ok]
+        ax.fill_between(ci[x], ci["ci_low"], ci["ci_high"], color=color, alpha=band, lw=0)
     elif band:
         drawn = first_replicates(h)  # a replicate is the noise floor, not another seed
-        for _, run in drawn[
-            drawn[metric].notna() & drawn["status"].isin(["finished", "running", "interrupted"])
-        ].groupby("run_id"):
-            ax.plot(
-                run[x],
-                np.exp(run[metric]) if log else run[metric],
-                color=color,
-                lw=0.6,
-                alpha=0.6,
-                ls=kw.get("ls", "-"),
-                zorder=kw.get("zorder"),
-            )
+        drawn = drawn[drawn[metric].notna() & drawn["status"].isin(IN_MEAN)]
+        thin = {"lw": 0.6, "alpha": 0.6, "ls": kw.get("ls", "-"), "zorder": kw.get("zorder")}
+        for _, run in drawn.groupby("run_id"):
+            ax.plot(run[x], np.exp(run[metric]) if log else run[metric], color=color, **thin)
     return agg
+
+
+def marker(k: int) -> str:
+    """The k-th marker, to tell sizes or init stds apart."""
+    return MARKERS[k % len(MARKERS)]
+
+
+def init_line(k: int) -> dict:
+    """Line keywords that tell the k-th of several init stds apart."""
+    return {"marker": marker(k), "ls": LINESTYLES[k % len(LINESTYLES)]}
 
 
 def size_markers(k: int, models: Sequence[str]) -> dict:
     """Line keywords that tell the k-th of several sizes apart (none for one size)."""
-    return (
-        {"marker": MARKERS[k % len(MARKERS)], "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
-    )
+    return {"marker": marker(k), "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
 
 
 def size_handles(runs: pd.DataFrame, models: Sequence[str]) -> list:
     """Legend entries for the size markers of :func:`size_markers` (none for one size)."""
     return [
-        Line2D(
-            [],
-            [],
-            color="#444444",
-            marker=MARKERS[k % len(MARKERS)],
-            ls="none",
-            label=model_label(runs, m),
-        )
+        handle(model_label(runs, m), marker=marker(k), ls="none")
         for k, m in enumerate(models)
         if len(models) > 1
     ]
@@ -393,13 +360,18 @@ def save_figure(
     return paths
 
 
+def write_texts(out_dir: str | Path, texts: dict[str, str]) -> list[Path]:
+    """Write each of ``texts`` (file name -> text) in ``out_dir``; return the paths."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        Path(out_dir, name).write_text(text)
+    return [Path(out_dir, name) for name in texts]
+
+
 def print_notes(fig: Figure | None, indent: str = "") -> None:
     """What a figure leaves out and draws apart, one line each; mathtext as plain text
     ('$d^{-1/2}$' -> 'd^-1/2')."""
-    for head, items in (
-        ("not shown", getattr(fig, "skipped", [])),
-        ("marked", getattr(fig, "flagged", [])),
-    ):
+    for head, items in (("not shown", fig.skipped), ("marked", fig.flagged)) if fig else ():
         for item in items:
             plain = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"[{}]", "", m.group(1)), item)
             print(f"{indent}{head}: {plain}")
@@ -410,7 +382,7 @@ def publish(
 ) -> Figure:
     """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out;
     a figure with nothing drawn (``fig.empty``) is shown, not written, and says why."""
-    if getattr(fig, "empty", None):
+    if fig.empty:
         print(f"{name}: not written: {fig.empty}")
     else:
         print(*(f"wrote {path}" for path in save_figure(fig, out_dir, name, formats)), sep="\n")

@@ -13,31 +13,24 @@ from tiedvsuntied.analysis.arms import arms_table, best_lr_comparison, interacti
 from tiedvsuntied.analysis.early import STEP_COLUMNS, early_steps, early_summary
 from tiedvsuntied.analysis.stats import PRIMARY_CONTRAST, markdown, paired_table
 from tiedvsuntied.analysis.theory import parameter_table
-from tiedvsuntied.figures.style import REGISTRY, Output, describe_runs, model_order
+from tiedvsuntied.figures import style
 
 
 def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
     """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` in ``out_dir`` (counts
     with thousands separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
-    table = parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257).rename(
-        columns=lambda c: c.replace("_", " ")
+    table = parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257)
+    table = table.rename(columns=lambda c: c.replace("_", " "))
+    thousands = {c: "{:,}".format for c in table.columns[5:-1]}
+    tex = table.to_latex(index=False, float_format="%.3f", formatters=thousands)
+    md = table.to_markdown(index=False, intfmt=",") + "\n"
+    return style.write_texts(
+        out_dir, {"table_params.md": md, "table_params.tex": tex.replace(",", "{,}")}
     )
-    tex = table.to_latex(
-        index=False, float_format="%.3f", formatters={c: "{:,}".format for c in table.columns[5:-1]}
-    )
-    texts = {
-        "md": table.to_markdown(index=False, intfmt=",") + "\n",
-        "tex": tex.replace(",", "{,}"),
-    }
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    paths = [Path(out_dir, f"table_params.{ext}") for ext in texts]
-    for path, text in zip(paths, texts.values(), strict=True):
-        path.write_text(text)
-    return paths
 
 
-REGISTRY["table_params"] = Output(
+style.REGISTRY["table_params"] = style.Output(
     "parameters of every named size, tied and untied (md, tex)",
     lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None),
 )
@@ -49,54 +42,35 @@ def interaction_text(runs: pd.DataFrame) -> str:
     at the smallest; or why there is none."""
     first, second = PRIMARY_CONTRAST.levels
     by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
-    parts = [
-        "## Tying x init std\n\n"
-        + (
-            markdown(by_init)
-            if len(by_init)
-            else f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
-        )
-    ]
-    sizes = model_order(runs[runs["status"] == "finished"])
+    none = f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
+    parts = [f"## Tying x init std\n\n{markdown(by_init) if len(by_init) else none}"]
+    sizes = style.model_order(runs[runs["status"] == "finished"])
     if len(sizes) > 1:
         by_size = interaction_table(runs, "model", (sizes[-1], sizes[0]), ("final",))
-        parts.append(
-            f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n"
-            + (markdown(by_size) if len(by_size) else "No seed has pairs at both sizes.")
-        )
+        none = "No seed has pairs at both sizes."
+        parts.append(f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n")
+        parts[-1] += markdown(by_size) if len(by_size) else none
     return "\n\n".join(parts)
-
-
-def _optional_tables(runs: pd.DataFrame) -> dict[str, str]:
-    """``table_classic.md`` only for a learning-rate grid (each arm at its own best rate needs
-    two rates), ``table_arms.md`` only for arms beyond tied and untied (table_paired has those)."""
-    texts = {}
-    classic = best_lr_comparison(runs)
-    if len(classic) and (classic["lrs"] > 1).any():
-        texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
-    arms = arms_table(runs)
-    if len(arms) and not set(arms["arm"]) <= {"untied"}:
-        texts["table_arms.md"] = markdown(arms)
-    return texts
 
 
 def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     """``table_paired.md`` (every cell, final and best, with the noise floor),
-    ``table_interaction.md`` (:func:`interaction_text`), and where the runs have them
-    ``table_classic.md`` (each arm at its own best learning rate) and ``table_arms.md`` (every
-    arm against the tied one) in ``out_dir``; returns the files written."""
+    ``table_interaction.md``, and where the runs have them ``table_classic.md`` (each arm at its
+    own best learning rate) and ``table_arms.md`` (every arm against the tied one)."""
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
-        **_optional_tables(runs),
     }
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
-        Path(out_dir, name).write_text(text + "\n")
-    return [Path(out_dir, name) for name in texts]
+    classic = best_lr_comparison(runs)
+    if len(classic) and (classic["lrs"] > 1).any():  # a learning-rate grid: two rates or more
+        texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
+    arms = arms_table(runs)
+    if len(arms) and not set(arms["arm"]) <= {"untied"}:  # arms beyond tied, untied (as paired)
+        texts["table_arms.md"] = markdown(arms)
+    return style.write_texts(out_dir, {name: text + "\n" for name, text in texts.items()})
 
 
-REGISTRY["table_paired"] = Output(
+style.REGISTRY["table_paired"] = style.Output(
     "tied − untied per cell with the noise floor, the interactions; with a learning-rate grid "
     "each arm at its best lr; with more arms, each against the tied one (md)",
     lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None),
@@ -155,7 +129,7 @@ def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
     metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
     return "\n".join(
         [
-            describe_runs(runs),
+            style.describe_runs(runs),
             "",
             "First training step whose loss is below ln V, and below the loss of the run's "
             "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
@@ -176,13 +150,10 @@ def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
 
 def write_early_table(out_dir: str | Path, runs: pd.DataFrame, history: pd.DataFrame) -> Path:
     """:func:`early_text` as ``table_early.md`` in ``out_dir``."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(out_dir, "table_early.md")
-    path.write_text(early_text(runs, history) + "\n")
-    return path
+    return style.write_texts(out_dir, {"table_early.md": early_text(runs, history) + "\n"})[0]
 
 
-REGISTRY["table_early"] = Output(
+style.REGISTRY["table_early"] = style.Output(
     "first step below ln V and below the d^-0.5 arm, per cell and run (md)",
     lambda results, out_dir, formats: (
         [write_early_table(out_dir, results.runs, results.history)],
