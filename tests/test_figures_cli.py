@@ -88,8 +88,9 @@ def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, 
     assert main(["--paper", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"no results bundle at {tmp_path / 'experiments/tie_x_init/results'}" in err
-    assert "python -m tiedvsuntied.bundle results/tie_x_init" in err
+    bundle = cli.PAPER_BUNDLES[0]  # experiments/<study>/results
+    assert f"no results bundle at {tmp_path / bundle}" in err
+    assert f"python -m tiedvsuntied.bundle results/{bundle.split('/')[1]} {bundle}" in err
 
 
 def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
@@ -98,7 +99,7 @@ def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, mo
     from tiedvsuntied.figures import cli
 
     assert set(cli.PAPER) <= set(REGISTRY)
-    bundle = tmp_path / "experiments" / "tie_x_init" / "results"
+    bundle = tmp_path / cli.PAPER_BUNDLES[0]
     write_sweep(bundle, init_stds=("1.0",))
     monkeypatch.setattr(cli, "REPO", tmp_path)
     monkeypatch.setattr(cli, "PAPER", ("fig3_initial_loss", "table_params"))

@@ -32,16 +32,15 @@ from tiedvsuntied.figures.style import REGISTRY, print_notes
 
 FORMATS = ("pdf", "png", "svg")
 REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent: the checkout
-PAPER_BUNDLES = ("experiments/tie_x_init/results",)  # the studies the paper shows, shipped
+# The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
+# are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
+PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
 PAPER = (  # the paper's figures and tables, in its order
-    "fig1_val_loss",
-    "fig2_loss_vs_params",  # the size axis: each arm's final loss at nano and micro
-    "fig3_initial_loss",
-    "fig4_embedding_geometry",
-    "fig5_grad_split",
-    "fig6_paired_difference",
-    "table_paired",
-    "table_early",
+    "books_fig1_loss",  # each arm's test loss beside the count baselines
+    "books_fig2_contrasts",  # every registered contrast, the primary marked, with its floor
+    "books_fig3_lr",  # the learning-rate check per arm
+    "books_fig4_per_book",  # the primary contrast on each held-out book
+    "books_tables",
     "table_params",
 )
 
