@@ -11,7 +11,7 @@ from conftest import QUICK, check_overrides, compose
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
-from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config
 from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
 from tiedvsuntied.train.state import TrainState
@@ -197,10 +197,10 @@ def test_a_checkpoint_of_the_two_group_optimizer_is_a_one_line_mismatch(tmp_path
     x = torch.randint(0, V, (2, 8))
     model(x, x, return_logits=False)[1].backward()
     old.step()
-    save_checkpoint(tmp_path, model, old, TrainState(step=2))
+    Checkpoints(tmp_path).save(model, old, TrainState(step=2))
     with pytest.raises(CheckpointMismatch) as err:
-        load_checkpoint(
-            tmp_path, tiny(True), build_optimizer(tiny(True), OptimConfig()), TrainState()
+        Checkpoints(tmp_path).load(
+            tiny(True), build_optimizer(tiny(True), OptimConfig()), TrainState()
         )
     message = str(err.value)
     assert "optimizer" in message and "last.pt" in message and "\n" not in message

@@ -46,7 +46,6 @@ class WandbConfig:
 
 
 def has_credentials() -> bool:
-    """An API key in the environment or a ``wandb login`` entry in the netrc file."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
@@ -58,11 +57,9 @@ def has_credentials() -> bool:
 def resolve_wandb_mode(
     mode: WandbMode, sweep_dir: Path | None = None, probe_timeout: float = 3.0
 ) -> WandbMode | None:
-    """The mode to ask ``wandb.init`` for; None: W&B decides from ``WANDB_MODE``. ``auto``
-    without credentials is offline, with a one-line warning (an online start would prompt);
-    with credentials, offline too when the server cannot be reached within ``probe_timeout``
-    (decided once per sweep: see :func:`server_unreachable`), rather than waiting out
-    ``init_timeout`` in ``wandb.init``."""
+    """The mode to ask ``wandb.init`` for (None: W&B's ``WANDB_MODE``). ``auto`` is offline,
+    with a one-line warning, without credentials (an online start would prompt) or when the
+    server cannot be reached (rather than waiting out ``init_timeout`` in ``wandb.init``)."""
     mode = WandbMode(mode)
     if mode != WandbMode.auto:
         return mode
@@ -94,9 +91,8 @@ def server_url() -> str:
 
 
 def server_unreachable(sweep_dir: Path | None, timeout: float) -> str | None:
-    """Why the W&B server (``WANDB_BASE_URL`` or wandb's default) cannot be reached, or None:
-    a DNS lookup and a TCP connection, at most ``timeout`` seconds. A verdict of unreachable
-    is kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds and reused by the sweep's jobs."""
+    """Why the W&B server cannot be reached within ``timeout`` seconds (DNS and TCP), or None;
+    kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds (see UNREACHABLE_FILE)."""
     cached = Path(sweep_dir) / UNREACHABLE_FILE if sweep_dir is not None else None
     try:
         if cached and time.time() - cached.stat().st_mtime < UNREACHABLE_FOR_S:
@@ -144,8 +140,7 @@ class MetricsLog:
     def start_wandb(
         self, cfg: WandbConfig, *, run_id: str, name: str, group: str, config: dict, run_dir: Path
     ) -> WandbMode:
-        """Start the W&B mirror; the mode it runs in. ``auto`` with credentials tries online
-        for ``init_timeout`` seconds, then goes offline with a warning."""
+        """Start the W&B mirror; the mode it runs in (``auto``: offline if online fails)."""
         mode = resolve_wandb_mode(cfg.mode, Path(run_dir).parent, cfg.probe_timeout)
         if mode == WandbMode.disabled:
             return mode
