@@ -274,20 +274,3 @@ def test_schedule_warms_up_then_decays_to_floor():
     assert lr_at(9, oc, 100) == pytest.approx(1e-3)
     assert lr_at(55, oc, 100) == pytest.approx(0.55e-3)
     assert lr_at(100, oc, 100) == pytest.approx(1e-4) == lr_at(500, oc, 100)
-
-
-@pytest.mark.parametrize("tie", [True, False])
-def test_optimizer_holds_tied_matrix_once_and_skips_decay_on_embeddings(tie):
-    model = tiny(tie)
-    opt = build_optimizer(model, OptimConfig())
-    params = [p for g in opt.param_groups for p in g["params"]]
-    assert len(params) == len({id(p) for p in params}) == len(list(model.parameters()))
-    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
-    assert id(model.transformer.wte.weight) in no_decay and id(model.lm_head.weight) in no_decay
-    decayed = build_optimizer(model, OptimConfig(decay_embeddings=True)).param_groups
-    assert any(
-        p is model.transformer.wte.weight
-        for g in decayed
-        if g["weight_decay"] > 0
-        for p in g["params"]
-    )

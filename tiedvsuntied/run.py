@@ -2,14 +2,10 @@
 
     python -m tiedvsuntied.run -m tie=true,false init_std=1.0,inv_sqrt_d
 
-Each job turns its config into the typed ``train.Config`` and calls ``train.train``. A user's
-mistake is one line naming the key (exit code 2), before Hydra makes any folder: Hydra's own
-errors (a key, type, choice or group option the schema does not have) are raised to here and
-shown in one line; the run's checks run in Hydra's callbacks (``callbacks.Check``), also every
-job of a multirun before the first starts. Ctrl-C is one line (exit code 130) and a rerun
-resumes. A multirun prints the table of all the sweep's runs when it ends, also when a job
-failed (``callbacks.SweepTable``). Nothing here imports torch or pandas until a job needs them
-but the typed schema (``train.Config``).
+Each job checks its config and calls ``trainer.train``. A user's mistake is one line naming
+the key (exit code 2), before Hydra makes any folder (Hydra's own errors are raised to here;
+the run's checks are Hydra's callbacks: tiedvsuntied/callbacks.py). Ctrl-C is one line (exit
+code 130) and a rerun resumes. Nothing here imports torch or pandas until a job needs them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from tiedvsuntied.results.records import atomic_write, jsonable, read_metrics, scrub
+from tiedvsuntied.results.records import (
+    RunSummary,
+    atomic_write,
+    jsonable,
+    read_metrics,
+    scrub,
+    wandb_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +144,15 @@ class MetricsLog:
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by __exit__)
         self.failed = True  # until the run says otherwise
 
-    def start_wandb(
-        self, cfg: WandbConfig, *, run_id: str, name: str, group: str, config: dict, run_dir: Path
-    ) -> WandbMode:
-        """Start the W&B mirror; the mode it runs in (``auto``: offline if online fails)."""
-        mode = resolve_wandb_mode(cfg.mode, Path(run_dir).parent, cfg.probe_timeout)
+    def start_wandb(self, cfg: WandbConfig, record: RunSummary, config: dict) -> None:
+        """Start the W&B mirror of ``record``'s run (``auto``: offline if online fails); its id,
+        mode and folder go into ``record``."""
+        run_dir = self.path.parent
+        record.wandb_run_id = wandb_id(record.sweep, record.run_id)
+        mode = resolve_wandb_mode(cfg.mode, run_dir.parent, cfg.probe_timeout)
         if mode == WandbMode.disabled:
-            return mode
+            record.wandb_mode = mode.value
+            return
         import wandb
 
         def start(mode: str | None):
@@ -159,9 +168,9 @@ class MetricsLog:
             return wandb.init(
                 project=cfg.project,
                 entity=cfg.entity,
-                group=cfg.group or group,
-                name=name,
-                id=run_id,
+                group=cfg.group or record.sweep,
+                name=record.name,
+                id=record.wandb_run_id,
                 resume="allow",
                 dir=str(run_dir),
                 config=config,
@@ -181,9 +190,10 @@ class MetricsLog:
             )
             wandb.teardown()  # the failed start still holds the run id
             self.wandb = start(WandbMode.offline.value)
-        return WandbMode(
-            {"dryrun": "offline"}.get(self.wandb.settings.mode, self.wandb.settings.mode)
+        record.wandb_mode = {"dryrun": "offline"}.get(
+            self.wandb.settings.mode, self.wandb.settings.mode
         )
+        record.wandb_dir = str(Path(self.wandb.dir).parent)
 
     def log(self, metrics: dict, step: int) -> None:
         rec = {"step": int(step), **{k: jsonable(v) for k, v in metrics.items()}}

@@ -43,7 +43,6 @@ from tiedvsuntied.results.records import (
     read_summary,
     scrub,
     update_index,
-    wandb_id,
 )
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
@@ -163,7 +162,7 @@ def train_and_record(
     summary(run).write(run_dir)
     try:
         with MetricsLog(run_dir, run.resumed_from) as run.metrics:
-            start_wandb(run, config)
+            run.metrics.start_wandb(run.cfg.wandb, record, config)
             update_index(run_dir.parent, record.run_id, entry)
             try:
                 run_loop(run)
@@ -236,22 +235,6 @@ def summary(run: Run) -> RunSummary:
             "clip_frac": s.clipped_steps / s.step if s.step else None,
         },
     )
-
-
-def start_wandb(run: Run, config: dict) -> None:
-    record = run.record
-    record.wandb_run_id = wandb_id(run.cfg.sweep, record.run_id)
-    mode = run.metrics.start_wandb(
-        run.cfg.wandb,
-        run_id=record.wandb_run_id,
-        name=record.name,
-        group=run.cfg.sweep,
-        run_dir=run.run_dir,
-        config=config,
-    )
-    record.wandb_mode = mode.value
-    if run.metrics.wandb is not None:
-        record.wandb_dir = str(Path(run.metrics.wandb.dir).parent)
 
 
 @dataclass
