@@ -41,7 +41,7 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)  # stdout is the JSON alone; progress went to stderr
     rows = {(r["size"], r["tie"], r["variant"]): r for r in result["rows"]}
-    eager = [v.name for v in VARIANTS if not v.compile]
+    eager = [v.variant for v in VARIANTS if not v.compile]
     assert sorted(rows) == sorted(itertools.product(sizes, [True, False], eager))
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0 and r["timed_steps"] >= 1

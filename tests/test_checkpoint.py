@@ -10,7 +10,7 @@ import torch
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
+from tiedvsuntied.train.checkpoint import Checkpoints
 from tiedvsuntied.train.config import OptimConfig
 from tiedvsuntied.train.optim import build_optimizer
 from tiedvsuntied.train.state import TrainState
@@ -35,11 +35,11 @@ def _trained(tie: bool):
 
 def test_checkpoint_round_trip_keeps_tying_and_optimizer_state(tmp_path):
     model, opt = _trained(True)
-    save_checkpoint(tmp_path, model, opt, TrainState(step=3, tokens=48, best_val_loss=1.5))
+    Checkpoints(tmp_path).save(model, opt, TrainState(step=3, tokens=48, best_val_loss=1.5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # nothing temporary left
     fresh = tiny_model(True, seed=1)
     fresh_opt, state = build_optimizer(fresh, OptimConfig()), TrainState()
-    assert load_checkpoint(tmp_path, fresh, fresh_opt, state) == tmp_path / "last.pt"
+    assert Checkpoints(tmp_path).load(fresh, fresh_opt, state) == tmp_path / "last.pt"
     assert state == TrainState(step=3, tokens=48, best_val_loss=1.5)
     assert fresh.lm_head.weight is fresh.transformer.wte.weight
     pairs = zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
@@ -50,15 +50,14 @@ def test_checkpoint_round_trip_keeps_tying_and_optimizer_state(tmp_path):
 
 def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp_path, caplog):
     model, opt = _trained(False)
-    save_checkpoint(tmp_path, model, opt, TrainState(step=2))
-    save_checkpoint(tmp_path, model, opt, TrainState(step=4))
+    Checkpoints(tmp_path).save(model, opt, TrainState(step=2))
+    Checkpoints(tmp_path).save(model, opt, TrainState(step=4))
     last = tmp_path / "last.pt"
     last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a full disk
     state = TrainState()
     with caplog.at_level(logging.WARNING):
         assert (
-            load_checkpoint(
-                tmp_path,
+            Checkpoints(tmp_path).load(
                 tiny_model(False),
                 build_optimizer(tiny_model(False), OptimConfig()),
                 state,
@@ -69,8 +68,7 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp
     assert (tmp_path / "last.pt.bad").exists() and not last.exists()  # the next save keeps prev.pt
     (tmp_path / "prev.pt").write_bytes(b"not a checkpoint")
     assert (
-        load_checkpoint(
-            tmp_path,
+        Checkpoints(tmp_path).load(
             tiny_model(False),
             build_optimizer(tiny_model(False), OptimConfig()),
             TrainState(),

@@ -25,9 +25,9 @@ from test_run import common, kill_at_first_checkpoint, metrics, summaries
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train.checkpoint import load_checkpoint, save_checkpoint
-from tiedvsuntied.train.config import OptimConfig, Precision
-from tiedvsuntied.train.hardware import autocast, resolve_device
+from tiedvsuntied.train.checkpoint import Checkpoints
+from tiedvsuntied.train.config import OptimConfig
+from tiedvsuntied.train.hardware import resolve_device
 from tiedvsuntied.train.optim import build_optimizer
 from tiedvsuntied.train.state import TrainState
 
@@ -43,7 +43,7 @@ RESUME_ATOL = 1e-3  # CUDA's atomics reorder sums between runs
 
 def _loss_and_grads(model: GPT, x, y, bf16: bool, compiled: bool):
     forward = torch.compile(model) if compiled else model
-    with autocast(Precision.bf16 if bf16 else Precision.fp32, x.device):
+    with torch.autocast("cuda", torch.bfloat16, enabled=bf16):
         _, loss = forward(x, y, return_logits=False)
     loss.backward()
     grads = {n: p.grad.float().clone() for n, p in model.named_parameters()}
@@ -79,14 +79,14 @@ def test_the_tied_matrix_is_one_storage_on_cuda_after_compile_and_a_checkpoint(t
     optimizer = build_optimizer(model, OptimConfig())
     _tied_once(model, optimizer)
     x = torch.randint(0, NANO.vocab_size, (2, NANO.block_size), device="cuda")
-    with autocast(Precision.bf16, x.device):
+    with torch.autocast("cuda", torch.bfloat16):
         torch.compile(model)(x, x, return_logits=False)[1].backward()
     optimizer.step()
     _tied_once(model, optimizer)
-    save_checkpoint(tmp_path, model, optimizer, TrainState(step=1))
+    Checkpoints(tmp_path).save(model, optimizer, TrainState(step=1))
     fresh = GPT(NANO, tie=True, seed=1).to("cuda")
     fresh_opt = build_optimizer(fresh, OptimConfig())
-    load_checkpoint(tmp_path, fresh, fresh_opt, TrainState())
+    Checkpoints(tmp_path).load(fresh, fresh_opt, TrainState())
     _tied_once(fresh, fresh_opt)
     for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b)

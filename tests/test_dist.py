@@ -139,15 +139,15 @@ def test_signals_set_a_stop_request_the_loop_reads_and_a_second_ctrl_c_stops_at_
     import os
     import signal
 
-    from tiedvsuntied.train.dist import stop_requests
+    from tiedvsuntied.train.dist import StopRequest
 
     # what was there before (a shell that starts a job in the background ignores SIGINT)
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with stop_requests() as stop:
+    with StopRequest() as stop:
         assert not stop
         os.kill(os.getpid(), signal.SIGTERM)  # nothing is interrupted: the flag is set
         assert stop and stop.name == "SIGTERM"
-    with pytest.raises(KeyboardInterrupt), stop_requests() as stop:
+    with pytest.raises(KeyboardInterrupt), StopRequest() as stop:
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.name == "SIGINT"
         os.kill(os.getpid(), signal.SIGINT)

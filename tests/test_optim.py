@@ -11,7 +11,7 @@ from conftest import QUICK, check_overrides, compose
 from tiedvsuntied.model.config import HeadConfig, ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
-from tiedvsuntied.train.checkpoint import CheckpointMismatch, load_checkpoint, save_checkpoint
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config, run_id
 from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
 from tiedvsuntied.train.state import TrainState
@@ -197,10 +197,10 @@ def test_a_checkpoint_of_the_two_group_optimizer_is_a_one_line_mismatch(tmp_path
     x = torch.randint(0, V, (2, 8))
     model(x, x, return_logits=False)[1].backward()
     old.step()
-    save_checkpoint(tmp_path, model, old, TrainState(step=2))
+    Checkpoints(tmp_path).save(model, old, TrainState(step=2))
     with pytest.raises(CheckpointMismatch) as err:
-        load_checkpoint(
-            tmp_path, tiny(True), build_optimizer(tiny(True), OptimConfig()), TrainState()
+        Checkpoints(tmp_path).load(
+            tiny(True), build_optimizer(tiny(True), OptimConfig()), TrainState()
         )
     message = str(err.value)
     assert "optimizer" in message and "last.pt" in message and "\n" not in message
@@ -274,20 +274,3 @@ def test_schedule_warms_up_then_decays_to_floor():
     assert lr_at(9, oc, 100) == pytest.approx(1e-3)
     assert lr_at(55, oc, 100) == pytest.approx(0.55e-3)
     assert lr_at(100, oc, 100) == pytest.approx(1e-4) == lr_at(500, oc, 100)
-
-
-@pytest.mark.parametrize("tie", [True, False])
-def test_optimizer_holds_tied_matrix_once_and_skips_decay_on_embeddings(tie):
-    model = tiny(tie)
-    opt = build_optimizer(model, OptimConfig())
-    params = [p for g in opt.param_groups for p in g["params"]]
-    assert len(params) == len({id(p) for p in params}) == len(list(model.parameters()))
-    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
-    assert id(model.transformer.wte.weight) in no_decay and id(model.lm_head.weight) in no_decay
-    decayed = build_optimizer(model, OptimConfig(decay_embeddings=True)).param_groups
-    assert any(
-        p is model.transformer.wte.weight
-        for g in decayed
-        if g["weight_decay"] > 0
-        for p in g["params"]
-    )

@@ -106,11 +106,10 @@ def test_wandb_auto_goes_offline_when_the_server_does_not_answer(monkeypatch, tm
     run_dir = tmp_path / "sweep" / "run"  # the verdict is kept in the sweep's folder
     run_dir.mkdir(parents=True)
     with caplog.at_level(logging.WARNING), M.MetricsLog(run_dir, None) as m:
-        mode = m.start_wandb(
-            config, run_id="tvu-t", name="n", group="g", config={}, run_dir=run_dir
-        )
+        record = R.RunSummary("run", "n", "sweep", tie=True, init_std="1.0", model="nano", seed=0)
+        m.start_wandb(config, record, config={})
         m.log({"train/loss": 1.0}, 1)
-    assert mode == M.WandbMode.offline and "wandb sync" in caplog.text
+    assert record.wandb_mode == "offline" and "wandb sync" in caplog.text
     assert "k" * 40 not in caplog.text
 
 

@@ -17,14 +17,15 @@ shape and batch, at its own best setting (tiedvsuntied/reference.py), tied and u
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
-import os
+import multiprocessing
 import resource
-import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -46,7 +47,7 @@ class BenchError(ValueError):
 
 @dataclasses.dataclass
 class Variant:
-    name: str
+    variant: str  # its name in the table
     precision: str  # fp32 | bf16
     compile: bool
     loss_chunk: int  # 0: full logits
@@ -63,18 +64,6 @@ VARIANTS = [
     # where the head dominates (large V, small d): chunked cross-entropy against full logits
     Variant("bf16 compiled, full-logit CE", "bf16", True, 0),
 ]
-
-
-@dataclasses.dataclass
-class Settings:
-    """What every configuration of one benchmark run shares (its command line)."""
-
-    steps: int  # about this many timed steps (blocked_autorange runs whole blocks)
-    warmup: int
-    batch_size: int
-    block_size: int  # 0: the size's own
-    device: str
-    nanogpt: str | None = None  # path of a nanoGPT checkout (--nanogpt)
 
 
 def model_config(size: str, block_size: int = 0):
@@ -98,8 +87,7 @@ def training_step(model, variant: Variant, batch_size: int, device):
     import torch
 
     from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.train.config import OptimConfig, Precision
-    from tiedvsuntied.train.hardware import autocast
+    from tiedvsuntied.train.config import OptimConfig
     from tiedvsuntied.train.optim import build_optimizer
 
     optimizer = build_optimizer(model, OptimConfig())
@@ -110,7 +98,7 @@ def training_step(model, variant: Variant, batch_size: int, device):
 
     def step() -> torch.Tensor:
         x, y = (t.to(device) for t in sampler.get(next(batches)))
-        with autocast(Precision(variant.precision), device):
+        with torch.autocast(device.type, torch.bfloat16, enabled=variant.precision == "bf16"):
             _, loss = forward(x, y, loss_chunk=variant.loss_chunk, return_logits=False)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -121,7 +109,7 @@ def training_step(model, variant: Variant, batch_size: int, device):
     return step
 
 
-def build(size: str, tie: bool, variant: Variant, settings: Settings, device):
+def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, device):
     """The step function of one configuration and what its row reports of the model."""
     import torch
 
@@ -129,41 +117,42 @@ def build(size: str, tie: bool, variant: Variant, settings: Settings, device):
     from tiedvsuntied.model.accounting import count_parameters, flops_per_token
     from tiedvsuntied.model.gpt import GPT
 
-    config = model_config(size, settings.block_size)
+    config = model_config(size, args.block_size)
     torch.manual_seed(0)
     if variant.impl == "nanogpt":
-        module = reference.load_nanogpt(settings.nanogpt)
+        module = reference.load_nanogpt(args.nanogpt)
         model = reference.nanogpt_model(module, config, tie).to(device)
-        step = reference.nanogpt_step(model, settings.batch_size, device, variant.compile)
+        step = reference.nanogpt_step(model, args.batch_size, device, variant.compile)
         # the same FLOPs formula as ours, at nanoGPT's padded vocabulary
         config = dataclasses.replace(config, vocab_size=reference.NANOGPT_VOCAB)
         return step, config, reference.unique_parameters(model), flops_per_token(config)
     model = GPT(config, tie=tie, seed=0).to(device)
-    step = training_step(model, variant, settings.batch_size, device)
+    step = training_step(model, variant, args.batch_size, device)
     return step, config, count_parameters(model)["total"], flops_per_token(model)
 
 
-def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> dict:
+def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
     """Tokens/s, step time and peak memory of one configuration, in this process."""
     import torch
     from torch.utils import benchmark
 
     from tiedvsuntied.train.hardware import resolve_device
 
-    device = resolve_device(settings.device)
+    device = resolve_device(args.device)
     if device.type == "cuda":  # as the trainer and nanoGPT's train.py: TF32 for fp32 matmuls
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    step, config, params, flops = build(size, tie, variant, settings, device)
+    with contextlib.redirect_stdout(sys.stderr):  # nanoGPT prints; stdout is the JSON's
+        step, config, params, flops = build(size, tie, variant, args, device)
     t0 = time.perf_counter()
-    for _ in range(settings.warmup):  # compilation happens here
+    for _ in range(args.warmup):  # compilation happens here
         last = time.perf_counter()
         step().item()
     warmup_s, one_step_s = time.perf_counter() - t0, time.perf_counter() - last
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
-    timed = timer.blocked_autorange(min_run_time=settings.steps * one_step_s)
-    tokens_per_step = settings.batch_size * config.block_size
+    timed = timer.blocked_autorange(min_run_time=args.steps * one_step_s)
+    tokens_per_step = args.batch_size * config.block_size
     peak_mem = (
         torch.cuda.max_memory_allocated()
         if device.type == "cuda"
@@ -172,12 +161,8 @@ def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> d
     return {
         "size": size,
         "tie": tie,
-        "variant": variant.name,
-        "impl": variant.impl,
-        "precision": variant.precision,
-        "compile": variant.compile,
-        "loss_chunk": variant.loss_chunk,
-        "batch_size": settings.batch_size,
+        **dataclasses.asdict(variant),
+        "batch_size": args.batch_size,
         "block_size": config.block_size,
         "vocab_size": config.vocab_size,
         "params": params,
@@ -193,36 +178,15 @@ def measure_one(size: str, tie: bool, variant: Variant, settings: Settings) -> d
     }
 
 
-def matmul_peaks(device_name: str) -> dict:
-    """This machine's dense matmul TFLOP/s per precision: the MFU denominators of this run."""
-    import torch
-
-    from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_device
-
-    device = resolve_device(device_name)
-    return {
-        "fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
-        "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0),
-    }
-
-
-def run_isolated(size: str, tie: bool, variant: Variant, settings: Settings) -> dict:
+def run_isolated(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
     """One configuration in a fresh process: isolated peak memory and compilation."""
-    spec = json.dumps(
-        {
-            "size": size,
-            "tie": tie,
-            "variant": dataclasses.asdict(variant),
-            "settings": dataclasses.asdict(settings),
-        }
-    )
-    cmd = [sys.executable, "-m", "tiedvsuntied.bench", "--_one", spec]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode or line is None:
-        error = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"size": size, "tie": tie, "variant": variant.name, "error": error}
-    return json.loads(line.removeprefix("RESULT "))
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        try:
+            return pool.submit(measure_one, size, tie, variant, args).result()
+        except Exception as e:  # its error, or its process died (out of memory)
+            error = f"{type(e).__name__}: {e}".splitlines()[0]
+            return {"size": size, "tie": tie, "variant": variant.variant, "error": error}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -256,7 +220,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="datasheet dense bf16 TFLOP/s for MFU (default: looked up from the GPU's name)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--_one", help=argparse.SUPPRESS)  # internal: run one configuration
     return p.parse_args(argv)
 
 
@@ -287,15 +250,12 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
     return sizes, [head == "true" for head in heads]
 
 
-def datasheet_peak(device_name: str, given: float | None) -> tuple[float | None, str]:
+def datasheet_peak(device, given: float | None) -> tuple[float | None, str]:
     """The datasheet dense bf16 TFLOP/s for MFU and where it came from (None on a CPU)."""
     import torch
 
-    from tiedvsuntied.train.hardware import resolve_device
-
     if given is not None:
         return given, "--peak-tflops"
-    device = resolve_device(device_name)
     if device.type != "cuda":
         return None, "no datasheet peak for a CPU"
     name = torch.cuda.get_device_name(device)
@@ -317,7 +277,7 @@ def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
         bf16 = table.precision == "bf16"
         table["mfu_datasheet"] = (achieved / (datasheet * 1e12)).where(bf16) if datasheet else None
         by_model = table.set_index(["size", "tie"])
-        baseline = by_model[by_model.variant == VARIANTS[0].name].tokens_per_s
+        baseline = by_model[by_model.variant == VARIANTS[0].variant].tokens_per_s
         table["speedup_vs_baseline"] = table.tokens_per_s / by_model.index.map(baseline)
     return table
 
@@ -327,29 +287,29 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     ours = [v for v in VARIANTS if not (args.no_compile and v.compile)]
     nanogpt = NANOGPT
     if args.no_compile:
-        eager = NANOGPT.name.replace("compiled", "eager")
-        nanogpt = dataclasses.replace(NANOGPT, name=eager, compile=False)
+        eager = NANOGPT.variant.replace("compiled", "eager")
+        nanogpt = dataclasses.replace(NANOGPT, variant=eager, compile=False)
     return ours + ([nanogpt] if args.nanogpt else [])
 
 
 def main(argv=None) -> int:
+    import torch
+
+    from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_device
+
     args = parse_args(argv)
-    if args._one:
-        spec = json.loads(args._one)
-        variant, settings = Variant(**spec["variant"]), Settings(**spec["settings"])
-        print("RESULT " + json.dumps(measure_one(spec["size"], spec["tie"], variant, settings)))
-        return 0
     try:
         sizes, heads = check_args(args)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
-    settings = Settings(
-        args.steps, args.warmup, args.batch_size, args.block_size, args.device, args.nanogpt
-    )
-    peaks = matmul_peaks(args.device)
-    datasheet, source = datasheet_peak(args.device, args.peak_tflops)
+    device = resolve_device(args.device)
+    peaks = {
+        "fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
+        "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0),
+    }
+    datasheet, source = datasheet_peak(device, args.peak_tflops)
     print(
         f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
         f"bf16 {peaks['bf16']:.3f} TFLOP/s; {source}"
@@ -360,9 +320,9 @@ def main(argv=None) -> int:
     rows = []
     for size, tie in itertools.product(sizes, heads):
         for variant in variants(args):
-            rows.append(row := run_isolated(size, tie, variant, settings))
+            rows.append(row := run_isolated(size, tie, variant, args))
             speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
-            print(f"  {size} tie={str(tie).lower():5s} {variant.name:44s} {speed}", file=out)
+            print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
         records = json.loads(table.to_json(orient="records"))

@@ -2,23 +2,17 @@
 
     python -m tiedvsuntied.run -m tie=true,false init_std=1.0,inv_sqrt_d
 
-Each job turns its config into the typed ``train.Config`` and calls ``train.train``. A user's
-mistake is one line naming the key (exit code 2), before Hydra makes any folder: Hydra's own
-errors (a key, type, choice or group option the schema does not have) are raised to here and
-shown in one line; the run's checks run in Hydra's callbacks (``callbacks.Check``), also every
-job of a multirun before the first starts. Ctrl-C is one line (exit code 130) and a rerun
-resumes. A multirun prints the table of all the sweep's runs when it ends, also when a job
-failed (``callbacks.SweepTable``). Nothing here imports torch or pandas until a job needs them
-but the typed schema (``train.Config``).
+Each job checks its config and calls ``trainer.train``. A user's mistake is one line naming
+the key (exit code 2), before Hydra makes any folder (Hydra's own errors are raised to here;
+the run's checks are Hydra's callbacks: tiedvsuntied/callbacks.py). Ctrl-C is one line (exit
+code 130) and a rerun resumes. Nothing here imports torch or pandas until a job needs them.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -27,26 +21,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from tiedvsuntied import callbacks
-from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import jobs
 
 jobs.register_schema()
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
-
-
-def interrupted_step(plan: Any, since: float) -> int | None:
-    """The step this job's interrupted run saved, as it recorded it (None: interrupted before
-    the run began)."""
-    sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
-    stopped = [
-        (path.stat().st_mtime, summary.step)
-        for path in sweep_dir.glob("*/summary.json")
-        if path.stat().st_mtime >= since - 1
-        and (summary := results.read_summary(path.parent))
-        and (summary.error or "").startswith("interrupted")
-    ]
-    return max(stopped)[1] if stopped else None
 
 
 def interrupted(step: int | None) -> NoReturn:
@@ -67,13 +46,12 @@ def main(cfg: DictConfig) -> float | None:
     with callbacks.refusing():  # the job's own checks (callbacks.Check made the command's)
         plan = jobs.check_job(cfg, overrides)  # what init_from implies, worked out once
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
-    started = time.time()
     try:
         summary = train(plan, overrides=overrides)  # the plan is not checked again
     except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
         callbacks.refuse(e)  # another tokenizer: raised before the run is made
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
-        interrupted(interrupted_step(plan, started))
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
+        interrupted(getattr(e, "step", None))  # None: before the run began
     if summary is not None and (summary.error or "").startswith("interrupted"):
         interrupted(summary.step)
     return summary.final_val_loss if summary else None  # for sweepers that optimise

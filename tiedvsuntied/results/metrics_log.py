@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from tiedvsuntied.results.records import atomic_write, jsonable, read_metrics, scrub
+from tiedvsuntied.results.records import (
+    RunSummary,
+    atomic_write,
+    jsonable,
+    read_metrics,
+    scrub,
+    wandb_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +53,6 @@ class WandbConfig:
 
 
 def has_credentials() -> bool:
-    """An API key in the environment or a ``wandb login`` entry in the netrc file."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
@@ -58,11 +64,9 @@ def has_credentials() -> bool:
 def resolve_wandb_mode(
     mode: WandbMode, sweep_dir: Path | None = None, probe_timeout: float = 3.0
 ) -> WandbMode | None:
-    """The mode to ask ``wandb.init`` for; None: W&B decides from ``WANDB_MODE``. ``auto``
-    without credentials is offline, with a one-line warning (an online start would prompt);
-    with credentials, offline too when the server cannot be reached within ``probe_timeout``
-    (decided once per sweep: see :func:`server_unreachable`), rather than waiting out
-    ``init_timeout`` in ``wandb.init``."""
+    """The mode to ask ``wandb.init`` for (None: W&B's ``WANDB_MODE``). ``auto`` is offline,
+    with a one-line warning, without credentials (an online start would prompt) or when the
+    server cannot be reached (rather than waiting out ``init_timeout`` in ``wandb.init``)."""
     mode = WandbMode(mode)
     if mode != WandbMode.auto:
         return mode
@@ -94,9 +98,8 @@ def server_url() -> str:
 
 
 def server_unreachable(sweep_dir: Path | None, timeout: float) -> str | None:
-    """Why the W&B server (``WANDB_BASE_URL`` or wandb's default) cannot be reached, or None:
-    a DNS lookup and a TCP connection, at most ``timeout`` seconds. A verdict of unreachable
-    is kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds and reused by the sweep's jobs."""
+    """Why the W&B server cannot be reached within ``timeout`` seconds (DNS and TCP), or None;
+    kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds (see UNREACHABLE_FILE)."""
     cached = Path(sweep_dir) / UNREACHABLE_FILE if sweep_dir is not None else None
     try:
         if cached and time.time() - cached.stat().st_mtime < UNREACHABLE_FOR_S:
@@ -141,14 +144,15 @@ class MetricsLog:
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by __exit__)
         self.failed = True  # until the run says otherwise
 
-    def start_wandb(
-        self, cfg: WandbConfig, *, run_id: str, name: str, group: str, config: dict, run_dir: Path
-    ) -> WandbMode:
-        """Start the W&B mirror; the mode it runs in. ``auto`` with credentials tries online
-        for ``init_timeout`` seconds, then goes offline with a warning."""
-        mode = resolve_wandb_mode(cfg.mode, Path(run_dir).parent, cfg.probe_timeout)
+    def start_wandb(self, cfg: WandbConfig, record: RunSummary, config: dict) -> None:
+        """Start the W&B mirror of ``record``'s run (``auto``: offline if online fails); its id,
+        mode and folder go into ``record``."""
+        run_dir = self.path.parent
+        record.wandb_run_id = wandb_id(record.sweep, record.run_id)
+        mode = resolve_wandb_mode(cfg.mode, run_dir.parent, cfg.probe_timeout)
         if mode == WandbMode.disabled:
-            return mode
+            record.wandb_mode = mode.value
+            return
         import wandb
 
         def start(mode: str | None):
@@ -164,9 +168,9 @@ class MetricsLog:
             return wandb.init(
                 project=cfg.project,
                 entity=cfg.entity,
-                group=cfg.group or group,
-                name=name,
-                id=run_id,
+                group=cfg.group or record.sweep,
+                name=record.name,
+                id=record.wandb_run_id,
                 resume="allow",
                 dir=str(run_dir),
                 config=config,
@@ -186,9 +190,10 @@ class MetricsLog:
             )
             wandb.teardown()  # the failed start still holds the run id
             self.wandb = start(WandbMode.offline.value)
-        return WandbMode(
-            {"dryrun": "offline"}.get(self.wandb.settings.mode, self.wandb.settings.mode)
+        record.wandb_mode = {"dryrun": "offline"}.get(
+            self.wandb.settings.mode, self.wandb.settings.mode
         )
+        record.wandb_dir = str(Path(self.wandb.dir).parent)
 
     def log(self, metrics: dict, step: int) -> None:
         rec = {"step": int(step), **{k: jsonable(v) for k, v in metrics.items()}}

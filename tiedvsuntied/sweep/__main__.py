@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.results import records as results
+from tiedvsuntied.results.records import find_run_dir
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import SweepError
 
@@ -49,7 +49,7 @@ def planned(overrides: list[str]) -> pd.DataFrame:
     rows = []
     for job, plan, run_id in zip(todo, plans, jobs.run_ids(plans), strict=True):
         sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
-        row = progress.run_row(results.find_run_dir(sweep_dir, run_id), run_id)
+        row = progress.run_row(find_run_dir(sweep_dir, run_id), run_id)
         row |= {"model": plan.cfg.model.name, "max_steps": plan.cfg.trainer.max_steps}
         rows.append({"job": job.num, **row, "sweep_dir": sweep_dir, "overrides": job.label})
     return pd.DataFrame(rows)

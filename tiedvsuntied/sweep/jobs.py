@@ -1,12 +1,8 @@
 """A sweep's jobs as Hydra's basic sweeper expands them (the experiment's
 ``hydra.sweeper.params``, then the command line, which wins), each composed as the launcher
-composes it and checked with the run's own checks (``check_job``). A command checks its jobs
-this way before Hydra makes any folder for them (``callbacks.Check``); the plan lists them.
-Hydra's and OmegaConf's errors become one line naming the key and what it may be
-(``one_line``).
-
-The schema and the checks load torch: they are imported when first needed, so that the
-reading side of ``tiedvsuntied.sweep`` (status, table) starts without it.
+composes it and checked with the run's own checks (``check_job``), before Hydra makes any
+folder for them (``callbacks.Check``); the plan lists them. The schema and the checks load
+torch: they are imported when first needed (``status`` and ``table`` start without it).
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from tiedvsuntied.results import records as results
+from tiedvsuntied.results.records import LEGACY, run_name
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -105,12 +101,6 @@ def spelled(override: str) -> str:
     return f"{key}={value.lower()}" if value in ("True", "False") else override
 
 
-def task_config(loader: Any, master: DictConfig, overrides: list[str]) -> DictConfig:
-    """The config a task function gets for these overrides: Hydra's own composition of a
-    sweep's job (``load_sweep_config``, as the launcher calls it) less its ``hydra`` node."""
-    return without_hydra(loader.load_sweep_config(master, overrides))
-
-
 def without_hydra(cfg: DictConfig) -> DictConfig:
     """A copy of a composed config less its ``hydra`` node, as Hydra's run_job gives the task."""
     cfg = copy.deepcopy(cfg)
@@ -120,10 +110,11 @@ def without_hydra(cfg: DictConfig) -> DictConfig:
 
 
 def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[tuple]:
-    """(job, its task config, its task overrides) for each job. Hydra composes the config
-    groups a job chooses, then sets its values (``_apply_overrides_to_config``); the groups'
-    composition (reading and merging the YAML files) is the slow part, so it is done once per
-    distinct choice of groups and each job's values are set on a copy, by Hydra's own code."""
+    """(job, its task config, its task overrides) for each job, as the launcher composes it
+    (``load_sweep_config``, less the ``hydra`` node). Hydra composes the config groups a job
+    chooses, then sets its values; the groups' composition (reading and merging the YAML
+    files) is the slow part, so it is done once per distinct choice of groups and each job's
+    values are set on a copy, by Hydra's own code (``_apply_overrides_to_config``)."""
     parser = OverridesParser.create(config_loader=loader)
     composed_for: dict[tuple[str, ...], DictConfig] = {}
     for job in jobs:
@@ -131,7 +122,7 @@ def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[t
         groups = [o for o in parsed if chooses_group(loader, o)]
         key = tuple(o.input_line for o in groups)
         if key not in composed_for:
-            composed_for[key] = task_config(loader, master, list(key))
+            composed_for[key] = without_hydra(loader.load_sweep_config(master, list(key)))
         cfg = copy.deepcopy(composed_for[key])
         ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o not in groups], cfg)
         yield job, cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
@@ -199,7 +190,7 @@ def one_line(error: BaseException) -> str:
         node, _, _ = cause.full_key.rpartition(".")
         near = difflib.get_close_matches(cause.key, list(cause.parent_node.keys()), n=1)
         hint = f"did you mean {node + '.' if node else ''}{near[0]}?" if near else "no such key"
-        moved = [new for new, old in results.LEGACY.items() if old == cause.full_key]
+        moved = [new for new, old in LEGACY.items() if old == cause.full_key]
         hint = f"it is {moved[0]} now" if moved else hint
         return f"{cause.full_key} is not a key of the config: {hint}"
     parts = [getattr(error, "override", None), first_line(error)]
@@ -214,7 +205,7 @@ def first_line(error: BaseException) -> str:
 
 
 def run_ids(plans: list[Any]) -> list[str]:
-    """The run id each job's run has or will have, as the trainer names it (``new_record``):
+    """The run id each job's run has or will have, as the trainer names it (state.identity):
     the data's fingerprint from its files' hashes, once per distinct data config."""
     from tiedvsuntied.data.cache import corpus_fingerprint
     from tiedvsuntied.train.config import resolved_config, run_id
@@ -229,8 +220,6 @@ def run_ids(plans: list[Any]) -> list[str]:
                 fingerprints[key] = corpus_fingerprint(cfg.data)
             except user_errors() as e:  # a tokenizer neither cached nor downloadable
                 raise SweepError(str(e)) from None
-        name = results.run_name(
-            cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate
-        )
+        name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
         ids.append(run_id(config, name, fingerprints[key]))
     return ids

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from tiedvsuntied.results import records as results
+from tiedvsuntied.results.records import RunSummary, Status, read_index, read_summary
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
@@ -39,13 +39,13 @@ def lock_held(run_dir: Path) -> bool:
     return False
 
 
-def shown_status(summary: results.RunSummary | None, run_dir: Path) -> str:
+def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
     """A summary says ``running`` both while a process trains the run and after that process
     was killed (the run's lock tells them apart); a run stopped by a signal is ``failed`` with
     an error saying ``interrupted``."""
     if summary is None:
         return "pending"
-    status = results.Status(summary.status).value
+    status = Status(summary.status).value
     if status == "running" and not lock_held(run_dir):
         return "interrupted"
     if status == "failed" and (summary.error or "").startswith("interrupted"):
@@ -55,7 +55,7 @@ def shown_status(summary: results.RunSummary | None, run_dir: Path) -> str:
 
 def run_row(run_dir: Path, run_id: str | None = None) -> dict:
     """One run's row (ROW): a run not begun is ``pending`` with what is known of it."""
-    summary = results.read_summary(run_dir)
+    summary = read_summary(run_dir)
     row = dict.fromkeys(ROW) | {"run_id": run_id or Path(run_dir).name, "step": 0}
     if summary is not None:
         row |= {k: getattr(summary, k) for k in ROW if k != "status"}
@@ -68,7 +68,7 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
     """Every run the sweep directory knows: its index's entries and any run folder with a
     summary (a run whose index entry was not written yet)."""
     sweep_dir = Path(sweep_dir)
-    paths = {sweep_dir / entry.path for entry in results.read_index(sweep_dir).values()}
+    paths = {sweep_dir / entry.path for entry in read_index(sweep_dir).values()}
     paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
     return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
 
@@ -77,7 +77,7 @@ def runs_table(sweep_dir: Path) -> pd.DataFrame:
     """The sweep's runs as a multirun shows them at its end: status, size and losses, and what
     else the user set that tells them apart."""
     runs = sweep_rows(sweep_dir).sort_values("run_id")
-    index = results.read_index(sweep_dir)
+    index = read_index(sweep_dir)
     table = runs[list(TABLE)].rename(columns=TABLE).replace({"status": MEANS})
     table["params"] = [f"{n:,.0f}" if pd.notna(n) else "-" for n in runs["params"]]
     asked = [set(index[r].overrides) if r in index else set() for r in runs["run_id"]]

@@ -43,20 +43,6 @@ class CheckpointMismatch(ConfigError):
     """A readable checkpoint that does not fit this code's model or optimizer."""
 
 
-def save_checkpoint(ckpt_dir: Path, model, optimizer, state) -> None:
-    """``last.pt``; the one it replaces becomes ``prev.pt``."""
-    payload = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "train_state": state.state_dict(),
-        "rng_cpu": torch.get_rng_state(),
-        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-    if (ckpt_dir / "last.pt").exists():
-        os.replace(ckpt_dir / "last.pt", ckpt_dir / "prev.pt")
-    atomic_write(ckpt_dir / "last.pt", lambda f: torch.save(payload, f))
-
-
 def read_checkpoint(path: Path) -> dict | None:
     """The checkpoint in ``path``, or None if it cannot be read (set aside as ``.bad``)."""
     try:
@@ -115,30 +101,6 @@ def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
 
 
-def load_checkpoint(
-    ckpt_dir: Path,
-    model,
-    optimizer,
-    state,
-    layout: Callable[[dict], None] | None = None,
-    only: Path | None = None,
-) -> Path | None:
-    """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
-    None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
-    checkpoint's (a run untied on schedule)."""
-    for path in [only] if only else [ckpt_dir / "last.pt", ckpt_dir / "prev.pt"]:
-        ckpt = read_checkpoint(path) if path.exists() else None
-        if ckpt is None:
-            continue
-        if layout is not None:
-            layout(ckpt)
-        restore(path, ckpt, model, optimizer, state)
-        return path
-    if any(ckpt_dir.glob("*.pt")):
-        log.warning("no usable checkpoint in %s: training this run from step 0", ckpt_dir)
-    return None
-
-
 def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
     """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
     (cut short) is not: it is trained again from step 0, with a warning, and the broken file
@@ -168,16 +130,42 @@ class Checkpoints:
         self.folder = Path(folder)
         self.saved_step: int | None = None  # the step of the newest last.pt
 
-    def load(self, model, optimizer, state, layout=None, only: Path | None = None):
-        path = load_checkpoint(self.folder, model, optimizer, state, layout, only)
-        self.saved_step = state.step if path else None
-        return path
+    def load(
+        self, model, optimizer, state, layout: Callable[[dict], None] | None = None, only=None
+    ) -> Path | None:
+        """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
+        None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
+        checkpoint's (a run untied on schedule)."""
+        self.saved_step = None
+        for path in [only] if only else [self.folder / "last.pt", self.folder / "prev.pt"]:
+            ckpt = read_checkpoint(path) if path.exists() else None
+            if ckpt is None:
+                continue
+            if layout is not None:
+                layout(ckpt)
+            restore(path, ckpt, model, optimizer, state)
+            self.saved_step = state.step
+            return path
+        if any(self.folder.glob("*.pt")):
+            log.warning("no usable checkpoint in %s: training this run from step 0", self.folder)
+        return None
 
     def save(self, model, optimizer, state) -> None:
-        """``last.pt`` at this step, once (a second copy would rotate the older one out)."""
-        if self.saved_step != state.step:
-            save_checkpoint(self.folder, model, optimizer, state)
-            self.saved_step = state.step
+        """``last.pt`` at this step, once (a second copy would rotate the older one out); the
+        one it replaces becomes ``prev.pt``."""
+        if self.saved_step == state.step:
+            return
+        payload = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "train_state": state.state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        if (self.folder / "last.pt").exists():
+            os.replace(self.folder / "last.pt", self.folder / "prev.pt")
+        atomic_write(self.folder / "last.pt", lambda f: torch.save(payload, f))
+        self.saved_step = state.step
 
     def save_best(self, step: int, model) -> None:
         weights = {"step": step, "model": model.state_dict()}

@@ -110,15 +110,26 @@ def no_sync(model: torch.nn.Module, last: bool):
 
 
 class StopRequest:
-    """Set by Ctrl-C, SIGTERM (a scheduler) or SIGUSR2 (SLURM's warning before a time limit or
-    preemption, as submitit asks for it). The loop reads it between steps, saves a checkpoint
-    and stops; nothing is interrupted halfway. A second Ctrl-C stops at once."""
+    """A context manager: set by Ctrl-C, SIGTERM (a scheduler) or SIGUSR2 (SLURM's warning
+    before a time limit or preemption, as submitit asks for it) while it is open; the handlers
+    it replaced are restored after. The loop reads it between steps, saves a checkpoint and
+    stops; nothing is interrupted halfway. A second Ctrl-C stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
     def __init__(self):
         self.signum: int | None = None
         self.previous: dict = {}  # the handlers this one replaced
+
+    def __enter__(self) -> StopRequest:
+        # Not the main thread (some launchers): signals cannot reach this code, nothing to set.
+        with contextlib.suppress(ValueError):
+            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, previous in self.previous.items():
+            signal.signal(s, previous)
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -138,17 +149,3 @@ class StopRequest:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else ""
-
-
-@contextlib.contextmanager
-def stop_requests():
-    """A StopRequest set by the signals while the block runs; the handlers are restored after."""
-    request = StopRequest()
-    # Not the main thread (some launchers): signals cannot reach this code, nothing to set.
-    with contextlib.suppress(ValueError):
-        request.previous = {s: signal.signal(s, request.handle) for s in request.SIGNALS}
-    try:
-        yield request
-    finally:
-        for s, previous in request.previous.items():
-            signal.signal(s, previous)

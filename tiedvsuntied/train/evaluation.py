@@ -57,9 +57,8 @@ def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
 
 
 def validate(run: Run, first: bool = False) -> float:
-    """Validation loss (per window, beside the probes) and probes at this step, into the
-    metrics, probes/ and the loop state; the validation loss. A new best keeps its weights
-    (best.pt) for the test loss at the end. ``first`` (step 0): the initial numbers too."""
+    """The validation loss and probes at this step, into the metrics, probes/ and the loop
+    state. A new best keeps its weights (best.pt) for the test loss at the end."""
     state, trainer = run.state, run.cfg.trainer
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
@@ -96,7 +95,6 @@ def validate(run: Run, first: bool = False) -> float:
 
 
 def save_arrays(run: Run, step: int, **arrays) -> None:
-    """Add arrays to probes/step_<step>.npz (written whole, atomically)."""
     path = run.run_dir / "probes" / f"step_{step:07d}.npz"
     if path.exists() and "val_window_loss" not in arrays:
         with np.load(path) as saved:
@@ -105,12 +103,10 @@ def save_arrays(run: Run, step: int, **arrays) -> None:
 
 
 def four_decimals(loss: float | None) -> str:
-    """A loss as the log shows it: 4 decimals, or ``none`` where it was not measured."""
     return "none" if loss is None else f"{loss:.4f}"
 
 
 def measure_test_loss(run: Run, step: int) -> dict:
-    """The test loss of the model as it is, its windows beside step ``step``'s probes."""
     result = evaluate(run, run.eval_model, run.corpus.tokens("test"))
     save_arrays(run, step, test_window_loss=result["windows"])
     return result

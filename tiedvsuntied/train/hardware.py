@@ -5,7 +5,6 @@ Shared by the trainer and the benchmark, so both make the same choices on the sa
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
@@ -56,31 +55,19 @@ def claim_gpu(n_gpus: int) -> int:
     return _claimed["gpu"]
 
 
-def cpu_has_fast_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there."""
-    cpu = getattr(torch, "cpu", None)
-    return any(
-        getattr(cpu, f, lambda: False)()
-        for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    )
-
-
 def resolve_precision(p: Precision, device: torch.device) -> Precision:
     if p != Precision.auto:
         return Precision(p)
-    fast = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_fast_bf16()
+    if device.type == "cuda":
+        fast = torch.cuda.is_bf16_supported()
+    else:  # AVX512-BF16 or AMX: bf16 matmuls run several times faster than fp32 there
+        fast = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
     return Precision.bf16 if fast else Precision.fp32
 
 
 def resolve_compile(setting: bool | None, device: torch.device, max_steps: int) -> bool:
     """Compile where it pays: always on CUDA; on CPU once a run amortises the ~1 min compile."""
     return setting if setting is not None else device.type == "cuda" or max_steps >= 500
-
-
-def autocast(precision: Precision, device: torch.device):
-    if precision == Precision.bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def measure_matmul_tflops(

@@ -71,14 +71,6 @@ def _cosines(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (raw @ raw.t()).fill_diagonal_(0.0), (centred @ centred.t()).fill_diagonal_(0.0)
 
 
-def _matrices(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(E, H) as detached fp32; H is None when tied. Accepts compiled / DDP-wrapped models."""
-    model = getattr(model, "_orig_mod", model)
-    model = getattr(model, "module", model)
-    e, h = model.transformer.wte.weight, model.lm_head.weight
-    return e.detach().float(), (None if h is e else h.detach().float())
-
-
 @torch.no_grad()
 def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """(scalars, arrays) of one evaluation; ``freq`` is the train-split count of every token.
@@ -91,7 +83,8 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines.
     emb_seen (and untied head_seen): the rows of the rare and frequent samples (rows_seen), in
     fp16, for similarities between runs (linear CKA of a tied and an untied run of one seed)."""
-    e, h = _matrices(model)
+    e, h = model.transformer.wte.weight.float(), model.lm_head.weight.float()
+    h = None if model.tie else h
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
     scalars = {
@@ -116,19 +109,14 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
             emb_seen=e[seen.to(e.device)],
             **({} if h is None else {"head_seen": h[seen.to(h.device)]}),
         )
-    out = {k: v.cpu().numpy().astype(_dtype(k)) for k, v in arrays.items()}
+    out = {k: v.cpu().numpy() for k, v in arrays.items()}
+    # row ids exact (int64), the rows of the seen samples in half precision, the rest fp32
+    for k in (k for k in out if not k.startswith("rows_")):
+        out[k] = out[k].astype(np.float16 if k.endswith("_seen") else np.float32)
     return scalars, out
 
 
-def _dtype(key: str):
-    """Row ids exact, the rows of the seen samples in half precision, the rest fp32."""
-    if key.startswith("rows_"):
-        return np.int64
-    return np.float16 if key.endswith("_seen") else np.float32
-
-
 def _probe_stratum(s: str, ids: np.ndarray, e, h, scalars: dict, arrays: dict) -> None:
-    """Stratum ``s``'s scalars and arrays (see probe), added to ``scalars`` and ``arrays``."""
     ids_t = torch.from_numpy(ids).to(e.device)
     p = f"probe/{s}/"
     scalars[p + "emb_norm_mean"] = arrays["emb_norm"][ids_t].mean().item()
@@ -155,8 +143,7 @@ def drift(model, start: dict[str, torch.Tensor], freq: np.ndarray) -> dict[str, 
     """Fine-tuning: how far the rows of E ("emb") and H ("head") moved from their step-0 values
     ``start``, for tokens seen and unseen in the training split: the mean cosine of each row to
     its start, and the mean relative change of its norm."""
-    m = getattr(model, "_orig_mod", model)
-    now = {"emb": m.transformer.wte.weight, "head": m.lm_head.weight}
+    now = {"emb": model.transformer.wte.weight, "head": model.lm_head.weight}
     seen = torch.from_numpy(np.asarray(freq) > 0)
     out = {}
     for side, w0 in start.items():

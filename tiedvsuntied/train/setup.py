@@ -1,5 +1,5 @@
-"""Setting a run up on this process: data order, model (new, or a fine-tuning start),
-optimizer, the checkpoint to resume from, compilation and the numbers the config implies."""
+"""Setting a run up on this process: data order, model, optimizer, the checkpoint to resume
+from and the numbers the config implies (Derived)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,8 @@ def resume_on_every_rank(
     schedule: Schedule,
     optim: OptimConfig,
 ) -> Path | None:
-    """Rank 0 reads the newest usable checkpoint (setting aside one it cannot read) and tells
-    the others which file it used, or why the run cannot resume; then they read that file.
-    A checkpoint whose optimizer has other groups (one from before the named groups had two)
-    is a CheckpointMismatch."""
+    """Rank 0 reads the newest usable checkpoint and tells the others which file it used, or
+    why the run cannot resume (CheckpointMismatch); then they read that file."""
 
     def layout(ckpt):  # a checkpoint from after the switch holds an untied model and optimizer
         if schedule.untie_step and model.tie and ckpt["train_state"]["step"] >= schedule.untie_step:
@@ -93,9 +91,8 @@ class Data:
 
 
 def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> Run:
-    """The run ready for its first (or next) step (trainer.compile_model makes the model the
-    steps call); raises CheckpointMismatch before
-    anything is written if its checkpoint does not fit the code."""
+    """The run ready for its first (or next) step; a CheckpointMismatch before anything is
+    written if its checkpoint does not fit the code."""
     cfg, trainer, device, corpus = plan.cfg, plan.cfg.trainer, plan.device, data.corpus
     if trainer.threads:
         torch.set_num_threads(trainer.threads)

@@ -1,6 +1,5 @@
-"""One run being trained (Run): its loop state (TrainState) and what it derives on this
-machine (Derived); a run's identity. The trainer builds summary.json from the identity, these
-and the outcome (trainer.summary)."""
+"""One run being trained (Run), its loop state (TrainState), what it derives on this machine
+(Derived) and its identity: what trainer.summary builds summary.json from."""
 
 from __future__ import annotations
 
@@ -68,8 +67,8 @@ class Derived:
 
 
 def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
-    """The summary of a run as it starts (identity only), and its directory (an existing run of
-    the same identity keeps its directory and name, whatever naming scheme made them)."""
+    """The summary of a run as it starts (identity only), and its directory (an existing run
+    keeps its directory and name, whatever naming scheme made them)."""
     cfg, config = plan.cfg, resolved_config(plan.cfg)
     name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
     run_dir = find_run_dir(

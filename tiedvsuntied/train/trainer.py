@@ -43,7 +43,6 @@ from tiedvsuntied.results.records import (
     read_summary,
     scrub,
     update_index,
-    wandb_id,
 )
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
@@ -76,10 +75,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunSummary | None:
-    """Train the run ``cfg`` describes (skip it if done, resume it if not); its summary (None
-    on ranks > 0). ``cfg`` may be the plan ``check_config`` returned, so a job checks its
-    config once. Raises ConfigError/DataError before anything of the run is written, and
-    re-raises a failure after recording it."""
+    """Train the run ``cfg`` (or the plan ``check_config`` made of it) describes: skip it if
+    done, resume it if not; its summary (None on ranks > 0). Raises ConfigError/DataError
+    before anything of the run is written, and re-raises a failure after recording it."""
     overrides = list(overrides or ())
     plan = cfg if isinstance(cfg, RunPlan) else check_config(cfg, overrides)
     dist.init(plan.device)
@@ -106,11 +104,9 @@ def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunS
     return None
 
 
-def lead(
-    plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides: list[str]
-) -> RunSummary | None:
+def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides: list[str]):
     """Rank 0: decide whether the run trains (not if another process holds it or it is done),
-    tell the other ranks, and train it."""
+    tell the other ranks, train it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(run_dir / ".lock"))
     try:
@@ -166,7 +162,7 @@ def train_and_record(
     summary(run).write(run_dir)
     try:
         with MetricsLog(run_dir, run.resumed_from) as run.metrics:
-            start_wandb(run, config)
+            run.metrics.start_wandb(run.cfg.wandb, record, config)
             update_index(run_dir.parent, record.run_id, entry)
             try:
                 run_loop(run)
@@ -181,6 +177,8 @@ def train_and_record(
         return summary(run)
     except (Exception, KeyboardInterrupt) as e:
         failed(record, e, run.state.step)
+        if isinstance(e, KeyboardInterrupt):  # for the entry point's one line
+            e.step = run.state.step
         raise
     finally:
         summary(run).write(run_dir)
@@ -201,8 +199,7 @@ def failed(record: RunSummary, e: BaseException, step: int | None = None) -> Non
 
 
 def finish(run: Run) -> None:
-    """The test loss of the final weights and of the best ones, ``model.pt``, status
-    ``finished``, and only the final weights kept."""
+    """Test losses, ``model.pt``, status ``finished``; only the final weights kept."""
     record, state = run.record, run.state
     run.checkpoints.save_final(run.model, state)  # before the best weights replace them
     if run.cfg.trainer.test_eval:
@@ -222,49 +219,22 @@ def finish(run: Run) -> None:
 
 
 def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), Derived, the loop's numbers."""
+    """summary.json now: identity and outcome (``run.record``), then what Derived and the
+    TrainState hold under the summary's names, and what follows from them."""
     d, s = run.derived, run.state
+    names = {f.name for f in dataclasses.fields(RunSummary)}
+    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
     return dataclasses.replace(
         run.record,
-        params=d.params,
-        flops_per_token=d.flops_per_token,
-        device=d.device,
-        init_std_resolved={k: d.init_std_resolved[k] for k in ("emb", "head")},
-        lr_scales=d.lr_scales,
-        precision=d.precision,
-        threads=d.threads,
-        peak_tflops=d.peak_tflops,
-        compiled=d.compiled,
-        seen_vocab_frac=float((run.freq > 0).mean()),
-        resumed_from_step=run.resumed_from,
-        step=s.step,
-        tokens=s.tokens,
-        init_val_loss=s.init_val_loss,
-        init_logit_std=s.init_logit_std,
-        init_self_logit=s.init_self_logit,
-        init_self_target_frac=s.init_self_target_frac,
-        best_val_loss=s.best_val_loss,
-        best_step=s.best_step,
-        final_val_loss=s.last_val_loss,
-        clip_frac=s.clipped_steps / s.step if s.step else None,
+        **{
+            **values,
+            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
+            "seen_vocab_frac": float((run.freq > 0).mean()),
+            "resumed_from_step": run.resumed_from,
+            "final_val_loss": s.last_val_loss,
+            "clip_frac": s.clipped_steps / s.step if s.step else None,
+        },
     )
-
-
-def start_wandb(run: Run, config: dict) -> None:
-    """The W&B mirror, with config.yaml's content."""
-    record = run.record
-    record.wandb_run_id = wandb_id(run.cfg.sweep, record.run_id)
-    mode = run.metrics.start_wandb(
-        run.cfg.wandb,
-        run_id=record.wandb_run_id,
-        name=record.name,
-        group=run.cfg.sweep,
-        run_dir=run.run_dir,
-        config=config,
-    )
-    record.wandb_mode = mode.value
-    if run.metrics.wandb is not None:
-        record.wandb_dir = str(Path(run.metrics.wandb.dir).parent)
 
 
 @dataclass
@@ -278,10 +248,8 @@ class Window:
 
 
 def run_loop(run: Run) -> None:
-    """Train from the state's step until the schedule says done: each step, the switch of
-    scheduled untying, the log, evaluation and checkpoint when the schedule says so. A signal
-    stops it after the step it arrived in: checkpoint saved, then Interrupted (a rerun resumes
-    there). Every rank runs it; rank 0 alone logs, evaluates and saves."""
+    """Every rank runs the loop; rank 0 alone logs, evaluates and saves. A signal stops it after
+    the step it arrived in: checkpoint saved, then Interrupted (a rerun resumes there)."""
     state, schedule, main = run.state, run.schedule, dist.is_main()
     if state.step == 0 and main:
         validate(run, first=True)  # the initial loss is a result (and dominates at init 1.0)
@@ -297,7 +265,7 @@ def run_loop(run: Run) -> None:
         disable=not (run.cfg.trainer.progress and main),
     )
     window = Window()
-    with dist.stop_requests() as stop, run.bar:
+    with dist.StopRequest() as stop, run.bar:
         while not schedule.done(state.step):
             t0 = time.perf_counter()
             loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
@@ -331,9 +299,8 @@ def stop_here(run: Run, stop: dist.StopRequest) -> None:
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
-    """One optimizer step: learning rate, forward/backward, clipping, update; its loss,
-    gradient norm (before clipping), lr and, on steps that log it, the gradient of the head
-    and of the embedding apart. Raises Diverged on a non-finite loss or gradient."""
+    """One optimizer step; its loss, gradient norm (before clipping), lr and, on steps that log
+    it, the gradient of the head and of the embedding apart. Diverged if not finite."""
     state, optim = run.state, run.cfg.optim
     lr = lr_at(state.step, optim, run.cfg.trainer.max_steps)
     set_lr(run.optimizer, lr)  # each group at its multiple of the schedule (optim.*_lr_mult)
@@ -366,8 +333,7 @@ def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | Non
 
 
 def forward_backward(run: Run, grad_split: dict | None) -> torch.Tensor:
-    """Forward and backward over the step's micro-batches; the mean loss, a tensor (reading
-    it waits for the GPU: the step does that once)."""
+    """The step's micro-batches; their mean loss, a tensor (reading it waits for the GPU)."""
     trainer, pin = run.cfg.trainer, run.device.type == "cuda"  # pinned: the copy overlaps
     total = torch.zeros((), device=run.device)
     for micro in range(trainer.grad_accum):  # this rank's share of the global micro-batch
@@ -398,7 +364,6 @@ def compile_model(run: Run, compiled: bool) -> None:
 
 
 def untie_now(run: Run) -> None:
-    """Scheduled untying (optim.untie), and the model the steps call made anew."""
     untie(run.model, run.optimizer, run.cfg.optim)
     run.derived.lr_scales = lr_scales(run.optimizer)  # now with the head's
     compile_model(run, run.derived.compiled)
@@ -411,7 +376,6 @@ def untie_now(run: Run) -> None:
 
 
 def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float, split: dict):
-    """The training metrics of the window that ends with this step."""
     tokens_per_s = window.steps * run.derived.tokens_per_step / max(window.seconds, 1e-9)
     peak = run.derived.peak_tflops * 1e12 * dist.world_size()
     run.metrics.log(
