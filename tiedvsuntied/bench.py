@@ -26,9 +26,9 @@ import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
-CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
+from tiedvsuntied.presets import presets
+
 VOCAB_SIZE = 50257  # GPT-2's: the head's cost at the study's vocabulary
 # Datasheet dense bf16 TFLOP/s (no sparsity), by a substring of torch.cuda.get_device_name();
 # the first match wins, so the PCIe and NVL H100s come before the SXM ("H100 80GB HBM3").
@@ -69,15 +69,12 @@ VARIANTS = [
 def model_config(size: str, block_size: int = 0):
     """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary; an unknown size names
     the valid ones."""
-    from omegaconf import OmegaConf
-
     from tiedvsuntied.model.config import ModelConfig
 
-    path = CONF_MODEL / f"{size}.yaml"
-    if not path.is_file():
-        valid = ", ".join(sorted(p.stem for p in CONF_MODEL.glob("*.yaml")))
-        raise BenchError(f"--sizes: unknown size {size!r}; valid: {valid}")
-    cfg = ModelConfig(**OmegaConf.to_container(OmegaConf.load(path)))
+    found = presets("model")
+    if size not in found:
+        raise BenchError(f"--sizes: unknown size {size!r}; valid: {', '.join(found)}")
+    cfg = ModelConfig(**found[size])
     return dataclasses.replace(cfg, vocab_size=VOCAB_SIZE, block_size=block_size or cfg.block_size)
 
 

@@ -12,7 +12,6 @@ import copy
 import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
@@ -26,9 +25,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from tiedvsuntied.presets import CONF_DIR
 from tiedvsuntied.results.records import LEGACY, run_name
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
@@ -66,7 +65,7 @@ def composed(overrides: list[str]) -> Iterator[tuple[Any, DictConfig]]:
     """Hydra's config loader and the config ``python -m tiedvsuntied.run -m OVERRIDES`` has
     before its sweeper starts, for a command that is not the Hydra app itself (the plan)."""
     register_schema()
-    with initialize_config_dir(str(CONF), version_base="1.3", job_name="run"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="run"):
         loader = GlobalHydra.instance().config_loader()
         try:
             master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
