@@ -36,6 +36,39 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How CI's workers (``-n auto --dist loadgroup``) share the tests: the readers of the tiny
+    sweep on one worker, which builds it once, first; then each slow test on its own, so that the
+    long ones start early and none ends the run alone; then the other tests module by module (a
+    module's fixtures made once)."""
+
+    def group(item: pytest.Item) -> tuple[int, str | None]:
+        if "tiny_sweep" in item.fixturenames:
+            return 0, "tiny_sweep"
+        if item.get_closest_marker("slow"):
+            return 1, None
+        return 2, item.module.__name__
+
+    items.sort(key=lambda item: group(item)[0])
+    for item in items:
+        if name := group(item)[1]:
+            item.add_marker(pytest.mark.xdist_group(name))
+
+
+@pytest.fixture(autouse=True)
+def starts_no_process_unless_slow(request, monkeypatch):
+    """``-m "not slow"`` starts no process (and so no command, notebook or sweep): a test that
+    does must be marked slow."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *_, **__):
+        raise AssertionError(f"{request.node.name} is not marked slow but starts {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+
+
 @pytest.fixture(autouse=True)
 def own_wandb_service(monkeypatch):
     """Every command a test starts gets its own W&B service, as from a user's shell. A test that
@@ -134,6 +167,19 @@ SWEEP_NAMES = {
     "t5_rescale": "tie_x_init",
     "tie_x_init_books_arms": "tie_x_init_books",
 }
+# The command's mechanics end to end (resume, signals, launchers, processes): Tiny Shakespeare
+# in bytes (V = 257), so a step takes milliseconds and a run little more than its process's
+# start. The GPT-2 encoding end to end: the tiny sweep and the quick preset.
+BYTE_RUN = [
+    "model=nano",
+    "data=text",
+    f"data.files={CORPUS}",
+    "data.encoding=bytes",
+    "trainer.batch_size=4",
+    "trainer.eval_windows=4",
+    "trainer.progress=false",
+    "trainer.peak_tflops=1",
+]
 # A few quick steps of any config, for in-process runs.
 QUICK = [
     "model=nano",
@@ -182,6 +228,14 @@ def run_cli(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: 
         text=True,
         timeout=timeout,
     )
+
+
+def at_step(step: int, action: str) -> dict:
+    """The environment of a command that does ``action`` right after it logs the training loss
+    of ``step``: a signal it sends itself (SIGKILL, SIGINT, SIGUSR2) or ``rm:PATH``
+    (tests/hooks/sitecustomize.py)."""
+    path = [str(REPO / "tests" / "hooks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "TVU_TEST_AT": f"{step} {action}"}
 
 
 @pytest.fixture(scope="session")
