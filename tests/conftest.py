@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TIEDVSUNTIED_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -36,24 +37,21 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from tiedvsuntied.data.sources import gpt2_available  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """How CI's workers (``-n auto --dist loadgroup``) share the tests: the readers of the tiny
-    sweep on one worker, which builds it once, first; then each slow test on its own, so that the
-    long ones start early and none ends the run alone; then the other tests module by module (a
-    module's fixtures made once)."""
+    """The order CI's workers take the tests in, one at a time (``-n auto --maxschedchunk=1``):
+    one reader of the tiny sweep first (its worker builds the sweep), then the other slow tests,
+    so that the long ones start early and none ends the run alone, then the other readers (the
+    sweep is built by then), then the rest, module by module."""
 
-    def group(item: pytest.Item) -> tuple[int, str | None]:
+    def rank(item: pytest.Item) -> int:
         if "tiny_sweep" in item.fixturenames:
-            return 0, "tiny_sweep"
-        if item.get_closest_marker("slow"):
-            return 1, None
-        return 2, item.module.__name__
+            return 2
+        return 1 if item.get_closest_marker("slow") else 3
 
-    items.sort(key=lambda item: group(item)[0])
-    for item in items:
-        if name := group(item)[1]:
-            item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=rank)
+    readers = [i for i, item in enumerate(items) if rank(item) == 2]
+    if readers:
+        items.insert(0, items.pop(readers[0]))
 
 
 @pytest.fixture(autouse=True)
@@ -240,17 +238,24 @@ def at_step(step: int, action: str) -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory, session_cache) -> Path:
-    """Run the user's command once per session on a tiny model; return the sweep directory."""
-    root = tmp_path_factory.mktemp("tiny_sweep")
-    proc = run_cli(
-        ["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"],
-        cwd=root,
-        env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"tiny sweep failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
+    """The user's command run once per session on a tiny model: its sweep directory. With xdist
+    the first worker to need it runs it under a lock; the others wait for it and read it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny_sweep"
+    root.mkdir(exist_ok=True)
+    with FileLock(str(root / ".lock")):
+        if not (root / "done").exists():
+            proc = run_cli(
+                ["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"],
+                cwd=root,
+                env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)},
+            )
+            if proc.returncode != 0:
+                raise AssertionError(
+                    f"tiny sweep failed ({proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+                )
+            (root / "done").touch()
     return root / "results" / "tiny"
 
 

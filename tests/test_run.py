@@ -120,7 +120,7 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
     ]
 
     # The W&B mirror, read back with wandb's own tool: same numbers, counts in config.
-    for s in runs.values():
+    for s in (tied, untied):
         rd = tiny_sweep / s["run_id"]
         got = json.loads(wandb_inspect(rd, "--summary"))
         assert got["state"] == "finished" and got["name"] == s["name"]
