@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TIEDVSUNTIED_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -35,6 +36,36 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from tiedvsuntied.data.config import DataUnavailableError  # noqa: E402
 from tiedvsuntied.data.sources import load_encoding  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order CI's workers take the tests in, one at a time (``-n auto --maxschedchunk=1``):
+    one reader of the tiny sweep first (its worker builds the sweep), then the other slow tests,
+    so that the long ones start early and none ends the run alone, then the other readers (the
+    sweep is built by then), then the rest, module by module."""
+
+    def rank(item: pytest.Item) -> int:
+        if "tiny_sweep" in item.fixturenames:
+            return 2
+        return 1 if item.get_closest_marker("slow") else 3
+
+    items.sort(key=rank)
+    readers = [i for i, item in enumerate(items) if rank(item) == 2]
+    if readers:
+        items.insert(0, items.pop(readers[0]))
+
+
+@pytest.fixture(autouse=True)
+def starts_no_process_unless_slow(request, monkeypatch):
+    """``-m "not slow"`` starts no process (and so no command, notebook or sweep): a test that
+    does must be marked slow."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *_, **__):
+        raise AssertionError(f"{request.node.name} is not marked slow but starts {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
 @pytest.fixture(autouse=True)
@@ -144,6 +175,19 @@ SWEEP_NAMES = {
     "t5_rescale": "tie_x_init",
     "tie_x_init_books_arms": "tie_x_init_books",
 }
+# The command's mechanics end to end (resume, signals, launchers, processes): Tiny Shakespeare
+# in bytes (V = 257), so a step takes milliseconds and a run little more than its process's
+# start. The GPT-2 encoding end to end: the tiny sweep and the quick preset.
+BYTE_RUN = [
+    "model=nano",
+    "data=text",
+    f"data.files={CORPUS}",
+    "data.encoding=bytes",
+    "trainer.batch_size=4",
+    "trainer.eval_windows=4",
+    "trainer.progress=false",
+    "trainer.peak_tflops=1",
+]
 # A few quick steps of any config, for in-process runs.
 QUICK = [
     "model=nano",
@@ -194,19 +238,34 @@ def run_cli(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: 
     )
 
 
+def at_step(step: int, action: str) -> dict:
+    """The environment of a command that does ``action`` right after it logs the training loss
+    of ``step``: a signal it sends itself (SIGKILL, SIGINT, SIGUSR2) or ``rm:PATH``
+    (tests/hooks/sitecustomize.py)."""
+    path = [str(REPO / "tests" / "hooks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "TVU_TEST_AT": f"{step} {action}"}
+
+
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory, session_cache) -> Path:
-    """Run the user's command once per session on a tiny model; return the sweep directory."""
-    root = tmp_path_factory.mktemp("tiny_sweep")
-    proc = run_cli(
-        ["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"],
-        cwd=root,
-        env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"tiny sweep failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
+    """The user's command run once per session on a tiny model: its sweep directory. With xdist
+    the first worker to need it runs it under a lock; the others wait for it and read it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny_sweep"
+    root.mkdir(exist_ok=True)
+    with FileLock(str(root / ".lock")):
+        if not (root / "done").exists():
+            proc = run_cli(
+                ["-m", *TINY_SWEEP_OVERRIDES, f"results_dir={root / 'results'}"],
+                cwd=root,
+                env_extra={"TIEDVSUNTIED_CACHE": str(session_cache)},
+            )
+            if proc.returncode != 0:
+                raise AssertionError(
+                    f"tiny sweep failed ({proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+                )
+            (root / "done").touch()
     return root / "results" / "tiny"
 
 

@@ -11,14 +11,20 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS_OVERRIDES, LIBRARY_OVERRIDES, QUICK, REPO, SWEEP_NAMES, run_cli
+from conftest import (
+    BYTE_RUN,
+    CORPUS_OVERRIDES,
+    LIBRARY_OVERRIDES,
+    REPO,
+    SWEEP_NAMES,
+    run_cli,
+)
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied.results import records as results
+from tiedvsuntied.sweep import jobs
 from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
 
@@ -50,15 +56,21 @@ def checked(overrides: list[str]):
     return config
 
 
-def sweep_jobs(experiment: str, *extra: str) -> list[list[str]]:
-    """The overrides of each job of ``-m +experiment=NAME *extra``, expanded by Hydra's basic
-    sweeper as a multirun does (the command line wins over the experiment's sweep params)."""
-    params = composed(f"+experiment={experiment}", hydra_config=True).hydra.sweeper.params
-    given = [f"{key}={value}" for key, value in params.items()]
-    given += [f"+experiment={experiment}", *extra]
-    parsed = OverridesParser.create().parse_overrides(given)
-    [jobs] = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    return jobs
+def sweep_jobs(*overrides: str) -> list:
+    """The jobs of ``-m *overrides`` (Hydra's basic sweeper expands the experiment's sweep
+    params, the command line wins), each composed as the launcher composes it and checked, as
+    the command checks them before its first job: their RunPlans."""
+    with jobs.composed(list(overrides)) as (loader, master):
+        return jobs.check_jobs(loader, master, jobs.expand(loader, master))
+
+
+# A few steps in bytes, for the fine-tuning study's runs.
+STEPS = [
+    "trainer.max_steps=4",
+    "trainer.eval_interval=2",
+    "trainer.eval_windows=2",
+    "wandb.mode=disabled",
+]
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
@@ -73,7 +85,7 @@ def test_every_group_option_composes_and_passes_the_checks(group, option, tmp_pa
 def pretrained(tmp_path_factory) -> Path:
     """The results_dir holding the finished run of finetune_pretrain that finetune starts from."""
     results_dir = tmp_path_factory.mktemp("pretrained")
-    overrides = ["+experiment=finetune_pretrain", *QUICK, f"results_dir={results_dir}"]
+    overrides = ["+experiment=finetune_pretrain", *BYTE_RUN, *STEPS, f"results_dir={results_dir}"]
     assert train(checked(overrides)).status == results.Status.finished
     return results_dir
 
@@ -86,10 +98,10 @@ def test_every_job_of_every_experiment_composes_and_passes_the_checks(
     data = composed(f"+experiment={experiment}").data
     corpus = CORPUS_OVERRIDES[1:] if data.source == "text" else []
     corpus = LIBRARY_OVERRIDES if data.name == "gutenberg" else corpus
-    jobs = sweep_jobs(experiment, *corpus, f"results_dir={results_dir}")
-    assert len(jobs) > 1 or experiment == "finetune_pretrain"
-    sweep_names = {checked(job).sweep for job in jobs}
-    assert sweep_names == {SWEEP_NAMES.get(experiment, experiment)}
+    corpus += ["data.encoding=bytes"] if experiment == "finetune" else []  # as its start
+    plans = sweep_jobs(f"+experiment={experiment}", *corpus, f"results_dir={results_dir}")
+    assert len(plans) > 1 or experiment == "finetune_pretrain"
+    assert {plan.cfg.sweep for plan in plans} == {SWEEP_NAMES.get(experiment, experiment)}
 
 
 @pytest.mark.parametrize(
@@ -118,12 +130,12 @@ def test_group_files_name_their_dataclass_and_repeat_none_of_its_defaults(path: 
 def test_the_fine_tuning_study_runs_as_two_real_multiruns(tmp_path, session_cache):
     """finetune_pretrain, then every arm of finetune (untie x trainable) from its run, each job
     a few steps: the multiruns a user starts, down to the sweep table."""
-    tiny = [*QUICK, f"results_dir={tmp_path / 'results'}"]
+    tiny = [*BYTE_RUN, *STEPS, f"results_dir={tmp_path / 'results'}"]
     env = {"TIEDVSUNTIED_CACHE": str(session_cache)}
     for experiment in ("finetune_pretrain", "finetune"):
         proc = run_cli(["-m", f"+experiment={experiment}", *tiny], cwd=tmp_path, env_extra=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((tmp_path / "results" / "ft" / "index.json").read_text())
-    assert len(index) == len(sweep_jobs("finetune")) == 12
+    assert len(index) == 12  # untie (keep, copy, fresh) x trainable (all, head, body, embedding)
     assert {entry["status"] for entry in index.values()} == {"finished"}
     assert "Sweep ft:" in proc.stdout and proc.stdout.count("finished") >= 12

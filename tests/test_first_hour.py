@@ -8,16 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS_OVERRIDES, run_cli
+from conftest import BYTE_RUN, CORPUS_OVERRIDES, run_cli
 
-TINY = [
-    "model=nano",
-    *CORPUS_OVERRIDES,
-    "trainer.max_steps=2",
-    "trainer.batch_size=2",
-    "trainer.eval_windows=2",
-    "trainer.progress=false",
-]
+TINY = [*BYTE_RUN, "trainer.max_steps=2", "trainer.batch_size=2", "trainer.eval_windows=2"]
 FAKE_KEY = "fake" + "0" * 36  # never a real key
 
 
@@ -73,7 +66,7 @@ def test_the_quick_preset_evaluates_in_proportion_to_the_run(tmp_path):
     split at 0, 1, 2, 4, 8, 16, ...), 16 test windows at the end."""
     args = ["-m", "+experiment=quick", "tie=true", "init_std=inv_sqrt_d", *CORPUS_OVERRIDES]
     proc = run_cli(
-        [*args, "trainer.progress=false", f"results_dir={tmp_path}"],
+        [*args, "trainer.progress=false", "trainer.peak_tflops=1", f"results_dir={tmp_path}"],
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
