@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUICK, SHARED_DATA, compose, generated_corpus
+from conftest import QUICK, SHARED_DATA, compose
+from fake_corpus import generated_corpus
 
 from tiedvsuntied.analysis.books import document_losses
 from tiedvsuntied.analysis.load import load_results

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import QUICK, USE_GPT2, compose, generated_corpus, needs_gpt2, run_cli
+from conftest import QUICK, USE_GPT2, compose, needs_gpt2, run_cli
+from fake_corpus import generated_corpus
 from test_untie_at import stop_after_checkpoint
 
 from tiedvsuntied.train.config import ConfigError
