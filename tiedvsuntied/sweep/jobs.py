@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from tiedvsuntied.presets import CONF_DIR
-from tiedvsuntied.results.records import LEGACY, run_name
+from tiedvsuntied.results.records import LEGACY
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
@@ -207,18 +207,17 @@ def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (state.identity):
     the data's fingerprint from its files' hashes, once per distinct data config."""
     from tiedvsuntied.data.cache import corpus_fingerprint
-    from tiedvsuntied.train.config import resolved_config, run_id
+    from tiedvsuntied.train.config import config_run_id
 
     fingerprints: dict[str, str] = {}
     ids = []
     for plan in plans:
-        cfg, config = plan.cfg, resolved_config(plan.cfg)
+        cfg = plan.cfg
         key = repr(cfg.data)
         if key not in fingerprints:
             try:
                 fingerprints[key] = corpus_fingerprint(cfg.data)
             except user_errors() as e:  # a tokenizer neither cached nor downloadable
                 raise SweepError(str(e)) from None
-        name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
-        ids.append(run_id(config, name, fingerprints[key]))
+        ids.append(config_run_id(cfg, fingerprints[key]))
     return ids

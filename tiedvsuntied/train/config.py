@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.config import HeadConfig, ModelConfig, Trainable, canonical_init_std
 from tiedvsuntied.results.metrics_log import WandbConfig
-from tiedvsuntied.results.records import LEGACY, Role, keys, moved, option
+from tiedvsuntied.results.records import LEGACY, Role, keys, moved, option, run_name
 
 
 class ConfigError(ValueError):
@@ -320,3 +320,11 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
+
+
+def config_run_id(cfg: Config, data_fingerprint: str) -> str:
+    """The id of ``cfg``'s run on data of that fingerprint: as a sweep plans it and the trainer
+    names it."""
+    config = resolved_config(cfg)
+    name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
+    return run_id(config, name, data_fingerprint)

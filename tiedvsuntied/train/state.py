@@ -14,10 +14,10 @@ from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import RunSummary, find_run_dir, run_name
+from tiedvsuntied.results.records import RunSummary, find_run_dir
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import Checkpoints
-from tiedvsuntied.train.config import Config, Schedule, resolved_config, run_id
+from tiedvsuntied.train.config import Config, Schedule, config_run_id, resolved_config
 from tiedvsuntied.train.plan import RunPlan
 
 
@@ -70,9 +70,8 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     """The summary of a run as it starts (identity only), and its directory (an existing run
     keeps its directory and name, whatever naming scheme made them)."""
     cfg, config = plan.cfg, resolved_config(plan.cfg)
-    name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
     run_dir = find_run_dir(
-        Path(cfg.results_dir) / cfg.sweep, run_id(config, name, corpus.fingerprint)
+        Path(cfg.results_dir) / cfg.sweep, config_run_id(cfg, corpus.fingerprint)
     )
     m = cfg.model
     record = RunSummary(
