@@ -28,7 +28,8 @@ SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 # Set before anything imports tiktoken; W&B must never try to reach a server from tests.
 if (SHARED_DATA / "tiktoken").is_dir():
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED_DATA / "tiktoken"))
-os.environ["WANDB_MODE"] = "offline"
+if os.environ.get("WANDB_MODE") != "disabled":  # disabled: a machine without wandb (a GPU's)
+    os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

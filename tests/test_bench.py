@@ -35,13 +35,14 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
     sizes, batch, block = ["micro"], 2, 32  # each row a process: one size keeps it short
     out = _bench(
         *("--sizes", ",".join(sizes), "--tie", "true,false", "--no-compile"),
+        *("--variants", "baseline,bf16,fp32-compiled"),  # --no-compile drops the compiled one
         *("--steps", "2", "--warmup", "1", "--batch-size", str(batch), "--block-size", str(block)),
         "--json",
     )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)  # stdout is the JSON alone; progress went to stderr
     rows = {(r["size"], r["tie"], r["variant"]): r for r in result["rows"]}
-    eager = [v.variant for v in VARIANTS if not v.compile]
+    eager = [v.variant for v in VARIANTS if v.key in ("baseline", "bf16")]
     assert sorted(rows) == sorted(itertools.product(sizes, [True, False], eager))
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and r["peak_mem_mib"] > 0 and r["timed_steps"] >= 1
@@ -68,6 +69,8 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
         (["--steps", "0"], "error: --steps=0: it must be >= 1"),
         (["--nanogpt", "/nowhere"], "error: --nanogpt=/nowhere: no model.py there; give a"),
         (["--peak-tflops", "0"], "error: --peak-tflops=0.0: it must be > 0"),
+        (["--variants", "fp64"], "error: --variants: unknown fp64; valid: baseline, fp32, bf16,"),
+        (["--variants", "nanogpt"], "error: --variants=nanogpt needs --nanogpt PATH"),
         *(
             []
             if torch.cuda.is_available()

@@ -72,6 +72,8 @@ def test_wandb_auto_is_offline_without_credentials_with_a_warning(monkeypatch, t
     assert M.resolve_wandb_mode(M.WandbMode.disabled) == M.WandbMode.disabled
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert M.resolve_wandb_mode(M.WandbMode.auto) is None  # wandb.init reads WANDB_MODE itself
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # decided here: wandb is never imported
+    assert M.resolve_wandb_mode(M.WandbMode.auto) == M.WandbMode.disabled
 
 
 def test_wandb_auto_with_a_key_decides_offline_once_per_sweep_without_asking_wandb(

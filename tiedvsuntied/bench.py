@@ -47,6 +47,7 @@ class BenchError(ValueError):
 
 @dataclasses.dataclass
 class Variant:
+    key: str  # its name for --variants
     variant: str  # its name in the table
     precision: str  # fp32 | bf16
     compile: bool
@@ -54,15 +55,17 @@ class Variant:
     impl: str = "ours"  # ours | nanogpt (--nanogpt: its model.py, tiedvsuntied/reference.py)
 
 
-NANOGPT = Variant("nanoGPT model.py: bf16 compiled, fused AdamW", "bf16", True, 0, "nanogpt")
+NANOGPT = Variant(
+    "nanogpt", "nanoGPT model.py: bf16 compiled, fused AdamW", "bf16", True, 0, "nanogpt"
+)
 VARIANTS = [
-    Variant("baseline: fp32 eager, full-logit CE", "fp32", False, 0),
-    Variant("fp32 eager", "fp32", False, 1024),
-    Variant("bf16 eager (default, short CPU runs)", "bf16", False, 1024),
-    Variant("fp32 compiled", "fp32", True, 1024),
-    Variant("bf16 compiled (default, CUDA / >=500 steps)", "bf16", True, 1024),
+    Variant("baseline", "baseline: fp32 eager, full-logit CE", "fp32", False, 0),
+    Variant("fp32", "fp32 eager", "fp32", False, 1024),
+    Variant("bf16", "bf16 eager (default, short CPU runs)", "bf16", False, 1024),
+    Variant("fp32-compiled", "fp32 compiled", "fp32", True, 1024),
+    Variant("bf16-compiled", "bf16 compiled (default, CUDA / >=500 steps)", "bf16", True, 1024),
     # where the head dominates (large V, small d): chunked cross-entropy against full logits
-    Variant("bf16 compiled, full-logit CE", "bf16", True, 0),
+    Variant("bf16-compiled-full", "bf16 compiled, full-logit CE", "bf16", True, 0),
 ]
 
 
@@ -205,6 +208,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     p.add_argument("--tie", default="true,false", help="which heads to time: true, false or both")
     p.add_argument(
+        "--variants",
+        default="",
+        help=f"comma-separated, of {', '.join(v.key for v in [*VARIANTS, NANOGPT])} (default: all)",
+    )
+    p.add_argument(
         "--nanogpt",
         default=None,
         metavar="PATH",
@@ -244,7 +252,18 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
         raise BenchError(str(e).replace("trainer.device", "--device")) from None
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         raise BenchError(f"--peak-tflops={args.peak_tflops}: it must be > 0")
+    check_variants(args)
     return sizes, [head == "true" for head in heads]
+
+
+def check_variants(args: argparse.Namespace) -> None:
+    """--variants names known variants, and nanogpt only with --nanogpt."""
+    keys = [v.key for v in [*VARIANTS, NANOGPT]]
+    unknown = [k for k in args.variants.split(",") if k.strip() and k.strip() not in keys]
+    if unknown:
+        raise BenchError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(keys)}")
+    if "nanogpt" in args.variants and not args.nanogpt:
+        raise BenchError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
 
 
 def datasheet_peak(device, given: float | None) -> tuple[float | None, str]:
@@ -276,6 +295,8 @@ def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
         by_model = table.set_index(["size", "tie"])
         baseline = by_model[by_model.variant == VARIANTS[0].variant].tokens_per_s
         table["speedup_vs_baseline"] = table.tokens_per_s / by_model.index.map(baseline)
+        nanogpt = by_model[by_model.impl == "nanogpt"].tokens_per_s
+        table["vs_nanogpt"] = table.tokens_per_s / by_model.index.map(nanogpt)
     return table
 
 
@@ -286,7 +307,9 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     if args.no_compile:
         eager = NANOGPT.variant.replace("compiled", "eager")
         nanogpt = dataclasses.replace(NANOGPT, variant=eager, compile=False)
-    return ours + ([nanogpt] if args.nanogpt else [])
+    chosen = {k.strip() for k in args.variants.split(",") if k.strip()}
+    every = ours + ([nanogpt] if args.nanogpt else [])
+    return [v for v in every if not chosen or v.key in chosen]
 
 
 def main(argv=None) -> int:
@@ -302,6 +325,8 @@ def main(argv=None) -> int:
         return 2
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
     device = resolve_device(args.device)
+    if device.type == "cuda":  # fp32 rows run with TF32 (measure_one): so does their peak
+        torch.backends.cuda.matmul.allow_tf32 = True
     peaks = {
         "fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
         "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0),
@@ -344,6 +369,7 @@ def format_table(table, peaks: dict, datasheet: float | None = None) -> str:
         "variant": "variant",
         "tokens_per_s": "tokens/s",
         "speedup_vs_baseline": "x baseline",
+        "vs_nanogpt": "x nanoGPT",
         "mfu_pct": "MFU % (measured peak)",
         "mfu_datasheet_pct": "MFU % (datasheet)",
         "peak_mem_mib": "peak mem (MiB)",

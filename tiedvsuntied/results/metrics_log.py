@@ -64,12 +64,15 @@ def has_credentials() -> bool:
 def resolve_wandb_mode(
     mode: WandbMode, sweep_dir: Path | None = None, probe_timeout: float = 3.0
 ) -> WandbMode | None:
-    """The mode to ask ``wandb.init`` for (None: W&B's ``WANDB_MODE``). ``auto`` is offline,
+    """The mode to ask ``wandb.init`` for (None: W&B's ``WANDB_MODE``; ``WANDB_MODE=disabled``
+    disables it here, where wandb need not be installed). ``auto`` is offline,
     with a one-line warning, without credentials (an online start would prompt) or when the
     server cannot be reached (rather than waiting out ``init_timeout`` in ``wandb.init``)."""
     mode = WandbMode(mode)
     if mode != WandbMode.auto:
         return mode
+    if os.environ.get("WANDB_MODE") == WandbMode.disabled:  # wandb is then never imported
+        return WandbMode.disabled
     if os.environ.get("WANDB_MODE"):
         return None
     if not has_credentials():

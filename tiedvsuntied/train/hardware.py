@@ -71,11 +71,14 @@ def resolve_compile(setting: bool | None, device: torch.device, max_steps: int) 
 
 
 def measure_matmul_tflops(
-    device: torch.device, dtype: torch.dtype, n: int = 2048, seconds: float = 0.5
+    device: torch.device, dtype: torch.dtype, n: int = 0, seconds: float = 0.5
 ) -> float:
     """This machine's dense matmul throughput for ``dtype``: the MFU denominator. Timed by
-    ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses."""
+    ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses. ``n``:
+    the matrices' side; 0: 8192 on a GPU (2048 leaves an H100's units partly idle), else 2048."""
     from torch.utils import benchmark
+
+    n = n or (8192 if device.type == "cuda" else 2048)
 
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
