@@ -1,7 +1,7 @@
-"""The CUDA path (issue 21), on a GPU: a compiled bf16 step against an fp32 eager one, the tied
-matrix as one storage on the device, kill and resume, torchrun with NCCL, ``cuda:free``. Marked
-``cuda`` and skipped where CUDA is absent, so CI (no GPU) stays green; run them on a GPU with
-``python -m pytest -m cuda``.
+"""The CUDA path (issue 21), on a GPU: a compiled bf16 step against an fp32 eager one, the
+padded head, the tied matrix as one storage on the device, kill and resume, torchrun (NCCL with
+two GPUs), ``cuda:free``. Marked ``cuda`` and skipped where CUDA is absent, so CI (no GPU) stays
+green; run them on a GPU with ``python -m pytest -m cuda``.
 
 What is exact on CUDA and what is within a tolerance:
 - exact: tying (one tensor, one storage, one optimizer entry) on the device, after compile and
@@ -25,7 +25,7 @@ from test_dist import RUN, _only_run, _run
 from test_run import byte_run, metrics, summaries
 
 from tiedvsuntied.model.config import ModelConfig
-from tiedvsuntied.model.gpt import GPT
+from tiedvsuntied.model.gpt import GPT, _head
 from tiedvsuntied.train.checkpoint import Checkpoints
 from tiedvsuntied.train.config import OptimConfig
 from tiedvsuntied.train.hardware import resolve_device
@@ -42,23 +42,25 @@ GRAD_COSINE = 0.99
 RESUME_ATOL = 1e-3  # CUDA's atomics reorder sums between runs
 
 
-def _loss_and_grads(model: GPT, x, y, bf16: bool, compiled: bool):
+def _loss_and_grads(model: GPT, x, y, bf16: bool, compiled: bool, chunk: int):
     forward = torch.compile(model) if compiled else model
     with torch.autocast("cuda", torch.bfloat16, enabled=bf16):
-        _, loss = forward(x, y, return_logits=False)
+        _, loss = forward(x, y, return_logits=False, loss_chunk=chunk)
     loss.backward()
     grads = {n: p.grad.float().clone() for n, p in model.named_parameters()}
     return loss.item(), grads
 
 
+@pytest.mark.parametrize("chunk", [1024, 0], ids=["chunked", "full-logits"])
 @pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_a_compiled_bf16_step_matches_an_fp32_eager_step(tie):
+def test_a_compiled_bf16_step_matches_an_fp32_eager_step(tie, chunk):
+    """Full logits: the head padded to a multiple of 64 rows on CUDA (gpt._head), cut after."""
     torch.manual_seed(0)
     x = torch.randint(0, NANO.vocab_size, (8, NANO.block_size), device="cuda")
     y = torch.roll(x, -1, dims=1)
     ref, fast = (GPT(NANO, tie=tie, seed=0).cuda() for _ in range(2))
-    loss32, grads32 = _loss_and_grads(ref, x, y, bf16=False, compiled=False)
-    loss16, grads16 = _loss_and_grads(fast, x, y, bf16=True, compiled=True)
+    loss32, grads32 = _loss_and_grads(ref, x, y, bf16=False, compiled=False, chunk=chunk)
+    loss16, grads16 = _loss_and_grads(fast, x, y, bf16=True, compiled=True, chunk=chunk)
     assert loss16 == pytest.approx(loss32, rel=LOSS_RTOL)
     cosines = {
         name: torch.nn.functional.cosine_similarity(g.flatten(), grads16[name].flatten(), dim=0)
@@ -66,6 +68,19 @@ def test_a_compiled_bf16_step_matches_an_fp32_eager_step(tie):
     }
     low = {name: round(c.item(), 4) for name, c in cosines.items() if c < GRAD_COSINE}
     assert not low, f"gradients of the bf16 compiled step off the fp32 ones: {low}"
+
+
+def test_the_padded_head_on_cuda_is_the_plain_product():
+    """gpt._head pads V = 50,257 rows to 50,304 for the product and cuts the extra logits."""
+    x = torch.randn(4, 16, 64, device="cuda")
+    weight = torch.randn(50257, 64, device="cuda", requires_grad=True)
+    padded = _head(x, weight)
+    plain = torch.nn.functional.linear(x, weight)
+    assert padded.shape == plain.shape == (4, 16, 50257)
+    assert ((padded - plain).norm() / plain.norm()).item() < 1e-5  # fp32: kernels may differ
+    (grad,) = torch.autograd.grad(padded.square().sum(), weight)
+    (want,) = torch.autograd.grad(plain.square().sum(), weight)
+    assert ((grad - want).norm() / want.norm()).item() < 1e-5
 
 
 def _tied_once(model: GPT, optimizer) -> None:
@@ -105,6 +120,7 @@ def test_a_killed_run_on_cuda_resumes_to_the_uninterrupted_run(tmp_path: Path):
         "trainer.ckpt_interval=4",
         "trainer.eval_interval=6",
     )
+    args = [a for a in args if not a.startswith("wandb.mode=")] + ["wandb.mode=disabled"]
     ref = run_cli([*args, f"results_dir={tmp_path / 'ref'}"], cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     sweep = tmp_path / "results" / "resume"
@@ -128,16 +144,23 @@ def test_a_killed_run_on_cuda_resumes_to_the_uninterrupted_run(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_torchrun_with_one_nccl_process_trains_on_the_gpu(tmp_path, session_cache, monkeypatch):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_torchrun_trains_on_the_gpus(nproc, tmp_path, session_cache, monkeypatch):
+    """One process per GPU. One process forms no group (nothing to reduce); two join NCCL, which
+    refuses two ranks on one GPU, so that case needs two GPUs."""
+    if torch.cuda.device_count() < nproc:
+        pytest.skip(f"{nproc} processes need {nproc} GPUs; this machine has one")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")  # NCCL names itself: the group is not gloo's
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     out = _run(
-        [*torchrun, "--nproc_per_node=1", *RUN, "trainer.device=cuda"], tmp_path, session_cache
+        [*torchrun, f"--nproc_per_node={nproc}", *RUN, "trainer.device=cuda"],
+        tmp_path,
+        session_cache,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "NCCL" in out.stdout + out.stderr
+    assert ("NCCL" in out.stdout + out.stderr) == (nproc > 1)
     _, summary, _ = _only_run(tmp_path)
-    assert summary["status"] == "finished" and summary["world_size"] == 1
+    assert summary["status"] == "finished" and summary["world_size"] == nproc
     assert summary["device"].startswith("cuda")
 
 

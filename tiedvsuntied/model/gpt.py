@@ -296,7 +296,7 @@ class GPT(nn.Module):
             x = x * self.logit_scale
         if targets is not None and not return_logits and loss_chunk:
             return None, chunked_cross_entropy(x, w_out, targets, loss_chunk, reduction)
-        logits = F.linear(x, w_out).float()  # fp32 even under autocast: the softmax needs it
+        logits = _head(x, w_out).float()  # fp32 even under autocast: the softmax needs it
         if targets is None:
             return logits, None
         loss = F.cross_entropy(
@@ -305,6 +305,17 @@ class GPT(nn.Module):
         if reduction == "none":
             loss = loss.view(targets.shape)
         return (logits if return_logits else None), loss
+
+
+def _head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weightᵀ. On CUDA the matrix is padded to a multiple of 64 rows for the product and
+    the extra logits cut off: GPT-2's V = 50,257 is odd, and cuBLAS's tensor-core tiles run
+    faster on a multiple of 64 (nanoGPT pads its vocabulary to 50,304 for this). The function
+    and the parameters are unchanged; the copy costs one read of the matrix per step."""
+    pad = -weight.size(0) % 64
+    if not x.is_cuda or not pad:
+        return F.linear(x, weight)
+    return F.linear(x, F.pad(weight, (0, 0, 0, pad)))[..., : weight.size(0)]
 
 
 GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:
