@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tiedvsuntied.analysis.load import ResultsError
 from tiedvsuntied.analysis.stats import first_replicates, seed_summary
 
 STDS = ("0.02", "inv_sqrt_d", "1.0")  # canonical init_std spellings, smallest first
@@ -76,6 +77,11 @@ def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
 def grid(runs: pd.DataFrame) -> pd.DataFrame:
     """The finished runs at their arm's chosen multiplier (replicates too)."""
     choice = chosen_lr(runs)[["arm", "init_std", "emb_lr_mult"]]
+    if choice.empty:
+        raise ResultsError(
+            "no lr check among these runs (nano, seed 0, emb_lr_mult 0.25/1/4 per arm), which "
+            "chooses each arm's multiplier: add experiments/tie_x_init_books/results"
+        )
     return with_arms(runs).merge(choice, on=["arm", "init_std", "emb_lr_mult"])
 
 
