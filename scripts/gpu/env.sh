@@ -1,7 +1,8 @@
 # Sourced by scripts/gpu/*.sh: the GPU machine as this project needs it. That machine's python3
 # has torch, tiktoken, pandas, scipy, matplotlib and pytest, but no hydra-core, omegaconf or
 # antlr4 (carried as wheels in .whl/, README "On a GPU"), no wandb or datasets (W&B is disabled;
-# the books are local text), and no ../shared (carried as .gpu/shared.tar.xz).
+# the books are local text), and no ../shared (carried as .gpu/shared.tar.xz). scripts/gpu/pack.sh
+# makes .whl/ and .gpu/ here first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PY:-python3}

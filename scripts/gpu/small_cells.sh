@@ -6,7 +6,7 @@
 # seconds leave room for one more run as long as the last. A run still going at the budget gets
 # SIGTERM: it saves a checkpoint and stops, and the next call resumes it while the machine is
 # still the same one. The finished runs leave as $OUT/small_runs.tar.gz (no checkpoints),
-# for `python -m tiedvsuntied.bundle` here. EXTRA: more overrides for every run (a CPU dry run).
+# for `python -m tiedvsuntied.bundle --no-arrays` here. EXTRA: more overrides for every run (a CPU dry run).
 source "$(dirname "$0")/env.sh"
 BUDGET=${1:?usage: small_cells.sh BUDGET_S [SEEDS] [ARMS]}
 SEEDS=${2:-0,1,2,3,4}
@@ -37,5 +37,7 @@ for seed in ${SEEDS//,/ }; do
     last=$(($(date +%s) - t0))
   done
 done
-tar -czf "$OUT/small_runs.tar.gz" --exclude=checkpoints -C results tie_x_init_books_small
+# no checkpoints (0.5-0.6 GB a run) or probe arrays (24-43 MB): a file back is at most 16 MiB
+tar -czf "$OUT/small_runs.tar.gz" --exclude=checkpoints --exclude=probes \
+  -C results tie_x_init_books_small
 echo "small cells done at $(elapsed) s"
