@@ -155,9 +155,11 @@ BYTE_RUN = [
     "trainer.peak_tflops=1",
 ]
 # A few quick steps of any config, for in-process runs.
-QUICK = [
+QUICK = [  # in bytes (V = 257): a GPT-2 head (V = 50,257) would be most of a nano run's time
     "model=nano",
-    *CORPUS_OVERRIDES,
+    "data=text",
+    f"data.files={CORPUS}",
+    "data.encoding=bytes",
     "trainer.max_steps=4",
     "trainer.batch_size=2",
     "trainer.eval_interval=2",

@@ -28,7 +28,7 @@ def start(tmp_path_factory):
     summary = train(compose(*over), overrides=over)
     assert summary.status.value == "finished"
     other = generated_corpus(root / "other.txt", seed=7)
-    data = ["data=text", f"data.files={other}", *([] if USE_GPT2 else ["data.encoding=bytes"])]
+    data = ["data=text", f"data.files={other}"]  # in QUICK's encoding (bytes)
     return root, root / "pre" / summary.run_id, summary, data
 
 
@@ -124,8 +124,8 @@ def test_untied_by_copy_head_training_leaves_the_embedding_bit_for_bit(start):
             "tie=false conflicts with init_from (tie=true): "
             "to untie a tied start use head.untie=copy",
         ),
-        pytest.param(  # the other tokenizer: GPT-2 when the start is byte-level (fresh clone)
-            ["data.encoding=bytes" if USE_GPT2 else "data.encoding=gpt2"],
+        pytest.param(  # the other tokenizer: GPT-2, where the start (QUICK) is byte-level
+            ["data.encoding=gpt2"],
             "fine-tune with the start's tokenizer",
             marks=[] if USE_GPT2 else needs_gpt2,
             id="another-tokenizer",
@@ -182,15 +182,14 @@ def test_an_interrupted_fine_tuning_run_resumes_to_the_same_numbers(start, tmp_p
 
 
 def test_a_hugging_face_gpt2_directory_starts_a_fine_tuning_run(start, tmp_path):
-    from conftest import VOCAB
-
     from tiedvsuntied.model.config import ModelConfig
     from tiedvsuntied.model.gpt import GPT
     from tiedvsuntied.model.hf import save_pretrained
 
-    _, _, _, data = start
+    _, _, started, data = start
+    shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=started.vocab_size)
     save_pretrained(
-        GPT(ModelConfig(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=VOCAB), seed=0),
+        GPT(ModelConfig(**shape), seed=0),
         tmp_path / "gpt2-like",
     )
     s, run_dir, evals, w = _finetune(tmp_path, tmp_path / "gpt2-like", data, "head.untie=copy")
