@@ -256,13 +256,18 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
     return sizes, [head == "true" for head in heads]
 
 
+def chosen_variants(args: argparse.Namespace) -> set[str]:
+    """The keys --variants names (empty: every variant)."""
+    return {k.strip() for k in args.variants.split(",") if k.strip()}
+
+
 def check_variants(args: argparse.Namespace) -> None:
     """--variants names known variants, and nanogpt only with --nanogpt."""
     keys = [v.key for v in [*VARIANTS, NANOGPT]]
-    unknown = [k for k in args.variants.split(",") if k.strip() and k.strip() not in keys]
+    unknown = sorted(chosen_variants(args) - set(keys))
     if unknown:
         raise BenchError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(keys)}")
-    if "nanogpt" in args.variants and not args.nanogpt:
+    if NANOGPT.key in chosen_variants(args) and not args.nanogpt:
         raise BenchError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
 
 
@@ -307,7 +312,7 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     if args.no_compile:
         eager = NANOGPT.variant.replace("compiled", "eager")
         nanogpt = dataclasses.replace(NANOGPT, variant=eager, compile=False)
-    chosen = {k.strip() for k in args.variants.split(",") if k.strip()}
+    chosen = chosen_variants(args)
     every = ours + ([nanogpt] if args.nanogpt else [])
     return [v for v in every if not chosen or v.key in chosen]
 
