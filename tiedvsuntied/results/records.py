@@ -28,11 +28,12 @@ import yaml
 class Status(str, Enum):
     """A run's state. ``diverged`` (NaN/inf loss) is a result of the study, not an error;
     ``interrupted`` (Ctrl-C, SIGTERM: a checkpoint was saved), ``failed`` (an exception) and
-    ``running`` (killed) runs resume when the command is run again."""
+    ``running`` (killed) runs resume when the command is run again. In the order the analysis
+    prefers a run's record when it finds the run twice: a finished rerun hides a failed try."""
 
-    running = "running"
     finished = "finished"
     diverged = "diverged"
+    running = "running"
     interrupted = "interrupted"
     failed = "failed"
 
