@@ -113,9 +113,7 @@ class RunSummary:
     wall_time_s: float | None = None
 
     def to_dict(self) -> dict:
-        d = {k: jsonable(v) for k, v in dataclasses.asdict(self).items()}
-        d["status"] = Status(self.status).value
-        return d
+        return jsonable({**dataclasses.asdict(self), "status": Status(self.status)})
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSummary:
