@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.model.config import canonical_init_std
-from tiedvsuntied.results.records import RunSummary, Status, current
+from tiedvsuntied.results.records import Role, RunSummary, Status, current
 from tiedvsuntied.train.config import KEYS, VARIANT
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
@@ -222,8 +222,10 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
     return filled
 
 
-# A document split's folds hold out other documents of one corpus: replicates, like seeds.
-_FOLD_KEYS = ("heldout_fold", "files", "manifest", "cache_dir", "num_threads")
+# A document split's folds hold out other documents of one corpus: replicates, like seeds. Its
+# design leaves out the fold, the manifest's path and the keys that only record how it was read.
+_DATA_RECORDED = [k for k, key in KEYS.items() if k.startswith("data.") and key.role is Role.record]
+_FOLD_KEYS = {"heldout_fold", "manifest", *(k.removeprefix("data.") for k in _DATA_RECORDED)}
 
 
 def _data_id(summary: Mapping[str, Any], data: Mapping[str, Any], vocab_size) -> str | None:
