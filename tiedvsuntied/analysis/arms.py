@@ -21,8 +21,7 @@ from tiedvsuntied.analysis.stats import (
     match,
     paired_interval,
     pairs,
-    seed_interval,
-    seed_method,
+    seed_summary,
 )
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.train.config import NEUTRAL
@@ -139,16 +138,10 @@ def interaction_interval(at_first: pd.Series, at_second: pd.Series) -> dict:
     """Tie effects per seed (Series indexed by seed) at two levels of a factor -> the mean of
     their difference over the seeds that have both, with :func:`seed_interval`'s t-interval."""
     diffs = at_first.sub(at_second).dropna()  # aligned by seed: NaN where a level lacks it
-    mean, low, high = seed_interval(diffs)
     return {
-        "n_seeds": len(diffs),
         "effect_first": at_first[diffs.index].mean(),
         "effect_second": at_second[diffs.index].mean(),
-        "diff": mean,
-        "low": low,
-        "high": high,
-        "method": seed_method(len(diffs), "differences of paired differences"),
-        "seed_diffs": diffs.tolist(),
+        **seed_summary(diffs, "differences of paired differences"),
     }
 
 

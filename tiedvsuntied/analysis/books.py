@@ -127,19 +127,23 @@ def _row(table: str, model: str, name: str, values: pd.Series) -> dict:
     return {"table": table, "model": model, "contrast": name, **row}
 
 
+def _by_contrast(table: pd.DataFrame):
+    """(model, table, contrast, its value per seed) of every contrast at each size of ``table``."""
+    for model in table.index.get_level_values("model").unique():
+        for name_table, name, combination in contrasts():
+            yield model, name_table, name, per_seed(table.loc[model], combination)
+
+
 def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every contrast of HYPOTHESES.md at each size on the test loss, with the noise floor
     (:func:`replicate_floor`) and ``primary``."""
     chosen = grid(runs)
     table, floors = wide(first_replicates(chosen)), replicate_floor(chosen)
-    rows = []
-    for model in table.index.get_level_values("model").unique():
-        for name_table, name, combination in contrasts():
-            row = _row(name_table, model, name, per_seed(table.loc[model], combination))
-            row["floor"] = floors.get((model, name), np.nan)
-            rows.append(row)
-    rows += size_interactions(table)
-    out = pd.DataFrame(rows)
+    rows = [
+        {**_row(name_table, model, name, values), "floor": floors.get((model, name), np.nan)}
+        for model, name_table, name, values in _by_contrast(table)
+    ]
+    out = pd.DataFrame(rows + size_interactions(table))
     out["primary"] = [
         (t, m, c) == PRIMARY for t, m, c in zip(out.table, out.model, out.contrast, strict=True)
     ]
@@ -169,15 +173,12 @@ def replicate_floor(chosen: pd.DataFrame) -> dict:
     again = chosen[chosen["replicate"].fillna(0) > 0]
     if again.empty:
         return {}
-    first, second = wide(first_replicates(chosen)), wide(again)
+    first = {(m, name): v for m, _, name, v in _by_contrast(wide(first_replicates(chosen)))}
     floors = {}
-    for model in second.index.get_level_values("model").unique():
-        for _, name, combination in contrasts():
-            delta = per_seed(second.loc[model], combination) - per_seed(
-                first.loc[model], combination
-            )
-            if delta.notna().any():
-                floors[(model, name)] = float(delta.abs().mean())
+    for model, _, name, values in _by_contrast(wide(again)):
+        delta = values - first[(model, name)]
+        if delta.notna().any():
+            floors[(model, name)] = float(delta.abs().mean())
     return floors
 
 

@@ -39,15 +39,18 @@ def dense_steps(run_history: pd.DataFrame) -> int:
     return int(gaps[0] if len(gaps) else len(steps))
 
 
-def loss_curve(run_history: pd.DataFrame, metric: str | None = None) -> tuple[str, pd.Series]:
-    """(metric, loss by step) of one run: ``metric``, else train/loss if dense, else val/loss."""
-    if metric is None:
-        dense = dense_steps(run_history) >= MIN_DENSE_STEPS
-        metric = "train/loss" if dense else "val/loss"
+def dense_metric(*histories: pd.DataFrame) -> str:
+    """train/loss where every one of ``histories`` logged it densely, else val/loss."""
+    dense = min(dense_steps(h) for h in histories) >= MIN_DENSE_STEPS
+    return "train/loss" if dense else "val/loss"
+
+
+def loss_curve(run_history: pd.DataFrame, metric: str) -> pd.Series:
+    """One run's ``metric`` by step."""
     if metric not in run_history:
-        return metric, pd.Series(dtype=float)
+        return pd.Series(dtype=float)
     logged = run_history[run_history[metric].notna()]
-    return metric, logged.groupby("step")[metric].last().astype(float)
+    return logged.groupby("step")[metric].last().astype(float)
 
 
 def first_below(loss: pd.Series, threshold) -> float:
@@ -59,25 +62,18 @@ def first_below(loss: pd.Series, threshold) -> float:
     return float(below.min()) if len(below) else np.nan
 
 
-def _arm_step(h: pd.DataFrame, arm_h: pd.DataFrame | None) -> tuple[str | None, float]:
-    """(metric both curves use: train/loss if both are dense, first step below the arm's curve)."""
-    if arm_h is None:
-        return None, np.nan
-    dense = min(dense_steps(h), dense_steps(arm_h)) >= MIN_DENSE_STEPS
-    metric = "train/loss" if dense else "val/loss"
-    return metric, first_below(loss_curve(h, metric)[1], loss_curve(arm_h, metric)[1])
-
-
 def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> dict:
     ln_v = math.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
-    metric, loss = loss_curve(h)
-    arm_metric, step_arm = _arm_step(h, arm_h)
+    metric, arm_metric, step_arm = dense_metric(h), None, np.nan
+    if arm is not None:  # on train/loss only where both runs logged it densely
+        arm_metric = dense_metric(h, arm_h)
+        step_arm = first_below(loss_curve(h, arm_metric), loss_curve(arm_h, arm_metric))
     return {
         **{c: run.get(c) for c in RUN_KEYS},
         "metric": metric,
         "last_step": int(h["step"].max()) if len(h) else np.nan,
         "ln_v": ln_v,
-        "step_below_ln_v": first_below(loss, ln_v),
+        "step_below_ln_v": first_below(loss_curve(h, metric), ln_v),
         "arm_run_id": None if arm is None else arm["run_id"],
         "arm_metric": arm_metric,
         "step_below_arm": step_arm,

@@ -228,13 +228,12 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
         for r, h in histories
         if not h.empty
     ]
+    columns = [*HISTORY_ID_COLUMNS, "step", "tokens"]
     if not parts:
-        return pd.DataFrame(columns=HISTORY_ID_COLUMNS + ["step", "tokens"])
+        return pd.DataFrame(columns=columns)
     history = pd.concat(parts, ignore_index=True)
-    if "tokens" not in history:
-        history["tokens"] = np.nan
-    metrics = sorted(c for c in history.columns if c not in HISTORY_ID_COLUMNS + ["step", "tokens"])
-    history = history[HISTORY_ID_COLUMNS + ["step", "tokens"] + metrics].astype({"tie": "boolean"})
+    metrics = sorted(set(history.columns) - set(columns))  # tokens: NaN where never logged
+    history = history.reindex(columns=columns + metrics).astype({"tie": "boolean"})
     history["seed"] = pd.to_numeric(history["seed"], errors="coerce").astype("Int64")
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
 

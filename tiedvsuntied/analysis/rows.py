@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.model.config import canonical_init_std
-from tiedvsuntied.results.records import RunSummary, current
+from tiedvsuntied.results.records import Role, RunSummary, Status, current
 from tiedvsuntied.train.config import KEYS, VARIANT
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
@@ -114,14 +114,7 @@ FLOAT_COLUMNS = [
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
 ] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
-STATUS_RANK = {
-    "finished": 0,
-    "diverged": 1,
-    "running": 2,
-    "interrupted": 3,
-    "failed": 4,
-    "unknown": 5,
-}
+STATUS_RANK = {status.value: rank for rank, status in enumerate(Status)}  # then "unknown"
 
 
 def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -229,8 +222,10 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
     return filled
 
 
-# A document split's folds hold out other documents of one corpus: replicates, like seeds.
-_FOLD_KEYS = ("heldout_fold", "files", "manifest", "cache_dir", "num_threads")
+# A document split's folds hold out other documents of one corpus: replicates, like seeds. Its
+# design leaves out the fold, the manifest's path and the keys that only record how it was read.
+_DATA_RECORDED = [k for k, key in KEYS.items() if k.startswith("data.") and key.role is Role.record]
+_FOLD_KEYS = {"heldout_fold", "manifest", *(k.removeprefix("data.") for k in _DATA_RECORDED)}
 
 
 def _data_id(summary: Mapping[str, Any], data: Mapping[str, Any], vocab_size) -> str | None:
@@ -239,21 +234,17 @@ def _data_id(summary: Mapping[str, Any], data: Mapping[str, Any], vocab_size) ->
     split's design without the fold (every fold of it is one corpus, held out another way)."""
     if data.get("split") == "document":
         design = {k: v for k, v in data.items() if k not in _FOLD_KEYS}
-        blob = json.dumps({"data": design, "vocab_size": vocab_size}, sort_keys=True, default=str)
-        return "docs-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
+        return "docs-" + _digest({"data": design, "vocab_size": vocab_size})
     if summary.get("data_fingerprint"):
         return str(summary["data_fingerprint"])[:12]
     if not data:
         return None
-    blob = json.dumps(
-        {
-            "data": {k: v for k, v in data.items() if "cache" not in str(k).lower()},
-            "vocab_size": vocab_size,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return "cfg-" + hashlib.sha1(blob.encode()).hexdigest()[:8]
+    uncached = {k: v for k, v in data.items() if "cache" not in str(k).lower()}
+    return "cfg-" + _digest({"data": uncached, "vocab_size": vocab_size})
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def run_row(
@@ -294,6 +285,9 @@ def run_row(
     return row
 
 
+_WANDB_STATES, _WANDB_FAILED = ("running", "finished"), ("crashed", "failed", "killed", "preempted")
+
+
 def wandb_run_row(
     config: Mapping[str, Any],
     summary: Mapping[str, Any],
@@ -323,14 +317,8 @@ def wandb_run_row(
         if values.get(ours) is None and summary.get(theirs) is not None:
             values[ours] = summary[theirs]
     values = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **values}
-    wb_state = {
-        "running": "running",
-        "finished": "finished",
-        "crashed": "failed",
-        "failed": "failed",
-        "killed": "failed",
-        "preempted": "failed",
-    }.get(str(state or "").lower())
+    state = str(state or "").lower()
+    wb_state = "failed" if state in _WANDB_FAILED else state if state in _WANDB_STATES else None
     if not values.get("status"):
         values["status"] = wb_state or "unknown"
     elif values["status"] == "running" and wb_state in ("failed", "finished"):

@@ -306,16 +306,15 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def with_floor(table: pd.DataFrame, floors: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """``table`` (rows per ``keys`` and ``point``) with the cell's noise ``floor`` there."""
+def with_floor(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (rows per CELL and ``point``) with the cell's noise ``floor`` there."""
     if floors.empty:
         return table.assign(floor=np.nan)
     long = floors.melt(
         id_vars=CELL, value_vars=list(FLOOR_COLUMNS.values()), var_name="point", value_name="floor"
     )
     long["point"] = long["point"].map({v: k for k, v in FLOOR_COLUMNS.items()})
-    long = long.groupby([*keys, "point"], dropna=False)["floor"].mean().reset_index()
-    return table.merge(long, on=[*keys, "point"], how="left")
+    return table.merge(long, on=[*CELL, "point"], how="left")
 
 
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
@@ -327,7 +326,7 @@ def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) 
         for point in points
     ]
     table = pd.DataFrame(rows, columns=[*CELL, "point", *INTERVAL_COLUMNS])
-    return with_floor(table, noise_floor(runs), CELL)
+    return with_floor(table, noise_floor(runs))
 
 
 # ----------------------------------------------------------------------------- tables as text

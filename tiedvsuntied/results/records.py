@@ -28,11 +28,12 @@ import yaml
 class Status(str, Enum):
     """A run's state. ``diverged`` (NaN/inf loss) is a result of the study, not an error;
     ``interrupted`` (Ctrl-C, SIGTERM: a checkpoint was saved), ``failed`` (an exception) and
-    ``running`` (killed) runs resume when the command is run again."""
+    ``running`` (killed) runs resume when the command is run again. In the order the analysis
+    prefers a run's record when it finds the run twice: a finished rerun hides a failed try."""
 
-    running = "running"
     finished = "finished"
     diverged = "diverged"
+    running = "running"
     interrupted = "interrupted"
     failed = "failed"
 
@@ -112,9 +113,7 @@ class RunSummary:
     wall_time_s: float | None = None
 
     def to_dict(self) -> dict:
-        d = {k: jsonable(v) for k, v in dataclasses.asdict(self).items()}
-        d["status"] = Status(self.status).value
-        return d
+        return jsonable({**dataclasses.asdict(self), "status": Status(self.status)})
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSummary:
