@@ -133,6 +133,15 @@ def test_h2_and_h5_are_paired_by_seed_against_d_sqrt_and_the_bigram(study):
     assert len(checks.loc["H5"]) == 2 * 8  # every arm at both sizes
 
 
+def test_the_count_baselines_are_a_mean_over_seeds_however_many_runs_a_seed_has(study):
+    bigram = {0: 5.5, 1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0}  # seed 0 also has the lr check's 12 runs
+    counts = {"test_bigram": study["seed"].map(bigram), "test_unigram": 7.0, "test_unseen": 0.0}
+    table = books.references(study.assign(**counts))
+    assert len(study[(study["model"] == "nano") & (study["seed"] == 0)]) > 10
+    assert table.loc["nano", "test_bigram"] == pytest.approx(5.1)
+    assert table.loc["micro", "test_bigram"] == pytest.approx(5.1)
+
+
 def test_text_variance_separates_books_within_a_seed_from_seed_means():
     rng = np.random.default_rng(1)
     effects = pd.DataFrame(
