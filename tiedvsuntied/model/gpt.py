@@ -1,14 +1,10 @@
-"""GPT-2 with a tied or untied output head and one explicit init table.
-
-Read top to bottom: blocks -> the init table -> GPT (build, tie, init, forward, gradient
-split) -> freezing for fine-tuning. Settings and their checks are in config.py, parameter
-accounting in accounting.py, the chunked loss in loss.py, Hugging Face import/export in hf.py.
+"""GPT-2 with a tied or untied output head and one explicit init table; read top to bottom:
+blocks, the init table, GPT (build, tie, init, forward, gradient split), freezing.
 
 Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wte`) and as
 `h @ Eᵀ` on the way out (`lm_head`). It is one nn.Parameter, so `named_parameters()` lists it
-once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
-are the study's two run keys and `head` the head's other options (config.HeadConfig): they are
-arguments of GPT, not fields of ModelConfig.
+once (as `transformer.wte.weight`) while `state_dict()` has both keys. The run keys `tie` and
+`init_std` and the `head` node are arguments of GPT, not fields of ModelConfig.
 """
 
 from __future__ import annotations
@@ -234,7 +230,7 @@ class GPT(nn.Module):
         self.tie = False
 
     def init_stds(self) -> dict[str, float]:
-        """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
+        """The number behind each std symbol of INIT_TABLE."""
         return dict(self._init_stds)
 
     def init_weights(self, seed: int | None = None) -> None:
@@ -265,12 +261,10 @@ class GPT(nn.Module):
     ):
         """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
 
-        With targets and return_logits=False the loss is the chunked cross-entropy of
-        loss.py, never more than `loss_chunk` rows of logits (logits come back as None);
-        loss_chunk None or 0 computes it from all the logits at once instead.
+        With targets and return_logits=False the loss is loss.py's chunked cross-entropy,
+        never more than `loss_chunk` rows of logits (None or 0: all the logits at once).
         `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
-        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
-        reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
+        fp32 gradients of the embedding matrix; the same dict sums over micro-batches."""
         T = idx.size(1)
         if self.config.block_size < T:
             raise ValueError(
@@ -333,8 +327,7 @@ parameter of its own (named_parameters lists the matrix once, as wte): nothing r
 
 
 def set_trainable(model: nn.Module, which: Trainable) -> dict[str, int]:
-    """Freeze all but ``which`` (config.Trainable). Returns {"trainable", "frozen"} unique
-    parameters."""
+    """Freeze all but ``which``; returns the {"trainable", "frozen"} unique parameters."""
     gpt = unwrap(model)
     emb = {id(gpt.transformer.wte.weight), id(gpt.transformer.wpe.weight)}
     chosen = {
