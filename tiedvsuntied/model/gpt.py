@@ -33,9 +33,6 @@ from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
 LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 
 
-# ----------------------------------------------------------------------------- blocks
-
-
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -80,8 +77,6 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x))  # pre-LN: the residual stream itself is never normalised
         return x + self.mlp(self.ln_2(x))
 
-
-# ----------------------------------------------------------------------------- init table
 
 # The one table of initial values: init_weights() applies it, its docstring is generated from
 # it, docs/model.md shows it, and tests/test_gpt.py measures every tensor against it.
@@ -137,9 +132,6 @@ def tensor_generator(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
-# ----------------------------------------------------------------------------- gradient split
-
-
 @torch.compiler.disable  # a hook on an intermediate breaks the graph: keep this bit eager
 def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
     """A view of w whose gradient is also added into store[side] (fp32) during backward."""
@@ -154,9 +146,6 @@ def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
         store[side].add_(grad)
     else:
         store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
-
-
-# ----------------------------------------------------------------------------- the model
 
 
 class GPT(nn.Module):
@@ -321,9 +310,6 @@ same seed gives a tied and an untied model the same body and the same wte, which
 exist and in whatever order, and the same values on any device. Tied, lm_head.weight is not a
 parameter of its own (named_parameters lists the matrix once, as wte): nothing re-inits it.
 """
-
-
-# ----------------------------------------------------------------------------- fine-tuning
 
 
 def set_trainable(model: nn.Module, which: Trainable) -> dict[str, int]:
