@@ -51,24 +51,21 @@ class ModelConfig:
     """GPT-2 body init; residual projections get body_init_std / sqrt(2 n_layer)"""
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-            if getattr(self, name) <= 0:
+        positive = (lambda v: v > 0, "> 0")
+        rules = {
+            **dict.fromkeys(("n_layer", "n_head", "n_embd", "block_size", "vocab_size"), positive),
+            "dropout": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+            "body_init_std": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+        }
+        for name, (ok, valid) in rules.items():
+            if not ok(getattr(self, name)):
                 raise ModelConfigError(
-                    f"model.{name}={getattr(self, name)!r} is invalid: it must be > 0"
+                    f"model.{name}={getattr(self, name)!r} is invalid: it must be {valid}"
                 )
         if self.n_embd % self.n_head:
             raise ModelConfigError(
                 f"model.n_head={self.n_head} is invalid: it must divide "
                 f"model.n_embd={self.n_embd} (each head gets n_embd / n_head dims)"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ModelConfigError(
-                f"model.dropout={self.dropout!r} is invalid: it must be in [0, 1)"
-            )
-        if not (math.isfinite(self.body_init_std) and self.body_init_std > 0):
-            raise ModelConfigError(
-                f"model.body_init_std={self.body_init_std!r} is invalid: "
-                "it must be a finite number > 0"
             )
         multiplier(self.emb_scale, self.n_embd, "model.emb_scale")
 
