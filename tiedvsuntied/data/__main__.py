@@ -37,7 +37,7 @@ def load_config(preset: str, overrides: Sequence[str] = ()) -> DataConfig:
         raise DataError(f"data.{getattr(e, 'full_key', '?')}: {str(e).splitlines()[0]}") from None
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tiedvsuntied.data",
         description="Prepare (tokenize + cache) a corpus; print its info as JSON.",
@@ -52,11 +52,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if "=" in args.preset:  # overrides only: the default preset
         args.overrides, args.preset = [args.preset, *args.overrides], "wikitext2"
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
     try:
         cfg = load_config(args.preset, args.overrides)
         with tempfile.TemporaryDirectory(prefix="tiedvsuntied-fresh-") as tmp:

@@ -85,8 +85,6 @@ def _count_pairs(tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.nd
 
 def fit(train_tokens: np.ndarray, vocab_size: int, *, discount: float = 0.75) -> CountModels:
     """Count unigrams and bigrams of ``train_tokens`` (1-D ints in [0, V), e.g. a memmap)."""
-    if vocab_size < 1:
-        raise DataError(f"vocab_size must be >= 1, got {vocab_size}")
     # D > 1 would take more than a pair's count; D = 0 would leave unseen pairs at probability 0.
     if not 0 < discount <= 1:
         raise DataError(f"discount must be in (0, 1], got {discount}")

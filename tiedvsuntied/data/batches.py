@@ -5,7 +5,9 @@ one would have; every evaluation reads the same evenly spaced windows of a split
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -14,10 +16,9 @@ from tiedvsuntied.data.config import DataError
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
 
 
-def _check_windows(tokens, block_size: int, batch_size: int) -> int:
+def _check_windows(tokens, block_size: int) -> int:
+    """len(tokens), where it holds a window (block_size, batch_size >= 1: the configs check)."""
     split = Path(str(getattr(tokens, "filename", None) or "split")).stem  # a memmap's file
-    if block_size < 1 or batch_size < 1:
-        raise DataError(f"block_size and batch_size must be >= 1, got {block_size}, {batch_size}")
     if len(tokens) < block_size + 1:
         raise DataError(
             f"split {split!r} has {len(tokens)} tokens, fewer than one window of "
@@ -35,29 +36,26 @@ def _windows(tokens, starts: np.ndarray, block_size: int):
     return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
 
+@dataclass(eq=False)
 class BatchSampler:
     """Training windows. Random: ``batch_size`` starts drawn uniformly (with replacement) by a
     generator seeded by (seed, step, micro) only. ``once``: the split cut into back-to-back
     windows taken in one seeded order, so no token is a target twice; asking past the last window
     is an error (``train.config.check_budget`` says so before training)."""
 
-    def __init__(
-        self,
-        tokens,
-        block_size: int,
-        batch_size: int,
-        seed: int = 0,
-        once: bool = False,
-        grad_accum: int = 1,
-    ):
-        self.n = _check_windows(tokens, block_size, batch_size)
-        if seed < 0:
-            raise DataError(f"seed must be >= 0, got {seed}")
-        self.tokens, self.block_size, self.batch_size = tokens, block_size, batch_size
-        self.seed, self.grad_accum, self.order = seed, grad_accum, None
-        if once:
-            seq = np.random.SeedSequence([_SAMPLER_STREAM, seed, 1])
-            windows = (self.n - 1) // block_size
+    tokens: Any
+    block_size: int
+    batch_size: int
+    seed: int = 0
+    once: bool = False
+    grad_accum: int = 1
+
+    def __post_init__(self):
+        self.n = _check_windows(self.tokens, self.block_size)
+        self.order = None
+        if self.once:
+            seq = np.random.SeedSequence([_SAMPLER_STREAM, self.seed, 1])
+            windows = (self.n - 1) // self.block_size
             self.order = np.random.Generator(np.random.PCG64(seq)).permutation(windows)
 
     def starts(self, step: int, micro: int = 0) -> np.ndarray:
@@ -74,9 +72,7 @@ class BatchSampler:
         return _windows(self.tokens, self.starts(step, micro), self.block_size)
 
 
-def eval_window_starts(
-    n_tokens: int, block_size: int, max_windows: int | None = None
-) -> np.ndarray:
+def eval_window_starts(n_tokens: int, block_size: int, max_windows: int | None = 0) -> np.ndarray:
     """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
     possible position; at most max_windows (None or <= 0: all that fit)."""
     fit = n_tokens // (block_size + 1)
@@ -87,12 +83,8 @@ def eval_window_starts(
     return np.arange(k, dtype=np.int64) * (n_tokens - block_size - 1) // (k - 1)
 
 
-def iter_eval_batches(
-    tokens, block_size: int, batch_size: int, max_windows: int | None = None
-) -> Iterator:
+def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: int = 0) -> Iterator:
     """(x, y) int64 batches over the same fixed windows every time; the last may be smaller."""
-    starts = eval_window_starts(
-        _check_windows(tokens, block_size, batch_size), block_size, max_windows
-    )
+    starts = eval_window_starts(_check_windows(tokens, block_size), block_size, max_windows)
     for i in range(0, len(starts), batch_size):
         yield _windows(tokens, starts[i : i + batch_size], block_size)

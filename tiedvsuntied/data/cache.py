@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,6 @@ from tiedvsuntied.data.sources import (
     check_data,
     iter_documents,
     load_encoding,
-    plain,
     split_streams,
     text_files,
 )
@@ -206,7 +206,7 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
 def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
     num_threads = cfg.num_threads if cfg.num_threads > 0 else len(os.sched_getaffinity(0))
     if cfg.source == Source.text:
-        source = f"text:{plain(cfg.files)}"
+        source = f"text:{cfg.files}"
     else:
         source = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
     docs = cfg.documents_mode()
@@ -271,32 +271,29 @@ def prepare_data(cfg: DataConfig) -> Corpus:
 # ------------------------------------------------------------------------------ the corpus
 
 
+@dataclass(eq=False)
 class Corpus:
     """A tokenized corpus: train/val/test token arrays, all opened (read-only memmaps) up front."""
 
-    def __init__(
-        self,
-        cfg: DataConfig,
-        enc: tiktoken.Encoding,
-        folder: Path,
-        key: str,
-        metas: dict[str, dict],
-        built: list[str],
-    ):
-        self.cfg, self.encoding, self.dir, self.key, self.built = cfg, enc, folder, key, built
-        self._meta = metas
+    cfg: DataConfig
+    encoding: tiktoken.Encoding
+    dir: Path
+    key: str
+    _meta: dict[str, dict]
+    built: list[str]  # the splits this process tokenized
+
+    def __post_init__(self):
         # Open everything now: an open mapping survives an unlink of the cache (POSIX). Each
         # file's size was checked against its metadata (read_entry), so the shape is its size.
         self._tokens = {
-            s: np.memmap(folder / f"{s}.bin", m["dtype"], "r") for s, m in metas.items()
+            s: np.memmap(self.dir / f"{s}.bin", m["dtype"], "r") for s, m in self._meta.items()
         }
-        self._freq = {s: np.load(folder / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
+        self._freq = {s: np.load(self.dir / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
         self._new_id = None
-        if cfg.vocab == Vocab.seen:  # renumbered copies in memory; the cache keeps the encoding's
+        if self.cfg.vocab == Vocab.seen:  # renumbered in memory; the cache keeps the encoding's
             seen = np.flatnonzero(sum(self._freq.values()))
-            self._new_id = np.zeros(
-                enc.n_vocab, dtype=np.uint16 if len(seen) <= 1 << 16 else np.int32
-            )
+            dtype = np.uint16 if len(seen) <= 1 << 16 else np.int32
+            self._new_id = np.zeros(self.encoding.n_vocab, dtype=dtype)
             self._new_id[seen] = np.arange(len(seen))
             self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
             self._raw_freq = self._freq

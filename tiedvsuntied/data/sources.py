@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tiktoken
@@ -72,13 +71,6 @@ _VAL_KEYS = ("validation", "valid", "val", "dev")
 _SPLIT_KEYS = {"train": "train", "test": "test"} | dict.fromkeys(_VAL_KEYS, "val")
 
 
-def plain(obj: Any) -> Any:
-    """OmegaConf containers (Hydra hands us DictConfig/ListConfig) -> plain python."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
-
-
 def _expand(value) -> list[Path]:
     """A path or list of paths, absolute; a folder stands for its ``*.txt`` files, by name."""
     out = []
@@ -94,7 +86,7 @@ def _expand(value) -> list[Path]:
 def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
     """data.files -> {"train": [paths], optionally "val"/"test": [paths]}, resolved against the
     working directory; with ``data.split=document``, dealt into folds (:func:`document_splits`)."""
-    files = plain(cfg.files)
+    files = cfg.files  # plain python: configs are made with OmegaConf.to_object
     if Split(cfg.split) == Split.document:
         if isinstance(files, dict):
             raise DataError(

@@ -1,12 +1,8 @@
-"""Parameter and FLOP accounting, from a config (no model built) or from a model.
+"""Parameter and FLOP accounting, from a config (no model built, no torch: the reading side
+uses it) or from a model, read duck-typed so that this module never imports GPT's.
 
-No torch here: the reading side counts the parameters of a run from its config. A model is
-read duck-typed (its `transformer.wte.weight`, `lm_head.weight`, `parameters()`), so this
-module never needs to import the one that defines GPT.
-
-How the tied matrix counts: it is one Parameter, used twice (lookup and head), so it counts
-once, as the embedding; "head" is 0 when tied. GPT-2 small is 124,439,808 tied and
-163,037,184 untied (the difference is one 50257 x 768 matrix).
+The tied matrix is one Parameter used twice (lookup and head): it counts once, as the embedding,
+and "head" is 0 when tied. GPT-2 small is 124,439,808 tied and 163,037,184 untied.
 """
 
 from __future__ import annotations
@@ -36,9 +32,8 @@ def block_parameters(cfg: ModelConfig) -> dict[str, int]:
 
 
 def count_parameters_for(cfg, tie: bool = True) -> dict[str, int]:
-    """count_parameters of a model that is never built: from the shapes alone, so GPT-2 XL
-    costs nothing and no torch is needed. Agrees with count_parameters(GPT(cfg, tie=tie))
-    (tested); {"total", "embedding", "position", "head", "non_embedding"}."""
+    """count_parameters of a model that is never built, from the shapes alone (GPT-2 XL costs
+    nothing); it agrees with count_parameters(GPT(cfg, tie=tie)) (tested)."""
     cfg = as_model_config(cfg)
     d = cfg.n_embd
     ln_f = d + int(cfg.bias) * d
@@ -52,11 +47,9 @@ def count_parameters_for(cfg, tie: bool = True) -> dict[str, int]:
 
 
 def count_parameters(model) -> dict[str, int]:
-    """Unique parameters of a (compiled or DDP-wrapped) GPT: the tied matrix counts once.
-
-    {"total", "embedding" (wte), "position" (wpe), "head" (lm_head; 0 when tied),
-     "non_embedding"}. `parameters()` lists a shared Parameter once, so the total is the
-    unique count; the parts are asserted to sum to it (as nanochat's accounting does)."""
+    """Unique parameters of a (compiled or DDP-wrapped) GPT: {"total", "embedding" (wte),
+    "position" (wpe), "head" (lm_head; 0 when tied), "non_embedding"}. `parameters()` lists a
+    shared Parameter once; the parts are asserted to sum to it (as nanochat's accounting does)."""
     gpt = unwrap(model)
     parts = {
         "embedding": gpt.transformer.wte.weight.numel(),
@@ -83,10 +76,7 @@ def flops_per_token(model_or_cfg) -> float:
     - the attention term is QKᵀ and AV over a full block_size context (causal masking not
       discounted). Tied and untied models therefore have the same FLOPs per token.
     Accepts a model (anything with `parameters()`) or a ModelConfig / mapping."""
-    if hasattr(model_or_cfg, "parameters"):
-        cfg, counts = unwrap(model_or_cfg).config, count_parameters(model_or_cfg)
-    else:
-        cfg = as_model_config(model_or_cfg)
-        counts = count_parameters_for(cfg)
-    n_matmul = counts["non_embedding"] + cfg.vocab_size * cfg.n_embd
+    cfg = unwrap(model_or_cfg).config if hasattr(model_or_cfg, "parameters") else model_or_cfg
+    cfg = as_model_config(cfg)
+    n_matmul = count_parameters_for(cfg)["non_embedding"] + cfg.vocab_size * cfg.n_embd
     return float(6 * n_matmul + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size)

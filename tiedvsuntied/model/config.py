@@ -1,9 +1,6 @@
 """The model's settings and their checks: ModelConfig (the architecture), HeadConfig (the
-output head), the init-std spellings, check_config.
-
-No torch here: the reading side (results, analysis, figures) imports this module to name
-runs and count parameters without loading torch. Each field's role in a run's identity is
-declared beside it (results.records.option); errors are one line naming the key.
+output head), the init-std spellings, check_config. No torch: the reading side imports this to
+name runs and count parameters. Errors are one line naming the key.
 """
 
 from __future__ import annotations
@@ -54,24 +51,21 @@ class ModelConfig:
     """GPT-2 body init; residual projections get body_init_std / sqrt(2 n_layer)"""
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-            if getattr(self, name) <= 0:
+        positive = (lambda v: v > 0, "> 0")
+        rules = {
+            **dict.fromkeys(("n_layer", "n_head", "n_embd", "block_size", "vocab_size"), positive),
+            "dropout": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+            "body_init_std": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+        }
+        for name, (ok, valid) in rules.items():
+            if not ok(getattr(self, name)):
                 raise ModelConfigError(
-                    f"model.{name}={getattr(self, name)!r} is invalid: it must be > 0"
+                    f"model.{name}={getattr(self, name)!r} is invalid: it must be {valid}"
                 )
         if self.n_embd % self.n_head:
             raise ModelConfigError(
                 f"model.n_head={self.n_head} is invalid: it must divide "
                 f"model.n_embd={self.n_embd} (each head gets n_embd / n_head dims)"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ModelConfigError(
-                f"model.dropout={self.dropout!r} is invalid: it must be in [0, 1)"
-            )
-        if not (math.isfinite(self.body_init_std) and self.body_init_std > 0):
-            raise ModelConfigError(
-                f"model.body_init_std={self.body_init_std!r} is invalid: "
-                "it must be a finite number > 0"
             )
         multiplier(self.emb_scale, self.n_embd, "model.emb_scale")
 
@@ -96,9 +90,8 @@ class Trainable(str, Enum):
 @dataclass
 class HeadConfig:
     """The Hydra ``head`` node: what kind of output head, beside the two top-level run keys a
-    sweep varies, ``tie`` (one matrix for wte and lm_head, or two) and ``init_std`` (their
-    std). Construction checks every field; :meth:`init_stds` and :meth:`scale` check what
-    needs ``tie`` too. Every field is a variant: runs that differ in it are labelled apart."""
+    sweep varies, ``tie`` and ``init_std``. :meth:`init_stds` and :meth:`scale` check what needs
+    ``tie`` too. Every field is a variant: runs that differ in it are labelled apart."""
 
     untie_at: float | None = option(None, neutral=None)
     """scheduled untying: tied until this step (>= 1) or fraction of training (< 1), then the
@@ -156,15 +149,9 @@ def canonical_init_std(value, key: str = "init_std") -> str:
     """The one spelling of an init std: '1', '1.0', '1e0' -> '1.0'; 'd^-0.5' -> 'inv_sqrt_d'.
 
     It names the run (run identity): never change what it returns for a given value."""
-    text = str(value).strip()
-    if text in INV_SQRT_D:
+    if str(value).strip() in INV_SQRT_D:
         return "inv_sqrt_d"
-    try:
-        if isinstance(value, bool):  # float(True) is 1.0: a bool is a mistake, not a number
-            raise ValueError
-        std = float(text)
-    except ValueError:
-        std = float("nan")
+    std = _number(value, {})
     if not (math.isfinite(std) and (std > 0 or (std == 0 and key in ZERO_OK))):
         bound = ">= 0" if key in ZERO_OK else "> 0"
         raise ModelConfigError(
@@ -201,22 +188,26 @@ def init_std_note(value, n_embd: int, key: str = "init_std") -> str | None:
 
 
 def init_std_notes(n_embd: int, init_std, head: HeadConfig) -> list[str]:
-    """init_std_note of init_std and of the head's init-std overrides that are set: what the
-    trainer logs once per run."""
+    """init_std_note of init_std and of the head's overrides that are set (logged once a run)."""
     given = {"init_std": init_std, "head.emb_init_std": head.emb_init_std}
     given["head.init_std"] = head.init_std
     notes = (init_std_note(v, n_embd, k) for k, v in given.items() if v is not None)
     return [note for note in notes if note]
 
 
+def _number(value, named: dict[str, float]) -> float:
+    """``value`` as a float or one of ``named``; NaN (which the caller refuses) where it is no
+    number. float(True) is 1.0, but a bool is a mistake, not a number."""
+    text = str(value).strip()
+    try:
+        return named[text] if text in named else float("nan" if isinstance(value, bool) else text)
+    except ValueError:
+        return float("nan")
+
+
 def multiplier(value, n_embd: int, name: str) -> float:
     """A multiplier as a number: a number > 0, inv_sqrt_d or sqrt_d (of the width n_embd)."""
-    text = str(value).strip()
-    named = {"inv_sqrt_d": n_embd**-0.5, "sqrt_d": n_embd**0.5}
-    try:
-        number = named[text] if text in named else float(text)
-    except ValueError:
-        number = float("nan")
+    number = _number(value, {"inv_sqrt_d": n_embd**-0.5, "sqrt_d": n_embd**0.5})
     if not (math.isfinite(number) and number > 0):
         raise ModelConfigError(
             f"{name}={value!r} is invalid: give a number > 0, inv_sqrt_d or sqrt_d"
@@ -239,8 +230,7 @@ def check_config(
     cfg: ModelConfig, *, tie: bool = True, init_std="0.02", head: HeadConfig | None = None
 ) -> dict[str, float]:
     """The checks that need the run keys tie and init_std and the head besides the model's own
-    fields. Raises ModelConfigError (one line naming the key); returns the init stds by
-    init-table symbol: {"emb", "head", "body", "resid"}. Allocates nothing."""
+    fields; returns the init stds by init-table symbol. Allocates nothing."""
     cfg, head = as_model_config(cfg), head or HeadConfig()
     cfg.__post_init__()  # again: a field may have been set after construction
     if not isinstance(tie, bool):  # a string 'false' would be truthy

@@ -1,14 +1,10 @@
-"""GPT-2 with a tied or untied output head and one explicit init table.
-
-Read top to bottom: blocks -> the init table -> GPT (build, tie, init, forward, gradient
-split) -> freezing for fine-tuning. Settings and their checks are in config.py, parameter
-accounting in accounting.py, the chunked loss in loss.py, Hugging Face import/export in hf.py.
+"""GPT-2 with a tied or untied output head and one explicit init table; read top to bottom:
+blocks, the init table, GPT (build, tie, init, forward, gradient split), freezing.
 
 Tying means one (V, d) matrix used twice: as the lookup table on the way in (`wte`) and as
 `h @ Eᵀ` on the way out (`lm_head`). It is one nn.Parameter, so `named_parameters()` lists it
-once (as `transformer.wte.weight`) while `state_dict()` has both keys. `tie` and `init_std`
-are the study's two run keys and `head` the head's other options (config.HeadConfig): they are
-arguments of GPT, not fields of ModelConfig.
+once (as `transformer.wte.weight`) while `state_dict()` has both keys. The run keys `tie` and
+`init_std` and the `head` node are arguments of GPT, not fields of ModelConfig.
 """
 
 from __future__ import annotations
@@ -35,9 +31,6 @@ from tiedvsuntied.model.config import (
 from tiedvsuntied.model.loss import IGNORE_INDEX, chunked_cross_entropy
 
 LN_EPS = 1e-5  # GPT-2's layer_norm_epsilon
-
-
-# ----------------------------------------------------------------------------- blocks
 
 
 class CausalSelfAttention(nn.Module):
@@ -84,8 +77,6 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x))  # pre-LN: the residual stream itself is never normalised
         return x + self.mlp(self.ln_2(x))
 
-
-# ----------------------------------------------------------------------------- init table
 
 # The one table of initial values: init_weights() applies it, its docstring is generated from
 # it, docs/model.md shows it, and tests/test_gpt.py measures every tensor against it.
@@ -141,9 +132,6 @@ def tensor_generator(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
-# ----------------------------------------------------------------------------- gradient split
-
-
 @torch.compiler.disable  # a hook on an intermediate breaks the graph: keep this bit eager
 def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
     """A view of w whose gradient is also added into store[side] (fp32) during backward."""
@@ -158,9 +146,6 @@ def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
         store[side].add_(grad)
     else:
         store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
-
-
-# ----------------------------------------------------------------------------- the model
 
 
 class GPT(nn.Module):
@@ -234,7 +219,7 @@ class GPT(nn.Module):
         self.tie = False
 
     def init_stds(self) -> dict[str, float]:
-        """The number behind each std symbol of INIT_TABLE: {"emb", "head", "body", "resid"}."""
+        """The number behind each std symbol of INIT_TABLE."""
         return dict(self._init_stds)
 
     def init_weights(self, seed: int | None = None) -> None:
@@ -265,12 +250,10 @@ class GPT(nn.Module):
     ):
         """idx (B, T) int64 -> (logits (B, T, V) fp32 or None, loss or None).
 
-        With targets and return_logits=False the loss is the chunked cross-entropy of
-        loss.py, never more than `loss_chunk` rows of logits (logits come back as None);
-        loss_chunk None or 0 computes it from all the logits at once instead.
+        With targets and return_logits=False the loss is loss.py's chunked cross-entropy,
+        never more than `loss_chunk` rows of logits (None or 0: all the logits at once).
         `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
-        fp32 gradients of the embedding matrix; pass the same dict to sum over micro-batches.
-        reduction "none": the per-token losses (B, T) instead of their mean (evaluation)."""
+        fp32 gradients of the embedding matrix; the same dict sums over micro-batches."""
         T = idx.size(1)
         if self.config.block_size < T:
             raise ValueError(
@@ -329,12 +312,8 @@ parameter of its own (named_parameters lists the matrix once, as wte): nothing r
 """
 
 
-# ----------------------------------------------------------------------------- fine-tuning
-
-
 def set_trainable(model: nn.Module, which: Trainable) -> dict[str, int]:
-    """Freeze all but ``which`` (config.Trainable). Returns {"trainable", "frozen"} unique
-    parameters."""
+    """Freeze all but ``which``; returns the {"trainable", "frozen"} unique parameters."""
     gpt = unwrap(model)
     emb = {id(gpt.transformer.wte.weight), id(gpt.transformer.wpe.weight)}
     chosen = {

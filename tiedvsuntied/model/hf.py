@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,20 +40,12 @@ def _pretrained_dir(path_or_name) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        patterns = [
-            "config.json",
-            "model.safetensors",
-            "model.safetensors.index.json",
-            "model-*.safetensors",
-        ]
-        # A short metadata timeout: an unreachable Hub fails in seconds.
-        directory = Path(snapshot_download(name, allow_patterns=patterns, etag_timeout=5))
+        # safetensors (one file or shards with their index), else the original pytorch_model.bin;
+        # a short metadata timeout: an unreachable Hub fails in seconds
+        get = partial(snapshot_download, name, etag_timeout=5)
+        directory = Path(get(allow_patterns=["config.json", "model*.safetensors*"]))
         if not any(directory.glob("*.safetensors")):
-            directory = Path(
-                snapshot_download(
-                    name, allow_patterns=["config.json", "pytorch_model.bin"], etag_timeout=5
-                )
-            )
+            directory = Path(get(allow_patterns=["config.json", "pytorch_model.bin"]))
         return directory
     except Exception as e:
         raise OSError(
@@ -163,17 +156,12 @@ def from_pretrained(path_or_name, tie: bool = True, **overrides) -> GPT:
 
     with torch.device("meta"):  # every tensor is about to be loaded: skip the init
         model = GPT(cfg, tie=tie)
-    model.to_empty(device="cpu")
-    missing, unexpected = (
-        sorted(set(model.state_dict()) - set(sd)),
-        sorted(set(sd) - set(model.state_dict())),
-    )
+    missing, unexpected = model.to_empty(device="cpu").load_state_dict(sd, strict=False)
     if missing or unexpected:
         raise ValueError(
-            f"{directory}: weights do not fit this model: missing keys {missing}, "
-            f"unexpected keys {unexpected}"
+            f"{directory}: weights do not fit this model: missing keys {sorted(missing)}, "
+            f"unexpected keys {sorted(unexpected)}"
         )
-    model.load_state_dict(sd, strict=True)
     return model
 
 

@@ -52,11 +52,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n_valid = (targets != IGNORE_INDEX).sum()
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         grad_x = torch.zeros_like(x, dtype=x_dtype) if compute_grad else None
-        grad_w = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-            if compute_grad
-            else None
-        )
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if compute_grad else None
         # One fp32 buffer for all chunks, and in-place softmax: on a CPU, fresh (rows, V)
         # allocations cost more than the arithmetic on them.
         buf = (
