@@ -5,9 +5,8 @@ numbers are :mod:`tiedvsuntied.analysis.books`'."""
 
 from __future__ import annotations
 
+import functools
 import itertools
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -40,6 +39,10 @@ def is_books(runs: pd.DataFrame) -> bool:
     return "heldout_fold" in runs and runs["heldout_fold"].notna().any()
 
 
+NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
+books_figure = functools.partial(style.figure, needs=NEEDS)
+
+
 def _cell(ax, x: float, values: pd.Series, arm: dict, label: str | None = None) -> None:
     """Per-seed dots, and the mean with its t-interval over seeds."""
     values = values.dropna()
@@ -59,15 +62,13 @@ def _references(ax, runs: pd.DataFrame) -> None:
             ax.annotate(name, (1.0, value), fontsize=6, color=style.REF_COLOR, **where)
 
 
-@style.figure("books_fig1_loss", "second edition: test loss per arm and init std, count baselines")
+@books_figure("books_fig1_loss", "second edition: test loss per arm and init std, count baselines")
 def fig_loss(runs: pd.DataFrame):
     """One panel per size: each arm's test loss (final weights) at each init std, per seed and
     as the mean with its t-interval; the bigram and unigram count models as lines."""
-    chosen = first_replicates(books.grid(runs)) if is_books(runs) else runs.iloc[:0]
+    chosen = first_replicates(books.grid(runs))
     models = [m for m in style.model_order(runs) if m in set(chosen["model"])]
     fig, axes = style.new_figure(1, max(len(models), 1), 2.4, sharey=False)
-    if not is_books(runs):
-        return style.nothing_to_draw(fig, NOT_BOOKS)
     if chosen.empty:
         return style.nothing_to_draw(fig, "no finished runs at their arm's chosen lr")
     labelled = set()  # each arm once in the legend, wherever it first appears
@@ -94,16 +95,14 @@ def fig_loss(runs: pd.DataFrame):
     return fig
 
 
-@style.figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
+@books_figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
 def fig_contrasts(runs: pd.DataFrame):
     """Tables A, B and C as one forest plot: per-seed values, mean, t-interval, floor band; the
     primary contrast marked [PRIMARY] and drawn thick."""
-    table = books.contrast_table(runs) if is_books(runs) else pd.DataFrame({"n_seeds": []})
+    table = books.contrast_table(runs)
     table = table[table["n_seeds"] > 0]
     fig, axes = style.new_figure(1, 1, 0.22 * max(len(table), 4), width=7.0)
     ax = axes[0][0]
-    if not is_books(runs):
-        return style.nothing_to_draw(fig, NOT_BOOKS)
     if table.empty:
         return style.nothing_to_draw(fig, "no contrast has a pair of runs yet")
     for y, row in enumerate(table.itertuples()):
@@ -128,13 +127,11 @@ def fig_contrasts(runs: pd.DataFrame):
     return fig
 
 
-@style.figure("books_fig3_lr", "second edition: the learning-rate check, per arm")
+@books_figure("books_fig3_lr", "second edition: the learning-rate check, per arm")
 def fig_lr(runs: pd.DataFrame):
     """Final validation loss against the embedding-side multiplier (nano, seed 0), per arm;
     the chosen multiplier circled."""
     fig, axes = style.new_figure(1, len(books.STDS), 2.2, sharey=False)
-    if not is_books(runs):
-        return style.nothing_to_draw(fig, NOT_BOOKS)
     check = books.lr_check(runs)
     if check.empty:
         return style.nothing_to_draw(fig, "no lr-check runs (nano, seed 0)")
@@ -157,18 +154,14 @@ def fig_lr(runs: pd.DataFrame):
     return fig
 
 
-@style.figure("books_fig4_per_book", "second edition: the primary contrast on each held-out book")
+@books_figure("books_fig4_per_book", "second edition: the primary contrast on each held-out book")
 def fig_per_book(runs: pd.DataFrame):
     """Tied − untied at init 0.02, per held-out book (dots), per seed (its own books), with the
     seed's mean: how much of the effect's spread is the text."""
     combination = dict(books.contrasts()[0][2])  # table A, init 0.02: the primary's cells
-    effects = books.book_effects(runs, combination) if is_books(runs) else pd.DataFrame()
-    models = [
-        m for m in style.model_order(runs) if not effects.empty and m in set(effects["model"])
-    ]
+    effects = books.book_effects(runs, combination)
+    models = [m for m in style.model_order(runs) if m in set(effects.get("model", []))]
     fig, axes = style.new_figure(1, max(len(models), 1), 2.2, sharey=True)
-    if not is_books(runs):
-        return style.nothing_to_draw(fig, NOT_BOOKS)
     if not models:
         return style.nothing_to_draw(fig, "no per-book losses of paired tied/untied runs at 0.02")
     for ax, model in zip(axes[0], models, strict=False):
@@ -193,7 +186,12 @@ def fig_per_book(runs: pd.DataFrame):
     return fig
 
 
-def write_book_tables(runs: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+@style.table(
+    "books_tables",
+    "second edition: contrasts, count baselines, lr check, text variance (md)",
+    needs=NEEDS,
+)
+def write_book_tables(runs: pd.DataFrame) -> dict[str, str]:
     """``books_tables.md``: the contrasts (A, B, C; the primary marked), the count baselines and
     unseen share per size, the lr check and its choice, and the text's variance component."""
     contrasts = books.contrast_table(runs)
@@ -219,15 +217,4 @@ def write_book_tables(runs: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         if not effects.empty
         else "no per-book losses yet",
     ]
-    return style.write_texts(out_dir, {"books_tables.md": "\n\n".join(parts) + "\n"})
-
-
-def _write_tables(results, out_dir, formats):
-    if not is_books(results.runs):
-        return [], SimpleNamespace(empty=NOT_BOOKS)
-    return write_book_tables(results.runs, out_dir), None
-
-
-style.REGISTRY["books_tables"] = style.Output(
-    "second edition: contrasts, count baselines, lr check, text variance (md)", _write_tables
-)
+    return {"books_tables.md": "\n\n".join(parts) + "\n"}

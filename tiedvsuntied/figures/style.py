@@ -17,6 +17,7 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Sequence
 from inspect import signature
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -77,10 +78,16 @@ Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
 
-def figure(name: str, description: str, mixed_data: bool = False) -> Callable:
+def _tables(func: Callable, results: Results) -> list[pd.DataFrame]:
+    """The Results tables ``func`` reads: those its parameters name."""
+    return [getattr(results, p) for p in signature(func).parameters if p in ("runs", "history")]
+
+
+def figure(name: str, description: str, mixed_data: bool = False, needs=None) -> Callable:
     """Register a figure function as output ``name``: called with the Results tables its
-    parameters without a default name, under STYLE (never the global rcParams), on runs of one
-    dataset unless ``mixed_data``, its tables with a ``setting`` column, and then captioned."""
+    parameters name, under STYLE (never the global rcParams), on runs of one dataset unless
+    ``mixed_data``, its tables with a ``setting`` column, and then captioned. ``needs``: (a test
+    of the runs, why nothing is drawn when they fail it)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -90,17 +97,44 @@ def figure(name: str, description: str, mixed_data: bool = False) -> Callable:
             if not mixed_data:
                 require_single_data(runs, name)
             with rc_context(STYLE):
-                fig = func(with_setting(runs), *map(with_setting, args), **kwargs)
+                if needs and not needs[0](runs):
+                    fig = nothing_to_draw(new_figure(1, 1, 2.2)[0], needs[1])
+                else:
+                    fig = func(with_setting(runs), *map(with_setting, args), **kwargs)
                 finish(fig, runs)
             return fig
 
         def write(results: Results, out_dir: Path, formats: Sequence[str]):
-            uses = [p for p, v in signature(func).parameters.items() if v.default is v.empty]
-            fig = styled(*(getattr(results, table) for table in uses))
+            fig = styled(*_tables(func, results))
             return ([] if fig.empty else save_figure(fig, out_dir, name, formats)), fig
 
         REGISTRY[name] = Output(description, write)
         return styled
+
+    return register
+
+
+def table(name: str, description: str, needs=None) -> Callable:
+    """Register ``func`` (the tables its parameters name -> {file name: text}) as output
+    ``name``; it becomes ``func(out_dir, ...)``, which writes the files and returns their paths.
+    ``needs``: as in :func:`figure` (a notebook calling ``func`` checks it itself)."""
+
+    def register(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def write_files(out_dir: str | Path, *args, **kwargs) -> list[Path]:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            texts = func(*args, **kwargs)
+            for file, text in texts.items():
+                Path(out_dir, file).write_text(text)
+            return [Path(out_dir, file) for file in texts]
+
+        def write(results: Results, out_dir: Path, formats: Sequence[str]):
+            if needs and not needs[0](results.runs):
+                return [], SimpleNamespace(empty=needs[1])
+            return write_files(out_dir, *_tables(func, results)), None
+
+        REGISTRY[name] = Output(description, write)
+        return write_files
 
     return register
 
@@ -348,9 +382,7 @@ def size_handles(runs: pd.DataFrame, models: Sequence[str]) -> list:
     ]
 
 
-def save_figure(
-    fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
-) -> list[Path]:
+def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str]) -> list[Path]:
     """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; return the paths."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [Path(out_dir, f"{name}.{fmt}") for fmt in formats]
@@ -358,14 +390,6 @@ def save_figure(
         for path in paths:
             fig.savefig(path, bbox_inches="tight", pad_inches=0.03, dpi=STYLE["savefig.dpi"])
     return paths
-
-
-def write_texts(out_dir: str | Path, texts: dict[str, str]) -> list[Path]:
-    """Write each of ``texts`` (file name -> text) in ``out_dir``; return the paths."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
-        Path(out_dir, name).write_text(text)
-    return [Path(out_dir, name) for name in texts]
 
 
 def print_notes(fig: Figure | None, indent: str = "") -> None:
@@ -377,9 +401,7 @@ def print_notes(fig: Figure | None, indent: str = "") -> None:
             print(f"{indent}{head}: {plain}")
 
 
-def publish(
-    fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str] = ("pdf", "png")
-) -> Figure:
+def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str]) -> Figure:
     """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out;
     a figure with nothing drawn (``fig.empty``) is shown, not written, and says why."""
     if fig.empty:

@@ -5,8 +5,6 @@ ln V and below the d^-0.5 arm, under a line that says what the runs are)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from tiedvsuntied.analysis.arms import arms_table, best_lr_comparison, interaction_table
@@ -16,24 +14,17 @@ from tiedvsuntied.analysis.theory import parameter_table
 from tiedvsuntied.figures import style
 
 
-def write_param_tables(out_dir: str | Path, runs: pd.DataFrame | None = None) -> list[Path]:
-    """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` in ``out_dir`` (counts
-    with thousands separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
+@style.table("table_params", "parameters of every named size, tied and untied (md, tex)")
+def write_param_tables(runs: pd.DataFrame | None = None) -> dict[str, str]:
+    """:func:`analysis.parameter_table` as ``table_params.md`` and ``.tex`` (counts with thousands
+    separators), for the runs' vocabulary when they share one, else GPT-2's 50257."""
     vocab = runs["vocab_size"].dropna().unique() if runs is not None else []
     table = parameter_table(int(vocab[0]) if len(vocab) == 1 else 50257)
     table = table.rename(columns=lambda c: c.replace("_", " "))
     thousands = {c: "{:,}".format for c in table.columns[5:-1]}
     tex = table.to_latex(index=False, float_format="%.3f", formatters=thousands)
     md = table.to_markdown(index=False, intfmt=",") + "\n"
-    return style.write_texts(
-        out_dir, {"table_params.md": md, "table_params.tex": tex.replace(",", "{,}")}
-    )
-
-
-style.REGISTRY["table_params"] = style.Output(
-    "parameters of every named size, tied and untied (md, tex)",
-    lambda results, out_dir, formats: (write_param_tables(out_dir, results.runs), None),
-)
+    return {"table_params.md": md, "table_params.tex": tex.replace(",", "{,}")}
 
 
 def interaction_text(runs: pd.DataFrame) -> str:
@@ -53,7 +44,12 @@ def interaction_text(runs: pd.DataFrame) -> str:
     return "\n\n".join(parts)
 
 
-def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
+@style.table(
+    "table_paired",
+    "tied − untied per cell with the noise floor, the interactions; with a learning-rate grid "
+    "each arm at its best lr; with more arms, each against the tied one (md)",
+)
+def write_tables(runs: pd.DataFrame) -> dict[str, str]:
     """``table_paired.md`` (every cell, final and best, with the noise floor),
     ``table_interaction.md``, and where the runs have them ``table_classic.md`` (each arm at its
     own best learning rate) and ``table_arms.md`` (every arm against the tied one)."""
@@ -67,14 +63,7 @@ def write_tables(out_dir: str | Path, runs: pd.DataFrame) -> list[Path]:
     arms = arms_table(runs)
     if len(arms) and not set(arms["arm"]) <= {"untied"}:  # arms beyond tied, untied (as paired)
         texts["table_arms.md"] = markdown(arms)
-    return style.write_texts(out_dir, {name: text + "\n" for name, text in texts.items()})
-
-
-style.REGISTRY["table_paired"] = style.Output(
-    "tied − untied per cell with the noise floor, the interactions; with a learning-rate grid "
-    "each arm at its best lr; with more arms, each against the tied one (md)",
-    lambda results, out_dir, formats: (write_tables(out_dir, results.runs), None),
-)
+    return {name: text + "\n" for name, text in texts.items()}
 
 
 def _steps_text(row: pd.Series, col: str) -> str:
@@ -107,7 +96,8 @@ def _early_runs(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
+@style.table("table_early", "first step below ln V and below the d^-0.5 arm, per cell and run (md)")
+def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, str]:
     """``table_early.md``: per cell, the first step below ln V and below the d^-0.5 arm
     (analysis.early_steps; median [range] over seeds), then every run's; the first lines say what
     the runs are (style.describe_runs) and how the steps were read."""
@@ -127,36 +117,21 @@ def early_text(runs: pd.DataFrame, history: pd.DataFrame) -> str:
         }
     )
     metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
-    return "\n".join(
-        [
-            style.describe_runs(runs),
-            "",
-            "First training step whose loss is below ln V, and below the loss of the run's "
-            "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
-            "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
-            "train/loss where it was logged at every step from step 1, else val/loss "
-            f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
-            "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
-            "out.",
-            "",
-            shown.to_markdown(index=False) if len(shown) else "No runs.",
-            "",
-            "## Every run",
-            "",
-            _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
-        ]
-    )
-
-
-def write_early_table(out_dir: str | Path, runs: pd.DataFrame, history: pd.DataFrame) -> Path:
-    """:func:`early_text` as ``table_early.md`` in ``out_dir``."""
-    return style.write_texts(out_dir, {"table_early.md": early_text(runs, history) + "\n"})[0]
-
-
-style.REGISTRY["table_early"] = style.Output(
-    "first step below ln V and below the d^-0.5 arm, per cell and run (md)",
-    lambda results, out_dir, formats: (
-        [write_early_table(out_dir, results.runs, results.history)],
-        None,
-    ),
-)
+    parts = [
+        style.describe_runs(runs),
+        "",
+        "First training step whose loss is below ln V, and below the loss of the run's "
+        "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
+        "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
+        "train/loss where it was logged at every step from step 1, else val/loss "
+        f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
+        "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
+        "out.",
+        "",
+        shown.to_markdown(index=False) if len(shown) else "No runs.",
+        "",
+        "## Every run",
+        "",
+        _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
+    ]
+    return {"table_early.md": "\n".join(parts) + "\n"}
