@@ -27,11 +27,8 @@ def _finetune_mode(variant: str) -> tuple[str, str]:
     "fine-tuning: retention and embedding drift vs fine-tuning loss, per untie x trainable",
 )
 def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
-    """Fine-tuning runs (init_from) as trajectories over their evaluations, from the start (step 0,
-    shared) on: (a) the loss on the start's own data (retention) and (b) 1 − cosine of each
-    embedding row to its step-0 value, tokens seen (solid) and unseen (dashed) in the fine-tuning
-    data, against the fine-tuning validation loss. Colour: head.untie; line and marker:
-    finetune.trainable. One run per mode (the lowest seed); others are listed as left out."""
+    """Fine-tuning runs (init_from): retention and embedding drift against the fine-tuning
+    validation loss, one run per mode (the lowest seed) (docs/figures.md, figure 7)."""
     fig, axes = style.new_figure(1, 2, 2.8)
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
     if missing := [k for k in keys if k not in history.columns]:

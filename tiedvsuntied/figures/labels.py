@@ -75,24 +75,16 @@ def corpora(runs: pd.DataFrame) -> str:
     return "; ".join(dict.fromkeys(corpus_label(run) for _, run in firsts.iterrows()))
 
 
-def other_width(init_std, n_embd) -> int | None:
-    """The width at which a numeric init std is d^-0.5 when it is not at ``n_embd``
-    (model.config.init_std_note: 0.036 at d = 128 -> 768), else None."""
-    try:
-        note = init_std_note(init_std, int(n_embd))
-    except (TypeError, ValueError):
-        return None
-    found = re.search(r"d\^-0\.5 at d=(\d+)", note or "")
-    return int(found.group(1)) if found else None
-
-
 def init_std_aside(init_std, widths: Iterable, sep: str = "; ") -> str:
     """'' or, for a numeric init std that is d^-0.5 of another width than ``widths`` (the n_embd
-    of the runs drawn with it): ' (d^-1/2 at d=768; here d^-1/2 = 0.088)', mathtext; ``sep``
-    between the two numbers."""
+    of the runs drawn with it; model.config.init_std_note: 0.036 at d = 128 -> 768):
+    ' (d^-1/2 at d=768; here d^-1/2 = 0.088)', mathtext; ``sep`` between the two numbers."""
     widths = sorted({int(w) for w in widths if pd.notna(w)})
-    others = {other_width(init_std, w) for w in widths} - {None}
-    if not others:
+    try:
+        notes = " ".join(init_std_note(init_std, w) or "" for w in widths)
+    except (TypeError, ValueError):  # not an init std (a hand-made table's "?")
+        return ""
+    if not (others := [int(d) for d in re.findall(r"d\^-0\.5 at d=(\d+)", notes)]):
         return ""
     here = ", ".join(f"{w**-0.5:.2g}" for w in widths)
     return f" ($d^{{-1/2}}$ at d={min(others)}{sep}here $d^{{-1/2}}$ = {here})"

@@ -132,12 +132,8 @@ def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> tuple
 
 @style.figure("fig1_val_loss", "validation loss vs training steps (log) or tokens, per init std")
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
-    """Validation loss over training, tied vs untied; a panel per init std and size. ``x``:
-    "log_step" (symlog steps, so step 0 shows), "step", "tokens", or "auto": log steps when the
-    runs were evaluated at log-spaced early steps. On a step axis, the training loss thin where
-    it was logged at every step (trainer.log_first). Finished and
-    running runs: mean over seeds, t-band from 3 seeds; diverged and failed runs alone, dashed,
-    ending with a marker where they stopped."""
+    """Validation loss over training, tied vs untied, a panel per init std and size; ``x`` as
+    :func:`x_axis` takes it (docs/figures.md, figure 1)."""
     metric, (x, log) = "val/loss", x_axis(x, history)
     inits, models = style.init_order(runs), style.model_order(runs)
     fig, axes = style.new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
@@ -199,8 +195,8 @@ def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
 
 @style.figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
-    """Final validation loss vs parameters (total | non-embedding), log x. Colour: tied/untied;
-    marker and line style: init std; points: mean over finished seeds with t-CI error bars."""
+    """Final validation loss vs parameters (total | non-embedding), log x; mean over finished
+    seeds with t-CI error bars."""
     value = "final_val_loss"
     fig, axes = style.new_figure(1, 2, 2.5, sharey=True)
     unfinished = runs["status"] != "finished"

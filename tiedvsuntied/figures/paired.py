@@ -114,11 +114,8 @@ def _unpaired(run: pd.Series) -> str:
     "fig6_paired_difference", "tied − untied test loss, paired, with t-intervals over seeds"
 )
 def fig_paired_difference(runs: pd.DataFrame) -> Figure:
-    """The study's headline: tied − untied test loss per init std (and size), paired by seed, at
-    the final weights and at the best validation step (one panel when every best step is the
-    last); mean with its t-interval over seeds (none for one seed), every seed's own difference
-    as a small dot, both arms' mean losses beside it, the noise floor shaded when replicates
-    measured it. The caption says the method, n seeds and the floor."""
+    """The study's headline: tied − untied test loss per init std (and size), paired by seed,
+    at the final weights and at the best validation step (docs/figures.md, figure 6)."""
     panels = _panels(runs)
     table = stats.paired_table(runs, [point for point, _ in panels])
     fig, axes = style.new_figure(1, len(panels), 2.4, width=7.0, sharey=True)
@@ -211,10 +208,8 @@ def _arm_colors(arms: set, ref: str) -> dict:
     "fig10_arms", "every arm (scheduled untying, head init ...) against the tied arm, paired"
 )
 def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
-    """Sweeps with more than two arms (tied, untied, untie_at, untied head inits): (a) validation
-    loss per arm over training, the switch of scheduled untying dotted; (b) test loss of the
-    final weights, arm − tied, paired by seed, with :func:`arms_table`'s interval, each seed as a
-    dot. One cell (size, init std, data); runs of the others are listed as not shown."""
+    """Sweeps with more than two arms (untie_at, untied head inits): validation loss per arm,
+    and arm − tied test loss paired by seed, for one cell (docs/figures.md, figure 10)."""
     fig, axes = style.new_figure(1, 2, 2.6)
     finished, ref = with_arms(runs)
     style.leave_out(fig, runs[runs["status"] != "finished"], lambda run: run["status"])
@@ -269,11 +264,10 @@ def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) 
     mixed_data=True,
 )
 def fig_crossover(runs: pd.DataFrame) -> Figure:
-    """Where tying stops paying: tied − untied test loss (final weights) as a percentage of the
-    untied arm's, against the share of the tied model's parameters in its embedding, one point per
-    vocabulary, size and init std (other variants are listed as not shown). A ratio because losses
-    per token of different tokenizations are in different units; on one text both arms share the
-    tokens-per-byte factor, so the ratio is the same per token and per byte."""
+    """Where tying stops paying: (tied − untied) / untied test loss against the embedding's
+    share of the tied model's parameters. A ratio because losses per token of different
+    tokenizations are in different units; on one text both arms share the tokens-per-byte
+    factor, so the ratio is the same per token and per byte."""
     fig, axes = style.new_figure(1, 1, 2.8)
     ax, plain = axes[0, 0], runs["variant"].fillna("") == ""
     table = stats.paired_table(runs[plain], ("final",))

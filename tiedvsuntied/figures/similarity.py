@@ -102,10 +102,8 @@ def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
     "which side the tied matrix resembles: CKA with the untied partner's input and output",
 )
 def fig_cka(runs: pd.DataFrame) -> Figure:
-    """Linear CKA over training between a tied run's matrix and its untied partner's input (wte)
-    and output (lm_head) matrices, on the seen tokens the probes sample; the untied run's input vs
-    output as a reference. A column per init std; mean over seeds with a t-band from 3 seeds
-    (fewer: each seed drawn thin), a marker per size."""
+    """Linear CKA over training between a tied run's matrix and its untied partner's input and
+    output matrices, the untied run's own pair as a reference (docs/figures.md, figure 8)."""
     cka, models = pair_cka(runs), style.model_order(runs)
     inits = [i for i in style.init_order(runs) if i in set(cka["setting"])] or ["none"]
     fig, axes = style.new_figure(1, len(inits), 2.4, sharey=True)
@@ -155,11 +153,9 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
     "anisotropy over training: mean cosine of embedding rows, raw and mean-centred",
 )
 def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
-    """The mean cosine between rows of the frequent half of the seen tokens (raw: one common
-    direction shows here) and the mean |cosine| after removing their mean row (centred:
-    anisotropy beyond it), over training: tied (its one matrix), untied input (solid) and untied
-    output (dashed). A column per init std, a marker per size; the rare and unseen strata are in
-    the logs (probe/rare/..., probe/unseen/...)."""
+    """The mean cosine between rows of the frequent seen tokens (raw: one common direction shows
+    here) and the mean |cosine| after removing their mean row (centred: anisotropy beyond it),
+    over training (docs/figures.md, figure 9)."""
     key = "drift/emb_cos_seen"  # fine-tuning runs log it
     tuned = runs["run_id"].isin(
         history.loc[history[key].notna(), "run_id"] if key in history else []
