@@ -15,7 +15,6 @@ from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
-STD_LABEL = {"0.02": "0.02", "inv_sqrt_d": "d$^{-1/2}$", "1.0": "1.0"}
 ARM_STYLE = {  # Okabe-Ito colours, one marker per arm: told apart in grey print too
     "tied": {"color": "#0072B2", "marker": "o"},
     "untied": {"color": "#D55E00", "marker": "s"},
@@ -81,7 +80,7 @@ def fig_loss(runs: pd.DataFrame):
                 labelled.add(a)
         _references(ax, cell)
         ax.set_xlim(-0.5, len(books.STDS) - 0.5)
-        ax.set_xticks(range(len(books.STDS)), [STD_LABEL[s] for s in books.STDS])
+        ax.set_xticks(range(len(books.STDS)), [style.init_label(s, prefix="") for s in books.STDS])
         ax.set_xlabel("init std of embedding / head")
         ax.set_title(model)
     axes[0][0].set_ylabel("test loss (nats/token), held-out books")
@@ -142,7 +141,7 @@ def fig_lr(runs: pd.DataFrame):
             ax.plot(losses.index, losses.values, label=ARM_LABEL[a], **ARM_STYLE[a])
             ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=ARM_STYLE[a]["color"])
         ax.set_xscale("log", base=2)
-        ax.set_title(f"init std {STD_LABEL[std]}")
+        ax.set_title(style.init_label(std))
         ax.set_xlabel("embedding-side lr multiplier m")
     axes[0][0].set_ylabel("final validation loss")
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}

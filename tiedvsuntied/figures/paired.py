@@ -16,6 +16,7 @@ from tiedvsuntied.analysis import stats
 from tiedvsuntied.analysis.arms import arms_table, with_arms
 from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_INTERVAL_SEEDS
 from tiedvsuntied.figures import style
+from tiedvsuntied.figures.loss import set_x_axis
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
 SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
@@ -171,7 +172,7 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
         # the first quarter (from ln V down) would flatten the part where arms differ
         pad = 0.1 * (late.max() - late.min()) + 1e-3
         ax.set_ylim(late.min() - pad, late.max() + pad)
-    style.token_axis(ax)
+    set_x_axis(ax, "tokens", log=False, last_row=True)
     ax.set_ylabel("validation loss (nats)")
 
 

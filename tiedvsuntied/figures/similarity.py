@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from tiedvsuntied.analysis.stats import PAIR_COLUMNS, first_replicates, match
 from tiedvsuntied.figures import style
+from tiedvsuntied.figures.loss import set_x_axis
 
 SIDES = {
     "cka_in": ("tied vs untied input (wte)", style.TIE_COLOR[False], "-"),
@@ -126,7 +127,7 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
                 style.mean_line(
                     ax, sized, side, True, ["model"], 0.15, ls=ls, color=color, **markers
                 )
-        style.token_axis(ax)
+        set_x_axis(ax, "tokens", log=False, last_row=True)
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
     handles = [style.handle(label, c, ls=ls) for label, c, ls in SIDES.values()]
@@ -178,7 +179,7 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         for k, model in enumerate(models):
             h = history[(history["setting"] == init) & (history["model"] == model)]
             _anisotropy_column(axes[:, j], h, style.size_markers(k, models))
-        style.token_axis(axes[1, j])
+        set_x_axis(axes[1, j], "tokens", log=False, last_row=True)
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
     handles = [

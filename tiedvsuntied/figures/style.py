@@ -309,11 +309,6 @@ def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = 
     )
 
 
-def token_axis(ax) -> None:
-    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    ax.set_xlabel("training tokens")
-
-
 def legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
     """One legend above all panels (a suptitle would collide with it)."""
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
