@@ -196,3 +196,12 @@ def test_the_figures_skip_runs_that_hold_out_no_documents(study):
     runs = drawable(study).assign(heldout_fold=np.nan)  # the first edition's tail split
     assert figures.fig_loss(runs).empty == figures.NOT_BOOKS
     assert figures.fig_contrasts(runs).empty == figures.NOT_BOOKS
+
+
+def test_the_contrast_figure_counts_only_rows_with_an_interval(study):
+    from tiedvsuntied.figures import books as figures
+
+    runs = drawable(study[study["emb_lr_mult"] == 1.0])
+    runs = runs[(runs["model"] == "nano") | (runs["seed"] == 0)]  # micro: one seed
+    caption = " ".join(figures.fig_contrasts(runs).captions)
+    assert caption.startswith("8 intervals (11 rows of one seed: no interval)")

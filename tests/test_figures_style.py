@@ -82,6 +82,8 @@ def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path
         "wiki": "data:\n  name: wikitext2\n  source: hub\n  path: Salesforce/wikitext\n"
         "  config: wikitext-2-raw-v1\n  encoding: gpt2\n  vocab: seen\n",
         "mine": "data:\n  name: text\n  files: [/x/novels/moby_dick.txt]\n  encoding: bytes\n",
+        "books": "data:\n  name: gutenberg\n  files: /x/gutenberg\n  encoding: gpt2\n"
+        "  split: document\n  group_by: author\n",
     }
     labels = {}
     for name, config in configs.items():
@@ -92,6 +94,7 @@ def test_corpus_label_reads_the_data_config_and_falls_back_to_the_table(tmp_path
         "shakespeare": "Tiny Shakespeare (text, GPT-2 tokens)",
         "wiki": "WikiText-2 (wikitext2, GPT-2 tokens, closed vocabulary)",
         "mine": "moby_dick (text, bytes)",
+        "books": "Project Gutenberg books (gutenberg, GPT-2 tokens, split by author)",
     }
     assert corpus_label({"path": None, "data": "text", "data_id": "abc"}) == "data text (abc)"
 

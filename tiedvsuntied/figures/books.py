@@ -94,6 +94,14 @@ def fig_loss(runs: pd.DataFrame):
     return fig
 
 
+def _interval_count(table: pd.DataFrame) -> str:
+    """'19 intervals', and the rows of one seed, which have a point and no interval."""
+    alone = int(table["low"].isna().sum())
+    return f"{len(table) - alone} intervals" + (
+        f" ({alone} rows of one seed: no interval)" * (alone > 0)
+    )
+
+
 @books_figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
 def fig_contrasts(runs: pd.DataFrame):
     """Tables A, B and C as one forest plot: per-seed values, mean, t-interval, floor band; the
@@ -119,7 +127,7 @@ def fig_contrasts(runs: pd.DataFrame):
     ax.invert_yaxis()
     ax.set_xlabel("difference in test loss (nats/token)")
     fig.captions.append(
-        f"{len(table)} intervals ({CONFIDENCE:.0%} t over seeds' paired differences, none "
+        f"{_interval_count(table)} ({CONFIDENCE:.0%} t over seeds' paired differences, none "
         "corrected for multiplicity); [PRIMARY], thick: the contrast named before the runs; grey "
         "band: the noise floor of the difference (a replicate at another thread count)."
     )
@@ -170,6 +178,8 @@ def fig_per_book(runs: pd.DataFrame):
             ax.plot(seed + jitter, group["effect"], ls="none", marker=".", ms=3, color="#777777")
             ax.plot([seed - 0.35, seed + 0.35], [group["effect"].mean()] * 2, color="black")
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+        ax.set_xticks(sorted(cell["seed"].unique()))
+        ax.set_xlim(cell["seed"].min() - 0.6, cell["seed"].max() + 0.6)
         ax.set_title(model)
         ax.set_xlabel("seed (each holds out its own books)")
     axes[0][0].set_ylabel("tied − untied, init 0.02 (nats/token)")
@@ -178,7 +188,8 @@ def fig_per_book(runs: pd.DataFrame):
         "Per book: the mean over its evaluation windows. "
         + "; ".join(
             f"{r.model}: sd between books {r.sd_between_books:.3f}, between seed means "
-            f"{r.sd_between_seed_means:.3f} ({r.books} books)"
+            + (f"{r.sd_between_seed_means:.3f}" if r.seeds > 1 else "none (one seed)")
+            + f" ({r.books} books)"
             for r in spread.itertuples()
         )
     )
@@ -198,7 +209,8 @@ def write_book_tables(runs: pd.DataFrame) -> dict[str, str]:
     effects = books.book_effects(runs, dict(books.contrasts()[0][2]))
     parts = [
         f"Runs: {style.describe_runs(first_replicates(books.grid(runs)))}.",
-        f"## Contrasts ({len(contrasts)} intervals, {CONFIDENCE:.0%} t over seeds, "
+        f"## Contrasts ({_interval_count(contrasts[contrasts['n_seeds'] > 0])}, "
+        f"{CONFIDENCE:.0%} t over seeds, "
         "none corrected; floor: |replicate − replicate 0| of the difference)",
         contrasts.drop(columns=["method"]).round(4).to_markdown(index=False),
         f"Primary contrast: {primary.iloc[0]['contrast']} at {primary.iloc[0]['model']}."

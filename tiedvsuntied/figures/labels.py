@@ -23,6 +23,7 @@ KNOWN_CORPORA = {
     "wikitext2": "WikiText-2",
     "openwebtext": "OpenWebText",
     "fineweb": "FineWeb",
+    "gutenberg": "Project Gutenberg books",
 }
 GENERIC_STEMS = {"input", "train", "data", "text", "corpus", "all"}  # say the folder instead
 ENCODINGS = {"gpt2": "GPT-2 tokens", "bytes": "bytes", "r50k_base": "GPT-2 tokens"}
@@ -64,6 +65,8 @@ def corpus_label(run: pd.Series) -> str:
     parts += [ENCODINGS.get(str(encoding), f"{encoding} tokens")] if encoding else []
     if str(data.get("vocab", "full")) != "full":
         parts.append("closed vocabulary")
+    if data.get("split") == "document":  # held out whole: say by what
+        parts.append(f"split by {data.get('group_by') or 'document'}")
     return f"{name} ({', '.join(parts)})" if parts else name
 
 
