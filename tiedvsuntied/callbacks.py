@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
 from tiedvsuntied.sweep import jobs
 
@@ -38,7 +36,7 @@ def refusing() -> Iterator[None]:
     """Any mistake of the user's raised inside, refused (``refuse``)."""
     try:
         yield
-    except (jobs.SweepError, *jobs.user_errors(), HydraException, OmegaConfBaseException) as e:
+    except jobs.user_errors() as e:
         refuse(e)
 
 

@@ -59,26 +59,18 @@ def unique_parameters(model) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def nanogpt_step(model, batch_size: int, device, compile_: bool = True):
-    """One training step of nanoGPT's model as its train.py takes it (bf16, clip 1.0)."""
-    import torch
-
-    optimizer = model.configure_optimizers(
+def nanogpt_optimizer(model, device):
+    """nanoGPT's AdamW as its train.py configures it (fused on CUDA)."""
+    return model.configure_optimizers(
         weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type=device.type
     )
-    forward = torch.compile(model) if compile_ else model
+
+
+def random_batches(model, batch_size: int):
+    """Random (x, y) batches at nanoGPT's vocabulary, on the CPU as ours come."""
+    import torch
+
     generator = torch.Generator().manual_seed(0)
     shape = (batch_size, model.config.block_size)
-
-    def step() -> torch.Tensor:
-        x = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
-        y = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            _, loss = forward(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    return step
+    while True:
+        yield tuple(torch.randint(0, NANOGPT_VOCAB, shape, generator=generator) for _ in range(2))

@@ -50,14 +50,15 @@ def register_schema() -> None:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """What a user's command can get wrong: each is one line naming the key. The typed
-    config's __post_init__ checks raise these inside OmegaConf.to_object, which lets a
-    ValueError through as it is (it wraps only TypeError)."""
+    """What a user's command can get wrong, composing it or checking it: each is one line
+    naming the key (``one_line``). The typed config's __post_init__ checks raise theirs inside
+    OmegaConf.to_object, which lets a ValueError through as it is (it wraps only TypeError)."""
     from tiedvsuntied.data.config import DataError, DataUnavailableError
     from tiedvsuntied.model.config import ModelConfigError
     from tiedvsuntied.train.config import ConfigError
 
-    return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
+    errors = (ConfigError, ModelConfigError, DataError, DataUnavailableError, SweepError)
+    return (*errors, HydraException, OmegaConfBaseException)
 
 
 @contextlib.contextmanager
@@ -130,10 +131,9 @@ def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[t
 def chooses_group(loader: Any, override: Any) -> bool:
     """Whether Hydra composes this override into the defaults list rather than setting a
     value (its rule, ``hydra._internal.defaults_list.Overrides``); hydra.* ones count too."""
-    if override.is_hydra_override():
-        return True
-    return loader.repository.group_exists(override.key_or_group) and not isinstance(
-        override.value(), dict
+    return override.is_hydra_override() or (
+        loader.repository.group_exists(override.key_or_group)
+        and not isinstance(override.value(), dict)
     )
 
 
@@ -147,7 +147,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
         try:
             _, cfg, overrides = next(configs)
             plans.append(check_job(cfg, overrides, checked))
-        except (*user_errors(), HydraException, OmegaConfBaseException) as e:
+        except user_errors() as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
 
