@@ -108,7 +108,7 @@ def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, devi
 
     from tiedvsuntied import reference
     from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+    from tiedvsuntied.model.accounting import flops_per_token
     from tiedvsuntied.model.gpt import GPT
     from tiedvsuntied.train.config import OptimConfig
     from tiedvsuntied.train.optim import build_optimizer
@@ -116,13 +116,11 @@ def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, devi
     config = model_config(size, args.block_size)
     torch.manual_seed(0)
     if variant.impl == "nanogpt":
-        model = reference.nanogpt_model(reference.load_nanogpt(args.nanogpt), config, tie)
-        model = model.to(device)
-        optimizer = reference.nanogpt_optimizer(model, device)
-        batches, kwargs = reference.random_batches(model, args.batch_size), {}
-        # the same FLOPs formula as ours, at nanoGPT's padded vocabulary
+        model, optimizer, batches = reference.nanogpt(
+            args.nanogpt, config, tie, args.batch_size, device
+        )
         config = dataclasses.replace(config, vocab_size=reference.NANOGPT_VOCAB)
-        params, flops = reference.unique_parameters(model), flops_per_token(config)
+        kwargs = {}
     else:
         model = GPT(config, tie=tie, seed=0).to(device)
         optimizer = build_optimizer(model, OptimConfig())
@@ -130,9 +128,9 @@ def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, devi
         sampler = BatchSampler(tokens, config.block_size, args.batch_size, seed=0)
         batches = map(sampler.get, itertools.count())  # the trainer's sampler, in the step
         kwargs = {"loss_chunk": variant.loss_chunk, "return_logits": False}
-        params, flops = count_parameters(model)["total"], flops_per_token(model)
     step = training_step(model, optimizer, batches, variant, device, **kwargs)
-    return step, config, params, flops
+    params = sum(p.numel() for p in model.parameters())  # a shared (tied) matrix counts once
+    return step, config, params, flops_per_token(config)  # one formula for ours and nanoGPT's
 
 
 def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
@@ -233,8 +231,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Variant]]:
-    """The sizes, heads and variants to time; a value that cannot run raises BenchError naming
-    it."""
+    """The sizes, heads and variants to time; a value that cannot run raises BenchError."""
     from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 

@@ -21,14 +21,12 @@ from omegaconf import DictConfig
 
 from tiedvsuntied.sweep import jobs
 
-REFUSED = 2  # the exit code of a refused command
-
 
 def refuse(error: BaseException) -> NoReturn:
     """A user's mistake: one line, exit code 2, and no sweep table (the line says it all)."""
     SweepTable.shown = True
     print(f"error: {jobs.one_line(error)}", file=sys.stderr, flush=True)
-    raise SystemExit(REFUSED) from None
+    raise SystemExit(jobs.REFUSED) from None
 
 
 @contextlib.contextmanager

@@ -22,9 +22,7 @@ import pandas as pd
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results.records import find_run_dir
 from tiedvsuntied.sweep import progress
-from tiedvsuntied.sweep.jobs import SweepError
-
-REFUSED = 2
+from tiedvsuntied.sweep.jobs import REFUSED, SweepError
 
 
 class Parser(argparse.ArgumentParser):

@@ -29,6 +29,7 @@ from tiedvsuntied.presets import CONF_DIR
 from tiedvsuntied.results.records import LEGACY
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+REFUSED = 2  # the exit code of a refused command (a user's mistake, in one line)
 
 
 class SweepError(ValueError):
