@@ -216,14 +216,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--nanogpt",
-        default=None,
         metavar="PATH",
         help="also time nanoGPT's model.py from this checkout, same shape and batch",
     )
     p.add_argument(
         "--peak-tflops",
         type=float,
-        default=None,
         help="datasheet dense bf16 TFLOP/s for MFU (default: looked up from the GPU's name)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -345,14 +343,13 @@ def main(argv=None) -> int:
             print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
-        records = json.loads(table.to_json(orient="records"))
         result = {
             "peak_tflops": peaks,
             "datasheet_bf16_tflops": datasheet,
             "datasheet_source": source,
             "steps": args.steps,
             "warmup": args.warmup,
-            "rows": records,
+            "rows": json.loads(table.to_json(orient="records")),
         }
         print(json.dumps(result, indent=2))
     else:

@@ -16,7 +16,9 @@ from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from tiedvsuntied import callbacks
 from tiedvsuntied.sweep import jobs
@@ -59,5 +61,5 @@ if __name__ == "__main__":
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors instead of printing them
     try:
         main()
-    except jobs.user_errors() as e:  # composing the config
+    except (HydraException, OmegaConfBaseException) as e:  # composing the config
         callbacks.refuse(e)
