@@ -323,10 +323,8 @@ def main(argv=None) -> int:
     device = resolve_device(args.device)
     if device.type == "cuda":  # fp32 rows run with TF32 (measure_one): so does their peak
         torch.backends.cuda.matmul.allow_tf32 = True
-    peaks = {
-        "fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
-        "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0),
-    }
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
     print(
         f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
