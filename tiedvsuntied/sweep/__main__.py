@@ -22,7 +22,7 @@ import pandas as pd
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results.records import find_run_dir
 from tiedvsuntied.sweep import progress
-from tiedvsuntied.sweep.jobs import REFUSED, SweepError
+from tiedvsuntied.sweep.jobs import REFUSED, SweepError, user_errors
 
 
 class Parser(argparse.ArgumentParser):
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = parser().parse_args(argv)
         args.func(args)
-    except (SweepError, ResultsError) as e:
+    except (*user_errors(), ResultsError) as e:  # a tokenizer not cached, too
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(REFUSED) from None
 

@@ -210,15 +210,6 @@ def run_ids(plans: list[Any]) -> list[str]:
     from tiedvsuntied.data.cache import corpus_fingerprint
     from tiedvsuntied.train.config import config_run_id
 
-    fingerprints: dict[str, str] = {}
-    ids = []
-    for plan in plans:
-        cfg = plan.cfg
-        key = repr(cfg.data)
-        if key not in fingerprints:
-            try:
-                fingerprints[key] = corpus_fingerprint(cfg.data)
-            except user_errors() as e:  # a tokenizer neither cached nor downloadable
-                raise SweepError(str(e)) from None
-        ids.append(config_run_id(cfg, fingerprints[key]))
-    return ids
+    data = {repr(plan.cfg.data): plan.cfg.data for plan in plans}
+    fingerprints = {key: corpus_fingerprint(d) for key, d in data.items()}
+    return [config_run_id(plan.cfg, fingerprints[repr(plan.cfg.data)]) for plan in plans]
