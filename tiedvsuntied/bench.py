@@ -81,25 +81,17 @@ def model_config(size: str, block_size: int = 0):
     return dataclasses.replace(cfg, vocab_size=VOCAB_SIZE, block_size=block_size or cfg.block_size)
 
 
-def training_step(model, variant: Variant, batch_size: int, device):
-    """One full training step of ``model`` on random tokens (the next batch at each call)."""
-    import numpy as np
+def training_step(model, optimizer, batches, variant: Variant, device, **forward_kwargs):
+    """One full training step (forward, backward, clip 1.0, AdamW) on the next of ``batches``
+    at each call: our model's and nanoGPT's are timed by the same step."""
     import torch
 
-    from tiedvsuntied.data.batches import BatchSampler
-    from tiedvsuntied.train.config import OptimConfig
-    from tiedvsuntied.train.optim import build_optimizer
-
-    optimizer = build_optimizer(model, OptimConfig())
     forward = torch.compile(model) if variant.compile else model
-    tokens = np.random.default_rng(0).integers(0, VOCAB_SIZE, size=200_000).astype(np.uint16)
-    sampler = BatchSampler(tokens, model.config.block_size, batch_size, seed=0)
-    batches = itertools.count()
 
     def step() -> torch.Tensor:
-        x, y = (t.to(device) for t in sampler.get(next(batches)))
+        x, y = (t.to(device) for t in next(batches))
         with torch.autocast(device.type, torch.bfloat16, enabled=variant.precision == "bf16"):
-            _, loss = forward(x, y, loss_chunk=variant.loss_chunk, return_logits=False)
+            _, loss = forward(x, y, **forward_kwargs)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -111,24 +103,34 @@ def training_step(model, variant: Variant, batch_size: int, device):
 
 def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, device):
     """The step function of one configuration and what its row reports of the model."""
+    import numpy as np
     import torch
 
     from tiedvsuntied import reference
-    from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+    from tiedvsuntied.data.batches import BatchSampler
+    from tiedvsuntied.model.accounting import flops_per_token
     from tiedvsuntied.model.gpt import GPT
+    from tiedvsuntied.train.config import OptimConfig
+    from tiedvsuntied.train.optim import build_optimizer
 
     config = model_config(size, args.block_size)
     torch.manual_seed(0)
     if variant.impl == "nanogpt":
-        module = reference.load_nanogpt(args.nanogpt)
-        model = reference.nanogpt_model(module, config, tie).to(device)
-        step = reference.nanogpt_step(model, args.batch_size, device, variant.compile)
-        # the same FLOPs formula as ours, at nanoGPT's padded vocabulary
+        model, optimizer, batches = reference.nanogpt(
+            args.nanogpt, config, tie, args.batch_size, device
+        )
         config = dataclasses.replace(config, vocab_size=reference.NANOGPT_VOCAB)
-        return step, config, reference.unique_parameters(model), flops_per_token(config)
-    model = GPT(config, tie=tie, seed=0).to(device)
-    step = training_step(model, variant, args.batch_size, device)
-    return step, config, count_parameters(model)["total"], flops_per_token(model)
+        kwargs = {}
+    else:
+        model = GPT(config, tie=tie, seed=0).to(device)
+        optimizer = build_optimizer(model, OptimConfig())
+        tokens = np.random.default_rng(0).integers(0, VOCAB_SIZE, size=200_000).astype(np.uint16)
+        sampler = BatchSampler(tokens, config.block_size, args.batch_size, seed=0)
+        batches = map(sampler.get, itertools.count())  # the trainer's sampler, in the step
+        kwargs = {"loss_chunk": variant.loss_chunk, "return_logits": False}
+    step = training_step(model, optimizer, batches, variant, device, **kwargs)
+    params = sum(p.numel() for p in model.parameters())  # a shared (tied) matrix counts once
+    return step, config, params, flops_per_token(config)  # one formula for ours and nanoGPT's
 
 
 def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
@@ -214,22 +216,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--nanogpt",
-        default=None,
         metavar="PATH",
         help="also time nanoGPT's model.py from this checkout, same shape and batch",
     )
     p.add_argument(
         "--peak-tflops",
         type=float,
-        default=None,
         help="datasheet dense bf16 TFLOP/s for MFU (default: looked up from the GPU's name)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p.parse_args(argv)
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
-    """The sizes and heads to time; a value that cannot run raises BenchError naming it."""
+def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Variant]]:
+    """The sizes, heads and variants to time; a value that cannot run raises BenchError."""
     from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 
@@ -252,23 +252,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool]]:
         raise BenchError(str(e).replace("trainer.device", "--device")) from None
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         raise BenchError(f"--peak-tflops={args.peak_tflops}: it must be > 0")
-    check_variants(args)
-    return sizes, [head == "true" for head in heads]
-
-
-def chosen_variants(args: argparse.Namespace) -> set[str]:
-    """The keys --variants names (empty: every variant)."""
-    return {k.strip() for k in args.variants.split(",") if k.strip()}
-
-
-def check_variants(args: argparse.Namespace) -> None:
-    """--variants names known variants, and nanogpt only with --nanogpt."""
-    keys = [v.key for v in [*VARIANTS, NANOGPT]]
-    unknown = sorted(chosen_variants(args) - set(keys))
-    if unknown:
-        raise BenchError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(keys)}")
-    if NANOGPT.key in chosen_variants(args) and not args.nanogpt:
-        raise BenchError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
+    return sizes, [head == "true" for head in heads], variants(args)
 
 
 def datasheet_peak(device, given: float | None) -> tuple[float | None, str]:
@@ -306,13 +290,20 @@ def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
 
 
 def variants(args: argparse.Namespace) -> list[Variant]:
-    """The configurations timed per size and head: ours, then nanoGPT's with --nanogpt."""
+    """The configurations timed per size and head: ours, then nanoGPT's with --nanogpt; a
+    --variants naming an unknown one, or nanogpt without --nanogpt, raises BenchError."""
+    chosen = {k.strip() for k in args.variants.split(",") if k.strip()}
+    keys = [v.key for v in [*VARIANTS, NANOGPT]]
+    unknown = sorted(chosen - set(keys))
+    if unknown:
+        raise BenchError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(keys)}")
+    if NANOGPT.key in chosen and not args.nanogpt:
+        raise BenchError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
     ours = [v for v in VARIANTS if not (args.no_compile and v.compile)]
     nanogpt = NANOGPT
     if args.no_compile:
         eager = NANOGPT.variant.replace("compiled", "eager")
         nanogpt = dataclasses.replace(NANOGPT, variant=eager, compile=False)
-    chosen = chosen_variants(args)
     every = ours + ([nanogpt] if args.nanogpt else [])
     return [v for v in every if not chosen or v.key in chosen]
 
@@ -324,7 +315,7 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     try:
-        sizes, heads = check_args(args)
+        sizes, heads, timed = check_args(args)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -332,10 +323,8 @@ def main(argv=None) -> int:
     device = resolve_device(args.device)
     if device.type == "cuda":  # fp32 rows run with TF32 (measure_one): so does their peak
         torch.backends.cuda.matmul.allow_tf32 = True
-    peaks = {
-        "fp32": measure_matmul_tflops(device, torch.float32, seconds=1.0),
-        "bf16": measure_matmul_tflops(device, torch.bfloat16, seconds=1.0),
-    }
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
     print(
         f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
@@ -346,20 +335,19 @@ def main(argv=None) -> int:
     )
     rows = []
     for size, tie in itertools.product(sizes, heads):
-        for variant in variants(args):
+        for variant in timed:
             rows.append(row := run_isolated(size, tie, variant, args))
             speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
             print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
-        records = json.loads(table.to_json(orient="records"))
         result = {
             "peak_tflops": peaks,
             "datasheet_bf16_tflops": datasheet,
             "datasheet_source": source,
             "steps": args.steps,
             "warmup": args.warmup,
-            "rows": records,
+            "rows": json.loads(table.to_json(orient="records")),
         }
         print(json.dumps(result, indent=2))
     else:

@@ -73,22 +73,17 @@ def reduced_probe(path: Path, windows: bool, arrays: bool) -> dict[str, np.ndarr
 def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
     """One run directory into the bundle, reduced."""
     src = Path(run["path"])
-    for name in RUN_FILES:
+    for name in [*RUN_FILES, *(["token_freq.npy"] if full else [])]:
         if (src / name).is_file():
             shutil.copy2(src / name, dest / name)
-    probes = sorted((src / "probes").glob("step_*.npz"))
-    steps = {int(p.stem.removeprefix("step_")): p for p in probes}
+    steps = {int(p.stem.removeprefix("step_")): p for p in (src / "probes").glob("step_*.npz")}
     points = {int(s) for s in (run["best_step"], run["step"]) if pd.notna(s)}
     ends = {min(steps), max(steps)} if steps else set()
-    for step in sorted(points | (ends if full else set())):
-        if step not in steps:
-            continue
+    for step in sorted((points | (ends if full else set())) & steps.keys()):
         kept = reduced_probe(steps[step], windows=step in points, arrays=full and step in ends)
         if kept:
             target = dest / "probes" / steps[step].name
             atomic_write(target, lambda f, kept=kept: np.savez_compressed(f, **kept))
-    if full and (src / "token_freq.npy").is_file():
-        shutil.copy2(src / "token_freq.npy", dest / "token_freq.npy")
 
 
 def commit_of_code() -> str | None:

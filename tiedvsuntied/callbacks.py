@@ -16,21 +16,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
 from tiedvsuntied.sweep import jobs
-
-REFUSED = 2  # the exit code of a refused command
 
 
 def refuse(error: BaseException) -> NoReturn:
     """A user's mistake: one line, exit code 2, and no sweep table (the line says it all)."""
     SweepTable.shown = True
     print(f"error: {jobs.one_line(error)}", file=sys.stderr, flush=True)
-    raise SystemExit(REFUSED) from None
+    raise SystemExit(jobs.REFUSED) from None
 
 
 @contextlib.contextmanager
@@ -38,7 +34,7 @@ def refusing() -> Iterator[None]:
     """Any mistake of the user's raised inside, refused (``refuse``)."""
     try:
         yield
-    except (jobs.SweepError, *jobs.user_errors(), HydraException, OmegaConfBaseException) as e:
+    except jobs.user_errors() as e:
         refuse(e)
 
 

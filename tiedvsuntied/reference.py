@@ -10,23 +10,22 @@ so the two arms differ in what they differ in ours: one V x d matrix and its opt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
 NANOGPT_VOCAB = 50304  # nanoGPT's train.py: GPT-2's 50,257 padded to a multiple of 64
 
 
-class NanoGPTPathError(ValueError):
-    """A --nanogpt path that does not hold nanoGPT's model.py: one line naming the option."""
-
-
 def load_nanogpt(path: str):
-    """The module of nanoGPT's model.py at ``path`` (a checkout or the file itself)."""
+    """The module of nanoGPT's model.py at ``path`` (a checkout or the file itself); a path
+    without it is a ValueError naming the option, in one line."""
     file = Path(path).expanduser()
     file = file / "model.py" if file.is_dir() else file
     if not file.is_file():
-        raise NanoGPTPathError(
+        raise ValueError(
             f"--nanogpt={path}: no model.py there; give a karpathy/nanoGPT checkout "
             "(git clone https://github.com/karpathy/nanoGPT)"
         )
@@ -35,14 +34,17 @@ def load_nanogpt(path: str):
     sys.modules[spec.name] = module  # its dataclass needs its module registered
     spec.loader.exec_module(module)
     if not all(hasattr(module, name) for name in ("GPT", "GPTConfig")):
-        raise NanoGPTPathError(f"--nanogpt={path}: {file} defines no GPT and GPTConfig")
+        raise ValueError(f"--nanogpt={path}: {file} defines no GPT and GPTConfig")
     return module
 
 
-def nanogpt_model(module, config, tie: bool):
-    """nanoGPT's GPT at the shape of our ModelConfig ``config``; untied: the head a copy."""
+def nanogpt(path: str, config, tie: bool, batch_size: int, device):
+    """nanoGPT's GPT at the shape of our ModelConfig ``config`` (untied: the head a copy) on
+    ``device``, its AdamW as its train.py configures it (fused on CUDA), and an endless
+    iterator of random (x, y) batches at its vocabulary, on the CPU as ours come."""
     import torch
 
+    module = load_nanogpt(path)
     shape = dataclasses.asdict(config)
     keys = ("n_layer", "n_head", "n_embd", "block_size")
     nano_config = module.GPTConfig(
@@ -51,34 +53,12 @@ def nanogpt_model(module, config, tie: bool):
     model = module.GPT(nano_config)
     if not tie:
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
-    return model
-
-
-def unique_parameters(model) -> int:
-    """Parameters counted once: a tied matrix is one tensor."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
-def nanogpt_step(model, batch_size: int, device, compile_: bool = True):
-    """One training step of nanoGPT's model as its train.py takes it (bf16, clip 1.0)."""
-    import torch
-
+    model = model.to(device)
     optimizer = model.configure_optimizers(
         weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type=device.type
     )
-    forward = torch.compile(model) if compile_ else model
     generator = torch.Generator().manual_seed(0)
-    shape = (batch_size, model.config.block_size)
-
-    def step() -> torch.Tensor:
-        x = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
-        y = torch.randint(0, NANOGPT_VOCAB, shape, generator=generator).to(device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            _, loss = forward(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    return step
+    tokens = functools.partial(
+        torch.randint, 0, NANOGPT_VOCAB, (batch_size, config.block_size), generator=generator
+    )
+    return model, optimizer, ((tokens(), tokens()) for _ in itertools.count())

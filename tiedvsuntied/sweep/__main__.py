@@ -22,18 +22,12 @@ import pandas as pd
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results.records import find_run_dir
 from tiedvsuntied.sweep import progress
-from tiedvsuntied.sweep.jobs import SweepError
-
-REFUSED = 2
-
-
-class Refused(ValueError):
-    """A command this CLI cannot do as given: one line, exit code 2."""
+from tiedvsuntied.sweep.jobs import REFUSED, SweepError, user_errors
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, as every other refusal here
-        raise Refused(f"{message} (see python -m tiedvsuntied.sweep --help)")
+        raise SweepError(f"{message} (see python -m tiedvsuntied.sweep --help)")
 
 
 def planned(overrides: list[str]) -> pd.DataFrame:
@@ -44,7 +38,7 @@ def planned(overrides: list[str]) -> pd.DataFrame:
     with jobs.composed(overrides) as (loader, master):
         todo = jobs.expand(loader, master)
         if not todo:
-            raise Refused("hydra.sweeper is not Hydra's basic sweeper: its jobs are its own")
+            raise SweepError("hydra.sweeper is not Hydra's basic sweeper: its jobs are its own")
         plans = jobs.check_jobs(loader, master, todo)
     rows = []
     for job, plan, run_id in zip(todo, plans, jobs.run_ids(plans), strict=True):
@@ -55,27 +49,15 @@ def planned(overrides: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sweep_rates(sweep_dirs) -> pd.Series:
-    """Seconds per step by model, from the finished runs of the given sweep directories."""
-    rows = [progress.sweep_rows(d) for d in sorted(set(sweep_dirs)) if Path(d).is_dir()]
-    return progress.rates(pd.concat(rows)) if rows else pd.Series(dtype=float)
-
-
 def plan(args: argparse.Namespace) -> None:
     runs = planned(args.overrides)
-    rate = sweep_rates(runs["sweep_dir"])
-    shown = pd.DataFrame(
-        {
-            "job": runs["job"],
-            "run": runs["run_id"],
-            "status": runs["status"],
-            "steps": [f"{s}/{m}" for s, m in zip(runs["step"], runs["max_steps"], strict=True)],
-            "left": progress.seconds_left(runs, rate)
-            .map(progress.duration)
-            .where(~runs["status"].isin(progress.DONE), "-"),
-            "overrides": runs["overrides"],
-        }
-    )
+    rate = progress.rates(runs["sweep_dir"])
+    left = progress.seconds_left(runs, rate).map(progress.duration)
+    shown = runs.assign(
+        run=runs["run_id"],
+        steps=[f"{s}/{m}" for s, m in zip(runs["step"], runs["max_steps"], strict=True)],
+        left=left.where(~runs["status"].isin(progress.DONE), "-"),
+    )[["job", "run", "status", "steps", "left", "overrides"]]
     for sweep_dir in sorted(set(runs["sweep_dir"])):
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
     print(shown.to_string(index=False))
@@ -86,14 +68,14 @@ def status(args: argparse.Namespace) -> None:
     if len(args.sweep) == 1 and "=" not in args.sweep[0]:
         sweep_dir = Path(args.sweep[0])
         if not sweep_dir.is_dir():
-            raise Refused(f"{sweep_dir} is not a sweep directory (<results_dir>/<sweep>/)")
+            raise SweepError(f"{sweep_dir} is not a sweep directory (<results_dir>/<sweep>/)")
         runs, dirs = progress.sweep_rows(sweep_dir), [sweep_dir]
     else:  # the command line: its pending jobs count too
         runs = planned(args.sweep)
         dirs = list(runs["sweep_dir"])
     for sweep_dir in sorted(set(dirs)):
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
-    print(progress.status_text(runs, sweep_rates(dirs)))
+    print(progress.status_text(runs, progress.rates(dirs)))
 
 
 def table(args: argparse.Namespace) -> None:
@@ -101,12 +83,12 @@ def table(args: argparse.Namespace) -> None:
     out = Path(args.out)
     write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
     if write is None:
-        raise Refused(f"--out={out} is invalid: end it in .csv or .parquet")
+        raise SweepError(f"--out={out} is invalid: end it in .csv or .parquet")
     runs = load_results(args.sweep_dir).runs
     try:
         getattr(runs, write)(out, index=False)
     except OSError as e:
-        raise Refused(f"--out={out} cannot be written ({e.strerror or e})") from None
+        raise SweepError(f"--out={out} cannot be written ({e.strerror or e})") from None
     print(f"{len(runs)} runs -> {out}")
 
 
@@ -134,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = parser().parse_args(argv)
         args.func(args)
-    except (Refused, SweepError, ResultsError) as e:
+    except (*user_errors(), ResultsError) as e:  # a tokenizer not cached, too
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(REFUSED) from None
 

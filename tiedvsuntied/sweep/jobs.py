@@ -29,6 +29,7 @@ from tiedvsuntied.presets import CONF_DIR
 from tiedvsuntied.results.records import LEGACY
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+REFUSED = 2  # the exit code of a refused command (a user's mistake, in one line)
 
 
 class SweepError(ValueError):
@@ -50,14 +51,15 @@ def register_schema() -> None:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """What a user's command can get wrong: each is one line naming the key. The typed
-    config's __post_init__ checks raise these inside OmegaConf.to_object, which lets a
-    ValueError through as it is (it wraps only TypeError)."""
+    """What a user's command can get wrong, composing it or checking it: each is one line
+    naming the key (``one_line``). The typed config's __post_init__ checks raise theirs inside
+    OmegaConf.to_object, which lets a ValueError through as it is (it wraps only TypeError)."""
     from tiedvsuntied.data.config import DataError, DataUnavailableError
     from tiedvsuntied.model.config import ModelConfigError
     from tiedvsuntied.train.config import ConfigError
 
-    return (ConfigError, ModelConfigError, DataError, DataUnavailableError)
+    errors = (ConfigError, ModelConfigError, DataError, DataUnavailableError, SweepError)
+    return (*errors, HydraException, OmegaConfBaseException)
 
 
 @contextlib.contextmanager
@@ -130,10 +132,9 @@ def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[t
 def chooses_group(loader: Any, override: Any) -> bool:
     """Whether Hydra composes this override into the defaults list rather than setting a
     value (its rule, ``hydra._internal.defaults_list.Overrides``); hydra.* ones count too."""
-    if override.is_hydra_override():
-        return True
-    return loader.repository.group_exists(override.key_or_group) and not isinstance(
-        override.value(), dict
+    return override.is_hydra_override() or (
+        loader.repository.group_exists(override.key_or_group)
+        and not isinstance(override.value(), dict)
     )
 
 
@@ -147,7 +148,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
         try:
             _, cfg, overrides = next(configs)
             plans.append(check_job(cfg, overrides, checked))
-        except (*user_errors(), HydraException, OmegaConfBaseException) as e:
+        except user_errors() as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
 
@@ -209,15 +210,6 @@ def run_ids(plans: list[Any]) -> list[str]:
     from tiedvsuntied.data.cache import corpus_fingerprint
     from tiedvsuntied.train.config import config_run_id
 
-    fingerprints: dict[str, str] = {}
-    ids = []
-    for plan in plans:
-        cfg = plan.cfg
-        key = repr(cfg.data)
-        if key not in fingerprints:
-            try:
-                fingerprints[key] = corpus_fingerprint(cfg.data)
-            except user_errors() as e:  # a tokenizer neither cached nor downloadable
-                raise SweepError(str(e)) from None
-        ids.append(config_run_id(cfg, fingerprints[key]))
-    return ids
+    data = {repr(plan.cfg.data): plan.cfg.data for plan in plans}
+    fingerprints = {key: corpus_fingerprint(d) for key, d in data.items()}
+    return [config_run_id(plan.cfg, fingerprints[repr(plan.cfg.data)]) for plan in plans]

@@ -96,9 +96,11 @@ def distinguishing(overrides: list[set[str]]) -> list[str]:
     ]
 
 
-def rates(runs: pd.DataFrame) -> pd.Series:
-    """Seconds per step by model, the median over the finished runs that recorded their wall
-    time (a model with none has no rate: its cost is unknown)."""
+def rates(sweep_dirs) -> pd.Series:
+    """Seconds per step by model, the median over the finished runs of these sweep directories
+    that recorded their wall time (a model with none has no rate: its cost is unknown)."""
+    rows = [sweep_rows(d) for d in set(sweep_dirs) if Path(d).is_dir()]
+    runs = pd.concat(rows) if rows else pd.DataFrame(columns=ROW)
     done = runs[(runs["status"] == "finished") & (runs["step"] > 0)].dropna(subset="wall_time_s")
     return (done["wall_time_s"].astype(float) / done["step"]).groupby(done["model"]).median()
 
