@@ -10,10 +10,9 @@ import torch
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train.checkpoint import Checkpoints
+from tiedvsuntied.train.checkpoint import Checkpoints, TrainState
 from tiedvsuntied.train.config import OptimConfig
 from tiedvsuntied.train.optim import build_optimizer
-from tiedvsuntied.train.state import TrainState
 
 
 def tiny_model(tie: bool, seed: int = 0) -> GPT:

@@ -26,11 +26,10 @@ from test_run import byte_run, metrics, summaries
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT, _head
-from tiedvsuntied.train.checkpoint import Checkpoints
+from tiedvsuntied.train.checkpoint import Checkpoints, TrainState
 from tiedvsuntied.train.config import OptimConfig
 from tiedvsuntied.train.hardware import resolve_device
 from tiedvsuntied.train.optim import build_optimizer
-from tiedvsuntied.train.state import TrainState
 
 pytestmark = [
     pytest.mark.cuda,

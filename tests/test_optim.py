@@ -11,10 +11,9 @@ from conftest import QUICK, check_overrides, compose
 from tiedvsuntied.model.config import HeadConfig, ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
-from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
 from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config, run_id
 from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
-from tiedvsuntied.train.state import TrainState
 from tiedvsuntied.train.trainer import train
 
 V, D = 64, 16  # inv_sqrt_d = 0.25

@@ -25,6 +25,7 @@ import pickle
 import textwrap
 import zipfile
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -37,6 +38,30 @@ log = logging.getLogger(__name__)
 
 UNREADABLE = (RuntimeError, OSError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
 PARTS = ("model", "optimizer", "train_state", "rng_cpu", "rng_cuda")
+
+
+@dataclass
+class TrainState:
+    """Everything of the loop that a checkpoint must carry besides weights and RNGs: the
+    step and tokens seen, the step-0 evaluation, the best and the last validation loss, and
+    how many steps were clipped. Test losses are not in it: they are taken once, at the end."""
+
+    step: int = 0
+    tokens: int = 0
+    init_val_loss: float | None = None
+    init_logit_std: float | None = None
+    init_self_logit: float | None = None
+    init_self_target_frac: float | None = None
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    last_val_loss: float | None = None
+    clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, d: dict) -> None:
+        vars(self).update(d)
 
 
 class CheckpointMismatch(ConfigError):

@@ -1,8 +1,8 @@
 """The run's config as Hydra composes it (conf/config.yaml), each field with its doc, its role
-in the run's identity (``option(role=..., neutral=...)``) and, in ``__post_init__``, its check
-(as torchtitan's config does); ``check_config`` adds what needs the machine or the files. A
-check never changes the config. The lists of keys by role and ``run_id`` derive from the
-declarations here: the reading side imports them (no torch here)."""
+in the run's identity (``option(role=..., neutral=...)``) and its rule (``checked``), which
+``__post_init__`` applies (as torchtitan's config does); ``check_config`` adds what needs the
+machine or the files. A check never changes the config. The lists of keys by role and
+``run_id`` derive from the declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 
 from omegaconf import OmegaConf
@@ -35,16 +35,34 @@ def show(value) -> str:
 Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is valid)
 
 
-def check_fields(prefix: str, obj, rules: dict[str, Rule]) -> None:
+def checked(default, rule: Rule, **role):
+    """A config field (:func:`results.records.option`) with the rule its value must meet."""
+    f = option(default, **role)
+    return field(default=f.default, metadata={**f.metadata, "rule": rule})
+
+
+def check_fields(prefix: str, obj) -> None:
     """Raise a one-line ConfigError for the first field of ``obj`` its rule refuses."""
-    for name, (ok, valid) in rules.items():
-        value = getattr(obj, name)
-        if not ok(value):
-            raise ConfigError(f"{prefix}{name}={show(value)} is invalid: it must be {valid}")
+    for f in fields(obj):
+        ok, valid = f.metadata.get("rule", (lambda v: True, ""))
+        if not ok(value := getattr(obj, f.name)):
+            raise ConfigError(f"{prefix}{f.name}={show(value)} is invalid: it must be {valid}")
 
 
+def one_of(enum: type[Enum]) -> Rule:
+    values = [m.value for m in enum]
+    return (lambda v: v in values, " or ".join(values))
+
+
+def zero_means(what: str) -> Rule:
+    return (lambda v: v >= 0, f">= 0 (0 = {what})")
+
+
+AT_LEAST_0: Rule = (lambda v: v >= 0, ">= 0")
 AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
+POSITIVE: Rule = (lambda v: v > 0, "> 0")
 POSITIVE_OR_NULL: Rule = (lambda v: v is None or v > 0, "> 0, or null (emb_lr_mult's value)")
+BETA: Rule = (lambda v: 0 <= v < 1, "in [0, 1)")
 
 
 class LrScaling(str, Enum):
@@ -60,46 +78,27 @@ class LrScaling(str, Enum):
 class OptimConfig:
     """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
 
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
+    lr: float = checked(1e-3, POSITIVE)
+    min_lr_ratio: float = checked(0.1, (lambda v: 0 <= v <= 1, "in [0, 1]"))
+    warmup_steps: int = checked(50, AT_LEAST_0)
+    weight_decay: float = checked(0.1, AT_LEAST_0)
     decay_embeddings: bool = False  # also decay wte/lm_head (the shared matrix when tied)
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the pre-clip norm is logged either way)
+    beta1: float = checked(0.9, BETA)
+    beta2: float = checked(0.95, BETA)
+    eps: float = checked(1e-8, POSITIVE)
+    # 0 disables clipping (the pre-clip norm is logged either way)
+    grad_clip: float = checked(1.0, (lambda v: v >= 0, ">= 0 (0 disables)"))
     # Learning rates of the embedding side, as multiples of the scheduled lr (the body's):
-    emb_lr_mult: float = option(1.0, neutral=1.0)  # wte (untied)
+    emb_lr_mult: float = checked(1.0, POSITIVE, neutral=1.0)  # wte (untied)
     # lm_head (untied, or after head.untie_at); null: emb_lr_mult, after untie_at the tied one's
-    head_lr_mult: float | None = option(None, neutral=None)
+    head_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
     # the tied matrix: one lr for both roles; null: emb_lr_mult
-    tied_lr_mult: float | None = option(None, neutral=None)
+    tied_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
     # then times init std / body std (init_std)
-    lr_scaling: LrScaling = option(LrScaling.none, neutral="none")
+    lr_scaling: LrScaling = checked(LrScaling.none, one_of(LrScaling), neutral="none")
 
     def __post_init__(self) -> None:
-        check_fields(
-            "optim.",
-            self,
-            {
-                "lr": (lambda v: v > 0, "> 0"),
-                "min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-                "warmup_steps": (lambda v: v >= 0, ">= 0"),
-                "weight_decay": (lambda v: v >= 0, ">= 0"),
-                "beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
-                "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
-                "eps": (lambda v: v > 0, "> 0"),
-                "grad_clip": (lambda v: v >= 0, ">= 0 (0 disables)"),
-                "emb_lr_mult": (lambda v: v > 0, "> 0"),
-                "head_lr_mult": POSITIVE_OR_NULL,
-                "tied_lr_mult": POSITIVE_OR_NULL,
-                "lr_scaling": (
-                    lambda v: v in [m.value for m in LrScaling],
-                    " or ".join(m.value for m in LrScaling),
-                ),
-            },
-        )
+        check_fields("optim.", self)
 
 
 class Precision(str, Enum):
@@ -125,54 +124,44 @@ class Sampling(str, Enum):
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 2000
-    batch_size: int = 8  # sequences per micro-batch (of all processes together)
-    grad_accum: int = 1  # micro-batches per optimizer step
+    max_steps: int = checked(2000, AT_LEAST_1)
+    batch_size: int = checked(8, AT_LEAST_1)  # sequences per micro-batch (of all processes)
+    grad_accum: int = checked(1, AT_LEAST_1)  # micro-batches per optimizer step
     # once: under one pass over the training tokens, checked before training (a memorised
     # corpus turns tying into a question about regularisation)
     sampling: Sampling = option(Sampling.random, neutral="random")
     # also at step 0 (the initial loss is a result) and the last step
-    eval_interval: int = option(100, role=Role.identity)
+    eval_interval: int = checked(100, AT_LEAST_1, role=Role.identity)
     # Also evaluate at steps 1, 2, 4, 8, ... below eval_interval: an init-1.0 run collapses
     # from ~60 nats within the first 50-100 steps, between two evaluations otherwise.
     eval_log_steps: bool = option(True, role=Role.identity, neutral=False)
-    eval_windows: int = 0  # fixed validation/test windows, the same for every run; 0 = all that fit
-    eval_batch_size: int = option(16, role=Role.identity)
-    log_interval: int = option(10, role=Role.record)
+    # fixed validation/test windows, the same for every run; 0 = all that fit
+    eval_windows: int = checked(0, zero_means("the whole split"))
+    eval_batch_size: int = checked(16, AT_LEAST_1, role=Role.identity)
+    log_interval: int = checked(10, AT_LEAST_1, role=Role.record)
     # log the training loss at every one of the first N steps as well
-    log_first: int = option(100, role=Role.record)
-    ckpt_interval: int = option(200, role=Role.record)  # also at the last step and on a signal
+    log_first: int = checked(100, AT_LEAST_0, role=Role.record)
+    # also at the last step and on a signal
+    ckpt_interval: int = checked(200, AT_LEAST_1, role=Role.record)
     precision: Precision = Precision.auto
     # null: on CUDA, and on CPU for runs of >= 500 steps
     compile: bool | None = option(None, role=Role.identity)
     # auto | cpu | cuda | cuda:N | cuda:free (a GPU no other job holds)
     device: str = option("auto", role=Role.record)
     # rows per cross-entropy chunk; 0: all logits at once
-    loss_chunk: int = option(1024, role=Role.identity)
+    loss_chunk: int = checked(1024, zero_means("full logits"), role=Role.identity)
     test_eval: bool = option(True, role=Role.identity)
     # MFU denominator; 0 measures this machine's matmul peak at start
-    peak_tflops: float = option(0.0, role=Role.record)
+    peak_tflops: float = checked(0.0, zero_means("measure"), role=Role.record)
     progress: bool = option(True, role=Role.record)
     # CPU threads of torch's intra-op pool; 0 keeps torch's choice (OMP_NUM_THREADS, or the
     # cores). Compiled CPU runs are bitwise equal at one thread count and drift apart from
     # about step 6 at another (a 1e-6 difference that training amplifies): the count used is
     # recorded in the summary, and pinning it makes runs under any launcher comparable.
-    threads: int = option(0, role=Role.record)
+    threads: int = checked(0, zero_means("torch's choice"), role=Role.record)
 
     def __post_init__(self) -> None:
-        steps = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batch_size")
-        check_fields(
-            "trainer.",
-            self,
-            {
-                **dict.fromkeys((*steps, "log_interval", "ckpt_interval"), AT_LEAST_1),
-                "eval_windows": (lambda v: v >= 0, ">= 0 (0 = the whole split)"),
-                "log_first": (lambda v: v >= 0, ">= 0"),
-                "threads": (lambda v: v >= 0, ">= 0 (0 = torch's choice)"),
-                "loss_chunk": (lambda v: v >= 0, ">= 0 (0 = full logits)"),
-                "peak_tflops": (lambda v: v >= 0, ">= 0 (0 = measure)"),
-            },
-        )
+        check_fields("trainer.", self)
 
 
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -253,10 +242,10 @@ class Config:
     # std of wte and the untied head: a number, or inv_sqrt_d
     init_std: str = option("0.02", role=Role.identity)
     # model init, batch order, dropout: tied and untied share it
-    seed: int = option(0, role=Role.identity)
+    seed: int = checked(0, AT_LEAST_0, role=Role.identity)
     # A second run of one config (the noise floor): it enters the run's identity, so the run
     # is not skipped as done, and changes nothing else (same seed, data, init).
-    replicate: int = option(0, role=Role.identity, neutral=0)
+    replicate: int = checked(0, AT_LEAST_0, role=Role.identity, neutral=0)
     sweep: str = option("default", role=Role.record)  # results/<sweep>/ and the W&B group
     results_dir: str = option("results", role=Role.record)
     # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
@@ -273,8 +262,7 @@ class Config:
     wandb: WandbConfig = option(factory=WandbConfig, role=Role.record)
 
     def __post_init__(self) -> None:
-        at_least_0: Rule = (lambda v: v >= 0, ">= 0")
-        check_fields("", self, {"seed": at_least_0, "replicate": at_least_0})
+        check_fields("", self)
         if not SWEEP_NAME.match(self.sweep):
             raise ConfigError(
                 f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"

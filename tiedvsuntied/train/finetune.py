@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.config import (
     SHAPE_KEYS,
     HeadConfig,
@@ -82,11 +81,7 @@ def read_start(init_from: str) -> Start:
     start a run."""
     path = Path(init_from).expanduser()
     if path.is_dir() and (run := _run_dir(path)) is not None:
-        cfg, summary, weights = (
-            read_config(run),
-            read_summary(run),
-            run / "checkpoints" / "model.pt",
-        )
+        summary, weights = read_summary(run), run / "checkpoints" / "model.pt"
         if not summary or summary.status != Status.finished or not weights.is_file():
             raise ModelConfigError(
                 f"init_from={run}: not a finished run (status "
@@ -98,6 +93,7 @@ def read_start(init_from: str) -> Start:
                 f"init_from={run}: {weights} does not load ({why}); run the command that "
                 "trained it again (it trains a finished run whose model.pt is broken anew)"
             )
+        cfg = read_config(run)
         model = {**cfg["model"], "vocab_size": cfg["derived"]["vocab_size"]}
         head = HeadConfig(**cfg.get("head", {}))
         tie = head.ends_tied(bool(cfg["tie"]))
@@ -108,12 +104,8 @@ def read_start(init_from: str) -> Start:
         from tiedvsuntied.model.hf import config_from_hf
 
         hf = json.loads((path / "config.json").read_text())
-        return Start(
-            str(path),
-            config_from_hf(hf, str(path)),
-            bool(hf.get("tie_word_embeddings", True)),
-            None,
-        )
+        tie = bool(hf.get("tie_word_embeddings", True))
+        return Start(str(path), config_from_hf(hf, str(path)), tie, None)
     raise ModelConfigError(
         f"init_from={init_from}: no finished run of this harness (config.yaml, "
         "checkpoints/model.pt) and no Hugging Face GPT-2 directory (config.json) there"
@@ -190,15 +182,6 @@ def build(start: Start, cfg, seed: int) -> GPT:
             f"finetune.trainable={cfg.finetune.trainable.value} leaves nothing to train"
         )
     return model
-
-
-def retain_data(start: Start) -> DataConfig | None:
-    """The start's own data (a run of this harness): its validation loss is the retention."""
-    if start.data is None:
-        return None
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), start.data))
 
 
 def start_rows(model: GPT) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Where a run executes: device, precision, compilation, and the matmul peak for MFU.
+"""Where a run executes: device, precision, and the matmul peak for MFU.
 
 Shared by the trainer and the benchmark, so both make the same choices on the same machine.
 """
@@ -65,20 +65,13 @@ def resolve_precision(p: Precision, device: torch.device) -> Precision:
     return Precision.bf16 if fast else Precision.fp32
 
 
-def resolve_compile(setting: bool | None, device: torch.device, max_steps: int) -> bool:
-    """Compile where it pays: always on CUDA; on CPU once a run amortises the ~1 min compile."""
-    return setting if setting is not None else device.type == "cuda" or max_steps >= 500
-
-
-def measure_matmul_tflops(
-    device: torch.device, dtype: torch.dtype, n: int = 0, seconds: float = 0.5
-) -> float:
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.5) -> float:
     """This machine's dense matmul throughput for ``dtype``: the MFU denominator. Timed by
-    ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses. ``n``:
-    the matrices' side; 0: 8192 on a GPU (2048 leaves an H100's units partly idle), else 2048."""
+    ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses, on
+    matrices of side 8192 on a GPU (2048 leaves an H100's units partly idle), else 2048."""
     from torch.utils import benchmark
 
-    n = n or (8192 if device.type == "cuda" else 2048)
+    n = 8192 if device.type == "cuda" else 2048
 
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())

@@ -75,12 +75,10 @@ def check_config(
 
 def first_time(checked: set[str] | None, key: str) -> bool:
     """Whether a check is due: always for one job; in a sweep, the first time its key is met."""
-    if checked is None:
-        return True
-    if key in checked:
-        return False
-    checked.add(key)
-    return True
+    due = checked is None or key not in checked
+    if checked is not None:
+        checked.add(key)
+    return due
 
 
 def check_writable(path: Path) -> None:

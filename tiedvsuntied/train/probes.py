@@ -148,10 +148,8 @@ def drift(model, start: dict[str, torch.Tensor], freq: np.ndarray) -> dict[str, 
     out = {}
     for side, w0 in start.items():
         w, w0 = now[side].float(), w0.float()
-        cos, rel = (
-            F.cosine_similarity(w, w0, dim=1).cpu(),
-            (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu(),
-        )
+        cos = F.cosine_similarity(w, w0, dim=1).cpu()
+        rel = (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu()
         for name, mask in (("seen", seen), ("unseen", ~seen)):
             if mask.any():
                 out[f"drift/{side}_cos_{name}"] = cos[mask].mean().item()

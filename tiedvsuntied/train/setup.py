@@ -1,5 +1,6 @@
-"""Setting a run up on this process: data order, model, optimizer, the checkpoint to resume
-from and the numbers the config implies (Derived)."""
+"""Setting a run up on this process: its identity, data order, model, optimizer, the checkpoint
+to resume from, the numbers the config implies (Derived), the Run the loop reads and the
+summary.json built from it."""
 
 from __future__ import annotations
 
@@ -8,23 +9,98 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus, prepare_data
+from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.results.records import RunSummary
+from tiedvsuntied.results.metrics_log import MetricsLog
+from tiedvsuntied.results.records import RunSummary, find_run_dir
 from tiedvsuntied.train import dist
-from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
-from tiedvsuntied.train.config import OptimConfig, Precision, Sampling, Schedule
-from tiedvsuntied.train.finetune import build, retain_data, start_rows
-from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_compile, resolve_precision
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
+from tiedvsuntied.train.config import (
+    Config,
+    Precision,
+    Sampling,
+    Schedule,
+    config_run_id,
+    resolved_config,
+)
+from tiedvsuntied.train.finetune import build, start_rows
+from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
 from tiedvsuntied.train.plan import RunPlan
-from tiedvsuntied.train.state import Derived, Run, TrainState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Derived:
+    """What the config implies on this machine, worked out once at set-up: config.yaml's
+    ``derived`` (in this order), W&B's config, and the summary's copies."""
+
+    vocab_size: int
+    params: dict  # model.count_parameters and "trainable"
+    flops_per_token: float
+    init_std_resolved: dict  # model.init_stds()
+    lr_scales: dict  # each optimizer group's multiple of the scheduled lr (untie_at: + head)
+    device: str
+    world_size: int
+    threads: int
+    precision: str  # bf16: the forward passes under autocast; fp32: none
+    compiled: bool  # False from the step torch.compile failed on (the run goes on eagerly)
+    peak_tflops: float
+    data_fingerprint: str
+    tokens_per_step: int
+
+
+@dataclass
+class Run:
+    """One run being trained: what the loop reads and updates."""
+
+    cfg: Config
+    schedule: Schedule
+    run_dir: Path
+    record: RunSummary  # identity and outcome; the rest of the summary is derived and state
+    derived: Derived
+    model: GPT
+    optimizer: torch.optim.Optimizer
+    sampler: BatchSampler
+    corpus: Corpus
+    device: torch.device
+    state: TrainState
+    checkpoints: Checkpoints
+    freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
+    resumed_from: int | None = None
+    start_rows: dict | None = None  # fine-tuning: E (and H) at step 0, for drift
+    retain: Corpus | None = None  # fine-tuning from a run of this harness: its data (retention)
+    step_model: torch.nn.Module | None = None  # compiled or not, in DDP wrapped (compile)
+    eval_model: torch.nn.Module | None = None  # compiled or not, never wrapped (rank 0 alone)
+    metrics: MetricsLog | None = None
+    bar: object = None
+
+
+def summary(run: Run) -> RunSummary:
+    """summary.json now: identity and outcome (``run.record``), then what Derived and the
+    TrainState hold under the summary's names, and what follows from them."""
+    d, s = run.derived, run.state
+    names = {f.name for f in dataclasses.fields(RunSummary)}
+    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
+    return dataclasses.replace(
+        run.record,
+        **{
+            **values,
+            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
+            "seen_vocab_frac": float((run.freq > 0).mean()),
+            "resumed_from_step": run.resumed_from,
+            "final_val_loss": s.last_val_loss,
+            "clip_frac": s.clipped_steps / s.step if s.step else None,
+        },
+    )
 
 
 def build_model(plan: RunPlan, vocab_size: int) -> GPT:
@@ -38,20 +114,14 @@ def build_model(plan: RunPlan, vocab_size: int) -> GPT:
     return model.to(plan.device)
 
 
-def resume_on_every_rank(
-    checkpoints: Checkpoints,
-    model,
-    optimizer,
-    state: TrainState,
-    schedule: Schedule,
-    optim: OptimConfig,
-) -> Path | None:
-    """Rank 0 reads the newest usable checkpoint and tells the others which file it used, or
-    why the run cannot resume (CheckpointMismatch); then they read that file."""
+def resume_on_every_rank(plan: RunPlan, checkpoints: Checkpoints, model, optimizer, state):
+    """Rank 0 reads the newest usable checkpoint and tells the others which file it used (or
+    None), or why the run cannot resume (CheckpointMismatch); then they read that file."""
+    switch = plan.schedule.untie_step
 
     def layout(ckpt):  # a checkpoint from after the switch holds an untied model and optimizer
-        if schedule.untie_step and model.tie and ckpt["train_state"]["step"] >= schedule.untie_step:
-            untie(model, optimizer, optim)
+        if switch and model.tie and ckpt["train_state"]["step"] >= switch:
+            untie(model, optimizer, plan.cfg.optim)
 
     used, error = None, None
     if dist.is_main():
@@ -89,6 +159,47 @@ class Data:
     corpus: Corpus
     retain: Corpus | None = None
 
+    @classmethod
+    def of(cls, plan: RunPlan, corpus: Corpus) -> Data:
+        start = plan.start
+        if start is None or start.data is None or not dist.is_main():
+            return cls(corpus)
+        data = OmegaConf.merge(OmegaConf.structured(DataConfig), start.data)
+        return cls(corpus, prepare_data(OmegaConf.to_object(data)))
+
+
+def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
+    """The summary of a run as it starts (identity only), and its directory (an existing run
+    keeps its directory and name, whatever naming scheme made them)."""
+    cfg, config = plan.cfg, resolved_config(plan.cfg)
+    run_dir = find_run_dir(
+        Path(cfg.results_dir) / cfg.sweep, config_run_id(cfg, corpus.fingerprint)
+    )
+    m = cfg.model
+    record = RunSummary(
+        run_id=run_dir.name,
+        name=run_dir.name.rsplit("-", 1)[0],
+        sweep=cfg.sweep,
+        tie=cfg.tie,
+        init_std=config["init_std"],
+        model=m.name,
+        seed=cfg.seed,
+        replicate=cfg.replicate,
+        n_layer=m.n_layer,
+        n_head=m.n_head,
+        n_embd=m.n_embd,
+        vocab_size=corpus.vocab_size,
+        block_size=m.block_size,
+        t5_rescale=cfg.head.t5_rescale,
+        data=cfg.data.name,
+        data_fingerprint=corpus.fingerprint,
+        max_steps=cfg.trainer.max_steps,
+        untie_at=cfg.head.untie_at,
+        untie_step=plan.schedule.untie_step,
+        world_size=dist.world_size(),
+    )
+    return record, run_dir
+
 
 def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> Run:
     """The run ready for its first (or next) step; a CheckpointMismatch before anything is
@@ -108,7 +219,7 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     }
     state, schedule = TrainState(), plan.schedule
     checkpoints = Checkpoints(run_dir / "checkpoints")
-    used = resume_on_every_rank(checkpoints, model, optimizer, state, schedule, cfg.optim)
+    used = resume_on_every_rank(plan, checkpoints, model, optimizer, state)
     untied = bool(schedule.untie_step) and not model.tie  # resumed past the switch
     record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
@@ -132,8 +243,19 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         start_rows=rows,
         retain=data.retain,
     )
+    compile_model(run, run.derived.compiled)
     log_start(run, used)
     return run
+
+
+def compile_model(run: Run, compiled: bool) -> None:
+    """The model the steps call: compiled or not, and wrapped for DDP."""
+    run.step_model = dist.wrap(torch.compile(run.model) if compiled else run.model)
+    # Evaluation compiled too: eager, its forward over the (rows x V) logits ran at the
+    # speed of a compiled training step (measured 3x slower than compiled, nano, V=50257).
+    # Fixed shapes: one graph per batch shape, no dynamic-shape recompile.
+    run.eval_model = torch.compile(run.model, dynamic=False) if compiled else run.model
+    run.derived.compiled = compiled
 
 
 def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -> Derived:
@@ -150,7 +272,10 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -
         world_size=dist.world_size(),
         threads=torch.get_num_threads(),
         precision=precision.value,
-        compiled=resolve_compile(trainer.compile, device, trainer.max_steps),
+        # where it pays: always on CUDA, on CPU once a run amortises the ~1 min compile
+        compiled=device.type == "cuda" or trainer.max_steps >= 500
+        if trainer.compile is None
+        else trainer.compile,
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
@@ -170,11 +295,3 @@ def log_start(run: Run, used: Path | None) -> None:
         f"{len(run.corpus.tokens('train')):,}",
         run.derived.peak_tflops,
     )
-
-
-def retain_corpus(plan: RunPlan) -> Corpus | None:
-    """Fine-tuning from a run of this harness: its data, whose validation loss rank 0 records."""
-    start = plan.start
-    if start is None or start.data is None or not dist.is_main():
-        return None
-    return prepare_data(retain_data(start))

@@ -46,18 +46,11 @@ from tiedvsuntied.results.records import (
 )
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
-from tiedvsuntied.train.config import (
-    Config,
-    ConfigError,
-    Precision,
-    check_budget,
-    resolved_config,
-)
+from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budget, resolved_config
 from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
-from tiedvsuntied.train.setup import Data, build_run, retain_corpus
-from tiedvsuntied.train.state import Run, identity
+from tiedvsuntied.train.setup import Data, Run, build_run, compile_model, identity, summary
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +85,12 @@ def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunS
     check_budget(plan.cfg.trainer, corpus.n_tokens("train"), plan.cfg.model.block_size)
     for split in ("val", "test") if plan.cfg.trainer.test_eval else ("val",):  # too short?
         next(iter_eval_batches(corpus.tokens(split), plan.cfg.model.block_size, 1, 1))
-    data = Data(corpus, retain_corpus(plan))
+    data = Data.of(plan, corpus)
     record, run_dir = identity(plan, corpus)
     if dist.is_main():
         return lead(plan, data, record, run_dir, overrides)
     if dist.from_main(None):  # rank 0's decision: the run trains
         run = build_run(plan, data, record, run_dir)
-        compile_model(run, run.derived.compiled)
         with contextlib.suppress(Diverged):  # rank 0 records it
             run_loop(run)
     return None
@@ -147,7 +139,6 @@ def train_and_record(
     t0 = time.time()
     try:
         run = build_run(plan, data, record, run_dir)
-        compile_model(run, run.derived.compiled)
     except CheckpointMismatch:  # one line from the entry point; no file is changed
         raise
     except (Exception, KeyboardInterrupt) as e:
@@ -218,33 +209,14 @@ def finish(run: Run) -> None:
     )
 
 
-def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), then what Derived and the
-    TrainState hold under the summary's names, and what follows from them."""
-    d, s = run.derived, run.state
-    names = {f.name for f in dataclasses.fields(RunSummary)}
-    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
-    return dataclasses.replace(
-        run.record,
-        **{
-            **values,
-            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
-            "seen_vocab_frac": float((run.freq > 0).mean()),
-            "resumed_from_step": run.resumed_from,
-            "final_val_loss": s.last_val_loss,
-            "clip_frac": s.clipped_steps / s.step if s.step else None,
-        },
-    )
-
-
 @dataclass
 class Window:
-    """Training time (no evaluations, no checkpoints), steps and clipped steps since the last
-    logged step: what the logged throughput and clip fraction are averaged over."""
+    """Training time (no evaluations, no checkpoints) and steps since the last logged step, and
+    the clipped steps before it: what the logged throughput and clip fraction are averaged over."""
 
     seconds: float = 0.0
     steps: int = 0
-    clipped: int = 0
+    clipped: int = 0  # TrainState.clipped_steps when the window opened
 
 
 def run_loop(run: Run) -> None:
@@ -253,7 +225,6 @@ def run_loop(run: Run) -> None:
     state, schedule, main = run.state, run.schedule, dist.is_main()
     if state.step == 0 and main:
         validate(run, first=True)  # the initial loss is a result (and dominates at init 1.0)
-        summary(run).write(run.run_dir)
     from tqdm.auto import tqdm
 
     run.bar = tqdm(
@@ -264,38 +235,30 @@ def run_loop(run: Run) -> None:
         dynamic_ncols=True,
         disable=not (run.cfg.trainer.progress and main),
     )
-    window = Window()
+    window = Window(clipped=state.clipped_steps)
     with dist.StopRequest() as stop, run.bar:
         while not schedule.done(state.step):
             t0 = time.perf_counter()
             loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
             window.seconds += time.perf_counter() - t0
             window.steps += 1
-            window.clipped += int(0 < run.cfg.optim.grad_clip < grad_norm)
             run.bar.update(1)
             if schedule.unties(state.step):  # the head becomes a parameter of its own
                 untie_now(run)
             if grad_split is not None and main:
                 log_step(run, window, loss=loss, grad_norm=grad_norm, lr=lr, split=grad_split)
-                window = Window()
+                window = Window(clipped=state.clipped_steps)
             if schedule.evaluates(state.step):  # rank 0 evaluates, every rank learns the loss
-                val_loss = validate(run) if main else None
-                if main:
-                    summary(run).write(run.run_dir)
-                if not math.isfinite(dist.from_main(val_loss)):
+                val_loss = dist.from_main(validate(run) if main else None)
+                if not math.isfinite(val_loss):
                     raise Diverged(f"non-finite validation loss at step {state.step}")
             if main and schedule.saves(state.step):
                 run.checkpoints.save(run.model, run.optimizer, state)
-            if dist.any_rank(bool(stop), run.device):
-                stop_here(run, stop)
-
-
-def stop_here(run: Run, stop: dist.StopRequest) -> None:
-    """A signal asked the run to stop: save this step (rank 0), hand the signal on, stop."""
-    if dist.is_main():
-        run.checkpoints.save(run.model, run.optimizer, run.state)
-    stop.hand_on()
-    raise Interrupted(stop.name or "a signal to another process")
+            if dist.any_rank(bool(stop), run.device):  # a signal: save this step, stop
+                if main:
+                    run.checkpoints.save(run.model, run.optimizer, state)
+                stop.hand_on()
+                raise Interrupted(stop.name or "a signal to another process")
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
@@ -353,23 +316,12 @@ def forward_backward(run: Run, grad_split: dict | None) -> torch.Tensor:
     return dist.mean_(total / trainer.grad_accum)
 
 
-def compile_model(run: Run, compiled: bool) -> None:
-    """The model the steps call: compiled or not, and wrapped for DDP."""
-    run.step_model = dist.wrap(torch.compile(run.model) if compiled else run.model)
-    # Evaluation compiled too: eager, its forward over the (rows x V) logits ran at the
-    # speed of a compiled training step (measured 3x slower than compiled, nano, V=50257).
-    # Fixed shapes: one graph per batch shape, no dynamic-shape recompile.
-    run.eval_model = torch.compile(run.model, dynamic=False) if compiled else run.model
-    run.derived.compiled = compiled
-
-
 def untie_now(run: Run) -> None:
     untie(run.model, run.optimizer, run.cfg.optim)
     run.derived.lr_scales = lr_scales(run.optimizer)  # now with the head's
     compile_model(run, run.derived.compiled)
-    run.record.params_untied = count_parameters(run.model)
+    params = run.record.params_untied = count_parameters(run.model)
     if dist.is_main():
-        params = run.record.params_untied
         total = f"{params['total']:,}"
         log.info("[%s] untied at step %d: %s parameters", run.record.name, run.state.step, total)
         run.metrics.log({f"params/{k}": v for k, v in params.items()}, run.state.step)
@@ -391,7 +343,7 @@ def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float,
             "train/tokens_per_s": tokens_per_s,
             "train/grad_norm": grad_norm,
             "train/mfu": run.derived.flops_per_token * tokens_per_s / peak,
-            "train/clip_frac": window.clipped / window.steps,
+            "train/clip_frac": (run.state.clipped_steps - window.clipped) / window.steps,
             # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
             **{f"train/grad_norm_{side}": g.norm().item() for side, g in split.items()},
         },
