@@ -138,11 +138,10 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
     import torch
     from torch.utils import benchmark
 
-    from tiedvsuntied.train.hardware import resolve_device
+    from tiedvsuntied.train.hardware import enable_tf32, resolve_device
 
     device = resolve_device(args.device)
-    if device.type == "cuda":  # as the trainer and nanoGPT's train.py: TF32 for fp32 matmuls
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    enable_tf32(device)
     with contextlib.redirect_stdout(sys.stderr):  # nanoGPT prints; stdout is the JSON's
         step, config, params, flops = build(size, tie, variant, args, device)
     t0 = time.perf_counter()
@@ -311,7 +310,7 @@ def variants(args: argparse.Namespace) -> list[Variant]:
 def main(argv=None) -> int:
     import torch
 
-    from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_device
+    from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_device
 
     args = parse_args(argv)
     try:
@@ -321,8 +320,7 @@ def main(argv=None) -> int:
         return 2
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
     device = resolve_device(args.device)
-    if device.type == "cuda":  # fp32 rows run with TF32 (measure_one): so does their peak
-        torch.backends.cuda.matmul.allow_tf32 = True
+    enable_tf32(device)  # the fp32 rows run with TF32 (measure_one): so does their peak
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)

@@ -30,6 +30,13 @@ def resolve_device(name: str) -> torch.device:
     )
 
 
+def enable_tf32(device: torch.device) -> None:
+    """On CUDA, TF32 for the fp32 matmuls (those autocast leaves, and all of an fp32 run), as
+    nanoGPT's train.py: the trainer, the benchmark's rows and its peak all run this way."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+
 _claimed: dict = {}
 
 

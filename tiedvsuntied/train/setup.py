@@ -31,7 +31,7 @@ from tiedvsuntied.train.config import (
     resolved_config,
 )
 from tiedvsuntied.train.finetune import build, start_rows
-from tiedvsuntied.train.hardware import measure_matmul_tflops, resolve_precision
+from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
 from tiedvsuntied.train.plan import RunPlan
 
@@ -207,8 +207,7 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     cfg, trainer, device, corpus = plan.cfg, plan.cfg.trainer, plan.device, data.corpus
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
-    if device.type == "cuda":  # TF32 for the fp32 matmuls autocast leaves (all, in fp32 runs)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    enable_tf32(device)
     sampler = train_sampler(cfg, corpus)
     model = build_model(plan, corpus.vocab_size)
     rows = start_rows(model) if plan.start else None  # before a resume changes them
