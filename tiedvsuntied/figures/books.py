@@ -97,9 +97,8 @@ def fig_loss(runs: pd.DataFrame):
 def _interval_count(table: pd.DataFrame) -> str:
     """'19 intervals', and the rows of one seed, which have a point and no interval."""
     alone = int(table["low"].isna().sum())
-    return f"{len(table) - alone} intervals" + (
-        f" ({alone} rows of one seed: no interval)" * (alone > 0)
-    )
+    counted = f"{len(table) - alone} intervals"
+    return f"{counted} ({alone} rows of one seed: no interval)" if alone else counted
 
 
 @books_figure("books_fig2_contrasts", "second edition: every contrast with its interval and floor")
