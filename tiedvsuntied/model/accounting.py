@@ -7,9 +7,7 @@ and "head" is 0 when tied. GPT-2 small is 124,439,808 tied and 163,037,184 untie
 
 from __future__ import annotations
 
-from tiedvsuntied.model.config import ModelConfig, as_model_config
-
-EMBEDDING_NAMES = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
+from tiedvsuntied.model.config import as_model_config
 
 
 def unwrap(model):
@@ -18,50 +16,31 @@ def unwrap(model):
     return getattr(model, "module", model)
 
 
-def block_parameters(cfg: ModelConfig) -> dict[str, int]:
-    """Parameters of one transformer block, by tensor group (d = n_embd; 4d-wide MLP)."""
-    d, bias = cfg.n_embd, int(cfg.bias)
-    return {
-        "ln_1": d + bias * d,
-        "attn.c_attn": 3 * d * d + bias * 3 * d,  # q, k, v
-        "attn.c_proj": d * d + bias * d,
-        "ln_2": d + bias * d,
-        "mlp.c_fc": 4 * d * d + bias * 4 * d,
-        "mlp.c_proj": 4 * d * d + bias * d,
-    }
-
-
 def count_parameters_for(cfg, tie: bool = True) -> dict[str, int]:
-    """count_parameters of a model that is never built, from the shapes alone (GPT-2 XL costs
-    nothing); it agrees with count_parameters(GPT(cfg, tie=tie)) (tested)."""
+    """Unique parameters of GPT(cfg, tie=tie) from the shapes alone (GPT-2 XL costs nothing):
+    {"total", "embedding" (wte), "position" (wpe), "head" (lm_head; 0 when tied),
+    "non_embedding"}."""
     cfg = as_model_config(cfg)
-    d = cfg.n_embd
-    ln_f = d + int(cfg.bias) * d
+    d, bias = cfg.n_embd, int(cfg.bias)
+    # a block: 2 LayerNorms, q k v, the attention's projection, a 4d-wide MLP
+    block = 2 * (d + bias * d) + (3 + 1 + 4 + 4) * d * d + bias * (3 + 1 + 4 + 1) * d
     parts = {
         "embedding": cfg.vocab_size * d,
         "position": cfg.block_size * d,
         "head": 0 if tie else cfg.vocab_size * d,
-        "non_embedding": cfg.n_layer * sum(block_parameters(cfg).values()) + ln_f,
+        "non_embedding": cfg.n_layer * block + d + bias * d,  # + ln_f
     }
     return {"total": sum(parts.values()), **parts}
 
 
 def count_parameters(model) -> dict[str, int]:
-    """Unique parameters of a (compiled or DDP-wrapped) GPT: {"total", "embedding" (wte),
-    "position" (wpe), "head" (lm_head; 0 when tied), "non_embedding"}. `parameters()` lists a
-    shared Parameter once; the parts are asserted to sum to it (as nanochat's accounting does)."""
+    """count_parameters_for a built (compiled or DDP-wrapped) GPT, asserted to sum to its
+    unique parameters (`parameters()` lists a shared Parameter once), as nanochat's does."""
     gpt = unwrap(model)
-    parts = {
-        "embedding": gpt.transformer.wte.weight.numel(),
-        "position": gpt.transformer.wpe.weight.numel(),
-        "head": 0 if gpt.tie else gpt.lm_head.weight.numel(),
-        "non_embedding": sum(
-            p.numel() for name, p in gpt.named_parameters() if name not in EMBEDDING_NAMES
-        ),
-    }
+    counts = count_parameters_for(gpt.config, gpt.tie)
     total = sum(p.numel() for p in gpt.parameters())
-    assert sum(parts.values()) == total, (parts, total)
-    return {"total": total, **parts}
+    assert counts["total"] == total, (counts, total)
+    return counts
 
 
 def flops_per_token(model_or_cfg) -> float:

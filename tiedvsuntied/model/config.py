@@ -90,8 +90,8 @@ class Trainable(str, Enum):
 @dataclass
 class HeadConfig:
     """The Hydra ``head`` node: what kind of output head, beside the two top-level run keys a
-    sweep varies, ``tie`` and ``init_std``. :meth:`init_stds` and :meth:`scale` check what needs
-    ``tie`` too. Every field is a variant: runs that differ in it are labelled apart."""
+    sweep varies, ``tie`` and ``init_std``; :func:`check_config` checks what needs them too.
+    Every field is a variant: runs that differ in it are labelled apart."""
 
     untie_at: float | None = option(None, neutral=None)
     """scheduled untying: tied until this step (>= 1) or fraction of training (< 1), then the
@@ -114,21 +114,6 @@ class HeadConfig:
             if getattr(self, name) is not None:
                 canonical_init_std(getattr(self, name), f"head.{name}")
         multiplier(self.logit_scale, 1, "head.logit_scale")
-
-    def init_stds(self, tie: bool, init_std, n_embd: int) -> tuple[float, float]:
-        """(wte's std, lm_head's std): the override where set, else init_std; tied, one."""
-        default = resolve_init_std(init_std, n_embd, "init_std")
-        emb, head = (
-            default if value is None else resolve_init_std(value, n_embd, f"head.{name}")
-            for name, value in (("emb_init_std", self.emb_init_std), ("init_std", self.init_std))
-        )
-        if tie and emb != head:
-            raise ModelConfigError(
-                f"head.emb_init_std={self.emb_init_std!r} and head.init_std={self.init_std!r} "
-                f"give {emb:g} and {head:g}, but tie=true shares one matrix: set only init_std, "
-                "or use tie=false"
-            )
-        return emb, head
 
     def scale(self, tie: bool, n_embd: int) -> float:
         """The logits' multiplier: logit_scale, times d^-0.5 for T5's tied head."""
@@ -230,16 +215,23 @@ def check_config(
     cfg: ModelConfig, *, tie: bool = True, init_std="0.02", head: HeadConfig | None = None
 ) -> dict[str, float]:
     """The checks that need the run keys tie and init_std and the head besides the model's own
-    fields; returns the init stds by init-table symbol. Allocates nothing."""
+    fields; returns the std of each init-table symbol. wte's and lm_head's: the head's override
+    where set, else init_std (tied, the two must agree). Allocates nothing."""
     cfg, head = as_model_config(cfg), head or HeadConfig()
     cfg.__post_init__()  # again: a field may have been set after construction
     if not isinstance(tie, bool):  # a string 'false' would be truthy
         raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
     head.scale(tie, cfg.n_embd)
-    emb, out = head.init_stds(tie, init_std, cfg.n_embd)
-    return {
-        "emb": emb,
-        "head": out,
-        "body": cfg.body_init_std,
-        "resid": cfg.body_init_std / math.sqrt(2 * cfg.n_layer),
-    }
+    default = resolve_init_std(init_std, cfg.n_embd, "init_std")
+    emb, out = (
+        default if value is None else resolve_init_std(value, cfg.n_embd, f"head.{name}")
+        for name, value in (("emb_init_std", head.emb_init_std), ("init_std", head.init_std))
+    )
+    if tie and emb != out:
+        raise ModelConfigError(
+            f"head.emb_init_std={head.emb_init_std!r} and head.init_std={head.init_std!r} "
+            f"give {emb:g} and {out:g}, but tie=true shares one matrix: set only init_std, "
+            "or use tie=false"
+        )
+    resid = cfg.body_init_std / math.sqrt(2 * cfg.n_layer)
+    return {"emb": emb, "head": out, "body": cfg.body_init_std, "resid": resid}

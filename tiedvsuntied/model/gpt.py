@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from functools import partial
 
 import torch
 import torch.nn as nn
@@ -78,9 +77,10 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-# The one table of initial values: init_weights() applies it, its docstring is generated from
-# it, docs/model.md shows it, and tests/test_gpt.py measures every tensor against it.
-# Every parameter must match exactly one row, so no init can silently overwrite another.
+# The one table of initial values: init_weights() applies it, docs/model.md shows it and says
+# what each std symbol (a key of check_config's result) means, and tests/test_gpt.py measures
+# every tensor against that page. Every parameter must match exactly one row, so no init can
+# silently overwrite another.
 INIT_TABLE: tuple[tuple[str, str, str], ...] = (
     # tensor (fnmatch pattern)              init      std
     ("transformer.wte.weight", "normal", "emb"),
@@ -94,58 +94,30 @@ INIT_TABLE: tuple[tuple[str, str, str], ...] = (
     ("*.bias", "zeros", "-"),
 )
 
-STD_LEGEND = {
-    "emb": "head.emb_init_std if set, else init_std (tied: the std of the one shared matrix)",
-    "head": "head.init_std if set, else init_std (untied only: tied, lm_head.weight is wte)",
-    "body": "model.body_init_std (0.02, GPT-2)",
-    "resid": (
-        "body_init_std / sqrt(2 * n_layer) "
-        "(GPT-2: keeps the residual stream's variance from growing with depth)"
-    ),
-    "-": "constant",
-}
 
-
-def init_table_markdown() -> str:
-    """INIT_TABLE and STD_LEGEND as Markdown (init_weights' docstring and docs/model.md)."""
-    rows = ["| tensor | init | std |", "|---|---|---|"]
-    rows += [f"| `{pattern}` | {init} | {std} |" for pattern, init, std in INIT_TABLE]
-    legend = [f"- `{symbol}`: {meaning}" for symbol, meaning in STD_LEGEND.items()]
-    return "\n".join(rows + ["", "std symbols:", *legend])
-
-
-def init_rule(name: str) -> tuple[str, str]:
-    """(init, std symbol) of a parameter name; error unless exactly one INIT_TABLE row matches."""
-    hits = [(init, std) for pattern, init, std in INIT_TABLE if fnmatch.fnmatchcase(name, pattern)]
-    if len(hits) != 1:
-        raise RuntimeError(
-            f"parameter {name!r} matches {len(hits)} INIT_TABLE rows, expected exactly 1"
-        )
-    return hits[0]
-
-
-def tensor_generator(seed: int, name: str) -> torch.Generator:
-    """A CPU generator of its own for (seed, tensor name): a tensor's values depend on neither
-    the device nor which other tensors exist (tied vs untied)."""
+def _normal(seed: int, name: str, shape: torch.Size, std: float) -> torch.Tensor:
+    """N(0, std²) on the CPU from a generator of its own for (seed, tensor name): a tensor's
+    values depend on neither the device nor which other tensors exist (tied vs untied)."""
     # sha256, not hash(): Python salts hash() per process.
     digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    return torch.empty(shape).normal_(0.0, std, generator=g)
 
 
 @torch.compiler.disable  # a hook on an intermediate breaks the graph: keep this bit eager
 def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
     """A view of w whose gradient is also added into store[side] (fp32) during backward."""
+
+    def accumulate(grad: torch.Tensor) -> None:
+        grad = grad.detach().float()
+        if side in store:
+            store[side].add_(grad)
+        else:
+            store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
+
     w = w.view_as(w)
-    w.register_hook(partial(_accumulate, store, side))
+    w.register_hook(accumulate)
     return w
-
-
-def _accumulate(store: dict, side: str, grad: torch.Tensor) -> None:
-    grad = grad.detach().float()
-    if side in store:
-        store[side].add_(grad)
-    else:
-        store[side] = grad.clone()  # our own copy: autograd may reuse `grad`
 
 
 class GPT(nn.Module):
@@ -212,9 +184,9 @@ class GPT(nn.Module):
         w = self.transformer.wte.weight.detach()
         if how == Untie.copy:
             new = w.clone()
-        else:  # on the CPU from the tensor's own generator, as init_weights draws it
-            g = tensor_generator(self.init_seed or 0, "lm_head.weight")
-            new = torch.empty(w.shape).normal_(0.0, self._init_stds["head"], generator=g).to(w)
+        else:  # as init_weights draws it
+            new = _normal(self.init_seed or 0, "lm_head.weight", w.shape, self._init_stds["head"])
+            new = new.to(w)
         self.lm_head.weight = nn.Parameter(new)
         self.tie = False
 
@@ -223,20 +195,25 @@ class GPT(nn.Module):
         return dict(self._init_stds)
 
     def init_weights(self, seed: int | None = None) -> None:
-        # The docstring is generated from INIT_TABLE below the class.
+        """Initialise every parameter exactly once, from INIT_TABLE. Each tensor draws from its
+        own CPU generator (`_normal`): the same seed gives a tied and an untied model the same
+        body and wte, and the same values on any device. Tied, lm_head.weight is no parameter
+        of its own (named_parameters lists the matrix once, as wte): nothing re-inits it."""
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())  # one draw from the global RNG
         self.init_seed = seed
         with torch.no_grad():
-            for name, p in self.named_parameters():  # the tied matrix comes once, as wte
-                init, std = init_rule(name)
+            for name, p in self.named_parameters():
+                rows = [row[1:] for row in INIT_TABLE if fnmatch.fnmatchcase(name, row[0])]
+                if len(rows) != 1:
+                    raise RuntimeError(f"parameter {name!r} matches {len(rows)} INIT_TABLE rows")
+                init, std = rows[0]
                 if init == "zeros":
                     p.zero_()
                 elif init == "ones":
                     p.fill_(1.0)
-                else:  # drawn on the CPU, then copied: the same values on every device
-                    g = tensor_generator(seed, name)
-                    p.copy_(torch.empty(p.shape).normal_(0.0, self._init_stds[std], generator=g))
+                else:  # drawn on the CPU, then copied
+                    p.copy_(_normal(seed, name, p.shape, self._init_stds[std]))
 
     def forward(
         self,
@@ -256,9 +233,7 @@ class GPT(nn.Module):
         fp32 gradients of the embedding matrix; the same dict sums over micro-batches."""
         T = idx.size(1)
         if self.config.block_size < T:
-            raise ValueError(
-                f"sequence length {T} exceeds model.block_size={self.config.block_size}"
-            )
+            raise ValueError(f"sequence length {T} > model.block_size={self.config.block_size}")
         w_in, w_out = self.transformer.wte.weight, self.lm_head.weight
         if grad_split is not None and torch.is_grad_enabled():
             # Tied, each side gets its own view of the one matrix, so autograd keeps the two
@@ -299,17 +274,6 @@ def _head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if not x.is_cuda or not pad:
         return F.linear(x, weight)
     return F.linear(x, F.pad(weight, (0, 0, 0, pad)))[..., : weight.size(0)]
-
-
-GPT.init_weights.__doc__ = f"""Initialise every parameter exactly once, from INIT_TABLE:
-
-{init_table_markdown()}
-
-Each tensor draws from its own generator seeded from (seed, tensor name), on the CPU. So the
-same seed gives a tied and an untied model the same body and the same wte, whichever tensors
-exist and in whatever order, and the same values on any device. Tied, lm_head.weight is not a
-parameter of its own (named_parameters lists the matrix once, as wte): nothing re-inits it.
-"""
 
 
 def set_trainable(model: nn.Module, which: Trainable) -> dict[str, int]:

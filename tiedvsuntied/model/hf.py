@@ -19,12 +19,8 @@ import torch
 from tiedvsuntied.model.config import SHAPE_KEYS, ModelConfig
 from tiedvsuntied.model.gpt import GPT, LN_EPS
 
-_CONV1D_WEIGHTS = (
-    "attn.c_attn.weight",
-    "attn.c_proj.weight",
-    "mlp.c_fc.weight",
-    "mlp.c_proj.weight",
-)
+_CONV1D_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")  # attn's and mlp's c_proj
+_SAME_NAMES = ("vocab_size", "n_layer", "n_head", "n_embd")  # in ModelConfig and config.json
 _HF_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")  # causal masks in old checkpoints
 
 
@@ -34,9 +30,7 @@ def _pretrained_dir(path_or_name) -> Path:
         return path
     name = str(path_or_name)
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise FileNotFoundError(
-            f"{name}: not a directory (expected config.json + model.safetensors)"
-        )
+        raise FileNotFoundError(f"{name}: not a directory with config.json + model.safetensors")
     try:
         from huggingface_hub import snapshot_download
 
@@ -49,10 +43,9 @@ def _pretrained_dir(path_or_name) -> Path:
         return directory
     except Exception as e:
         raise OSError(
-            f"could not get {name!r} from the Hugging Face Hub ({type(e).__name__}: {e}). "
-            "If the Hub is unreachable, download the model where it is reachable and pass its "
-            f"local directory instead: from_pretrained('/path/to/{name}') (config.json + "
-            "model.safetensors or pytorch_model.bin)"
+            f"could not get {name!r} from the Hugging Face Hub ({type(e).__name__}: {e}); where "
+            "it is unreachable, pass the local directory of a download instead (config.json + "
+            f"model.safetensors or pytorch_model.bin): from_pretrained('/path/to/{name}')"
         ) from e
 
 
@@ -74,15 +67,8 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
     for key, value, ok in checks:
         if value not in ok:
             raise ValueError(f"{source}: {key}={value!r} is not supported (supported: {list(ok)})")
-    return ModelConfig(
-        name=source,
-        vocab_size=hf["vocab_size"],
-        n_layer=hf["n_layer"],
-        n_head=hf["n_head"],
-        n_embd=hf["n_embd"],
-        block_size=hf["n_positions"],
-        bias=True,
-    )
+    shapes = {k: hf[k] for k in _SAME_NAMES}
+    return ModelConfig(name=source, block_size=hf["n_positions"], bias=True, **shapes)
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -96,9 +82,7 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
         return load_file(directory / "model.safetensors")
     if (directory / "pytorch_model.bin").is_file():
         return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
-        f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin"
-    )
+    raise FileNotFoundError(f"{directory}: no model.safetensors(.index.json) or pytorch_model.bin")
 
 
 def _state_dict_from_hf(hf_sd: dict) -> dict[str, torch.Tensor]:
@@ -108,12 +92,10 @@ def _state_dict_from_hf(hf_sd: dict) -> dict[str, torch.Tensor]:
         k = key.removeprefix("transformer.")
         if _HF_BUFFERS.fullmatch(k):
             continue  # not weights: the causal mask, which SDPA's is_causal replaces
-        if k == "lm_head.weight":
-            sd[k] = t
-            continue
         if k.endswith(_CONV1D_WEIGHTS):
             t = t.t()
-        sd["transformer." + k] = t  # any unknown key stays, so the strict load names it
+        # any unknown key stays, so the strict load names it
+        sd[k if k == "lm_head.weight" else "transformer." + k] = t
     return sd
 
 
@@ -129,29 +111,20 @@ def from_pretrained(path_or_name, tie: bool = True, **overrides) -> GPT:
     cfg = config_from_hf(hf, source=str(path_or_name))
     for k, v in overrides.items():
         if k in SHAPE_KEYS and k != "block_size" and v != getattr(cfg, k):
-            raise ValueError(
-                f"{k}={v!r} conflicts with the checkpoint ({getattr(cfg, k)!r}); "
-                "it cannot be overridden"
-            )
+            raise ValueError(f"{k}={v!r} conflicts with the checkpoint's {getattr(cfg, k)!r}")
     cfg = replace(cfg, **overrides)
     if cfg.block_size > hf["n_positions"]:
-        raise ValueError(
-            f"block_size={cfg.block_size} exceeds the checkpoint's n_positions={hf['n_positions']}"
-        )
+        raise ValueError(f"block_size={cfg.block_size} exceeds n_positions={hf['n_positions']}")
 
     sd = _state_dict_from_hf(_read_hf_weights(directory))
     sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.block_size]
     wte, head = sd["transformer.wte.weight"], sd.get("lm_head.weight")
     if head is None:
         if not hf.get("tie_word_embeddings", True):
-            raise ValueError(
-                f"{directory}: config says tie_word_embeddings=false but there is no lm_head.weight"
-            )
+            raise ValueError(f"{directory}: tie_word_embeddings=false but no lm_head.weight")
         head = wte if tie else wte.clone()  # untie for fine-tuning: copy, never random
     elif tie and not torch.equal(head, wte):
-        raise ValueError(
-            f"{directory}: the checkpoint has its own lm_head.weight; load it with tie=False"
-        )
+        raise ValueError(f"{directory}: has its own lm_head.weight; load it with tie=False")
     sd["lm_head.weight"] = head
 
     with torch.device("meta"):  # every tensor is about to be loaded: skip the init
@@ -189,16 +162,11 @@ def save_pretrained(model: GPT, directory) -> None:
     hf = {
         "architectures": ["GPT2LMHeadModel"],
         **{key: default for key, default, _ in _FIXED_KEYS},
-        "vocab_size": cfg.vocab_size,
+        **{k: getattr(cfg, k) for k in _SAME_NAMES},
         "n_positions": cfg.block_size,
         "n_ctx": cfg.block_size,
-        "n_embd": cfg.n_embd,
-        "n_layer": cfg.n_layer,
-        "n_head": cfg.n_head,
         "n_inner": None,
-        "resid_pdrop": cfg.dropout,
-        "embd_pdrop": cfg.dropout,
-        "attn_pdrop": cfg.dropout,
+        **dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), cfg.dropout),
         "initializer_range": cfg.body_init_std,
         "tie_word_embeddings": model.tie,
         "reorder_and_upcast_attn": False,

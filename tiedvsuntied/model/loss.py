@@ -7,6 +7,8 @@ CPU bf16 autocast and for torch.compile: every pass over a (rows, V) block is co
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch.nn import functional as F
 
@@ -101,15 +103,8 @@ def chunked_cross_entropy(x, weight, targets, chunk: int = 1024, reduction: str 
     x = x.reshape(-1, x.size(-1))
     targets = targets.reshape(-1)
     if reduction == "none":
-        losses = [
-            F.cross_entropy(
-                F.linear(x[i : i + chunk], weight).float(),
-                targets[i : i + chunk],
-                ignore_index=IGNORE_INDEX,
-                reduction="none",
-            )
-            for i in range(0, len(x), chunk)
-        ]
-        return torch.cat(losses).view(shape)
+        ce = partial(F.cross_entropy, ignore_index=IGNORE_INDEX, reduction="none")
+        pieces = zip(x.split(chunk), targets.split(chunk), strict=True)
+        return torch.cat([ce(F.linear(rows, weight).float(), t) for rows, t in pieces]).view(shape)
     compute_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     return _LinearCrossEntropy.apply(x, weight, targets, int(chunk), compute_grad)
