@@ -44,17 +44,11 @@ def count_parameters(model) -> dict[str, int]:
 
 
 def flops_per_token(model_or_cfg) -> float:
-    """Training FLOPs per token (forward + backward), for MFU; the PaLM / nanoGPT estimate.
-
-    6 * N_matmul + 12 * n_layer * n_embd * block_size, where
-    - N_matmul = non-embedding parameters + V * d: every weight touched by a matmul, the head
-      included in both modes (tied or not, `h @ Eᵀ` costs the same); the embedding lookups are
-      gathers, not matmuls, so wte-as-lookup and wpe are left out. LayerNorm gains and biases
-      are counted too (< 1%, as in nanoGPT);
-    - 6 = 2 (multiply-add) x 3 (forward, backward to activations, backward to weights);
-    - the attention term is QKᵀ and AV over a full block_size context (causal masking not
-      discounted). Tied and untied models therefore have the same FLOPs per token.
-    Accepts a model (anything with `parameters()`) or a ModelConfig / mapping."""
+    """Training FLOPs per token (forward + backward), for MFU: PaLM's and nanoGPT's estimate
+    6 * N_matmul + 12 * n_layer * n_embd * block_size (6 = multiply-add x forward, backward to
+    activations and to weights; the attention's QKᵀ and AV over a full context, causal masking
+    not discounted). N_matmul = non-embedding + V * d: tied or not, `h @ Eᵀ` costs the same,
+    and lookups are gathers, not matmuls. Accepts a model or a ModelConfig / mapping."""
     cfg = unwrap(model_or_cfg).config if hasattr(model_or_cfg, "parameters") else model_or_cfg
     cfg = as_model_config(cfg)
     n_matmul = count_parameters_for(cfg)["non_embedding"] + cfg.vocab_size * cfg.n_embd
