@@ -1,6 +1,5 @@
 """Setting a run up on this process: its identity, data order, model, optimizer, the checkpoint
-to resume from, the numbers the config implies (Derived), the Run the loop reads and the
-summary.json built from it."""
+to resume from, the numbers the config implies (Derived) and the Run the loop reads."""
 
 from __future__ import annotations
 
@@ -82,25 +81,6 @@ class Run:
     eval_model: torch.nn.Module | None = None  # compiled or not, never wrapped (rank 0 alone)
     metrics: MetricsLog | None = None
     bar: object = None
-
-
-def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), then what Derived and the
-    TrainState hold under the summary's names, and what follows from them."""
-    d, s = run.derived, run.state
-    names = {f.name for f in dataclasses.fields(RunSummary)}
-    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
-    return dataclasses.replace(
-        run.record,
-        **{
-            **values,
-            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
-            "seen_vocab_frac": float((run.freq > 0).mean()),
-            "resumed_from_step": run.resumed_from,
-            "final_val_loss": s.last_val_loss,
-            "clip_frac": s.clipped_steps / s.step if s.step else None,
-        },
-    )
 
 
 def build_model(plan: RunPlan, vocab_size: int) -> GPT:
@@ -242,19 +222,8 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         start_rows=rows,
         retain=data.retain,
     )
-    compile_model(run, run.derived.compiled)
     log_start(run, used)
     return run
-
-
-def compile_model(run: Run, compiled: bool) -> None:
-    """The model the steps call: compiled or not, and wrapped for DDP."""
-    run.step_model = dist.wrap(torch.compile(run.model) if compiled else run.model)
-    # Evaluation compiled too: eager, its forward over the (rows x V) logits ran at the
-    # speed of a compiled training step (measured 3x slower than compiled, nano, V=50257).
-    # Fixed shapes: one graph per batch shape, no dynamic-shape recompile.
-    run.eval_model = torch.compile(run.model, dynamic=False) if compiled else run.model
-    run.derived.compiled = compiled
 
 
 def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -> Derived:
