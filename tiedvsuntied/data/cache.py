@@ -205,10 +205,8 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
 
 def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
     num_threads = cfg.num_threads if cfg.num_threads > 0 else len(os.sched_getaffinity(0))
-    if cfg.source == Source.text:
-        source = f"text:{cfg.files}"
-    else:
-        source = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
+    hub = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
+    source = f"text:{cfg.files}" if cfg.source == Source.text else hub
     docs = cfg.documents_mode()
     common = {"key": key, "name": cfg.name, "source": source, "documents": docs.value}
     # where a document is a file of its own split, the held-out documents are named by it
@@ -289,32 +287,19 @@ class Corpus:
             s: np.memmap(self.dir / f"{s}.bin", m["dtype"], "r") for s, m in self._meta.items()
         }
         self._freq = {s: np.load(self.dir / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
-        self._new_id = None
+        #: the end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)
+        self.eot_token: int | None = int(self.encoding.eot_token)
         if self.cfg.vocab == Vocab.seen:  # renumbered in memory; the cache keeps the encoding's
             seen = np.flatnonzero(sum(self._freq.values()))
             dtype = np.uint16 if len(seen) <= 1 << 16 else np.int32
-            self._new_id = np.zeros(self.encoding.n_vocab, dtype=dtype)
-            self._new_id[seen] = np.arange(len(seen))
-            self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
-            self._raw_freq = self._freq
+            new_id = np.zeros(self.encoding.n_vocab, dtype=dtype)
+            new_id[seen] = np.arange(len(seen))
+            self._tokens = {s: new_id[t] for s, t in self._tokens.items()}
             self._freq = {s: f[seen] for s, f in self._freq.items()}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._freq["train"])
-
-    @property
-    def eot_token(self) -> int | None:
-        """The end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)."""
-        eot = int(self.encoding.eot_token)
-        if self._new_id is None:
-            return eot
-        return int(self._new_id[eot]) if sum(f[eot] for f in self._raw_freq.values()) else None
-
-    @property
-    def fingerprint(self) -> str:
-        """Short id of data + split + tokenizer (+ vocabulary); part of every run's identity."""
-        return fingerprint(self.key, self.cfg.vocab)
+            self.eot_token = int(new_id[self.eot_token]) if self.eot_token in seen else None
+        self.vocab_size = len(self._freq["train"])
+        #: short id of data + split + tokenizer (+ vocabulary); part of every run's identity
+        self.fingerprint = fingerprint(self.key, self.cfg.vocab)
 
     def _check(self, split: str) -> str:
         if split not in SPLITS:

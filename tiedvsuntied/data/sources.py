@@ -1,11 +1,8 @@
 """Where tokens come from: the tokenizer, local text files and Hugging Face Hub datasets, each
 checked within seconds and in one line before any long work; each split's rows (a split the
 source lacks is a contiguous tail of train) and the documents an end-of-text token separates.
-
-Rows are what the format version 2 cache was built from (``str.splitlines`` lines of a file,
-blank-line-separated blocks, Hub rows): the corpus fingerprint promises the same tokens, so the
-row and document rules below must not change. ``datasets``' own text builder splits lines at
-``\\n`` only and paragraphs at ``\\n\\n`` only, which would give other tokens under the same key.
+The corpus fingerprint promises the tokens the format version 2 cache was built from, so the row
+and document rules must not change (docs/data.md, "Documents and the end-of-text token").
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from tiedvsuntied.data.config import (
     Documents,
     Source,
     Split,
-    check_encoding,
 )
 
 HUB_PROBE_TIMEOUT = 3.0  # seconds; then the Hub is unreachable and only caches are read
@@ -53,7 +49,6 @@ def load_encoding(name: str) -> tiktoken.Encoding:
             mergeable_ranks={bytes([i]): i for i in range(256)},
             special_tokens={"<|endoftext|>": 256},
         )
-    check_encoding(name)
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
@@ -174,9 +169,7 @@ def _check_text_file(path: Path) -> None:
             f"resolved against {os.getcwd()}"
         ) from None
     except UnicodeDecodeError:
-        raise DataError(
-            f"data.files: {path} is not UTF-8 text (binary?); give text files"
-        ) from None
+        raise DataError(f"data.files: {path} is not UTF-8 text (binary?)") from None
     if not head:
         raise DataError(f"data.files: {path} is empty")
 
@@ -206,10 +199,9 @@ def _hub_reachable(path: str) -> bool:
     import datasets
 
     url = f"{datasets.config.HF_ENDPOINT}/api/datasets/{path}"
+    request = urllib.request.Request(url, method="HEAD")
     try:
-        urllib.request.urlopen(
-            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT
-        )
+        urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT)
     except (OSError, ValueError) as e:
         return isinstance(e, urllib.error.HTTPError)  # an answer, if not a yes
     return True
@@ -367,11 +359,8 @@ def _ends_document(stream: Stream, i: int, lo: int, hi: int, docs: Documents) ->
         return True
     if docs != Documents.wikitext or _TITLE.match(stream.rows[i]) is None:
         return False
-
-    def blank(j: int) -> bool:
-        return not (lo <= j < hi) or not stream.rows[j].strip()
-
-    return blank(i - 1) and blank(i + 1)  # ' = 1 ... k = ' formulas are no titles
+    # between blank rows: ' = 1 ... k = ' formulas are no titles
+    return all(not (lo <= j < hi) or not stream.rows[j].strip() for j in (i - 1, i + 1))
 
 
 def iter_documents(stream: Stream, lo: int, hi: int, docs: Documents) -> Iterator[str]:
