@@ -168,9 +168,6 @@ def score_documents(models: CountModels, tokens: np.ndarray, starts: np.ndarray)
     return {"unigram": means[0], "bigram": means[1], "unseen_frac": means[2], "n_tokens": n_tokens}
 
 
-# ------------------------------------------------------------------------------ a run's windows
-
-
 _FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus once
 _WINDOW_KEYS = ("unigram", "bigram", "unseen")
 

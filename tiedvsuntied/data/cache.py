@@ -1,9 +1,6 @@
-"""The token cache: a corpus tokenized once per machine (a file lock per corpus; temp name,
-fsync, rename; metadata last) into ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin``, shared
-by every run of a sweep as read-only memmaps.
-
-The key and the fingerprint derived from it are part of every run's identity: results on disk
-are found by them. Never change what enters them.
+"""The token cache: a corpus tokenized once per machine into ``<cache>/tokens/<name>-<key16>/``
+(docs/data.md, "Cache"), shared by every run of a sweep as read-only memmaps. The key and the
+fingerprint derived from it are part of every run's identity: never change what enters them.
 """
 
 from __future__ import annotations
@@ -38,9 +35,6 @@ FORMAT_VERSION = 2
 SPLITS = ("train", "val", "test")
 _BATCH_CHARS = 1 << 22  # characters of documents tokenized, counted and written at once (memory)
 _RUN_CHARS = 1 << 16  # characters of documents one thread takes at a time
-
-
-# ------------------------------------------------------------------------------ identity
 
 
 def _sha256_file(path: Path) -> str:
@@ -106,9 +100,6 @@ def corpus_dir(cfg: DataConfig, key: str) -> Path:
     return Path(cfg.cache_dir or default).expanduser().resolve() / "tokens" / f"{name}-{key[:16]}"
 
 
-# ------------------------------------------------------------------------------ building
-
-
 def read_entry(folder: Path, split: str, key: str) -> dict | None:
     """Metadata of a complete split entry, else None. The metadata is written last, so a file
     without it (a killed build) or of the wrong size is never trusted."""
@@ -143,29 +134,28 @@ def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, list]:
+def _write_tokens(f, documents: Iterable[str], enc, threads: int, freq) -> tuple[int, list]:
     """Tokenize documents into f, an end-of-text token between them; count tokens into freq.
-    Returns (tokens written, the offset of each document's first token).
-
-    Threads take runs of ~64k characters: tiktoken drops the GIL while it encodes, and a run
-    amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us, more
-    than encoding a short row). Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md).
-    """
+    Returns (tokens written, the offset of each document's first token). Threads take runs of
+    characters: tiktoken drops the GIL while it encodes, and a run amortizes the hand-off
+    (``encode_ordinary_batch`` hands over each document, ~100 us, more than encoding a short
+    row); measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Tokenizer")."""
     dtype = token_dtype(enc)
     n_tokens, starts = 0, []
-    for batch in _chunks(documents, _BATCH_CHARS):
-        runs = pool.map(
-            lambda docs: [enc.encode_ordinary(doc) for doc in docs], _chunks(batch, _RUN_CHARS)
-        )
-        ids: list[int] = []
-        for tokens in itertools.chain.from_iterable(runs):
-            ids += [enc.eot_token] if starts else []
-            starts.append(n_tokens + len(ids))
-            ids += tokens
-        array = np.array(ids, dtype=dtype)
-        freq += np.bincount(array, minlength=enc.n_vocab)
-        f.write(array.tobytes())
-        n_tokens += len(array)
+    with ThreadPoolExecutor(threads) as pool:
+        for batch in _chunks(documents, _BATCH_CHARS):
+            runs = pool.map(
+                lambda docs: [enc.encode_ordinary(doc) for doc in docs], _chunks(batch, _RUN_CHARS)
+            )
+            ids: list[int] = []
+            for tokens in itertools.chain.from_iterable(runs):
+                ids += [enc.eot_token] if starts else []
+                starts.append(n_tokens + len(ids))
+                ids += tokens
+            array = np.array(ids, dtype=dtype)
+            freq += np.bincount(array, minlength=enc.n_vocab)
+            f.write(array.tobytes())
+            n_tokens += len(array)
     return n_tokens, starts
 
 
@@ -173,32 +163,21 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
     """Tokenize documents into <split>.bin; then <split>.freq.npy; then <split>.json."""
     enc = load_encoding(meta["encoding"])
     freq = np.zeros(enc.n_vocab, dtype=np.int64)
-    counts = {}
     started = time.perf_counter()
 
     def write_tokens(f) -> None:
-        with ThreadPoolExecutor(num_threads) as pool:
-            counts["n_tokens"], starts = _write_tokens(f, documents, enc, pool, freq)
-        counts["n_documents"] = len(starts)
+        meta["n_tokens"], starts = _write_tokens(f, documents, enc, num_threads, freq)
+        meta["n_documents"] = len(starts)
         if split != "train":  # held-out documents: per-document losses need their offsets
             atomic_write(folder / f"{split}.docs.npy", lambda g: np.save(g, np.array(starts)))
-        if counts["n_tokens"] == 0:
-            raise DataError(
-                f"split {split!r} of {meta['source']} is empty (no text after tokenization)"
-            )
+        if meta["n_tokens"] == 0:
+            raise DataError(f"split {split!r} of {meta['source']} is empty after tokenization")
 
     atomic_write(folder / f"{split}.bin", write_tokens)
     atomic_write(folder / f"{split}.freq.npy", lambda f: np.save(f, freq))
     seconds = time.perf_counter() - started
-    meta = {
-        **meta,
-        **counts,
-        "split": split,
-        "dtype": token_dtype(enc).name,
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(counts["n_tokens"] / max(seconds, 1e-9)),
-        "num_threads": num_threads,
-    }
+    meta.update(split=split, dtype=token_dtype(enc).name, seconds=round(seconds, 3))
+    meta.update(tokens_per_s=round(meta["n_tokens"] / max(seconds, 1e-9)), num_threads=num_threads)
     atomic_write(folder / f"{split}.json", json.dumps(meta, indent=1))
     return meta
 
@@ -264,9 +243,6 @@ def prepare_data(cfg: DataConfig) -> Corpus:
         check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
         metas, built = _build_missing(cfg, folder, identity, key)
     return Corpus(cfg, enc, folder, key, metas, built)
-
-
-# ------------------------------------------------------------------------------ the corpus
 
 
 @dataclass(eq=False)

@@ -1,8 +1,6 @@
-"""The ``data`` node of the Hydra schema: :class:`DataConfig`, its enums and its errors.
-
-Every check that needs only the fields sits in ``DataConfig.__post_init__``, beside the fields it
-checks; checks that read files (``check_data``) or the network (``sources.check_available``)
-live with the code that reads them. A check never changes the config.
+"""The ``data`` node of the Hydra schema: :class:`DataConfig`, its enums and its errors. Checks
+that need only the fields are in ``__post_init__``; those that read files (``check_data``) or
+the network (``check_available``) live with that code. A check never changes the config.
 """
 
 from __future__ import annotations

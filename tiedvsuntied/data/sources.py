@@ -70,7 +70,7 @@ def _expand(value) -> list[Path]:
     """A path or list of paths, absolute; a folder stands for its ``*.txt`` files, by name."""
     out = []
     for path in [value] if isinstance(value, (str, os.PathLike)) else value:
-        path = _absolute(path)
+        path = Path(os.path.abspath(os.path.expanduser(str(path))))
         found = sorted(path.glob("*.txt")) if path.is_dir() else [path]
         if not found:
             raise DataError(f"data.files: the folder {path} holds no *.txt files")
@@ -107,15 +107,11 @@ def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
     return out
 
 
-def _absolute(path) -> Path:
-    return Path(os.path.abspath(os.path.expanduser(str(path))))
-
-
 def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
     """Each document's group: its file name, or its ``group_by`` value in the manifest."""
     if cfg.group_by is None:
         return [p.name for p in paths]
-    manifest = _absolute(cfg.manifest)
+    manifest = Path(os.path.abspath(os.path.expanduser(cfg.manifest)))
     try:
         with open(manifest, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f, delimiter="\t"))
@@ -135,9 +131,7 @@ def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
 
 
 def document_splits(cfg: DataConfig, paths: list[Path]) -> dict[str, list[Path]]:
-    """Whole documents into folds: the groups (documents, or documents sharing a manifest
-    value), sorted by name, shuffled with ``data.split_seed``, dealt round-robin into
-    ``data.folds`` folds. Test is fold ``heldout_fold``, validation the next, train the rest."""
+    """Whole documents (or their manifest groups) into folds: docs/data.md, "Held-out splits"."""
     if len(set(paths)) != len(paths):
         raise DataError("data.files lists a document twice; a document is in one split only")
     groups = _groups(cfg, paths)
@@ -208,9 +202,8 @@ def _hub_reachable(path: str) -> bool:
 
 
 def _hub_problem(cfg: DataConfig) -> str | None:
-    """None when the Hub dataset can be loaded; else why not, in a few words. Unreachable Hub:
-    this process goes offline (as HF_HUB_OFFLINE=1 would make it) so that ``datasets`` reads its
-    cache at once instead of retrying for half a minute, and the cache is asked for the dataset."""
+    """None when the Hub dataset can be loaded; else why not. An unreachable Hub sends ``datasets``
+    offline (as HF_HUB_OFFLINE=1 would) to read its cache at once, not retry for half a minute."""
     import datasets
 
     if Path(cfg.path).expanduser().is_dir():
@@ -278,11 +271,8 @@ def _text_stream(paths: list[Path], docs: Documents) -> Stream:
 def _hub_split_names(cfg: DataConfig, available: list[str]) -> dict[str, str]:
     """{split: the dataset's split name} for the splits the dataset has (train at least)."""
     out = {}
-    for split, name, default in (
-        ("train", cfg.train_split, None),
-        ("val", cfg.val_split, "validation"),
-        ("test", cfg.test_split, "test"),
-    ):
+    for split, default in (("train", None), ("val", "validation"), ("test", "test")):
+        name = getattr(cfg, f"{split}_split")
         if name and name not in available and name != default:
             raise DataError(
                 f"data.{split}_split={name!r} is not a split of {cfg.path!r}; available: "
