@@ -36,11 +36,9 @@ def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) 
         raise DataError(f"{what} must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
     if len(tokens) < min_len:
         raise DataError(f"{what} needs at least {min_len} tokens, got {len(tokens)}")
-    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise DataError(
-            f"{what} has tokens outside [0, {vocab_size}): "
-            f"min {int(tokens.min())}, max {int(tokens.max())}"
-        )
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        raise DataError(f"{what} has tokens outside [0, {vocab_size}): min {low}, max {high}")
     # uint64 does not mix with int64 pair ids (numpy would go through float64); the values are
     # below V now, so the cast loses nothing. Every other integer type is used as it is.
     return tokens if np.can_cast(tokens.dtype, np.int64) else tokens.astype(np.int64)

@@ -58,13 +58,8 @@ def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
         if Split(cfg.split) == Split.document:  # which files hold which split: in `files`
             identity["split"] = Split.document.value
         return {**identity, "files": files}
-    identity.update(
-        path=cfg.path,
-        config=cfg.config,
-        revision=cfg.revision,
-        text_column=cfg.text_column,
-        splits=[cfg.train_split, cfg.val_split, cfg.test_split],
-    )
+    identity |= {key: getattr(cfg, key) for key in ("path", "config", "revision", "text_column")}
+    identity["splits"] = [cfg.train_split, cfg.val_split, cfg.test_split]
     local = Path(cfg.path).expanduser()
     if local.is_dir():  # a local dataset folder: identify it by its files
         identity["path"] = str(local.resolve())
@@ -209,10 +204,20 @@ def _log_build(folder: Path, **record) -> None:
         f.write(json.dumps({**record, "pid": os.getpid(), "time": time.time()}) + "\n")
 
 
-def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> tuple[dict, list]:
-    """Under the corpus's lock: build the splits that are still missing once we hold it."""
+def prepare_data(cfg: DataConfig) -> Corpus:
+    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
+    others wait) and return it."""
     from filelock import FileLock
 
+    check_data(cfg)
+    enc = check_available(cfg, need_source=False)
+    identity = corpus_identity(cfg, enc)
+    key = corpus_key(identity)
+    folder = corpus_dir(cfg, key)
+    metas = {s: read_entry(folder, s, key) for s in SPLITS}
+    if all(metas.values()):
+        return Corpus(cfg, enc, folder, key, metas, built=[])
+    check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".lock"):
         metas = {s: read_entry(folder, s, key) for s in SPLITS}  # built while we waited?
@@ -226,22 +231,6 @@ def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> t
             _log_build(folder, event="start", splits=built)
             metas.update(_build(cfg, folder, built, key))
             _log_build(folder, event="done", splits=built)
-    return metas, built
-
-
-def prepare_data(cfg: DataConfig) -> Corpus:
-    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
-    others wait) and return it."""
-    check_data(cfg)
-    enc = check_available(cfg, need_source=False)
-    identity = corpus_identity(cfg, enc)
-    key = corpus_key(identity)
-    folder = corpus_dir(cfg, key)
-    metas = {s: read_entry(folder, s, key) for s in SPLITS}
-    built: list[str] = []
-    if not all(metas.values()):
-        check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
-        metas, built = _build_missing(cfg, folder, identity, key)
     return Corpus(cfg, enc, folder, key, metas, built)
 
 

@@ -60,8 +60,6 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         ) from e
 
 
-# ------------------------------------------------------------------------------ local files
-
 _VAL_KEYS = ("validation", "valid", "val", "dev")
 _SPLIT_KEYS = {"train": "train", "test": "test"} | dict.fromkeys(_VAL_KEYS, "val")
 
@@ -185,9 +183,6 @@ def check_data(cfg: DataConfig) -> None:
         _check_text_file(path)
 
 
-# ------------------------------------------------------------------------------ the Hub
-
-
 def _hub_reachable(path: str) -> bool:
     """One request with a short timeout: any HTTP answer means the Hub can be reached."""
     import datasets
@@ -239,9 +234,6 @@ def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
     if problems:
         raise DataUnavailableError("not available offline: " + "; and ".join(problems))
     return encoding
-
-
-# ------------------------------------------------------------------------------ rows of a split
 
 
 @dataclass
