@@ -170,18 +170,10 @@ _FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus o
 _WINDOW_KEYS = ("unigram", "bigram", "unseen")
 
 
-def _fitted(corpus) -> CountModels:
-    key = (str(corpus.dir), corpus.fingerprint)
-    if key not in _FITTED:
-        _FITTED[key] = fit(corpus.tokens("train"), corpus.vocab_size)
-    return _FITTED[key]
-
-
 def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
     """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation windows of ``split`` (those
-    every run's loss is measured on) of the count models' mean NLL and the unseen share. Kept
-    beside the cache entry, one file per split, block size, window count and fingerprint
-    (``vocab=seen`` renumbers the tokens of the same entry)."""
+    every run's loss is measured on) of the count models' mean NLL and the unseen share; kept
+    beside the cache entry (``vocab=seen`` renumbers its tokens: the fingerprint is in the name)."""
     from tiedvsuntied.data.batches import eval_window_starts
     from tiedvsuntied.results.records import atomic_write
 
@@ -191,8 +183,11 @@ def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> d
     tokens = corpus.tokens(split)
     starts = eval_window_starts(len(tokens), block_size, max_windows)
     windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
+    fitted = (str(corpus.dir), corpus.fingerprint)
+    if fitted not in _FITTED:
+        _FITTED[fitted] = fit(corpus.tokens("train"), corpus.vocab_size)
     scores = score_documents(
-        _fitted(corpus), windows.ravel(), np.arange(len(starts)) * (block_size + 1)
+        _FITTED[fitted], windows.ravel(), np.arange(len(starts)) * (block_size + 1)
     )
     scores["unseen"] = scores.pop("unseen_frac")
     out = {key: scores[key] for key in _WINDOW_KEYS}

@@ -112,10 +112,6 @@ def read_entry(folder: Path, split: str, key: str) -> dict | None:
         return None
 
 
-def token_dtype(enc: tiktoken.Encoding) -> np.dtype:
-    return np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
-
-
 def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
     """Consecutive strings in lists that end once they hold max_chars characters."""
     chunk, chars = [], 0
@@ -129,13 +125,12 @@ def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _write_tokens(f, documents: Iterable[str], enc, threads: int, freq) -> tuple[int, list]:
+def _write_tokens(f, documents: Iterable[str], enc, threads: int, freq, dtype) -> tuple[int, list]:
     """Tokenize documents into f, an end-of-text token between them; count tokens into freq.
     Returns (tokens written, the offset of each document's first token). Threads take runs of
     characters: tiktoken drops the GIL while it encodes, and a run amortizes the hand-off
     (``encode_ordinary_batch`` hands over each document, ~100 us, more than encoding a short
     row); measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Tokenizer")."""
-    dtype = token_dtype(enc)
     n_tokens, starts = 0, []
     with ThreadPoolExecutor(threads) as pool:
         for batch in _chunks(documents, _BATCH_CHARS):
@@ -158,10 +153,11 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
     """Tokenize documents into <split>.bin; then <split>.freq.npy; then <split>.json."""
     enc = load_encoding(meta["encoding"])
     freq = np.zeros(enc.n_vocab, dtype=np.int64)
+    dtype = np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
     started = time.perf_counter()
 
     def write_tokens(f) -> None:
-        meta["n_tokens"], starts = _write_tokens(f, documents, enc, num_threads, freq)
+        meta["n_tokens"], starts = _write_tokens(f, documents, enc, num_threads, freq, dtype)
         meta["n_documents"] = len(starts)
         if split != "train":  # held-out documents: per-document losses need their offsets
             atomic_write(folder / f"{split}.docs.npy", lambda g: np.save(g, np.array(starts)))
@@ -171,7 +167,7 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
     atomic_write(folder / f"{split}.bin", write_tokens)
     atomic_write(folder / f"{split}.freq.npy", lambda f: np.save(f, freq))
     seconds = time.perf_counter() - started
-    meta.update(split=split, dtype=token_dtype(enc).name, seconds=round(seconds, 3))
+    meta.update(split=split, dtype=dtype.name, seconds=round(seconds, 3))
     meta.update(tokens_per_s=round(meta["n_tokens"] / max(seconds, 1e-9)), num_threads=num_threads)
     atomic_write(folder / f"{split}.json", json.dumps(meta, indent=1))
     return meta

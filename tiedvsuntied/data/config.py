@@ -85,9 +85,8 @@ class DataConfig:
     test_fraction: float = 0.05
     #: what an end-of-text token separates
     documents: Documents = Documents.auto
-    #: tail: held-out splits are tails of train (val/test_fraction); document: whole documents
-    #: (text files) are shuffled with split_seed into ``folds`` folds: test is fold
-    #: heldout_fold, validation the next fold (mod folds), train the rest
+    #: tail: held-out splits are tails of train; document: whole documents shuffled with
+    #: split_seed into ``folds`` folds: test is heldout_fold, validation the next, train the rest
     split: Split = option(Split.tail, neutral="tail")
     folds: int = option(10, neutral=10)
     heldout_fold: int = option(0, neutral=0)

@@ -314,15 +314,13 @@ def split_streams(cfg: DataConfig) -> dict[str, tuple[Stream, tuple[int, int]]]:
     else:
         streams = _hub_streams(cfg, docs)
     train = streams["train"]
-    held = [(s, getattr(cfg, f"{s}_fraction")) for s in ("val", "test") if s not in streams]
+    held = [s for s in ("val", "test") if s not in streams]
+    fractions = [getattr(cfg, f"{s}_fraction") for s in held]
     ends = np.cumsum([len(r) for r in train.rows])  # character offset after each row
-    cuts, acc = [0], 1.0 - sum(f for _, f in held)
-    for _, frac in held:  # train | val | test: first row at/after acc
-        cuts.append(int(np.searchsorted(ends, acc * ends[-1])) + 1)
-        acc += frac
-    cuts.append(len(train.rows))
+    at = 1.0 - sum(fractions) + np.cumsum([0.0, *fractions])[:-1]  # train | val | test
+    cuts = [0, *(np.searchsorted(ends, at * ends[-1]) + 1).tolist(), len(train.rows)]
     out = {s: (stream, (0, len(stream.rows))) for s, stream in streams.items()}
-    for k, s in enumerate(["train", *(s for s, _ in held)]):
+    for k, s in enumerate(["train", *held]):
         if cuts[k + 1] <= cuts[k]:
             raise DataError(
                 f"split {s!r} cut from {train.label} would be empty; change "
