@@ -58,7 +58,7 @@ def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
         if Split(cfg.split) == Split.document:  # which files hold which split: in `files`
             identity["split"] = Split.document.value
         return {**identity, "files": files}
-    identity |= {key: getattr(cfg, key) for key in ("path", "config", "revision", "text_column")}
+    identity |= {name: getattr(cfg, name) for name in ("path", "config", "revision", "text_column")}
     identity["splits"] = [cfg.train_split, cfg.val_split, cfg.test_split]
     local = Path(cfg.path).expanduser()
     if local.is_dir():  # a local dataset folder: identify it by its files
