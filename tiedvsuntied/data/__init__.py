@@ -1,3 +1,1 @@
-"""Data: a corpus (local text files or a Hugging Face Hub dataset) -> tiktoken -> cached token
-arrays -> batches; tied and untied runs see the same tokens in the same order. See docs/data.md.
-"""
+"""Data: a corpus -> tiktoken -> cached token arrays -> batches (docs/data.md)."""

@@ -1,6 +1,5 @@
-"""``python -m tiedvsuntied.data [PRESET] [key=value ...] [--fresh]``: prepare (tokenize and cache)
-a corpus and print its info as JSON; with ``--fresh``, into a temporary cache (a throughput
-measurement). Clusters run it once where the network is, so compute nodes need none."""
+"""``python -m tiedvsuntied.data``: prepare (tokenize and cache) a corpus and print its info as
+JSON (docs/data.md, "CLI"). Clusters run it once where the network is; compute nodes need none."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from tiedvsuntied.presets import presets
 
 
 def load_config(preset: str, overrides: Sequence[str] = ()) -> DataConfig:
-    """conf/data/<preset>.yaml + key=value overrides (as Hydra's data.<key>=value; 'data.'
-    optional)."""
+    """conf/data/<preset>.yaml + key=value overrides (as Hydra's; the 'data.' prefix optional)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -44,11 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("preset", nargs="?", default="wikitext2", help="conf/data/<preset>.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of DataConfig fields")
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="tokenize into a temporary cache (deleted afterwards): measures throughput",
-    )
+    fresh = "tokenize into a temporary cache (deleted afterwards): measures throughput"
+    parser.add_argument("--fresh", action="store_true", help=fresh)
     args = parser.parse_args(argv)
     if "=" in args.preset:  # overrides only: the default preset
         args.overrides, args.preset = [args.preset, *args.overrides], "wikitext2"

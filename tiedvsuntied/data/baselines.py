@@ -1,23 +1,7 @@
-"""Count-model reference points: a smoothed unigram and an interpolated Kneser-Ney bigram,
-fitted on the training split's tokens and scored on the models' held-out targets, in nats per
-predicted token. A transformer that has not beaten the bigram has learned little beyond counts.
-
-Both are over the whole vocabulary ``V`` (most of GPT-2's 50,257 tokens are absent from a small
-corpus), so every probability is above zero and every loss finite.
-
-- **Unigram**, add-one: ``p(w) = (c(w) + 1) / (N + V)`` over the ``N`` training tokens.
-- **Bigram**, interpolated Kneser-Ney with one discount ``D`` in (0, 1]::
-
-      p(w | v) = max(c(v, w) - D, 0) / c(v) + D * N1+(v .) / c(v) * p_cont(w)
-      p_cont(w) = (N1+(. w) + 1) / (N1+(. .) + V)
-
-  ``c(v)`` counts the pairs with context ``v``, ``N1+(v .)`` the distinct tokens after ``v``,
-  ``N1+(. w)`` the distinct contexts before ``w``, ``N1+(. .)`` the distinct pairs; ``p_cont``
-  is add-one smoothed so that no token gets 0. An unseen context falls back to ``p_cont(w)``.
-
-The end-of-text token is counted as any other: ``(eot, w)`` is how the bigram learns what starts
-a document. Vectorised with numpy (pair ids ``prev * V + next``, one in-place sort,
-``np.searchsorted``): fitting 20 M tokens takes seconds. No torch.
+"""Count-model reference points, fitted on the training split's tokens and scored on the models'
+held-out targets in nats per predicted token: a smoothed unigram and an interpolated Kneser-Ney
+bigram over the whole vocabulary (every loss finite). A transformer that has not beaten the
+bigram has learned little beyond counts. Formulas: docs/data.md, "Count baselines". No torch.
 """
 
 from __future__ import annotations
@@ -52,11 +36,9 @@ def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) 
         raise DataError(f"{what} must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
     if len(tokens) < min_len:
         raise DataError(f"{what} needs at least {min_len} tokens, got {len(tokens)}")
-    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise DataError(
-            f"{what} has tokens outside [0, {vocab_size}): "
-            f"min {int(tokens.min())}, max {int(tokens.max())}"
-        )
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        raise DataError(f"{what} has tokens outside [0, {vocab_size}): min {low}, max {high}")
     # uint64 does not mix with int64 pair ids (numpy would go through float64); the values are
     # below V now, so the cast loses nothing. Every other integer type is used as it is.
     return tokens if np.can_cast(tokens.dtype, np.int64) else tokens.astype(np.int64)
@@ -184,40 +166,30 @@ def score_documents(models: CountModels, tokens: np.ndarray, starts: np.ndarray)
     return {"unigram": means[0], "bigram": means[1], "unseen_frac": means[2], "n_tokens": n_tokens}
 
 
-# ------------------------------------------------------------------------------ a run's windows
-
-
 _FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus once
-
-
-def _fitted(corpus) -> CountModels:
-    key = (str(corpus.dir), corpus.fingerprint)
-    if key not in _FITTED:
-        _FITTED[key] = fit(corpus.tokens("train"), corpus.vocab_size)
-    return _FITTED[key]
+_WINDOW_KEYS = ("unigram", "bigram", "unseen")
 
 
 def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
     """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation windows of ``split`` (those
-    every run's loss is measured on) of the count models' mean NLL and the unseen share. Kept
-    beside the cache entry, one file per split, block size, window count and fingerprint
-    (``vocab=seen`` renumbers the tokens of the same entry)."""
+    every run's loss is measured on) of the count models' mean NLL and the unseen share; kept
+    beside the cache entry (``vocab=seen`` renumbers its tokens: the fingerprint is in the name)."""
     from tiedvsuntied.data.batches import eval_window_starts
     from tiedvsuntied.results.records import atomic_write
 
     path = corpus.dir / f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
     with contextlib.suppress(OSError, ValueError, KeyError), np.load(path) as saved:
-        return {key: saved[key] for key in ("unigram", "bigram", "unseen")}
+        return {key: saved[key] for key in _WINDOW_KEYS}
     tokens = corpus.tokens(split)
     starts = eval_window_starts(len(tokens), block_size, max_windows)
     windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
+    fitted = (str(corpus.dir), corpus.fingerprint)
+    if fitted not in _FITTED:
+        _FITTED[fitted] = fit(corpus.tokens("train"), corpus.vocab_size)
     scores = score_documents(
-        _fitted(corpus), windows.ravel(), np.arange(len(starts)) * (block_size + 1)
+        _FITTED[fitted], windows.ravel(), np.arange(len(starts)) * (block_size + 1)
     )
-    out = {
-        "unigram": scores["unigram"],
-        "bigram": scores["bigram"],
-        "unseen": scores["unseen_frac"],
-    }
+    scores["unseen"] = scores.pop("unseen_frac")
+    out = {key: scores[key] for key in _WINDOW_KEYS}
     atomic_write(path, lambda f: np.savez(f, **out))
     return out

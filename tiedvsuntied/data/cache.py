@@ -1,9 +1,6 @@
-"""The token cache: a corpus tokenized once per machine (a file lock per corpus; temp name,
-fsync, rename; metadata last) into ``<cache>/tokens/<name>-<key16>/{train,val,test}.bin``, shared
-by every run of a sweep as read-only memmaps.
-
-The key and the fingerprint derived from it are part of every run's identity: results on disk
-are found by them. Never change what enters them.
+"""The token cache: a corpus tokenized once per machine into ``<cache>/tokens/<name>-<key16>/``
+(docs/data.md, "Cache"), shared by every run of a sweep as read-only memmaps. The key and the
+fingerprint derived from it are part of every run's identity: never change what enters them.
 """
 
 from __future__ import annotations
@@ -40,9 +37,6 @@ _BATCH_CHARS = 1 << 22  # characters of documents tokenized, counted and written
 _RUN_CHARS = 1 << 16  # characters of documents one thread takes at a time
 
 
-# ------------------------------------------------------------------------------ identity
-
-
 def _sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -64,13 +58,8 @@ def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
         if Split(cfg.split) == Split.document:  # which files hold which split: in `files`
             identity["split"] = Split.document.value
         return {**identity, "files": files}
-    identity.update(
-        path=cfg.path,
-        config=cfg.config,
-        revision=cfg.revision,
-        text_column=cfg.text_column,
-        splits=[cfg.train_split, cfg.val_split, cfg.test_split],
-    )
+    identity |= {name: getattr(cfg, name) for name in ("path", "config", "revision", "text_column")}
+    identity["splits"] = [cfg.train_split, cfg.val_split, cfg.test_split]
     local = Path(cfg.path).expanduser()
     if local.is_dir():  # a local dataset folder: identify it by its files
         identity["path"] = str(local.resolve())
@@ -106,9 +95,6 @@ def corpus_dir(cfg: DataConfig, key: str) -> Path:
     return Path(cfg.cache_dir or default).expanduser().resolve() / "tokens" / f"{name}-{key[:16]}"
 
 
-# ------------------------------------------------------------------------------ building
-
-
 def read_entry(folder: Path, split: str, key: str) -> dict | None:
     """Metadata of a complete split entry, else None. The metadata is written last, so a file
     without it (a killed build) or of the wrong size is never trusted."""
@@ -126,10 +112,6 @@ def read_entry(folder: Path, split: str, key: str) -> dict | None:
         return None
 
 
-def token_dtype(enc: tiktoken.Encoding) -> np.dtype:
-    return np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
-
-
 def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
     """Consecutive strings in lists that end once they hold max_chars characters."""
     chunk, chars = [], 0
@@ -143,29 +125,27 @@ def _chunks(items: Iterable[str], max_chars: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _write_tokens(f, documents: Iterable[str], enc, pool, freq: np.ndarray) -> tuple[int, list]:
+def _write_tokens(f, documents: Iterable[str], enc, threads: int, freq, dtype) -> tuple[int, list]:
     """Tokenize documents into f, an end-of-text token between them; count tokens into freq.
-    Returns (tokens written, the offset of each document's first token).
-
-    Threads take runs of ~64k characters: tiktoken drops the GIL while it encodes, and a run
-    amortizes the hand-off (``encode_ordinary_batch`` hands over each document, ~100 us, more
-    than encoding a short row). Measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md).
-    """
-    dtype = token_dtype(enc)
+    Returns (tokens written, the offset of each document's first token). Threads take runs of
+    characters: tiktoken drops the GIL while it encodes, and a run amortizes the hand-off
+    (``encode_ordinary_batch`` hands over each document, ~100 us, more than encoding a short
+    row); measured faster than ``Dataset.map(num_proc=...)`` (docs/data.md, "Tokenizer")."""
     n_tokens, starts = 0, []
-    for batch in _chunks(documents, _BATCH_CHARS):
-        runs = pool.map(
-            lambda docs: [enc.encode_ordinary(doc) for doc in docs], _chunks(batch, _RUN_CHARS)
-        )
-        ids: list[int] = []
-        for tokens in itertools.chain.from_iterable(runs):
-            ids += [enc.eot_token] if starts else []
-            starts.append(n_tokens + len(ids))
-            ids += tokens
-        array = np.array(ids, dtype=dtype)
-        freq += np.bincount(array, minlength=enc.n_vocab)
-        f.write(array.tobytes())
-        n_tokens += len(array)
+    with ThreadPoolExecutor(threads) as pool:
+        for batch in _chunks(documents, _BATCH_CHARS):
+            runs = pool.map(
+                lambda docs: [enc.encode_ordinary(doc) for doc in docs], _chunks(batch, _RUN_CHARS)
+            )
+            ids: list[int] = []
+            for tokens in itertools.chain.from_iterable(runs):
+                ids += [enc.eot_token] if starts else []
+                starts.append(n_tokens + len(ids))
+                ids += tokens
+            array = np.array(ids, dtype=dtype)
+            freq += np.bincount(array, minlength=enc.n_vocab)
+            f.write(array.tobytes())
+            n_tokens += len(array)
     return n_tokens, starts
 
 
@@ -173,42 +153,30 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
     """Tokenize documents into <split>.bin; then <split>.freq.npy; then <split>.json."""
     enc = load_encoding(meta["encoding"])
     freq = np.zeros(enc.n_vocab, dtype=np.int64)
-    counts = {}
+    dtype = np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
     started = time.perf_counter()
 
     def write_tokens(f) -> None:
-        with ThreadPoolExecutor(num_threads) as pool:
-            counts["n_tokens"], starts = _write_tokens(f, documents, enc, pool, freq)
-        counts["n_documents"] = len(starts)
+        meta["n_tokens"], starts = _write_tokens(f, documents, enc, num_threads, freq, dtype)
+        meta["n_documents"] = len(starts)
         if split != "train":  # held-out documents: per-document losses need their offsets
             atomic_write(folder / f"{split}.docs.npy", lambda g: np.save(g, np.array(starts)))
-        if counts["n_tokens"] == 0:
-            raise DataError(
-                f"split {split!r} of {meta['source']} is empty (no text after tokenization)"
-            )
+        if meta["n_tokens"] == 0:
+            raise DataError(f"split {split!r} of {meta['source']} is empty after tokenization")
 
     atomic_write(folder / f"{split}.bin", write_tokens)
     atomic_write(folder / f"{split}.freq.npy", lambda f: np.save(f, freq))
     seconds = time.perf_counter() - started
-    meta = {
-        **meta,
-        **counts,
-        "split": split,
-        "dtype": token_dtype(enc).name,
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(counts["n_tokens"] / max(seconds, 1e-9)),
-        "num_threads": num_threads,
-    }
+    meta.update(split=split, dtype=dtype.name, seconds=round(seconds, 3))
+    meta.update(tokens_per_s=round(meta["n_tokens"] / max(seconds, 1e-9)), num_threads=num_threads)
     atomic_write(folder / f"{split}.json", json.dumps(meta, indent=1))
     return meta
 
 
 def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
     num_threads = cfg.num_threads if cfg.num_threads > 0 else len(os.sched_getaffinity(0))
-    if cfg.source == Source.text:
-        source = f"text:{cfg.files}"
-    else:
-        source = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
+    hub = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
+    source = f"text:{cfg.files}" if cfg.source == Source.text else hub
     docs = cfg.documents_mode()
     common = {"key": key, "name": cfg.name, "source": source, "documents": docs.value}
     # where a document is a file of its own split, the held-out documents are named by it
@@ -232,10 +200,20 @@ def _log_build(folder: Path, **record) -> None:
         f.write(json.dumps({**record, "pid": os.getpid(), "time": time.time()}) + "\n")
 
 
-def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> tuple[dict, list]:
-    """Under the corpus's lock: build the splits that are still missing once we hold it."""
+def prepare_data(cfg: DataConfig) -> Corpus:
+    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
+    others wait) and return it."""
     from filelock import FileLock
 
+    check_data(cfg)
+    enc = check_available(cfg, need_source=False)
+    identity = corpus_identity(cfg, enc)
+    key = corpus_key(identity)
+    folder = corpus_dir(cfg, key)
+    metas = {s: read_entry(folder, s, key) for s in SPLITS}
+    if all(metas.values()):
+        return Corpus(cfg, enc, folder, key, metas, built=[])
+    check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".lock"):
         metas = {s: read_entry(folder, s, key) for s in SPLITS}  # built while we waited?
@@ -249,26 +227,7 @@ def _build_missing(cfg: DataConfig, folder: Path, identity: dict, key: str) -> t
             _log_build(folder, event="start", splits=built)
             metas.update(_build(cfg, folder, built, key))
             _log_build(folder, event="done", splits=built)
-    return metas, built
-
-
-def prepare_data(cfg: DataConfig) -> Corpus:
-    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
-    others wait) and return it."""
-    check_data(cfg)
-    enc = check_available(cfg, need_source=False)
-    identity = corpus_identity(cfg, enc)
-    key = corpus_key(identity)
-    folder = corpus_dir(cfg, key)
-    metas = {s: read_entry(folder, s, key) for s in SPLITS}
-    built: list[str] = []
-    if not all(metas.values()):
-        check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
-        metas, built = _build_missing(cfg, folder, identity, key)
     return Corpus(cfg, enc, folder, key, metas, built)
-
-
-# ------------------------------------------------------------------------------ the corpus
 
 
 @dataclass(eq=False)
@@ -289,32 +248,19 @@ class Corpus:
             s: np.memmap(self.dir / f"{s}.bin", m["dtype"], "r") for s, m in self._meta.items()
         }
         self._freq = {s: np.load(self.dir / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
-        self._new_id = None
+        #: the end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)
+        self.eot_token: int | None = int(self.encoding.eot_token)
         if self.cfg.vocab == Vocab.seen:  # renumbered in memory; the cache keeps the encoding's
             seen = np.flatnonzero(sum(self._freq.values()))
             dtype = np.uint16 if len(seen) <= 1 << 16 else np.int32
-            self._new_id = np.zeros(self.encoding.n_vocab, dtype=dtype)
-            self._new_id[seen] = np.arange(len(seen))
-            self._tokens = {s: self._new_id[t] for s, t in self._tokens.items()}
-            self._raw_freq = self._freq
+            new_id = np.zeros(self.encoding.n_vocab, dtype=dtype)
+            new_id[seen] = np.arange(len(seen))
+            self._tokens = {s: new_id[t] for s, t in self._tokens.items()}
             self._freq = {s: f[seen] for s, f in self._freq.items()}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._freq["train"])
-
-    @property
-    def eot_token(self) -> int | None:
-        """The end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)."""
-        eot = int(self.encoding.eot_token)
-        if self._new_id is None:
-            return eot
-        return int(self._new_id[eot]) if sum(f[eot] for f in self._raw_freq.values()) else None
-
-    @property
-    def fingerprint(self) -> str:
-        """Short id of data + split + tokenizer (+ vocabulary); part of every run's identity."""
-        return fingerprint(self.key, self.cfg.vocab)
+            self.eot_token = int(new_id[self.eot_token]) if self.eot_token in seen else None
+        self.vocab_size = len(self._freq["train"])
+        #: short id of data + split + tokenizer (+ vocabulary); part of every run's identity
+        self.fingerprint = fingerprint(self.key, self.cfg.vocab)
 
     def _check(self, split: str) -> str:
         if split not in SPLITS:

@@ -1,8 +1,6 @@
-"""The ``data`` node of the Hydra schema: :class:`DataConfig`, its enums and its errors.
-
-Every check that needs only the fields sits in ``DataConfig.__post_init__``, beside the fields it
-checks; checks that read files (``check_data``) or the network (``sources.check_available``)
-live with the code that reads them. A check never changes the config.
+"""The ``data`` node of the Hydra schema: :class:`DataConfig`, its enums and its errors. Checks
+that need only the fields are in ``__post_init__``; those that read files (``check_data``) or
+the network (``check_available``) live with that code. A check never changes the config.
 """
 
 from __future__ import annotations
@@ -51,13 +49,6 @@ class Vocab(str, Enum):
     seen = "seen"  # only the corpus's tokens, renumbered: a closed vocabulary (word-level LMs)
 
 
-def check_encoding(name: str) -> None:
-    """``data.encoding`` is one of tiktoken's encodings or the built-in ``bytes``."""
-    valid = sorted([*tiktoken.list_encoding_names(), "bytes"])
-    if name not in valid:
-        raise DataError(f"data.encoding={name!r} is not valid; valid: {valid}")
-
-
 def _enum_value(key: str, enum: type[Enum], value: Any) -> Enum:
     try:
         return enum(value)
@@ -94,9 +85,8 @@ class DataConfig:
     test_fraction: float = 0.05
     #: what an end-of-text token separates
     documents: Documents = Documents.auto
-    #: tail: held-out splits are tails of train (val/test_fraction); document: whole documents
-    #: (text files) are shuffled with split_seed into ``folds`` folds: test is fold
-    #: heldout_fold, validation the next fold (mod folds), train the rest
+    #: tail: held-out splits are tails of train; document: whole documents shuffled with
+    #: split_seed into ``folds`` folds: test is heldout_fold, validation the next, train the rest
     split: Split = option(Split.tail, neutral="tail")
     folds: int = option(10, neutral=10)
     heldout_fold: int = option(0, neutral=0)
@@ -123,36 +113,29 @@ class DataConfig:
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise DataError(f"data.{key}={getattr(self, key)!r} must be in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1.0:
-            raise DataError(
-                "data.val_fraction + data.test_fraction leaves nothing for train; keep it < 1"
-            )
-        check_encoding(self.encoding)
+            raise DataError("data.val_fraction + data.test_fraction >= 1 leaves nothing for train")
+        encodings = sorted([*tiktoken.list_encoding_names(), "bytes"])  # bytes: built in
+        if self.encoding not in encodings:
+            raise DataError(f"data.encoding={self.encoding!r} is not valid; valid: {encodings}")
         self._check_document_split(source)
         if self.num_threads < 0:
             raise DataError(f"data.num_threads={self.num_threads} must be >= 0 (0 = all cores)")
         if source == Source.text and not self.files:
             raise DataError(
-                "data.source=text needs data.files: data.files=PATH or "
-                "data.files={train: A, validation: B, test: C}"
+                "data.source=text needs data.files=PATH (or {train: A, validation: B, test: C})"
             )
         if source == Source.hub and not self.path:
-            raise DataError(
-                "data.source=hub needs data.path (a Hub dataset id such as Salesforce/wikitext)"
-            )
+            raise DataError("data.source=hub needs data.path (a Hub dataset id: org/name)")
         if source == Source.hub and documents == Documents.paragraph:
             raise DataError(
-                "data.documents=paragraph needs data.source=text; for hub use one of "
-                "['auto', 'wikitext', 'row', 'file']"
+                "data.documents=paragraph needs data.source=text; hub: auto, wikitext, row or file"
             )
 
     def _check_document_split(self, source: Source) -> None:
         if _enum_value("split", Split, self.split) != Split.document:
             return
         if source != Source.text or self.documents_mode() != Documents.file:
-            raise DataError(
-                "data.split=document needs data.source=text and data.documents=file "
-                "(each file a document)"
-            )
+            raise DataError("data.split=document needs data.source=text and data.documents=file")
         if self.folds < 3:
             raise DataError(f"data.folds={self.folds} must be >= 3 (test, validation, train)")
         if not 0 <= self.heldout_fold < self.folds:

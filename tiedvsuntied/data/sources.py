@@ -1,11 +1,8 @@
 """Where tokens come from: the tokenizer, local text files and Hugging Face Hub datasets, each
 checked within seconds and in one line before any long work; each split's rows (a split the
 source lacks is a contiguous tail of train) and the documents an end-of-text token separates.
-
-Rows are what the format version 2 cache was built from (``str.splitlines`` lines of a file,
-blank-line-separated blocks, Hub rows): the corpus fingerprint promises the same tokens, so the
-row and document rules below must not change. ``datasets``' own text builder splits lines at
-``\\n`` only and paragraphs at ``\\n\\n`` only, which would give other tokens under the same key.
+The corpus fingerprint promises the tokens the format version 2 cache was built from, so the row
+and document rules must not change (docs/data.md, "Documents and the end-of-text token").
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from tiedvsuntied.data.config import (
     Documents,
     Source,
     Split,
-    check_encoding,
 )
 
 HUB_PROBE_TIMEOUT = 3.0  # seconds; then the Hub is unreachable and only caches are read
@@ -53,7 +49,6 @@ def load_encoding(name: str) -> tiktoken.Encoding:
             mergeable_ranks={bytes([i]): i for i in range(256)},
             special_tokens={"<|endoftext|>": 256},
         )
-    check_encoding(name)
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # requests' errors: no network and not in tiktoken's cache
@@ -65,8 +60,6 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         ) from e
 
 
-# ------------------------------------------------------------------------------ local files
-
 _VAL_KEYS = ("validation", "valid", "val", "dev")
 _SPLIT_KEYS = {"train": "train", "test": "test"} | dict.fromkeys(_VAL_KEYS, "val")
 
@@ -75,7 +68,7 @@ def _expand(value) -> list[Path]:
     """A path or list of paths, absolute; a folder stands for its ``*.txt`` files, by name."""
     out = []
     for path in [value] if isinstance(value, (str, os.PathLike)) else value:
-        path = _absolute(path)
+        path = Path(os.path.abspath(os.path.expanduser(str(path))))
         found = sorted(path.glob("*.txt")) if path.is_dir() else [path]
         if not found:
             raise DataError(f"data.files: the folder {path} holds no *.txt files")
@@ -112,15 +105,11 @@ def text_files(cfg: DataConfig) -> dict[str, list[Path]]:
     return out
 
 
-def _absolute(path) -> Path:
-    return Path(os.path.abspath(os.path.expanduser(str(path))))
-
-
 def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
     """Each document's group: its file name, or its ``group_by`` value in the manifest."""
     if cfg.group_by is None:
         return [p.name for p in paths]
-    manifest = _absolute(cfg.manifest)
+    manifest = Path(os.path.abspath(os.path.expanduser(cfg.manifest)))
     try:
         with open(manifest, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f, delimiter="\t"))
@@ -140,9 +129,7 @@ def _groups(cfg: DataConfig, paths: list[Path]) -> list[str]:
 
 
 def document_splits(cfg: DataConfig, paths: list[Path]) -> dict[str, list[Path]]:
-    """Whole documents into folds: the groups (documents, or documents sharing a manifest
-    value), sorted by name, shuffled with ``data.split_seed``, dealt round-robin into
-    ``data.folds`` folds. Test is fold ``heldout_fold``, validation the next, train the rest."""
+    """Whole documents (or their manifest groups) into folds: docs/data.md, "Held-out splits"."""
     if len(set(paths)) != len(paths):
         raise DataError("data.files lists a document twice; a document is in one split only")
     groups = _groups(cfg, paths)
@@ -174,9 +161,7 @@ def _check_text_file(path: Path) -> None:
             f"resolved against {os.getcwd()}"
         ) from None
     except UnicodeDecodeError:
-        raise DataError(
-            f"data.files: {path} is not UTF-8 text (binary?); give text files"
-        ) from None
+        raise DataError(f"data.files: {path} is not UTF-8 text (binary?)") from None
     if not head:
         raise DataError(f"data.files: {path} is empty")
 
@@ -198,27 +183,22 @@ def check_data(cfg: DataConfig) -> None:
         _check_text_file(path)
 
 
-# ------------------------------------------------------------------------------ the Hub
-
-
 def _hub_reachable(path: str) -> bool:
     """One request with a short timeout: any HTTP answer means the Hub can be reached."""
     import datasets
 
     url = f"{datasets.config.HF_ENDPOINT}/api/datasets/{path}"
+    request = urllib.request.Request(url, method="HEAD")
     try:
-        urllib.request.urlopen(
-            urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_TIMEOUT
-        )
+        urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT)
     except (OSError, ValueError) as e:
         return isinstance(e, urllib.error.HTTPError)  # an answer, if not a yes
     return True
 
 
 def _hub_problem(cfg: DataConfig) -> str | None:
-    """None when the Hub dataset can be loaded; else why not, in a few words. Unreachable Hub:
-    this process goes offline (as HF_HUB_OFFLINE=1 would make it) so that ``datasets`` reads its
-    cache at once instead of retrying for half a minute, and the cache is asked for the dataset."""
+    """None when the Hub dataset can be loaded; else why not. An unreachable Hub sends ``datasets``
+    offline (as HF_HUB_OFFLINE=1 would) to read its cache at once, not retry for half a minute."""
     import datasets
 
     if Path(cfg.path).expanduser().is_dir():
@@ -256,9 +236,6 @@ def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
     return encoding
 
 
-# ------------------------------------------------------------------------------ rows of a split
-
-
 @dataclass
 class Stream:
     """Rows of one split's source(s). A new document starts at each index in `starts`
@@ -286,11 +263,8 @@ def _text_stream(paths: list[Path], docs: Documents) -> Stream:
 def _hub_split_names(cfg: DataConfig, available: list[str]) -> dict[str, str]:
     """{split: the dataset's split name} for the splits the dataset has (train at least)."""
     out = {}
-    for split, name, default in (
-        ("train", cfg.train_split, None),
-        ("val", cfg.val_split, "validation"),
-        ("test", cfg.test_split, "test"),
-    ):
+    for split, default in (("train", None), ("val", "validation"), ("test", "test")):
+        name = getattr(cfg, f"{split}_split")
         if name and name not in available and name != default:
             raise DataError(
                 f"data.{split}_split={name!r} is not a split of {cfg.path!r}; available: "
@@ -340,15 +314,13 @@ def split_streams(cfg: DataConfig) -> dict[str, tuple[Stream, tuple[int, int]]]:
     else:
         streams = _hub_streams(cfg, docs)
     train = streams["train"]
-    held = [(s, getattr(cfg, f"{s}_fraction")) for s in ("val", "test") if s not in streams]
+    held = [s for s in ("val", "test") if s not in streams]
+    fractions = [getattr(cfg, f"{s}_fraction") for s in held]
     ends = np.cumsum([len(r) for r in train.rows])  # character offset after each row
-    cuts, acc = [0], 1.0 - sum(f for _, f in held)
-    for _, frac in held:  # train | val | test: first row at/after acc
-        cuts.append(int(np.searchsorted(ends, acc * ends[-1])) + 1)
-        acc += frac
-    cuts.append(len(train.rows))
+    at = 1.0 - sum(fractions) + np.cumsum([0.0, *fractions])[:-1]  # train | val | test
+    cuts = [0, *(np.searchsorted(ends, at * ends[-1]) + 1).tolist(), len(train.rows)]
     out = {s: (stream, (0, len(stream.rows))) for s, stream in streams.items()}
-    for k, s in enumerate(["train", *(s for s, _ in held)]):
+    for k, s in enumerate(["train", *held]):
         if cuts[k + 1] <= cuts[k]:
             raise DataError(
                 f"split {s!r} cut from {train.label} would be empty; change "
@@ -367,11 +339,8 @@ def _ends_document(stream: Stream, i: int, lo: int, hi: int, docs: Documents) ->
         return True
     if docs != Documents.wikitext or _TITLE.match(stream.rows[i]) is None:
         return False
-
-    def blank(j: int) -> bool:
-        return not (lo <= j < hi) or not stream.rows[j].strip()
-
-    return blank(i - 1) and blank(i + 1)  # ' = 1 ... k = ' formulas are no titles
+    # between blank rows: ' = 1 ... k = ' formulas are no titles
+    return all(not (lo <= j < hi) or not stream.rows[j].strip() for j in (i - 1, i + 1))
 
 
 def iter_documents(stream: Stream, lo: int, hi: int, docs: Documents) -> Iterator[str]:
