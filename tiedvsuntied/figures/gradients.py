@@ -13,13 +13,10 @@ GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
 
 def _note_tied_runs_left_out(fig: Figure, runs: pd.DataFrame, logged: set) -> None:
     tied = runs[runs["tie"].eq(True)]
-    style.leave_out(
-        fig,
-        tied[~tied["run_id"].isin(logged)],
-        lambda run: f"no gradient norms logged ({run['status']})",
-    )
-    tied = tied[tied["run_id"].isin(logged) & ~tied["status"].isin(style.IN_MEAN)]
-    style.leave_out(fig, tied, lambda run: f"{run['status']}, not averaged")
+    has = tied["run_id"].isin(logged)
+    style.leave_out(fig, tied[~has], lambda run: f"no gradient norms logged ({run['status']})")
+    not_averaged = tied[has & ~tied["status"].isin(style.IN_MEAN)]
+    style.leave_out(fig, not_averaged, lambda run: f"{run['status']}, not averaged")
 
 
 def _note_clipping(fig: Figure, runs: pd.DataFrame, init: str) -> None:
