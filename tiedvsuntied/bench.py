@@ -170,8 +170,7 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
 
 def run_isolated(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
     """One configuration in a fresh process: isolated peak memory and compilation."""
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
             return pool.submit(measure_one, size, tie, variant, args).result()
         except Exception as e:  # its error, or its process died (out of memory)
@@ -294,19 +293,14 @@ def main(argv=None) -> int:
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
-    print(
-        f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
-        f"bf16 {peaks['bf16']:.3f} TFLOP/s; {source}"
-        + (f": {datasheet:.1f} TFLOP/s" if datasheet else ""),
-        file=out,
-        flush=True,
-    )
+    peak = f"fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s"
+    sheet = f": {datasheet:.1f} TFLOP/s" if datasheet else ""
+    print(f"matmul peak measured on this machine: {peak}; {source}{sheet}", file=out, flush=True)
     rows = []
-    for size, tie in itertools.product(sizes, heads):
-        for variant in timed:
-            rows.append(row := run_isolated(size, tie, variant, args))
-            speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
-            print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
+    for size, tie, variant in itertools.product(sizes, heads, timed):
+        rows.append(row := run_isolated(size, tie, variant, args))
+        speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
+        print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
         result = {

@@ -87,10 +87,8 @@ def fig_initial_loss(runs: pd.DataFrame) -> Figure:
     with E[logsumexp z]."""
     fig, axes = style.new_figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     first = first_replicates(runs)  # a replicate starts where its replicate 0 did: no new dot
-    replicates = runs.drop(first.index)
-    style.leave_out(
-        fig, replicates, lambda r: f"replicate {r['replicate']} (its step 0 is replicate 0's)"
-    )
+    why = "its step 0 is replicate 0's"
+    style.leave_out(fig, runs.drop(first.index), lambda r: f"replicate {r['replicate']} ({why})")
     have = first[first["init_val_loss"].notna()]
     style.leave_out(fig, first.drop(have.index), lambda r: f"no init_val_loss ({r['status']})")
     if have.empty:

@@ -44,46 +44,38 @@ def _seen_rows(run: pd.Series) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
-def _pair_rows(tied: pd.Series, untied: pd.Series, missing: list[str]) -> list[dict]:
-    """cka_in, cka_out and cka_untied of one pair at each probe step with the same seen rows."""
-    a, b = _seen_rows(tied), _seen_rows(untied)
-    steps = [
-        step
-        for step in sorted(set(a) & set(b))
-        if np.array_equal(a[step]["rows_seen"], b[step]["rows_seen"])
-    ]
-    if not steps:
-        missing.append(
-            f"{style.run_label(tied)} and its untied partner: no common probe rows (emb_seen)"
-        )
-    return [
-        {
-            **{c: tied[c] for c in PAIR_COLUMNS},
-            "setting": tied["setting"],
-            "step": step,
-            "tokens": step * tied["tokens"] / max(tied["step"], 1),
-            "cka_in": linear_cka(a[step]["emb_seen"], b[step]["emb_seen"]),
-            "cka_out": linear_cka(a[step]["emb_seen"], b[step]["head_seen"]),
-            "cka_untied": linear_cka(b[step]["emb_seen"], b[step]["head_seen"]),
-            "run_id": tied["run_id"],
-            "status": "finished",
-        }
-        for step in steps
-    ]
-
-
 def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per tied/untied pair (analysis.match on PAIR_COLUMNS, finished or running, replicate 0)
-    and common probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe
-    rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
+    """Per tied/untied pair (analysis.match on PAIR_COLUMNS; IN_MEAN statuses, replicate 0) and
+    common probe step with the same seen rows: cka_in, cka_out and cka_untied (see SIDES). Pairs
+    without the probe rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
     rows, missing = [], []
-    usable = first_replicates(runs[runs["status"].isin(["finished", "running", "interrupted"])])
+    usable = first_replicates(runs[runs["status"].isin(style.IN_MEAN)])
     both = match(usable[usable["tie"].eq(True)], usable[usable["tie"].eq(False)], PAIR_COLUMNS)
     for _, pair in both.iterrows():
         tied, untied = (
             pair.rename(lambda c, s=suffix: c.removesuffix(s)) for suffix in ("_t", "_u")
         )
-        rows += _pair_rows(tied, untied, missing)
+        a, b = _seen_rows(tied), _seen_rows(untied)
+        same = [
+            s
+            for s in sorted(set(a) & set(b))
+            if np.array_equal(a[s]["rows_seen"], b[s]["rows_seen"])
+        ]
+        if not same:
+            why = "and its untied partner: no common probe rows (emb_seen)"
+            missing.append(f"{style.run_label(tied)} {why}")
+        rows += [
+            {
+                **tied[[*PAIR_COLUMNS, "setting", "run_id"]].to_dict(),
+                "step": step,
+                "tokens": step * tied["tokens"] / max(tied["step"], 1),
+                "cka_in": linear_cka(a[step]["emb_seen"], b[step]["emb_seen"]),
+                "cka_out": linear_cka(a[step]["emb_seen"], b[step]["head_seen"]),
+                "cka_untied": linear_cka(b[step]["emb_seen"], b[step]["head_seen"]),
+                "status": "finished",
+            }
+            for step in same
+        ]
     out = pd.DataFrame(
         rows, columns=[*PAIR_COLUMNS, "setting", "step", "tokens", *SIDES, "run_id", "status"]
     )
