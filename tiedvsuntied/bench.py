@@ -67,8 +67,7 @@ KEYS = [v.key for v in [*VARIANTS, NANOGPT]]  # what --variants takes
 
 
 def model_config(size: str, block_size: int = 0):
-    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary; an unknown size names
-    the valid ones."""
+    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary (ValueError naming sizes)."""
     from tiedvsuntied.model.config import ModelConfig
 
     found = presets("model")
@@ -202,8 +201,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Variant], object]:
-    """The sizes, heads, variants and device to time on; a value that cannot run raises
-    ValueError (one line naming the option)."""
+    """The sizes, heads, variants and device; a value that cannot run raises ValueError."""
     from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 
@@ -337,11 +335,8 @@ def format_table(table, peaks: dict, datasheet: float | None = None) -> str:
         mfu_pct=100 * table.get("mfu", float("nan")),
         mfu_datasheet_pct=100 * table.get("mfu_datasheet", float("nan")),
     )
-    markdown = (
-        shown.reindex(columns=list(columns))
-        .rename(columns=columns)
-        .to_markdown(index=False, floatfmt=",.2f")
-    )
+    shown = shown.reindex(columns=list(columns)).rename(columns=columns)
+    markdown = shown.to_markdown(index=False, floatfmt=",.2f")
     sheet = f"; datasheet dense bf16 {datasheet:.1f} TFLOP/s (bf16 rows)" if datasheet else ""
     return (
         f"{markdown}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, "

@@ -102,9 +102,8 @@ def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
 
 
 def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> set:
-    """A panel's curves: each tie's mean validation loss (band from MIN_BAND_SEEDS), each ended
-    run alone, dashed, marked where it stopped, the dense training loss thin beneath; returns the
-    seed counts averaged."""
+    """A panel's curves: each tie's mean validation loss (band from MIN_BAND_SEEDS), its ended
+    runs alone, dashed, marked where they stopped, its dense training loss thin beneath."""
     seed_counts = set()
     for tie in (False, True):  # tied last: on top
         drawn, color = cell[cell["tie"] == tie], style.TIE_COLOR[tie]
@@ -172,19 +171,6 @@ def _loss_vs_params_panel(ax, runs, agg, xcol: str, inits: list[str]) -> None:
     style.plain_log(ax, "y", agg["mean"], ratio=4)
 
 
-def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
-    handles = style.tie_handles(agg["tie"]) + [
-        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
-        for k, init in enumerate(inits)
-    ]
-    if (agg["n"] >= MIN_BAND_SEEDS).any():
-        handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
-    if (agg["n"] < MIN_BAND_SEEDS).any():
-        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(style.handle(label, marker=".", ls="none"))
-    return handles
-
-
 @style.figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), log x; mean over finished
@@ -204,5 +190,14 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
         _loss_vs_params_panel(ax, runs, agg, xcol, inits)
         ax.set_xlabel(xlabel)
     axes[0, 0].set_ylabel("final validation loss (nats)")
-    style.legend(fig, _loss_vs_params_handles(agg, inits), 5)
+    handles = style.tie_handles(agg["tie"]) + [
+        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
+        for k, init in enumerate(inits)
+    ]
+    if (agg["n"] >= MIN_BAND_SEEDS).any():
+        handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
+    if (agg["n"] < MIN_BAND_SEEDS).any():
+        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
+        handles.append(style.handle(label, marker=".", ls="none"))
+    style.legend(fig, handles, 5)
     return fig

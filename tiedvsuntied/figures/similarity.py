@@ -143,14 +143,12 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     fig, axes = style.new_figure(1 + bool(inits), max(len(inits), 1), 1.8, sharex="col")
     style.leave_out(fig, runs[tuned], "a fine-tuning run (its embedding drift is figure 7)")
     if tuned.all():
-        return style.nothing_to_draw(
-            fig, "only fine-tuning runs: their embedding drift is figure 7"
-        )
+        why = "only fine-tuning runs: their embedding drift is figure 7"
+        return style.nothing_to_draw(fig, why)
     fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
     if "probe/frequent/emb_cos_mean" not in history.columns:
-        return style.nothing_to_draw(
-            fig, "no stratified probes logged (probe/frequent/emb_cos_mean)"
-        )
+        why = "no stratified probes logged (probe/frequent/emb_cos_mean)"
+        return style.nothing_to_draw(fig, why)
     runs = fig.drawn = runs[~tuned]
     for j, init in enumerate(inits):
         axes[0, j].set_title(style.setting_label(runs, init))
