@@ -141,7 +141,6 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
         torch.cuda.reset_peak_memory_stats()
     timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
     timed = timer.blocked_autorange(min_run_time=args.steps * one_step_s)
-    tokens_per_step = args.batch_size * config.block_size
     peak_mem = (
         torch.cuda.max_memory_allocated()
         if device.type == "cuda"
@@ -156,7 +155,7 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
         "vocab_size": config.vocab_size,
         "params": params,
         "flops_per_token": flops,
-        "tokens_per_s": tokens_per_step / timed.median,
+        "tokens_per_s": args.batch_size * config.block_size / timed.median,
         "step_ms": 1000 * timed.median,
         "timed_steps": timed.number_per_run * len(timed.raw_times),
         "warmup_s": warmup_s,

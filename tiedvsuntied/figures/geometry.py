@@ -65,9 +65,8 @@ STRATA_POINTS = list(
 
 def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> None:
     """(b, c) off-diagonal cosines of E·Eᵀ per vocabulary stratum at the last probe: median and
-    interquartile range, tied (filled) beside untied (open); the step-0 probe (init) in grey.
-    Its ``which`` is "0" (asked for by step: a bundle that kept no step-0 probe has no init
-    here, rather than its first kept probe drawn as one)."""
+    IQR, tied (filled) beside untied (open), the step-0 probe (init) in grey; asked for by step
+    ("0"): a bundle that kept no step-0 probe draws no init, rather than its first kept probe."""
     c = cosines[cosines["run_id"].isin(cell["run_id"]) & (cosines["kind"] == kind)]
     if c.empty:
         return style.note(ax, f"no {kind} cosines per stratum (probes/*.npz) for these runs")

@@ -32,8 +32,7 @@ def _grad_column(axes, cell: pd.DataFrame, models: list[str], x: tuple[str, bool
 @style.figure("fig5_grad_split", "tied: input- vs output-side gradient norm")
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Tied runs: input-side (lookup) vs output-side (head) gradient norm of the one embedding
-    matrix, and their ratio (a geometric mean: a ratio's interval stays positive); ``x`` as in
-    figure 1 (docs/figures.md, figure 5)."""
+    matrix, and their ratio; ``x`` as in figure 1 (docs/figures.md, figure 5)."""
     inits, models, x = style.init_order(runs), style.model_order(runs), x_axis(x, history)
     fig, axes = style.new_figure(2, len(inits), 1.8, sharex="col")
     if n := int(runs["tie"].eq(False).sum()):

@@ -75,9 +75,8 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
 
 @style.figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
 def fig_initial_loss(runs: pd.DataFrame) -> Figure:
-    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory: per
-    configuration (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ
-    with E[logsumexp z]."""
+    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory, per
+    configuration and against the logit std σ (docs/figures.md, figure 3)."""
     fig, axes = style.new_figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     first = first_replicates(runs)  # a replicate starts where its replicate 0 did: no new dot
     why = "its step 0 is replicate 0's"

@@ -48,12 +48,8 @@ def log_spaced(history: pd.DataFrame) -> bool:
 
 def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
     """train/loss of each run at its steps 1..k logged at every step (analysis.dense_steps)."""
-    parts = [
-        h[h["train/loss"].notna() & (h["step"] <= k)]
-        for _, h in history.groupby("run_id", sort=False)
-        if (k := dense_steps(h)) >= MIN_DENSE_STEPS
-    ]
-    return pd.concat(parts) if parts else history.iloc[:0]
+    k = history["run_id"].map(history.groupby("run_id")[["step", "train/loss"]].apply(dense_steps))
+    return history[history["train/loss"].notna() & (history["step"] <= k) & (k >= MIN_DENSE_STEPS)]
 
 
 def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list:
@@ -65,16 +61,14 @@ def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list
         label = f"{CONFIDENCE:.0%} t-CI over seeds (n={style.span(map(int, counts))})"
         handles.append(Patch(color="#999999", alpha=0.4, label=label))
     if any(n < MIN_BAND_SEEDS for n in seed_counts):
-        handles.append(
-            style.handle(f"< {MIN_BAND_SEEDS} seeds: each seed, no CI", "#999999", lw=0.6)
-        )
+        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
+        handles.append(style.handle(label, "#999999", lw=0.6))
     if len(train):
         label = f"thin: training loss, every step to {int(train['step'].max())}"
         handles.append(style.handle(label, "#bbbbbb", lw=0.6, ls="--"))
     return handles + [
         style.handle(f"{s} (run ends)", ls="none", marker=style.STATUS_MARKER[s])
-        for s in ("diverged", "failed")
-        if s in ended
+        for s in sorted(ended & {"diverged", "failed"})
     ]
 
 
