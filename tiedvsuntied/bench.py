@@ -41,10 +41,6 @@ DATASHEET_BF16_TFLOPS = (
 )
 
 
-class BenchError(ValueError):
-    """A command line the benchmark cannot run: one line naming the option, exit code 2."""
-
-
 @dataclasses.dataclass
 class Variant:
     key: str  # its name for --variants
@@ -67,42 +63,23 @@ VARIANTS = [
     # where the head dominates (large V, small d): chunked cross-entropy against full logits
     Variant("bf16-compiled-full", "bf16 compiled, full-logit CE", "bf16", True, 0),
 ]
+KEYS = [v.key for v in [*VARIANTS, NANOGPT]]  # what --variants takes
 
 
 def model_config(size: str, block_size: int = 0):
-    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary; an unknown size names
-    the valid ones."""
+    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary (ValueError naming sizes)."""
     from tiedvsuntied.model.config import ModelConfig
 
     found = presets("model")
     if size not in found:
-        raise BenchError(f"--sizes: unknown size {size!r}; valid: {', '.join(found)}")
+        raise ValueError(f"--sizes: unknown size {size!r}; valid: {', '.join(found)}")
     cfg = ModelConfig(**found[size])
     return dataclasses.replace(cfg, vocab_size=VOCAB_SIZE, block_size=block_size or cfg.block_size)
 
 
-def training_step(model, optimizer, batches, variant: Variant, device, **forward_kwargs):
-    """One full training step (forward, backward, clip 1.0, AdamW) on the next of ``batches``
-    at each call: our model's and nanoGPT's are timed by the same step."""
-    import torch
-
-    forward = torch.compile(model) if variant.compile else model
-
-    def step() -> torch.Tensor:
-        x, y = (t.to(device) for t in next(batches))
-        with torch.autocast(device.type, torch.bfloat16, enabled=variant.precision == "bf16"):
-            _, loss = forward(x, y, **forward_kwargs)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    return step
-
-
 def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, device):
-    """The step function of one configuration and what its row reports of the model."""
+    """One configuration's full training step (forward, backward, clip 1.0, AdamW) on the next
+    batch at each call, the same for our model and nanoGPT's, and what its row reports."""
     import numpy as np
     import torch
 
@@ -128,7 +105,18 @@ def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, devi
         sampler = BatchSampler(tokens, config.block_size, args.batch_size, seed=0)
         batches = map(sampler.get, itertools.count())  # the trainer's sampler, in the step
         kwargs = {"loss_chunk": variant.loss_chunk, "return_logits": False}
-    step = training_step(model, optimizer, batches, variant, device, **kwargs)
+    forward = torch.compile(model) if variant.compile else model
+
+    def step() -> torch.Tensor:
+        x, y = (t.to(device) for t in next(batches))
+        with torch.autocast(device.type, torch.bfloat16, enabled=variant.precision == "bf16"):
+            _, loss = forward(x, y, **kwargs)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
     params = sum(p.numel() for p in model.parameters())  # a shared (tied) matrix counts once
     return step, config, params, flops_per_token(config)  # one formula for ours and nanoGPT's
 
@@ -153,7 +141,6 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
         torch.cuda.reset_peak_memory_stats()
     timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
     timed = timer.blocked_autorange(min_run_time=args.steps * one_step_s)
-    tokens_per_step = args.batch_size * config.block_size
     peak_mem = (
         torch.cuda.max_memory_allocated()
         if device.type == "cuda"
@@ -168,7 +155,7 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
         "vocab_size": config.vocab_size,
         "params": params,
         "flops_per_token": flops,
-        "tokens_per_s": tokens_per_step / timed.median,
+        "tokens_per_s": args.batch_size * config.block_size / timed.median,
         "step_ms": 1000 * timed.median,
         "timed_steps": timed.number_per_run * len(timed.raw_times),
         "warmup_s": warmup_s,
@@ -181,8 +168,7 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
 
 def run_isolated(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
     """One configuration in a fresh process: isolated peak memory and compilation."""
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
             return pool.submit(measure_one, size, tie, variant, args).result()
         except Exception as e:  # its error, or its process died (out of memory)
@@ -196,62 +182,48 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--sizes", default="micro,mini", help="comma-separated model sizes (conf/model/*.yaml)"
-    )
+    p.add_argument("--sizes", default="micro,mini", help="comma-separated, of conf/model/*.yaml")
     p.add_argument("--steps", type=int, default=10, help="timed steps per configuration (about)")
-    p.add_argument(
-        "--warmup", type=int, default=3, help="untimed steps first (compilation happens here)"
-    )
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (they compile)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--block-size", type=int, default=0, help="0: the size's own block_size")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     p.add_argument("--tie", default="true,false", help="which heads to time: true, false or both")
     p.add_argument(
-        "--variants",
-        default="",
-        help=f"comma-separated, of {', '.join(v.key for v in [*VARIANTS, NANOGPT])} (default: all)",
+        "--variants", default="", help=f"comma-separated, of {', '.join(KEYS)} (default: all)"
     )
-    p.add_argument(
-        "--nanogpt",
-        metavar="PATH",
-        help="also time nanoGPT's model.py from this checkout, same shape and batch",
-    )
-    p.add_argument(
-        "--peak-tflops",
-        type=float,
-        help="datasheet dense bf16 TFLOP/s for MFU (default: looked up from the GPU's name)",
-    )
+    p.add_argument("--nanogpt", metavar="PATH", help="also time this nanoGPT checkout's model.py")
+    p.add_argument("--peak-tflops", type=float, help="dense bf16 TFLOP/s for MFU (default: by GPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p.parse_args(argv)
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Variant]]:
-    """The sizes, heads and variants to time; a value that cannot run raises BenchError."""
+def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Variant], object]:
+    """The sizes, heads, variants and device; a value that cannot run raises ValueError."""
     from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     if not sizes:
-        raise BenchError("--sizes is empty: name one or more of conf/model/*.yaml")
+        raise ValueError("--sizes is empty: name one or more of conf/model/*.yaml")
     for size in sizes:
         model_config(size)
     heads = [t.strip().lower() for t in args.tie.split(",")]
     if not set(heads) <= {"true", "false"}:
-        raise BenchError(f"--tie={args.tie} is invalid: use true, false or true,false")
+        raise ValueError(f"--tie={args.tie} is invalid: use true, false or true,false")
     for key in ("steps", "warmup", "batch_size"):
         if getattr(args, key) < 1:
-            raise BenchError(f"--{key.replace('_', '-')}={getattr(args, key)}: it must be >= 1")
+            raise ValueError(f"--{key.replace('_', '-')}={getattr(args, key)}: it must be >= 1")
     try:
-        resolve_device(args.device)
+        device = resolve_device(args.device)
         if args.nanogpt:
             load_nanogpt(args.nanogpt)
     except ValueError as e:
-        raise BenchError(str(e).replace("trainer.device", "--device")) from None
+        raise ValueError(str(e).replace("trainer.device", "--device")) from None
     if args.peak_tflops is not None and args.peak_tflops <= 0:
-        raise BenchError(f"--peak-tflops={args.peak_tflops}: it must be > 0")
-    return sizes, [head == "true" for head in heads], variants(args)
+        raise ValueError(f"--peak-tflops={args.peak_tflops}: it must be > 0")
+    return sizes, [head == "true" for head in heads], variants(args), device
 
 
 def datasheet_peak(device, given: float | None) -> tuple[float | None, str]:
@@ -263,9 +235,8 @@ def datasheet_peak(device, given: float | None) -> tuple[float | None, str]:
     if device.type != "cuda":
         return None, "no datasheet peak for a CPU"
     name = torch.cuda.get_device_name(device)
-    for key, tflops in DATASHEET_BF16_TFLOPS:
-        if key in name:
-            return tflops, f"the datasheet dense bf16 peak of {name}"
+    if tflops := next((tflops for key, tflops in DATASHEET_BF16_TFLOPS if key in name), None):
+        return tflops, f"the datasheet dense bf16 peak of {name}"
     return None, f"no datasheet peak known for {name}: give --peak-tflops"
 
 
@@ -290,53 +261,43 @@ def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
 
 def variants(args: argparse.Namespace) -> list[Variant]:
     """The configurations timed per size and head: ours, then nanoGPT's with --nanogpt; a
-    --variants naming an unknown one, or nanogpt without --nanogpt, raises BenchError."""
+    --variants naming an unknown one, or nanogpt without --nanogpt, raises ValueError."""
     chosen = {k.strip() for k in args.variants.split(",") if k.strip()}
-    keys = [v.key for v in [*VARIANTS, NANOGPT]]
-    unknown = sorted(chosen - set(keys))
-    if unknown:
-        raise BenchError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(keys)}")
+    if unknown := sorted(chosen - set(KEYS)):
+        raise ValueError(f"--variants: unknown {', '.join(unknown)}; valid: {', '.join(KEYS)}")
     if NANOGPT.key in chosen and not args.nanogpt:
-        raise BenchError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
-    ours = [v for v in VARIANTS if not (args.no_compile and v.compile)]
-    nanogpt = NANOGPT
-    if args.no_compile:
-        eager = NANOGPT.variant.replace("compiled", "eager")
-        nanogpt = dataclasses.replace(NANOGPT, variant=eager, compile=False)
-    every = ours + ([nanogpt] if args.nanogpt else [])
+        raise ValueError("--variants=nanogpt needs --nanogpt PATH (a karpathy/nanoGPT checkout)")
+    every = [v for v in VARIANTS if not (args.no_compile and v.compile)]
+    if args.nanogpt:
+        eager = {"variant": NANOGPT.variant.replace("compiled", "eager"), "compile": False}
+        every.append(dataclasses.replace(NANOGPT, **(eager if args.no_compile else {})))
     return [v for v in every if not chosen or v.key in chosen]
 
 
 def main(argv=None) -> int:
     import torch
 
-    from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_device
+    from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops
 
     args = parse_args(argv)
     try:
-        sizes, heads, timed = check_args(args)
-    except BenchError as e:
+        sizes, heads, timed, device = check_args(args)
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
-    device = resolve_device(args.device)
     enable_tf32(device)  # the fp32 rows run with TF32 (measure_one): so does their peak
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
-    print(
-        f"matmul peak measured on this machine: fp32 {peaks['fp32']:.3f} TFLOP/s, "
-        f"bf16 {peaks['bf16']:.3f} TFLOP/s; {source}"
-        + (f": {datasheet:.1f} TFLOP/s" if datasheet else ""),
-        file=out,
-        flush=True,
-    )
+    peak = f"fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s"
+    sheet = f": {datasheet:.1f} TFLOP/s" if datasheet else ""
+    print(f"matmul peak measured on this machine: {peak}; {source}{sheet}", file=out, flush=True)
     rows = []
-    for size, tie in itertools.product(sizes, heads):
-        for variant in timed:
-            rows.append(row := run_isolated(size, tie, variant, args))
-            speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
-            print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
+    for size, tie, variant in itertools.product(sizes, heads, timed):
+        rows.append(row := run_isolated(size, tie, variant, args))
+        speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
+        print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
         result = {
@@ -373,11 +334,8 @@ def format_table(table, peaks: dict, datasheet: float | None = None) -> str:
         mfu_pct=100 * table.get("mfu", float("nan")),
         mfu_datasheet_pct=100 * table.get("mfu_datasheet", float("nan")),
     )
-    markdown = (
-        shown.reindex(columns=list(columns))
-        .rename(columns=columns)
-        .to_markdown(index=False, floatfmt=",.2f")
-    )
+    shown = shown.reindex(columns=list(columns)).rename(columns=columns)
+    markdown = shown.to_markdown(index=False, floatfmt=",.2f")
     sheet = f"; datasheet dense bf16 {datasheet:.1f} TFLOP/s (bf16 rows)" if datasheet else ""
     return (
         f"{markdown}\n\nMatmul peak measured in this run: fp32 {peaks['fp32']:.3f}, "

@@ -16,12 +16,6 @@ TRAINABLE_STYLE = {
 }
 
 
-def _finetune_mode(variant: str) -> tuple[str, str]:
-    """(untie, trainable) from a run's variant ("finetune.trainable=head, head.untie=copy")."""
-    kv = dict(p.split("=", 1) for p in str(variant or "").split(", ") if "=" in p)
-    return kv.get("head.untie", "keep"), kv.get("finetune.trainable", "all")
-
-
 @style.figure(
     "fig7_finetune",
     "fine-tuning: retention and embedding drift vs fine-tuning loss, per untie x trainable",
@@ -32,19 +26,21 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     fig, axes = style.new_figure(1, 2, 2.8)
     keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
     if missing := [k for k in keys if k not in history.columns]:
-        why = f"not fine-tuning runs: no {', '.join(missing)} logged"
-        return style.nothing_to_draw(fig, why)
-    modes = runs["variant"].map(_finetune_mode)
-    shown = runs.assign(mode=modes).sort_values("seed").drop_duplicates("mode")
+        return style.nothing_to_draw(fig, f"not fine-tuning runs: no {', '.join(missing)} logged")
+    variant = runs["variant"].fillna("").astype(str)  # "finetune.trainable=head, head.untie=copy"
+    untie = variant.str.extract(r"head\.untie=(\w+)", expand=False).fillna("keep")
+    trainable = variant.str.extract(r"finetune\.trainable=(\w+)", expand=False).fillna("all")
+    runs = runs.assign(untie=untie, trainable=trainable)
+    shown = runs.sort_values("seed").drop_duplicates(["untie", "trainable"])
     style.leave_out(fig, runs.drop(shown.index), "another seed of a mode shown")
     fig.drawn = shown
     for _, r in shown.iterrows():
         h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()]
         h = h.sort_values("step")
-        (untie, trainable), color = r["mode"], UNTIE_COLOR.get(r["mode"][0], "#444444")
-        ls, marker = TRAINABLE_STYLE.get(trainable, ("-", "o"))
+        color = UNTIE_COLOR.get(r["untie"], "#444444")
+        ls, marker = TRAINABLE_STYLE.get(r["trainable"], ("-", "o"))
         kw = {"color": color, "marker": marker, "ms": 3, "lw": 1}
-        kw["mfc"] = "white" if untie == "fresh" else color
+        kw["mfc"] = "white" if r["untie"] == "fresh" else color
         axes[0, 0].plot(h["val/loss"], h["retain/loss"], ls=ls, **kw)
         axes[0, 1].plot(h["val/loss"], 1 - h["drift/emb_cos_seen"], ls="-", **kw)
         if "drift/emb_cos_unseen" in h:

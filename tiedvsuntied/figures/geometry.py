@@ -34,30 +34,26 @@ def _binned_norms(df: pd.DataFrame, col: str, n_bins: int = 12) -> pd.DataFrame:
 
 def _norms_panel(ax, cell: pd.DataFrame, token_probes: pd.DataFrame) -> None:
     """(a) row norm vs train-split count: median per log bin (embedding: IQR band), head dashed."""
-    drawn, max_count, init_norm = False, 1.0, None
+    probed = token_probes[token_probes["count"].notna()]
+    probed = probed[probed["run_id"].isin(cell["run_id"])]
+    if probed.empty:
+        return style.note(ax, "no probe arrays with token frequencies for these runs")
+    cell = cell[cell["run_id"].isin(probed["run_id"])]
     for _, r in cell.iterrows():
-        tp = token_probes[token_probes["run_id"] == r["run_id"]]
-        if tp.empty or tp["count"].isna().all():
-            continue
-        color = style.TIE_COLOR[bool(r["tie"])]
+        tp, color = probed[probed["run_id"] == r["run_id"]], style.TIE_COLOR[bool(r["tie"])]
         for col, ls in [("emb_norm", "-")] + ([] if r["tie"] else [("head_norm", "--")]):
             b = _binned_norms(tp, col)
             ax.plot(b["x"], b["median"], color=color, ls=ls, marker="." if len(b) < 12 else None)
             if col == "emb_norm":
                 ax.fill_between(b["x"], b["q25"], b["q75"], color=color, alpha=0.15, lw=0)
-        drawn, max_count = True, max(max_count, float(tp["count"].max()))
-        if pd.notna(r["init_std_resolved_emb"]) and pd.notna(r["n_embd"]):
-            init_norm = float(r["init_std_resolved_emb"]) * math.sqrt(int(r["n_embd"]))
-    if not drawn:
-        return style.note(ax, "no probe arrays with token frequencies for these runs")
-    if init_norm:
+    init_norms = cell["init_std_resolved_emb"].astype(float) * np.sqrt(cell["n_embd"].astype(float))
+    for init_norm in init_norms.dropna().iloc[-1:]:
         ax.axhline(init_norm, color=style.REF_COLOR, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel("token count in training split")
-    norms = token_probes.loc[token_probes["run_id"].isin(cell["run_id"]), "emb_norm"]
-    style.plain_log(ax, "y", norms, ratio=20)
+    style.plain_log(ax, "y", probed["emb_norm"], ratio=20)
     ax.set_xticks([UNSEEN_X], ["0"], minor=True)  # the decades: matplotlib's log ticks
-    ax.set_xlim(UNSEEN_X / 1.6, max_count * 1.6)
+    ax.set_xlim(UNSEEN_X / 1.6, max(1.0, probed["count"].max()) * 1.6)
 
 
 STRATA = ["unseen", "rare", "frequent", "all"]  # "all": runs probed before the strata existed
@@ -69,9 +65,8 @@ STRATA_POINTS = list(
 
 def _strata_panel(ax, cell: pd.DataFrame, cosines: pd.DataFrame, kind: str) -> None:
     """(b, c) off-diagonal cosines of E·Eᵀ per vocabulary stratum at the last probe: median and
-    interquartile range, tied (filled) beside untied (open); the step-0 probe (init) in grey.
-    Its ``which`` is "0" (asked for by step: a bundle that kept no step-0 probe has no init
-    here, rather than its first kept probe drawn as one)."""
+    IQR, tied (filled) beside untied (open), the step-0 probe (init) in grey; asked for by step
+    ("0"): a bundle that kept no step-0 probe draws no init, rather than its first kept probe."""
     c = cosines[cosines["run_id"].isin(cell["run_id"]) & (cosines["kind"] == kind)]
     if c.empty:
         return style.note(ax, f"no {kind} cosines per stratum (probes/*.npz) for these runs")
@@ -127,21 +122,19 @@ def fig_embedding_geometry(runs: pd.DataFrame) -> Figure:
     if token_probes.empty and cosines.empty:
         return style.nothing_to_draw(fig, "no probe arrays (norms, cosines) for these runs")
     if n_other := len(runs) - len(shown):
-        fig.skipped.append(
-            f"{n_other} other run(s): one run per tie and init std is shown "
-            f"(largest size, lowest seed, finished first)"
-        )
+        why = "one run per tie and init std is shown (largest size, lowest seed, finished first)"
+        fig.skipped.append(f"{n_other} other run(s): {why}")
     if len(seen := shown["seen_vocab_frac"].dropna()):
         fig.flagged.append(
             f"{seen.iloc[0]:.1%} of the vocabulary occurs in the training split (seen_vocab_frac)"
         )
-    for j, init in enumerate(inits):
+    for (norms, raw, centred, in_out), init in zip(axes.T, inits, strict=True):
         cell = shown[shown["setting"] == init]
-        axes[0, j].set_title(style.setting_label(shown, init))
-        _norms_panel(axes[0, j], cell, token_probes)
-        _strata_panel(axes[1, j], cell, cosines, "raw")
-        _strata_panel(axes[2, j], cell, cosines, "centred")
-        _in_out_panel(axes[3, j], cell, token_probes)
+        norms.set_title(style.setting_label(shown, init))
+        _norms_panel(norms, cell, token_probes)
+        _strata_panel(raw, cell, cosines, "raw")
+        _strata_panel(centred, cell, cosines, "centred")
+        _in_out_panel(in_out, cell, token_probes)
     labels = ("row norm", "cos of E·Eᵀ", "centred cos", "density (untied)")
     for ax, label in zip(axes[:, 0], labels, strict=True):
         ax.set_ylabel(label)

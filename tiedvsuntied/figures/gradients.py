@@ -11,26 +11,6 @@ from tiedvsuntied.figures.loss import set_x_axis, x_axis
 GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
 
 
-def _note_tied_runs_left_out(fig: Figure, runs: pd.DataFrame, logged: set) -> None:
-    tied = runs[runs["tie"].eq(True)]
-    style.leave_out(
-        fig,
-        tied[~tied["run_id"].isin(logged)],
-        lambda run: f"no gradient norms logged ({run['status']})",
-    )
-    tied = tied[tied["run_id"].isin(logged) & ~tied["status"].isin(style.IN_MEAN)]
-    style.leave_out(fig, tied, lambda run: f"{run['status']}, not averaged")
-
-
-def _note_clipping(fig: Figure, runs: pd.DataFrame, init: str) -> None:
-    clip = runs.loc[(runs["setting"] == init) & runs["tie"].eq(True), "clip_frac"].dropna()
-    if len(clip):
-        fig.flagged.append(
-            f"{style.init_label(init, short=True)}: gradient clipped on "
-            f"{style.span(clip, '{:.0%}')} of steps (the norms drawn are before clipping)"
-        )
-
-
 def _grad_column(axes, cell: pd.DataFrame, models: list[str], x: tuple[str, bool]) -> None:
     """Norms (top) and their ratio out/in (bottom) of one init std, a marker per size, against
     ``x`` (loss.x_axis)."""
@@ -52,8 +32,7 @@ def _grad_column(axes, cell: pd.DataFrame, models: list[str], x: tuple[str, bool
 @style.figure("fig5_grad_split", "tied: input- vs output-side gradient norm")
 def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Tied runs: input-side (lookup) vs output-side (head) gradient norm of the one embedding
-    matrix, and their ratio (a geometric mean: a ratio's interval stays positive); ``x`` as in
-    figure 1 (docs/figures.md, figure 5)."""
+    matrix, and their ratio; ``x`` as in figure 1 (docs/figures.md, figure 5)."""
     inits, models, x = style.init_order(runs), style.model_order(runs), x_axis(x, history)
     fig, axes = style.new_figure(2, len(inits), 1.8, sharex="col")
     if n := int(runs["tie"].eq(False).sum()):
@@ -63,10 +42,13 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -
         return style.nothing_to_draw(fig, "gradient split not logged")
     if not runs["tie"].eq(True).any():
         return style.nothing_to_draw(fig, "no tied runs: the gradient split is a tied matrix's")
-    fig.drawn = runs[runs["tie"].eq(True)]
+    tied_runs = fig.drawn = runs[runs["tie"].eq(True)]
     tied = history[history["tie"].eq(True)]
     tied = tied.assign(ratio=tied[GRAD_KEYS[1]] / tied[GRAD_KEYS[0]])
-    _note_tied_runs_left_out(fig, runs, set(tied.loc[tied[GRAD_KEYS[0]].notna(), "run_id"]))
+    has = tied_runs["run_id"].isin(tied.loc[tied[GRAD_KEYS[0]].notna(), "run_id"])
+    style.leave_out(fig, tied_runs[~has], lambda run: f"no gradient norms logged ({run['status']})")
+    not_averaged = tied_runs[has & ~tied_runs["status"].isin(style.IN_MEAN)]
+    style.leave_out(fig, not_averaged, lambda run: f"{run['status']}, not averaged")
     for j, init in enumerate(inits):
         axes[0, j].set_title(style.setting_label(runs, init))
         if (cell := tied[tied["setting"] == init]).empty:
@@ -74,7 +56,12 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -
                 style.note(ax, "no runs")
             continue
         _grad_column(axes[:, j], cell, models, x)
-        _note_clipping(fig, runs, init)
+        clip = tied_runs.loc[tied_runs["setting"] == init, "clip_frac"].dropna()
+        if len(clip):
+            fig.flagged.append(
+                f"{style.init_label(init, short=True)}: gradient clipped on "
+                f"{style.span(clip, '{:.0%}')} of steps (the norms drawn are before clipping)"
+            )
     axes[0, 0].set_ylabel("gradient norm")
     axes[1, 0].set_ylabel("output / input side")
     handles = [

@@ -16,30 +16,23 @@ from tiedvsuntied.figures import style
 DIAMOND = {"ls": "none", "marker": "D", "mfc": "none", "mec": "black"}  # a predicted loss
 
 
-def _initial_loss_cell(ax, x: float, cell: pd.DataFrame) -> None:
-    """One init std x size: each seed's loss as a dot, tied left and untied right, and each
-    run's predicted loss as an open diamond (NaN without init_logit_std: not drawn)."""
-    for tie, dx in ((True, -0.18), (False, 0.18)):
-        c = cell[cell["tie"] == tie]
-        jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
-        dots = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], "ms": 3.5, "alpha": 0.9}
-        ax.plot(x + dx + jitter, c["init_val_loss"], ls="none", marker="o", zorder=3, **dots)
-        predicted = theory.initial_loss_table(c)["predicted_tied" if tie else "predicted"]
-        ax.plot(np.full(len(c), x + dx), predicted, ms=4.5, mew=0.7, zorder=4, **DIAMOND)
-
-
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
-    """Left: measured loss per init std (x size), seeds as dots, tied and untied side by side,
-    with the prediction from each run's σ (open diamonds; tied: with its step-0 own-token logit,
-    tied_initial_loss) and ln V."""
+    """Left: measured loss per init std (x size), each seed a dot, tied left and untied right,
+    with the prediction from each run's σ as an open diamond (tied: with its step-0 own-token
+    logit, tied_initial_loss; none without init_logit_std) and ln V."""
     models, labels = style.model_order(have), []
-    for init in style.init_order(have):
-        for model in models:
-            cell = have[(have["setting"] == init) & (have["model"] == model)]
-            if len(cell):
-                _initial_loss_cell(ax, len(labels), cell)
-                label = style.init_label(init, prefix="", widths=cell["n_embd"])
-                labels.append(label + (f"\n{model}" if len(models) > 1 else ""))
+    for init, model in itertools.product(style.init_order(have), models):
+        if (cell := have[(have["setting"] == init) & (have["model"] == model)]).empty:
+            continue
+        for tie, x in ((True, len(labels) - 0.18), (False, len(labels) + 0.18)):
+            c = cell[cell["tie"] == tie]
+            jitter = np.linspace(-0.05, 0.05, len(c)) * (len(c) > 1)  # seeds side by side
+            dots = {"color": style.TIE_COLOR[tie], "mfc": style.MFC[tie], "ms": 3.5, "alpha": 0.9}
+            ax.plot(x + jitter, c["init_val_loss"], ls="none", marker="o", zorder=3, **dots)
+            predicted = theory.initial_loss_table(c)["predicted_tied" if tie else "predicted"]
+            ax.plot(np.full(len(c), x), predicted, ms=4.5, mew=0.7, zorder=4, **DIAMOND)
+        label = style.init_label(init, prefix="", widths=cell["n_embd"])
+        labels.append(label + (f"\n{model}" if len(models) > 1 else ""))
     ln_v = math.log(vocab)
     ax.axhline(ln_v, color=style.REF_COLOR, ls="--", lw=1)
     turn = len(labels) > 6  # a long row of labels is turned so they do not overlap
@@ -82,15 +75,12 @@ def _initial_loss_vs_sigma(ax, have: pd.DataFrame, vocab: int) -> None:
 
 @style.figure("fig3_initial_loss", "initial loss vs ln V and the Gaussian-logit prediction")
 def fig_initial_loss(runs: pd.DataFrame) -> Figure:
-    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory: per
-    configuration (dots: seeds; diamonds: predicted from each run's logit std σ), and against σ
-    with E[logsumexp z]."""
+    """Initial (step 0) validation loss against ln V and i.i.d. Gaussian-logit theory, per
+    configuration and against the logit std σ (docs/figures.md, figure 3)."""
     fig, axes = style.new_figure(1, 2, 2.6, gridspec_kw={"width_ratios": [1.25, 1]})
     first = first_replicates(runs)  # a replicate starts where its replicate 0 did: no new dot
-    replicates = runs.drop(first.index)
-    style.leave_out(
-        fig, replicates, lambda r: f"replicate {r['replicate']} (its step 0 is replicate 0's)"
-    )
+    why = "its step 0 is replicate 0's"
+    style.leave_out(fig, runs.drop(first.index), lambda r: f"replicate {r['replicate']} ({why})")
     have = first[first["init_val_loss"].notna()]
     style.leave_out(fig, first.drop(have.index), lambda r: f"no init_val_loss ({r['status']})")
     if have.empty:

@@ -17,11 +17,12 @@ from tiedvsuntied.figures import style
 FEW_STEPS = 20  # curves with at most this many logged steps get markers
 # Where tied and untied overlap both stay visible: untied solid and wider below, tied dashed on
 # top and lighter; markers filled (tied) or open (untied) as everywhere.
-TIE_LINE = {
-    True: {"ls": "--", "lw": 1.3, "alpha": 0.85, "zorder": 3},
-    False: {"ls": "-", "lw": 1.8, "zorder": 2},
-}
+TIE_LINE = {True: {"ls": "--", "lw": 1.3, "alpha": 0.85}, False: {"ls": "-", "lw": 1.8}}
 X_AXES = ("auto", "log_step", "step", "tokens")
+PARAMS_AXES = {
+    "params_total": "parameters (total, unique)",
+    "params_non_embedding": "parameters (non-embedding)",
+}
 EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
 
 
@@ -47,50 +48,27 @@ def log_spaced(history: pd.DataFrame) -> bool:
 
 def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
     """train/loss of each run at its steps 1..k logged at every step (analysis.dense_steps)."""
-    parts = [
-        h[h["train/loss"].notna() & (h["step"] <= k)]
-        for _, h in history.groupby("run_id", sort=False)
-        if (k := dense_steps(h)) >= MIN_DENSE_STEPS
-    ]
-    return pd.concat(parts) if parts else history.iloc[:0]
-
-
-def _val_loss_curves(ax, cell: pd.DataFrame, tie: bool, x: str) -> tuple[set, set]:
-    """One tie's mean curve (band from MIN_BAND_SEEDS) and its ended runs, each alone, dashed,
-    with a marker where it stopped; returns (seed counts averaged, statuses of ended runs)."""
-    drawn = cell[cell["tie"] == tie]
-    in_mean = drawn["status"].isin(style.IN_MEAN)
-    few = drawn.loc[in_mean, "step"].nunique() <= FEW_STEPS
-    line = {"marker": "o" if few else None, "ms": 2.5, "mfc": style.MFC[tie], **TIE_LINE[tie]}
-    counts = set(style.mean_line(ax, drawn, "val/loss", tie, ["tie"], 0.2, x=x, **line)["n"])
-    for _, run in drawn[~in_mean].groupby("run_id"):
-        ax.plot(run[x], run["val/loss"], color=style.TIE_COLOR[tie], lw=0.8, ls="--", alpha=0.8)
-        marker = style.STATUS_MARKER.get(run["status"].iloc[0], "x")
-        end = {"color": style.TIE_COLOR[tie], "ls": "none", "marker": marker, "ms": 5, "mew": 1.2}
-        ax.plot(run[x].iloc[-1:], run["val/loss"].iloc[-1:], **end)
-    return counts, set(drawn.loc[~in_mean, "status"])
+    k = history["run_id"].map(history.groupby("run_id")[["step", "train/loss"]].apply(dense_steps))
+    return history[history["train/loss"].notna() & (history["step"] <= k) & (k >= MIN_DENSE_STEPS)]
 
 
 def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list:
     handles = [
-        style.handle(label, style.TIE_COLOR[t], marker="o", ms=2.5, mfc=style.MFC[t], **line)
+        style.handle(label, style.TIE_COLOR[t], marker="o", ms=2.5, mfc=style.MFC[t], **TIE_LINE[t])
         for t, label in ((True, "tied"), (False, "untied"))
-        for line in [{k: v for k, v in TIE_LINE[t].items() if k != "zorder"}]
     ]
     if counts := [n for n in seed_counts if n >= MIN_BAND_SEEDS]:
         label = f"{CONFIDENCE:.0%} t-CI over seeds (n={style.span(map(int, counts))})"
         handles.append(Patch(color="#999999", alpha=0.4, label=label))
     if any(n < MIN_BAND_SEEDS for n in seed_counts):
-        handles.append(
-            style.handle(f"< {MIN_BAND_SEEDS} seeds: each seed, no CI", "#999999", lw=0.6)
-        )
+        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
+        handles.append(style.handle(label, "#999999", lw=0.6))
     if len(train):
         label = f"thin: training loss, every step to {int(train['step'].max())}"
         handles.append(style.handle(label, "#bbbbbb", lw=0.6, ls="--"))
     return handles + [
         style.handle(f"{s} (run ends)", ls="none", marker=style.STATUS_MARKER[s])
-        for s in ("diverged", "failed")
-        if s in ended
+        for s in sorted(ended & {"diverged", "failed"})
     ]
 
 
@@ -117,17 +95,25 @@ def set_x_axis(ax, x: str, log: bool, last_row: bool) -> None:
         ax.set_xlabel("training tokens" if x == "tokens" else label)
 
 
-def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> tuple[set, set]:
-    """A panel's curves: each tie's validation loss, its dense training loss thin beneath."""
-    seed_counts, ended = set(), set()
+def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> set:
+    """A panel's curves: each tie's mean validation loss (band from MIN_BAND_SEEDS), its ended
+    runs alone, dashed, marked where they stopped, its dense training loss thin beneath."""
+    seed_counts = set()
     for tie in (False, True):  # tied last: on top
-        counts, ended_here = _val_loss_curves(ax, cell, tie, x)
-        seed_counts, ended = seed_counts | counts, ended | ended_here
+        drawn, color = cell[cell["tie"] == tie], style.TIE_COLOR[tie]
+        in_mean = drawn["status"].isin(style.IN_MEAN)
+        few = drawn.loc[in_mean, "step"].nunique() <= FEW_STEPS
+        line = {"marker": "o" if few else None, "ms": 2.5, "mfc": style.MFC[tie], **TIE_LINE[tie]}
+        agg = style.mean_line(ax, drawn, "val/loss", tie, ["tie"], 0.2, x=x, zorder=2 + tie, **line)
+        seed_counts |= set(agg["n"])
+        for _, run in drawn[~in_mean].groupby("run_id"):
+            end = {"marker": style.STATUS_MARKER.get(run["status"].iloc[0], "x"), "markevery": [-1]}
+            ax.plot(run[x], run["val/loss"], color=color, lw=0.8, ls="--", ms=5, mew=1.2, **end)
         if len(dense := train[train["tie"] == tie]):
             line = {**TIE_LINE[tie], "lw": 0.6, "alpha": 0.5, "zorder": 1}
             style.mean_line(ax, dense, "train/loss", tie, ["tie"], x=x, **line)
     style.plain_log(ax, "y", pd.concat([cell["val/loss"], train["train/loss"]]), ratio=4)
-    return seed_counts, ended
+    return seed_counts
 
 
 @style.figure("fig1_val_loss", "validation loss vs training steps (log) or tokens, per init std")
@@ -142,22 +128,21 @@ def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> 
     if logged.empty:
         return style.nothing_to_draw(fig, f"no {metric} logged yet")
     train = _dense_train(history) if x == "step" and "train/loss" in history else history.iloc[:0]
-    ended, seed_counts = set(), set()
+    seed_counts = set()
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
-        ax, cell_runs = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
+        ax, cell = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]
         ax.set_title(style.setting_label(runs, init) if i == 0 else "")
         size = f"\n{style.model_label(runs, model)}" if len(models) > 1 else ""
         ax.set_ylabel("validation loss (nats)" + size if j == 0 else "")
-        cell = logged[logged["run_id"].isin(cell_runs["run_id"])]
-        if cell.empty:
-            style.note(
-                ax, f"no {metric} logged" if len(cell_runs) else "no runs of this setting and size"
-            )
+        if (ids := cell["run_id"]).empty:
+            style.note(ax, "no runs of this setting and size")
+        elif not logged["run_id"].isin(ids).any():
+            style.note(ax, f"no {metric} logged")
         else:
-            cell_train = train[train["run_id"].isin(cell_runs["run_id"])]
-            counts, ended_here = _val_loss_cell(ax, cell, cell_train, x)
-            seed_counts, ended = seed_counts | counts, ended | ended_here
+            cell_train = train[train["run_id"].isin(ids)]
+            seed_counts |= _val_loss_cell(ax, logged[logged["run_id"].isin(ids)], cell_train, x)
         set_x_axis(ax, x, log, i == len(models) - 1)
+    ended = set(logged.loc[~logged["status"].isin(style.IN_MEAN), "status"])
     style.legend(fig, _val_loss_handles(seed_counts, ended, train), 4 if len(inits) > 1 else 2)
     return fig
 
@@ -180,19 +165,6 @@ def _loss_vs_params_panel(ax, runs, agg, xcol: str, inits: list[str]) -> None:
     style.plain_log(ax, "y", agg["mean"], ratio=4)
 
 
-def _loss_vs_params_handles(agg: pd.DataFrame, inits: list[str]) -> list:
-    handles = style.tie_handles(agg["tie"]) + [
-        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
-        for k, init in enumerate(inits)
-    ]
-    if (agg["n"] >= MIN_BAND_SEEDS).any():
-        handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
-    if (agg["n"] < MIN_BAND_SEEDS).any():
-        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(style.handle(label, marker=".", ls="none"))
-    return handles
-
-
 @style.figure("fig2_loss_vs_params", "final validation loss vs parameters")
 def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     """Final validation loss vs parameters (total | non-embedding), log x; mean over finished
@@ -208,12 +180,18 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
         return style.nothing_to_draw(fig, f"no finished run with a {value}")
     fig.drawn = runs[~unfinished & runs[value].notna()]
     inits = style.init_order(runs)
-    for ax, xcol, xlabel in (
-        (axes[0, 0], "params_total", "parameters (total, unique)"),
-        (axes[0, 1], "params_non_embedding", "parameters (non-embedding)"),
-    ):
+    for ax, (xcol, xlabel) in zip(axes[0], PARAMS_AXES.items(), strict=True):
         _loss_vs_params_panel(ax, runs, agg, xcol, inits)
         ax.set_xlabel(xlabel)
     axes[0, 0].set_ylabel("final validation loss (nats)")
-    style.legend(fig, _loss_vs_params_handles(agg, inits), 5)
+    handles = style.tie_handles(agg["tie"]) + [
+        style.handle(style.setting_label(agg, init, short=True), **style.init_line(k))
+        for k, init in enumerate(inits)
+    ]
+    if (agg["n"] >= MIN_BAND_SEEDS).any():
+        handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
+    if (agg["n"] < MIN_BAND_SEEDS).any():
+        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
+        handles.append(style.handle(label, marker=".", ls="none"))
+    style.legend(fig, handles, 5)
     return fig

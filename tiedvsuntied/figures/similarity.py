@@ -1,15 +1,8 @@
-"""Which side a tied matrix resembles, and anisotropy over training: two figures of the study axes.
-
-Lopardo et al. (2026) find that a tied matrix ends up closer to an untied model's *output*
-embedding than to its input embedding, the output-side gradient dominating early. Here a tied run
-and its untied partner (same seed, data and body init: analysis.PAIR_COLUMNS) are compared at each
-evaluation with linear CKA (Kornblith et al. 2019) on the seen-token rows the probes keep
-(probes: emb_seen, head_seen). CKA is invariant to rotations and isotropic scaling of the
-d-dimensional space, which two independently trained models are free to differ by; it is not a
-distance, and with about 2k rows of d columns it is biased upwards for large d (a reference line:
-the untied run's own input vs output matrix). At step 0 the tied matrix *is* its partner's input
-matrix (one seed, one draw), so the input-side CKA starts at 1: what the figure shows is how far
-training moves the tied matrix from there towards the output side.
+"""Which side a tied matrix resembles (Lopardo et al. 2026: closer to an untied model's *output*
+embedding than to its input), and anisotropy over training: two figures of the study axes.
+A tied run and its untied partner (same seed, data and body init: PAIR_COLUMNS) are compared at
+each evaluation with linear CKA (Kornblith et al. 2019) on the seen-token rows the probes keep;
+what CKA is and is not, and why the input side starts at 1: docs/figures.md, figure 8.
 """
 
 from __future__ import annotations
@@ -25,9 +18,9 @@ from tiedvsuntied.figures import style
 from tiedvsuntied.figures.loss import set_x_axis
 
 SIDES = {
-    "cka_in": ("tied vs untied input (wte)", style.TIE_COLOR[False], "-"),
-    "cka_out": ("tied vs untied output (lm_head)", style.TIE_COLOR[True], "-"),
-    "cka_untied": ("untied: input vs output", style.REF_COLOR, ":"),
+    "cka_in": ("tied vs untied input (wte)", {"color": style.TIE_COLOR[False], "ls": "-"}),
+    "cka_out": ("tied vs untied output (lm_head)", {"color": style.TIE_COLOR[True], "ls": "-"}),
+    "cka_untied": ("untied: input vs output", {"color": style.REF_COLOR, "ls": ":"}),
 }
 
 
@@ -51,46 +44,38 @@ def _seen_rows(run: pd.Series) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
-def _pair_rows(tied: pd.Series, untied: pd.Series, missing: list[str]) -> list[dict]:
-    """cka_in, cka_out and cka_untied of one pair at each probe step with the same seen rows."""
-    a, b = _seen_rows(tied), _seen_rows(untied)
-    steps = [
-        step
-        for step in sorted(set(a) & set(b))
-        if np.array_equal(a[step]["rows_seen"], b[step]["rows_seen"])
-    ]
-    if not steps:
-        missing.append(
-            f"{style.run_label(tied)} and its untied partner: no common probe rows (emb_seen)"
-        )
-    return [
-        {
-            **{c: tied[c] for c in PAIR_COLUMNS},
-            "setting": tied["setting"],
-            "step": step,
-            "tokens": step * tied["tokens"] / max(tied["step"], 1),
-            "cka_in": linear_cka(a[step]["emb_seen"], b[step]["emb_seen"]),
-            "cka_out": linear_cka(a[step]["emb_seen"], b[step]["head_seen"]),
-            "cka_untied": linear_cka(b[step]["emb_seen"], b[step]["head_seen"]),
-            "run_id": tied["run_id"],
-            "status": "finished",
-        }
-        for step in steps
-    ]
-
-
 def pair_cka(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per tied/untied pair (analysis.match on PAIR_COLUMNS, finished or running, replicate 0)
-    and common probe step: cka_in, cka_out and cka_untied (see SIDES). Pairs without the probe
-    rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
+    """Per tied/untied pair (analysis.match on PAIR_COLUMNS; IN_MEAN statuses, replicate 0) and
+    common probe step with the same seen rows: cka_in, cka_out and cka_untied (see SIDES). Pairs
+    without the probe rows, or whose rows differ (other data), are in ``.attrs["missing"]``."""
     rows, missing = [], []
-    usable = first_replicates(runs[runs["status"].isin(["finished", "running", "interrupted"])])
+    usable = first_replicates(runs[runs["status"].isin(style.IN_MEAN)])
     both = match(usable[usable["tie"].eq(True)], usable[usable["tie"].eq(False)], PAIR_COLUMNS)
     for _, pair in both.iterrows():
         tied, untied = (
             pair.rename(lambda c, s=suffix: c.removesuffix(s)) for suffix in ("_t", "_u")
         )
-        rows += _pair_rows(tied, untied, missing)
+        a, b = _seen_rows(tied), _seen_rows(untied)
+        same = [
+            s
+            for s in sorted(set(a) & set(b))
+            if np.array_equal(a[s]["rows_seen"], b[s]["rows_seen"])
+        ]
+        if not same:
+            why = "and its untied partner: no common probe rows (emb_seen)"
+            missing.append(f"{style.run_label(tied)} {why}")
+        rows += [
+            {
+                **tied[[*PAIR_COLUMNS, "setting", "run_id"]].to_dict(),
+                "step": step,
+                "tokens": step * tied["tokens"] / max(tied["step"], 1),
+                "cka_in": linear_cka(a[step]["emb_seen"], b[step]["emb_seen"]),
+                "cka_out": linear_cka(a[step]["emb_seen"], b[step]["head_seen"]),
+                "cka_untied": linear_cka(b[step]["emb_seen"], b[step]["head_seen"]),
+                "status": "finished",
+            }
+            for step in same
+        ]
     out = pd.DataFrame(
         rows, columns=[*PAIR_COLUMNS, "setting", "step", "tokens", *SIDES, "run_id", "status"]
     )
@@ -110,27 +95,22 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
     fig, axes = style.new_figure(1, len(inits), 2.4, sharey=True)
     fig.skipped += cka.attrs["missing"]
     if cka.empty:
-        return style.nothing_to_draw(
-            fig,
-            "no tied/untied pairs with probe rows (emb_seen): runs made before them, a bundle "
-            "(it keeps none), or unpaired",
-        )
+        why = "runs made before them, a bundle (it keeps none), or unpaired"
+        return style.nothing_to_draw(fig, f"no tied/untied pairs with probe rows (emb_seen): {why}")
     for j, init in enumerate(inits):
         ax, cell = axes[0, j], cka[cka["setting"] == init]
+        ax.set_title(style.setting_label(runs, init))
         if cell.empty:
             style.note(ax, "no tied/untied pairs with probe rows (emb_seen) at this init std")
             continue
-        ax.set_title(style.setting_label(runs, init))
-        for k, model in ((k, m) for k, m in enumerate(models) if m in set(cell["model"])):
+        for k, model in enumerate(models):
             sized, markers = cell[cell["model"] == model], style.size_markers(k, models)
-            for side, (_, color, ls) in SIDES.items():
-                style.mean_line(
-                    ax, sized, side, True, ["model"], 0.15, ls=ls, color=color, **markers
-                )
+            for side, (_, line) in SIDES.items() if len(sized) else ():
+                style.mean_line(ax, sized, side, True, ["model"], 0.15, **line, **markers)
         set_x_axis(ax, "tokens", log=False, last_row=True)
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("linear CKA (seen tokens)")
-    handles = [style.handle(label, c, ls=ls) for label, c, ls in SIDES.values()]
+    handles = [style.handle(label, **line) for label, line in SIDES.values()]
     style.legend(fig, handles + style.size_handles(runs, models), 3)
     return fig
 
@@ -157,22 +137,18 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """The mean cosine between rows of the frequent seen tokens (raw: one common direction shows
     here) and the mean |cosine| after removing their mean row (centred: anisotropy beyond it),
     over training (docs/figures.md, figure 9)."""
-    key = "drift/emb_cos_seen"  # fine-tuning runs log it
-    tuned = runs["run_id"].isin(
-        history.loc[history[key].notna(), "run_id"] if key in history else []
-    )
+    drift = history.reindex(columns=["run_id", "drift/emb_cos_seen"]).dropna()  # fine-tuning's
+    tuned = runs["run_id"].isin(drift["run_id"])
     inits, models = style.init_order(runs[~tuned]), style.model_order(runs[~tuned])
     fig, axes = style.new_figure(1 + bool(inits), max(len(inits), 1), 1.8, sharex="col")
     style.leave_out(fig, runs[tuned], "a fine-tuning run (its embedding drift is figure 7)")
     if tuned.all():
-        return style.nothing_to_draw(
-            fig, "only fine-tuning runs: their embedding drift is figure 7"
-        )
+        why = "only fine-tuning runs: their embedding drift is figure 7"
+        return style.nothing_to_draw(fig, why)
     fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
     if "probe/frequent/emb_cos_mean" not in history.columns:
-        return style.nothing_to_draw(
-            fig, "no stratified probes logged (probe/frequent/emb_cos_mean)"
-        )
+        why = "no stratified probes logged (probe/frequent/emb_cos_mean)"
+        return style.nothing_to_draw(fig, why)
     runs = fig.drawn = runs[~tuned]
     for j, init in enumerate(inits):
         axes[0, j].set_title(style.setting_label(runs, init))
