@@ -1,10 +1,8 @@
-"""Ship a study's results: ``python -m tiedvsuntied.bundle SWEEP_DIR [SWEEP_DIR ...] DEST``.
-
-Writes DEST as a results bundle (the format: :mod:`tiedvsuntied.results.bundles`): the sweep
-reduced to what the figures and tables read, small enough to commit (the study of the paper
-is a few MB). Runs DEST already holds and the sweeps do not are kept, so a study bundled in
-pieces, or from two machines, grows; a run in both is taken from the sweep. DEST is replaced
-whole at the end (written beside it, then renamed), so a kill leaves the old bundle.
+"""Ship a study's results: ``python -m tiedvsuntied.bundle SWEEP_DIR [SWEEP_DIR ...] DEST``
+writes DEST as a results bundle (docs/ARCHITECTURE.md, "Results bundle"), small enough to
+commit. Runs DEST already holds and the sweeps do not are kept, so a study bundled in pieces,
+or from two machines, grows; a run in both is taken from the sweep. DEST is replaced whole at
+the end (written beside it, then renamed), so a kill leaves the old bundle.
 
     python -m tiedvsuntied.bundle results/tie_x_init experiments/tie_x_init/results
 """
@@ -122,12 +120,8 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
         run_dir = tmp / run["run_id"]
         (run_dir / "probes").mkdir(parents=True)
         copy_run(run, run_dir, run["run_id"] in full)
-        entry = IndexEntry(
-            name=run["name"],
-            status=Status(run["status"]),
-            path=run["run_id"],
-            updated_at=run["updated_at"],  # the run's, so an unchanged bundle is byte-equal
-        )
+        # the run's updated_at, so that an unchanged bundle is byte-equal
+        entry = IndexEntry(run["name"], Status(run["status"]), run["run_id"], run["updated_at"])
         update_index(tmp, run["run_id"], entry)
     (tmp / ".index.lock").unlink(missing_ok=True)
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
@@ -166,23 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tiedvsuntied.bundle",
         description="Write a study's results bundle (what the paper's figures read) from sweeps.",
     )
-    ap.add_argument("paths", nargs="+", metavar="PATH", help="sweep directories, then DEST")
+    ap.add_argument("sources", nargs="+", type=Path, metavar="SWEEP_DIR", help="the sweeps")
+    ap.add_argument("dest", type=Path, metavar="DEST", help="the bundle's directory")
     ap.add_argument(
         "--no-arrays",
         action="store_true",
         help="keep no per-token probe arrays (window losses, summaries and metrics only)",
     )
     args = ap.parse_args(argv)
-    if len(args.paths) < 2:
-        ap.error("give one or more sweep directories and then the bundle's directory")
-    *sources, dest = (Path(p) for p in args.paths)
     try:
-        manifest = write_bundle(sources, dest, arrays=not args.no_arrays)
+        manifest = write_bundle(args.sources, args.dest, arrays=not args.no_arrays)
     except (ResultsError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    print(f"{dest}: {manifest['runs']} runs of sweep {manifest['sweep']}, {size / 1e6:.1f} MB")
+    size = sum(p.stat().st_size for p in args.dest.rglob("*") if p.is_file())
+    print(f"{args.dest}: {manifest['runs']} runs of sweep {manifest['sweep']}, {size / 1e6:.1f} MB")
     return 0
 
 

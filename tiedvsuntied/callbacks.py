@@ -77,9 +77,6 @@ class SweepTable(Callback):
             return
         SweepTable.shown = True
         table = runs_table(self.sweep_dir)
-        text = (
-            table.to_string(index=False, float_format="%.4f", na_rep="-")
-            if len(table)
-            else "(no runs)"
-        )
+        text = table.to_string(index=False, float_format="%.4f", na_rep="-")
+        text = text if len(table) else "(no runs)"
         print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)

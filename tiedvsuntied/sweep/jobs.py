@@ -193,15 +193,9 @@ def one_line(error: BaseException) -> str:
         moved = [new for new, old in LEGACY.items() if old == cause.full_key]
         hint = f"it is {moved[0]} now" if moved else hint
         return f"{cause.full_key} is not a key of the config: {hint}"
-    parts = [getattr(error, "override", None), first_line(error)]
-    if isinstance(cause, OmegaConfBaseException):
-        parts.append(first_line(cause))
+    errors = [error, cause] if isinstance(cause, OmegaConfBaseException) else [error]
+    parts = [getattr(error, "override", None), *(str(e).strip().split("\n")[0] for e in errors)]
     return ": ".join(p for p in parts if p) or type(error).__name__
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def run_ids(plans: list[Any]) -> list[str]:

@@ -30,13 +30,11 @@ def lock_held(run_dir: Path) -> bool:
     path = Path(run_dir) / ".lock"
     if not path.exists():
         return False
-    lock = FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
+        with FileLock(str(path), timeout=0):
+            return False
     except Timeout:
         return True
-    lock.release()
-    return False
 
 
 def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
@@ -46,9 +44,8 @@ def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
     if summary is None:
         return "pending"
     status = Status(summary.status).value
-    if status == "running" and not lock_held(run_dir):
-        return "interrupted"
-    if status == "failed" and (summary.error or "").startswith("interrupted"):
+    killed = status == "running" and not lock_held(run_dir)
+    if killed or (status == "failed" and (summary.error or "").startswith("interrupted")):
         return "interrupted"
     return status
 
@@ -132,10 +129,8 @@ def cost_line(runs: pd.DataFrame, rate: pd.Series) -> str:
     text += f"{duration(known.sum())} of run time for {len(known)}" if len(known) else "cost"
     per = ", ".join(f"{model} {r:.3g} s/step" for model, r in rate.items())
     text += f" (from finished runs: {per})" if per else ""
-    unknown = sorted(set(runs["model"][left.isna()].dropna()))
-    if unknown:
-        text += f"; unknown for {', '.join(unknown)}: no finished run of that size yet"
-    return text
+    unknown = ", ".join(sorted(set(runs["model"][left.isna()].dropna())))
+    return text + (f"; unknown for {unknown}: no finished run of that size yet" if unknown else "")
 
 
 def status_text(runs: pd.DataFrame, rate: pd.Series) -> str:
@@ -149,8 +144,9 @@ def status_text(runs: pd.DataFrame, rate: pd.Series) -> str:
     if total:
         lines.append(f"steps: {int(steps.sum()):,} of {total:,} ({steps.sum() / total:.0%})")
     running = runs[runs["status"] == "running"]
-    for run in running.itertuples():
-        lines.append(f"running: {run.run_id} at step {run.step} of {run.max_steps}")
+    lines += [
+        f"running: {r.run_id} at step {r.step} of {r.max_steps}" for r in running.itertuples()
+    ]
     left = seconds_left(runs, rate)
     if not (left.isna() | (left > 0)).any():
         return "\n".join([*lines, "ETA: done"])
