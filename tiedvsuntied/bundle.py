@@ -23,6 +23,7 @@ from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (
+    DONE,
     IndexEntry,
     Status,
     atomic_write,
@@ -33,7 +34,6 @@ from tiedvsuntied.results.records import (
 
 RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")
-SHIPPED = ("finished", "diverged")  # a running run is resumed by its sweep, then bundled
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (
     "summary.json, config.yaml, metrics.jsonl whole; per-window val/test losses at the best "
@@ -100,10 +100,9 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
     manifest written. ``arrays=False`` keeps no run's per-token probe arrays (a study with many
     variants per cell, whose figures read window losses and summaries only)."""
-    dest = Path(dest)
     old = read_bundle_manifest(dest) if dest.exists() else None
     found = load_results(*sources, *([dest] if old else []))
-    shipped = found.runs["status"].isin(SHIPPED)
+    shipped = found.runs["status"].isin(DONE)  # a running run is resumed, then bundled
     for name in found.runs.loc[~shipped, "name"]:
         print(f"not bundled (not finished or diverged): {name}", file=sys.stderr)
     runs = found.runs[shipped]

@@ -42,6 +42,9 @@ class Status(str, Enum):
         return self in (Status.finished, Status.diverged)
 
 
+DONE = [s.value for s in Status if s.done]  # as the runs tables spell a status
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -175,7 +178,6 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
     """Record one run in ``<sweep>/index.json`` (locked: parallel jobs share the file)."""
     from filelock import FileLock
 
-    sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".index.lock")):
         index = read_json(sweep_dir / "index.json") or {}
@@ -315,13 +317,10 @@ def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0
 def find_run_dir(sweep_dir: Path, run_id: str) -> Path:
     """The directory of ``run_id`` in the sweep: found by the hash alone, so a run recorded
     under an older naming scheme (``tie=true_init=...-<hash>``) is still skipped or resumed."""
-    sweep_dir = Path(sweep_dir)
-    digest = run_id.rsplit("-", 1)[-1]
-    if not (sweep_dir / run_id).is_dir():
-        for old in sorted(sweep_dir.glob(f"*-{digest}")):
-            if (old / "summary.json").is_file():
-                return old
-    return sweep_dir / run_id
+    if (sweep_dir / run_id).is_dir():
+        return sweep_dir / run_id
+    old = sorted(sweep_dir.glob(f"*-{run_id.rsplit('-', 1)[-1]}/summary.json"))
+    return old[0].parent if old else sweep_dir / run_id
 
 
 def wandb_id(sweep: str, run_id: str) -> str:

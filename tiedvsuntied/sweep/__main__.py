@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.results.records import find_run_dir
+from tiedvsuntied.results.records import DONE, find_run_dir
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import REFUSED, SweepError, user_errors
 
@@ -56,7 +56,7 @@ def plan(args: argparse.Namespace) -> None:
     shown = runs.assign(
         run=runs["run_id"],
         steps=[f"{s}/{m}" for s, m in zip(runs["step"], runs["max_steps"], strict=True)],
-        left=left.where(~runs["status"].isin(progress.DONE), "-"),
+        left=left.where(~runs["status"].isin(DONE), "-"),
     )[["job", "run", "status", "steps", "left", "overrides"]]
     for sweep_dir in sorted(set(runs["sweep_dir"])):
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")

@@ -10,12 +10,11 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from tiedvsuntied.results.records import RunSummary, Status, read_index, read_summary
+from tiedvsuntied.results.records import DONE, RunSummary, Status, read_index, read_summary
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
 SHOWN = ["finished", "diverged", "running", "interrupted", "failed", "pending"]
-DONE = ("finished", "diverged")
 ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s", "params"]
 ROW += ["init_val_loss", "final_val_loss", "test_loss"]
 # The table at the end of a multirun: its columns, and what a status means there
@@ -64,7 +63,6 @@ def run_row(run_dir: Path, run_id: str | None = None) -> dict:
 def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
     """Every run the sweep directory knows: its index's entries and any run folder with a
     summary (a run whose index entry was not written yet)."""
-    sweep_dir = Path(sweep_dir)
     paths = {sweep_dir / entry.path for entry in read_index(sweep_dir).values()}
     paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
     return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
@@ -72,25 +70,19 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
 
 def runs_table(sweep_dir: Path) -> pd.DataFrame:
     """The sweep's runs as a multirun shows them at its end: status, size and losses, and what
-    else the user set that tells them apart."""
+    else the user set that tells them apart (``also``: the overrides not every run shares, less
+    the axes the run's name shows)."""
     runs = sweep_rows(sweep_dir).sort_values("run_id")
     index = read_index(sweep_dir)
     table = runs[list(TABLE)].rename(columns=TABLE).replace({"status": MEANS})
     table["params"] = [f"{n:,.0f}" if pd.notna(n) else "-" for n in runs["params"]]
     asked = [set(index[r].overrides) if r in index else set() for r in runs["run_id"]]
-    table["also"] = distinguishing(asked)
-    return table if table["also"].astype(bool).any() else table.drop(columns="also")
-
-
-def distinguishing(overrides: list[set[str]]) -> list[str]:
-    """What else the user set that tells runs apart (optim.lr=...): the overrides that not
-    every run shares, less the axes the run's name already shows."""
-    shared = set.intersection(*overrides) if overrides else set()
+    shared = set.intersection(*asked) if asked else set()
     named = ("tie=", "init_std=", "model=", "seed=")
-    return [
-        " ".join(sorted(o for o in asked - shared if not o.startswith(named)))
-        for asked in overrides
+    table["also"] = [
+        " ".join(sorted(o for o in a - shared if not o.startswith(named))) for a in asked
     ]
+    return table if table["also"].astype(bool).any() else table.drop(columns="also")
 
 
 def rates(sweep_dirs) -> pd.Series:
