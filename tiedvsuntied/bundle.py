@@ -10,6 +10,7 @@ the end (written beside it, then renamed), so a kill leaves the old bundle.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -46,13 +47,6 @@ KEPT_ARRAYS = (
 KEPT_NOT = ". No checkpoints, W&B files or sampled embedding rows."
 
 
-def full_runs(runs: pd.DataFrame) -> set[str]:
-    """The run ids whose per-token probes are kept: the lowest seed of each cell (replicate 0)."""
-    usable = first_replicates(runs)
-    lowest = usable.sort_values("seed", kind="stable").groupby(CELL, dropna=False).head(1)
-    return set(lowest["run_id"])
-
-
 def reduced_probe(path: Path, windows: bool, arrays: bool) -> dict[str, np.ndarray]:
     """What the bundle keeps of one probe file: window losses and/or the figure arrays."""
     kept = {}
@@ -86,14 +80,10 @@ def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
 
 def commit_of_code() -> str | None:
     """The git commit of this code, if it runs from a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None
+    git = ["git", "-C", str(Path(__file__).resolve().parent.parent), "rev-parse", "HEAD"]
+    with contextlib.suppress(OSError):  # no git
+        return subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    return None
 
 
 def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
@@ -114,7 +104,9 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    full = full_runs(runs) if arrays else set()
+    # the runs whose per-token probes are kept: the lowest seed of each cell (replicate 0)
+    lowest = first_replicates(runs).sort_values("seed", kind="stable")
+    full = set(lowest.groupby(CELL, dropna=False).head(1)["run_id"]) if arrays else set()
     for _, run in runs.iterrows():
         run_dir = tmp / run["run_id"]
         (run_dir / "probes").mkdir(parents=True)

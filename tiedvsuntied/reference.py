@@ -1,11 +1,9 @@
 """nanoGPT's ``model.py`` as the benchmark's reference (``python -m tiedvsuntied.bench --nanogpt
-PATH``): loaded from the path of a karpathy/nanoGPT checkout, never vendored, and timed like
-our model: the same shape, batch x sequence and random tokens, at nanoGPT's own best setting
-(bf16 autocast, ``torch.compile``, its ``configure_optimizers`` with fused AdamW on CUDA, flash
-attention through SDPA, no biases, its vocabulary padded to 50,304 for the matmul tiles).
-
-nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of the matrix,
-so the two arms differ in what they differ in ours: one V x d matrix and its optimizer state."""
+PATH``): loaded from a karpathy/nanoGPT checkout, never vendored, and timed like our model (the
+same shape, batch and random tokens) at nanoGPT's own best setting (bf16 autocast,
+``torch.compile``, fused AdamW on CUDA, SDPA's flash attention, no biases, its vocabulary padded
+to 50,304). nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of
+the matrix, so the two arms differ as ours do: one V x d matrix and its optimizer state."""
 
 from __future__ import annotations
 

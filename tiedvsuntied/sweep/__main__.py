@@ -4,10 +4,9 @@
     python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
     python -m tiedvsuntied.sweep table results/smoke --out smoke.csv   (or .parquet)
 
-``plan`` takes the overrides of ``python -m tiedvsuntied.run -m ...``: each job it would run
-(checked as the multirun checks them before its first job), its run's status and steps, and
-the run time left, from the sweep's finished runs. ``status`` counts the runs by status, with
-their progress and an ETA; ``table`` writes the runs table the figures read. A mistake is one
+``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
+status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
+runs with progress and ETA; ``table`` writes the runs table the figures read. A mistake is one
 line and exit code 2. Reading a sweep directory loads no torch; the plan does (the schema).
 """
 

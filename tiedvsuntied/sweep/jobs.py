@@ -110,7 +110,7 @@ def without_hydra(cfg: DictConfig) -> DictConfig:
 
 
 def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[tuple]:
-    """(job, its task config, its task overrides) for each job, as the launcher composes it. The
+    """(task config, task overrides) of each job, as the launcher composes it. The
     groups' composition (reading and merging the YAML files) is the slow part: it is done once
     per distinct choice of groups, and each job's values are set on a copy by Hydra's own code."""
     parser = OverridesParser.create(config_loader=loader)
@@ -123,7 +123,7 @@ def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[t
             composed_for[key] = without_hydra(loader.load_sweep_config(master, list(key)))
         cfg = copy.deepcopy(composed_for[key])
         ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o not in groups], cfg)
-        yield job, cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
+        yield cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
 
 
 def chooses_group(loader: Any, override: Any) -> bool:
@@ -143,8 +143,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
     configs = task_configs(loader, master, jobs)
     for job in jobs:
         try:
-            _, cfg, overrides = next(configs)
-            plans.append(check_job(cfg, overrides, checked))
+            plans.append(check_job(*next(configs), checked))
         except user_errors() as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
