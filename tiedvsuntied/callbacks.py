@@ -58,8 +58,8 @@ class Check(Callback):
 
 class SweepTable(Callback):
     """Prints the sweep's runs when a multirun ends: all of them, also those of earlier
-    commands into the same sweep. Hydra skips ``on_multirun_end`` when a job raised, so the
-    table is also registered to print at exit; whichever comes first prints."""
+    commands into the same sweep. At the process's exit, not in ``on_multirun_end``, which
+    Hydra skips when a job raised; not after a refusal (``shown``: the error line says it all)."""
 
     shown = False
 
@@ -67,15 +67,11 @@ class SweepTable(Callback):
         self.sweep_dir = Path(config.results_dir) / config.sweep
         atexit.register(self.print_table)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.print_table()
-
     def print_table(self) -> None:
         from tiedvsuntied.sweep.progress import runs_table  # pandas: only when the sweep ends
 
         if SweepTable.shown:
             return
-        SweepTable.shown = True
         table = runs_table(self.sweep_dir)
         text = table.to_string(index=False, float_format="%.4f", na_rep="-")
         text = text if len(table) else "(no runs)"
