@@ -39,11 +39,9 @@ def refusing() -> Iterator[None]:
 
 
 class Check(Callback):
-    """A command's jobs checked before Hydra makes any folder for them: a single run's job, or
-    every job of a multirun composed as its launcher will compose it, before the first starts.
-    This is the sweep's check (``train.check_config`` given ``checked``: the file checks once,
-    no device claimed); each job then makes its own, which claims its device (maybe in a
-    launcher's worker) and logs its notes to the job's log."""
+    """A single run's job, or every job of a multirun as its launcher will compose it, checked
+    before the first starts (``checked``: the file checks once, no device claimed); each job
+    then makes its own, which claims its device and logs its notes to the job's log."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():

@@ -7,7 +7,6 @@ the matrix, so the two arms differ as ours do: one V x d matrix and its optimize
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import itertools
@@ -43,12 +42,8 @@ def nanogpt(path: str, config, tie: bool, batch_size: int, device):
     import torch
 
     module = load_nanogpt(path)
-    shape = dataclasses.asdict(config)
-    keys = ("n_layer", "n_head", "n_embd", "block_size")
-    nano_config = module.GPTConfig(
-        **{k: shape[k] for k in keys}, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False
-    )
-    model = module.GPT(nano_config)
+    shape = {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    model = module.GPT(module.GPTConfig(**shape, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False))
     if not tie:
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     model = model.to(device)
