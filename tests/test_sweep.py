@@ -130,7 +130,7 @@ def test_each_job_is_composed_as_hydra_composes_it():
     given = ["+experiment=smoke", "model=nano,micro", "optim.lr=1e-3,2e-3", "wandb.tags=[a]"]
     with jobs.composed(given) as (loader, master):
         todo = jobs.expand(loader, master)
-        fast = [c for _, c, _ in jobs.task_configs(loader, master, todo)]
+        fast = [c for c, _ in jobs.task_configs(loader, master, todo)]
         hydras = [loader.load_sweep_config(master, job.overrides) for job in todo]
         hydras = [jobs.without_hydra(c) for c in hydras]  # as Hydra's run_job gives the task
     assert len(todo) == 48

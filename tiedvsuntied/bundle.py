@@ -1,10 +1,8 @@
-"""Ship a study's results: ``python -m tiedvsuntied.bundle SWEEP_DIR [SWEEP_DIR ...] DEST``.
-
-Writes DEST as a results bundle (the format: :mod:`tiedvsuntied.results.bundles`): the sweep
-reduced to what the figures and tables read, small enough to commit (the study of the paper
-is a few MB). Runs DEST already holds and the sweeps do not are kept, so a study bundled in
-pieces, or from two machines, grows; a run in both is taken from the sweep. DEST is replaced
-whole at the end (written beside it, then renamed), so a kill leaves the old bundle.
+"""Ship a study's results: ``python -m tiedvsuntied.bundle SWEEP_DIR [SWEEP_DIR ...] DEST``
+writes DEST as a results bundle (docs/ARCHITECTURE.md, "Results bundle"), small enough to
+commit. Runs DEST already holds and the sweeps do not are kept, so a study bundled in pieces,
+or from two machines, grows; a run in both is taken from the sweep. DEST is replaced whole at
+the end (written beside it, then renamed), so a kill leaves the old bundle.
 
     python -m tiedvsuntied.bundle results/tie_x_init experiments/tie_x_init/results
 """
@@ -12,6 +10,7 @@ whole at the end (written beside it, then renamed), so a kill leaves the old bun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (
+    DONE,
     IndexEntry,
     Status,
     atomic_write,
@@ -35,7 +35,6 @@ from tiedvsuntied.results.records import (
 
 RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")
-SHIPPED = ("finished", "diverged")  # a running run is resumed by its sweep, then bundled
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (
     "summary.json, config.yaml, metrics.jsonl whole; per-window val/test losses at the best "
@@ -46,13 +45,6 @@ KEPT_ARRAYS = (
     "in/out cosines, stratum cosines (float16) at the first and last probe, and token_freq.npy"
 )
 KEPT_NOT = ". No checkpoints, W&B files or sampled embedding rows."
-
-
-def full_runs(runs: pd.DataFrame) -> set[str]:
-    """The run ids whose per-token probes are kept: the lowest seed of each cell (replicate 0)."""
-    usable = first_replicates(runs)
-    lowest = usable.sort_values("seed", kind="stable").groupby(CELL, dropna=False).head(1)
-    return set(lowest["run_id"])
 
 
 def reduced_probe(path: Path, windows: bool, arrays: bool) -> dict[str, np.ndarray]:
@@ -88,24 +80,19 @@ def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
 
 def commit_of_code() -> str | None:
     """The git commit of this code, if it runs from a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None
+    git = ["git", "-C", str(Path(__file__).resolve().parent.parent), "rev-parse", "HEAD"]
+    with contextlib.suppress(OSError):  # no git
+        return subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    return None
 
 
 def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
     manifest written. ``arrays=False`` keeps no run's per-token probe arrays (a study with many
     variants per cell, whose figures read window losses and summaries only)."""
-    dest = Path(dest)
     old = read_bundle_manifest(dest) if dest.exists() else None
     found = load_results(*sources, *([dest] if old else []))
-    shipped = found.runs["status"].isin(SHIPPED)
+    shipped = found.runs["status"].isin(DONE)  # a running run is resumed, then bundled
     for name in found.runs.loc[~shipped, "name"]:
         print(f"not bundled (not finished or diverged): {name}", file=sys.stderr)
     runs = found.runs[shipped]
@@ -117,17 +104,15 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    full = full_runs(runs) if arrays else set()
+    # the runs whose per-token probes are kept: the lowest seed of each cell (replicate 0)
+    lowest = first_replicates(runs).sort_values("seed", kind="stable")
+    full = set(lowest.groupby(CELL, dropna=False).head(1)["run_id"]) if arrays else set()
     for _, run in runs.iterrows():
         run_dir = tmp / run["run_id"]
         (run_dir / "probes").mkdir(parents=True)
         copy_run(run, run_dir, run["run_id"] in full)
-        entry = IndexEntry(
-            name=run["name"],
-            status=Status(run["status"]),
-            path=run["run_id"],
-            updated_at=run["updated_at"],  # the run's, so an unchanged bundle is byte-equal
-        )
+        # the run's updated_at, so that an unchanged bundle is byte-equal
+        entry = IndexEntry(run["name"], Status(run["status"]), run["run_id"], run["updated_at"])
         update_index(tmp, run["run_id"], entry)
     (tmp / ".index.lock").unlink(missing_ok=True)
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
@@ -166,23 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tiedvsuntied.bundle",
         description="Write a study's results bundle (what the paper's figures read) from sweeps.",
     )
-    ap.add_argument("paths", nargs="+", metavar="PATH", help="sweep directories, then DEST")
+    ap.add_argument("sources", nargs="+", type=Path, metavar="SWEEP_DIR", help="the sweeps")
+    ap.add_argument("dest", type=Path, metavar="DEST", help="the bundle's directory")
     ap.add_argument(
         "--no-arrays",
         action="store_true",
         help="keep no per-token probe arrays (window losses, summaries and metrics only)",
     )
     args = ap.parse_args(argv)
-    if len(args.paths) < 2:
-        ap.error("give one or more sweep directories and then the bundle's directory")
-    *sources, dest = (Path(p) for p in args.paths)
     try:
-        manifest = write_bundle(sources, dest, arrays=not args.no_arrays)
+        manifest = write_bundle(args.sources, args.dest, arrays=not args.no_arrays)
     except (ResultsError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    print(f"{dest}: {manifest['runs']} runs of sweep {manifest['sweep']}, {size / 1e6:.1f} MB")
+    size = sum(p.stat().st_size for p in args.dest.rglob("*") if p.is_file())
+    print(f"{args.dest}: {manifest['runs']} runs of sweep {manifest['sweep']}, {size / 1e6:.1f} MB")
     return 0
 
 

@@ -39,11 +39,9 @@ def refusing() -> Iterator[None]:
 
 
 class Check(Callback):
-    """A command's jobs checked before Hydra makes any folder for them: a single run's job, or
-    every job of a multirun composed as its launcher will compose it, before the first starts.
-    This is the sweep's check (``train.check_config`` given ``checked``: the file checks once,
-    no device claimed); each job then makes its own, which claims its device (maybe in a
-    launcher's worker) and logs its notes to the job's log."""
+    """A single run's job, or every job of a multirun as its launcher will compose it, checked
+    before the first starts (``checked``: the file checks once, no device claimed); each job
+    then makes its own, which claims its device and logs its notes to the job's log."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():
@@ -58,8 +56,8 @@ class Check(Callback):
 
 class SweepTable(Callback):
     """Prints the sweep's runs when a multirun ends: all of them, also those of earlier
-    commands into the same sweep. Hydra skips ``on_multirun_end`` when a job raised, so the
-    table is also registered to print at exit; whichever comes first prints."""
+    commands into the same sweep. At the process's exit, not in ``on_multirun_end``, which
+    Hydra skips when a job raised; not after a refusal (``shown``: the error line says it all)."""
 
     shown = False
 
@@ -67,19 +65,12 @@ class SweepTable(Callback):
         self.sweep_dir = Path(config.results_dir) / config.sweep
         atexit.register(self.print_table)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.print_table()
-
     def print_table(self) -> None:
         from tiedvsuntied.sweep.progress import runs_table  # pandas: only when the sweep ends
 
         if SweepTable.shown:
             return
-        SweepTable.shown = True
         table = runs_table(self.sweep_dir)
-        text = (
-            table.to_string(index=False, float_format="%.4f", na_rep="-")
-            if len(table)
-            else "(no runs)"
-        )
+        text = table.to_string(index=False, float_format="%.4f", na_rep="-")
+        text = text if len(table) else "(no runs)"
         print(f"\nSweep {self.sweep_dir.name}: {self.sweep_dir.resolve()}\n{text}", flush=True)

@@ -1,15 +1,12 @@
 """nanoGPT's ``model.py`` as the benchmark's reference (``python -m tiedvsuntied.bench --nanogpt
-PATH``): loaded from the path of a karpathy/nanoGPT checkout, never vendored, and timed like
-our model: the same shape, batch x sequence and random tokens, at nanoGPT's own best setting
-(bf16 autocast, ``torch.compile``, its ``configure_optimizers`` with fused AdamW on CUDA, flash
-attention through SDPA, no biases, its vocabulary padded to 50,304 for the matmul tiles).
-
-nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of the matrix,
-so the two arms differ in what they differ in ours: one V x d matrix and its optimizer state."""
+PATH``): loaded from a karpathy/nanoGPT checkout, never vendored, and timed like our model (the
+same shape, batch and random tokens) at nanoGPT's own best setting (bf16 autocast,
+``torch.compile``, fused AdamW on CUDA, SDPA's flash attention, no biases, its vocabulary padded
+to 50,304). nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of
+the matrix, so the two arms differ as ours do: one V x d matrix and its optimizer state."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import itertools
@@ -45,12 +42,8 @@ def nanogpt(path: str, config, tie: bool, batch_size: int, device):
     import torch
 
     module = load_nanogpt(path)
-    shape = dataclasses.asdict(config)
-    keys = ("n_layer", "n_head", "n_embd", "block_size")
-    nano_config = module.GPTConfig(
-        **{k: shape[k] for k in keys}, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False
-    )
-    model = module.GPT(nano_config)
+    shape = {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    model = module.GPT(module.GPTConfig(**shape, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False))
     if not tie:
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     model = model.to(device)

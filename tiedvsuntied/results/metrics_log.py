@@ -75,13 +75,8 @@ def resolve_wandb_mode(
         return WandbMode.disabled
     if os.environ.get("WANDB_MODE"):
         return None
-    if not has_credentials():
-        log.warning(
-            "W&B: no credentials (WANDB_API_KEY or `wandb login`): logging offline; %s",
-            OFFLINE_HINT,
-        )
-        return WandbMode.offline
-    why = server_unreachable(sweep_dir, probe_timeout)
+    why = None if has_credentials() else "no credentials (WANDB_API_KEY or `wandb login`)"
+    why = why or server_unreachable(sweep_dir, probe_timeout)
     if why:
         log.warning("W&B: %s: logging offline; %s", why, OFFLINE_HINT)
         return WandbMode.offline
@@ -104,11 +99,9 @@ def server_unreachable(sweep_dir: Path | None, timeout: float) -> str | None:
     """Why the W&B server cannot be reached within ``timeout`` seconds (DNS and TCP), or None;
     kept in ``sweep_dir`` for UNREACHABLE_FOR_S seconds (see UNREACHABLE_FILE)."""
     cached = Path(sweep_dir) / UNREACHABLE_FILE if sweep_dir is not None else None
-    try:
+    with contextlib.suppress(OSError):
         if cached and time.time() - cached.stat().st_mtime < UNREACHABLE_FOR_S:
             return f"{cached.read_text().strip()} (decided earlier in this sweep, {cached})"
-    except OSError:
-        pass
     url = urllib.parse.urlsplit(server_url())
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
@@ -138,12 +131,8 @@ class MetricsLog:
         if resume_step is None and self.path.is_file() and self.path.stat().st_size:
             os.replace(self.path, self.path.with_name("metrics.jsonl.old"))
             log.warning("training from step 0: the earlier lines are kept in metrics.jsonl.old")
-        lines = [
-            json.dumps(r)
-            for r in read_metrics(run_dir)
-            if resume_step is not None and r.get("step", 0) <= resume_step
-        ]
-        atomic_write(self.path, "".join(line + "\n" for line in lines))
+        kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= (resume_step or 0)]
+        atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by __exit__)
         self.failed = True  # until the run says otherwise
 
@@ -193,9 +182,8 @@ class MetricsLog:
             )
             wandb.teardown()  # the failed start still holds the run id
             self.wandb = start(WandbMode.offline.value)
-        record.wandb_mode = {"dryrun": "offline"}.get(
-            self.wandb.settings.mode, self.wandb.settings.mode
-        )
+        mode = self.wandb.settings.mode
+        record.wandb_mode = "offline" if mode == "dryrun" else mode
         record.wandb_dir = str(Path(self.wandb.dir).parent)
 
     def log(self, metrics: dict, step: int) -> None:
@@ -213,9 +201,7 @@ class MetricsLog:
             return
         flat = {}
         for k, v in jsonable(values).items():
-            flat.update(
-                {f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v}
-            )
+            flat |= {f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v}
         try:
             self.wandb.summary.update(flat)
         except Exception as e:

@@ -17,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -42,6 +42,9 @@ class Status(str, Enum):
         return self in (Status.finished, Status.diverged)
 
 
+DONE = [s.value for s in Status if s.done]  # as the runs tables spell a status
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -61,9 +64,7 @@ class RunSummary:
     replicate: int = 0  # a second run of one config: the noise floor
     error: str | None = None
     init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
-    # Each optimizer group's multiple of the scheduled lr, by group name (train.optim); None in
-    # summaries written before the groups had names and scales.
-    lr_scales: dict | None = None
+    lr_scales: dict | None = None  # by optimizer group (train.optim); None: written before them
     n_layer: int = 0
     n_head: int = 0
     n_embd: int = 0
@@ -76,26 +77,21 @@ class RunSummary:
     params: dict = field(default_factory=dict)  # model.count_parameters
     untie_at: float | None = None  # scheduled untying: the config's head.untie_at
     untie_step: int | None = None  # ... as a step
-    # model.count_parameters after the switch (or a resume past it)
-    params_untied: dict | None = None
+    params_untied: dict | None = None  # count_parameters after the switch
     flops_per_token: float | None = None
     step: int = 0
     tokens: int = 0
     init_val_loss: float | None = None
     init_logit_std: float | None = None
     init_self_logit: float | None = None  # step 0: mean logit of the input token itself
-    # validation positions whose target is the input token
-    init_self_target_frac: float | None = None
+    init_self_target_frac: float | None = None  # of the val positions, target == input token
     final_val_loss: float | None = None
     best_val_loss: float | None = None
     best_step: int | None = None
     test_loss: float | None = None
     test_loss_at_best: float | None = None  # test split at best_step: early stopping on validation
-    # {"val"|"test": {loss, unigram, bigram, unseen, n_windows, documents: {name: {...}}}}: the
-    # final weights beside the count models on the same windows (train/evaluation.heldout)
-    heldout: dict | None = None
-    # of the vocabulary, the part that occurs in the train split
-    seen_vocab_frac: float | None = None
+    heldout: dict | None = None  # {"val"|"test": ...}: beside the count models (evaluation.heldout)
+    seen_vocab_frac: float | None = None  # of the vocabulary, the part in the train split
     clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
     peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: int | None = None
@@ -182,7 +178,6 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
     """Record one run in ``<sweep>/index.json`` (locked: parallel jobs share the file)."""
     from filelock import FileLock
 
-    sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".index.lock")):
         index = read_json(sweep_dir / "index.json") or {}
@@ -250,23 +245,19 @@ class Role(str, Enum):
     record = "record"  # neither: where and how the run is recorded, the hardware
 
 
-def option(
-    default: Any = dataclasses.MISSING, *, role=None, neutral=dataclasses.MISSING, factory=None
-):
+def option(default: Any = MISSING, *, role=None, neutral=MISSING, factory=MISSING):
     """A config field with its role and, for a key added after results existed, ``neutral``:
     the value at which it is left out of the identity hash (runs from before it keep their id)."""
     meta = {"role": role} if role else {}
-    if neutral is not dataclasses.MISSING:
+    if neutral is not MISSING:
         meta["neutral"] = neutral
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=default, default_factory=factory, metadata=meta)
 
 
 class Key(NamedTuple):
     role: Role
-    neutral: Any  # dataclasses.MISSING: none
-    default: Any  # dataclasses.MISSING: made by a factory
+    neutral: Any  # MISSING: none
+    default: Any  # MISSING: made by a factory
 
 
 def keys(schema, prefix: str = "", role: Role = Role.variant) -> dict[str, Key]:
@@ -275,7 +266,7 @@ def keys(schema, prefix: str = "", role: Role = Role.variant) -> dict[str, Key]:
     out = {}
     for f in dataclasses.fields(schema):
         own = f.metadata.get("role", role)
-        out[prefix + f.name] = Key(own, f.metadata.get("neutral", dataclasses.MISSING), f.default)
+        out[prefix + f.name] = Key(own, f.metadata.get("neutral", MISSING), f.default)
         if dataclasses.is_dataclass(f.default_factory) and own is not Role.record:
             out.update(keys(f.default_factory, f"{prefix}{f.name}.", own))
     return out
@@ -326,13 +317,10 @@ def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0
 def find_run_dir(sweep_dir: Path, run_id: str) -> Path:
     """The directory of ``run_id`` in the sweep: found by the hash alone, so a run recorded
     under an older naming scheme (``tie=true_init=...-<hash>``) is still skipped or resumed."""
-    sweep_dir = Path(sweep_dir)
-    digest = run_id.rsplit("-", 1)[-1]
-    if not (sweep_dir / run_id).is_dir():
-        for old in sorted(sweep_dir.glob(f"*-{digest}")):
-            if (old / "summary.json").is_file():
-                return old
-    return sweep_dir / run_id
+    if (sweep_dir / run_id).is_dir():
+        return sweep_dir / run_id
+    old = sorted(sweep_dir.glob(f"*-{run_id.rsplit('-', 1)[-1]}/summary.json"))
+    return old[0].parent if old else sweep_dir / run_id
 
 
 def wandb_id(sweep: str, run_id: str) -> str:

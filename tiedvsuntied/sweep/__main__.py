@@ -4,10 +4,9 @@
     python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
     python -m tiedvsuntied.sweep table results/smoke --out smoke.csv   (or .parquet)
 
-``plan`` takes the overrides of ``python -m tiedvsuntied.run -m ...``: each job it would run
-(checked as the multirun checks them before its first job), its run's status and steps, and
-the run time left, from the sweep's finished runs. ``status`` counts the runs by status, with
-their progress and an ETA; ``table`` writes the runs table the figures read. A mistake is one
+``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
+status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
+runs with progress and ETA; ``table`` writes the runs table the figures read. A mistake is one
 line and exit code 2. Reading a sweep directory loads no torch; the plan does (the schema).
 """
 
@@ -20,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.results.records import find_run_dir
+from tiedvsuntied.results.records import DONE, find_run_dir
 from tiedvsuntied.sweep import progress
 from tiedvsuntied.sweep.jobs import REFUSED, SweepError, user_errors
 
@@ -56,7 +55,7 @@ def plan(args: argparse.Namespace) -> None:
     shown = runs.assign(
         run=runs["run_id"],
         steps=[f"{s}/{m}" for s, m in zip(runs["step"], runs["max_steps"], strict=True)],
-        left=left.where(~runs["status"].isin(progress.DONE), "-"),
+        left=left.where(~runs["status"].isin(DONE), "-"),
     )[["job", "run", "status", "steps", "left", "overrides"]]
     for sweep_dir in sorted(set(runs["sweep_dir"])):
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")

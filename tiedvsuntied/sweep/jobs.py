@@ -1,9 +1,7 @@
-"""A sweep's jobs as Hydra's basic sweeper expands them (the experiment's
-``hydra.sweeper.params``, then the command line, which wins), each composed as the launcher
-composes it and checked with the run's own checks (``check_job``), before Hydra makes any
-folder for them (``callbacks.Check``); the plan lists them. The schema and the checks load
-torch: they are imported when first needed (``status`` and ``table`` start without it).
-"""
+"""A sweep's jobs as Hydra's basic sweeper expands them, each composed as the launcher composes
+it and checked with the run's own checks before Hydra makes any folder for them
+(``callbacks.Check``); the plan lists them. The schema and the checks load torch: they are
+imported when first needed (``status`` and ``table`` start without it)."""
 
 from __future__ import annotations
 
@@ -77,7 +75,8 @@ def composed(overrides: list[str]) -> Iterator[tuple[Any, DictConfig]]:
 
 
 def expand(loader: Any, master: DictConfig) -> list[Job]:
-    """The jobs, in the order the basic sweeper launches them ([] under another sweeper)."""
+    """The jobs, in the order the basic sweeper launches them (the experiment's
+    ``hydra.sweeper.params``, then the command line, which wins); [] under another sweeper."""
     sweeper = master.hydra.sweeper
     if sweeper.get("_target_") != BASIC_SWEEPER:
         return []
@@ -111,11 +110,9 @@ def without_hydra(cfg: DictConfig) -> DictConfig:
 
 
 def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[tuple]:
-    """(job, its task config, its task overrides) for each job, as the launcher composes it
-    (``load_sweep_config``, less the ``hydra`` node). Hydra composes the config groups a job
-    chooses, then sets its values; the groups' composition (reading and merging the YAML
-    files) is the slow part, so it is done once per distinct choice of groups and each job's
-    values are set on a copy, by Hydra's own code (``_apply_overrides_to_config``)."""
+    """(task config, task overrides) of each job, as the launcher composes it. The
+    groups' composition (reading and merging the YAML files) is the slow part: it is done once
+    per distinct choice of groups, and each job's values are set on a copy by Hydra's own code."""
     parser = OverridesParser.create(config_loader=loader)
     composed_for: dict[tuple[str, ...], DictConfig] = {}
     for job in jobs:
@@ -126,7 +123,7 @@ def task_configs(loader: Any, master: DictConfig, jobs: list[Job]) -> Iterator[t
             composed_for[key] = without_hydra(loader.load_sweep_config(master, list(key)))
         cfg = copy.deepcopy(composed_for[key])
         ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o not in groups], cfg)
-        yield job, cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
+        yield cfg, [o.input_line for o in parsed if not o.is_hydra_override()]
 
 
 def chooses_group(loader: Any, override: Any) -> bool:
@@ -139,15 +136,14 @@ def chooses_group(loader: Any, override: Any) -> bool:
 
 
 def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
-    """Every job composed and checked, in order: their ``RunPlan``s, or a SweepError naming the
-    first bad job. The file checks run once per distinct data config and results_dir."""
+    """Every job's ``RunPlan``, or a SweepError naming the first bad job. The file checks run
+    once per distinct data config and results_dir."""
     checked: set[str] = set()
     plans = []
     configs = task_configs(loader, master, jobs)
     for job in jobs:
         try:
-            _, cfg, overrides = next(configs)
-            plans.append(check_job(cfg, overrides, checked))
+            plans.append(check_job(*next(configs), checked))
         except user_errors() as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
@@ -164,8 +160,7 @@ def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = 
 
 def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
     """OmegaConf reads 1/0/yes/no/on/off as booleans, which silently turns ``tie=1`` into true:
-    a boolean key takes true or false (null where it may), as Hydra's override grammar
-    spells them."""
+    a boolean key takes true or false (null where it may)."""
     from tiedvsuntied.train.config import ConfigError
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
@@ -193,15 +188,9 @@ def one_line(error: BaseException) -> str:
         moved = [new for new, old in LEGACY.items() if old == cause.full_key]
         hint = f"it is {moved[0]} now" if moved else hint
         return f"{cause.full_key} is not a key of the config: {hint}"
-    parts = [getattr(error, "override", None), first_line(error)]
-    if isinstance(cause, OmegaConfBaseException):
-        parts.append(first_line(cause))
+    errors = [error, cause] if isinstance(cause, OmegaConfBaseException) else [error]
+    parts = [getattr(error, "override", None), *(str(e).strip().split("\n")[0] for e in errors)]
     return ": ".join(p for p in parts if p) or type(error).__name__
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def run_ids(plans: list[Any]) -> list[str]:

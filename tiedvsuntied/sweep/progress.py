@@ -10,12 +10,11 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock, Timeout
 
-from tiedvsuntied.results.records import RunSummary, Status, read_index, read_summary
+from tiedvsuntied.results.records import DONE, RunSummary, Status, read_index, read_summary
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
 SHOWN = ["finished", "diverged", "running", "interrupted", "failed", "pending"]
-DONE = ("finished", "diverged")
 ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s", "params"]
 ROW += ["init_val_loss", "final_val_loss", "test_loss"]
 # The table at the end of a multirun: its columns, and what a status means there
@@ -30,13 +29,11 @@ def lock_held(run_dir: Path) -> bool:
     path = Path(run_dir) / ".lock"
     if not path.exists():
         return False
-    lock = FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
+        with FileLock(str(path), timeout=0):
+            return False
     except Timeout:
         return True
-    lock.release()
-    return False
 
 
 def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
@@ -46,9 +43,8 @@ def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
     if summary is None:
         return "pending"
     status = Status(summary.status).value
-    if status == "running" and not lock_held(run_dir):
-        return "interrupted"
-    if status == "failed" and (summary.error or "").startswith("interrupted"):
+    killed = status == "running" and not lock_held(run_dir)
+    if killed or (status == "failed" and (summary.error or "").startswith("interrupted")):
         return "interrupted"
     return status
 
@@ -67,7 +63,6 @@ def run_row(run_dir: Path, run_id: str | None = None) -> dict:
 def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
     """Every run the sweep directory knows: its index's entries and any run folder with a
     summary (a run whose index entry was not written yet)."""
-    sweep_dir = Path(sweep_dir)
     paths = {sweep_dir / entry.path for entry in read_index(sweep_dir).values()}
     paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
     return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
@@ -75,25 +70,19 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
 
 def runs_table(sweep_dir: Path) -> pd.DataFrame:
     """The sweep's runs as a multirun shows them at its end: status, size and losses, and what
-    else the user set that tells them apart."""
+    else the user set that tells them apart (``also``: the overrides not every run shares, less
+    the axes the run's name shows)."""
     runs = sweep_rows(sweep_dir).sort_values("run_id")
     index = read_index(sweep_dir)
     table = runs[list(TABLE)].rename(columns=TABLE).replace({"status": MEANS})
     table["params"] = [f"{n:,.0f}" if pd.notna(n) else "-" for n in runs["params"]]
     asked = [set(index[r].overrides) if r in index else set() for r in runs["run_id"]]
-    table["also"] = distinguishing(asked)
-    return table if table["also"].astype(bool).any() else table.drop(columns="also")
-
-
-def distinguishing(overrides: list[set[str]]) -> list[str]:
-    """What else the user set that tells runs apart (optim.lr=...): the overrides that not
-    every run shares, less the axes the run's name already shows."""
-    shared = set.intersection(*overrides) if overrides else set()
+    shared = set.intersection(*asked) if asked else set()
     named = ("tie=", "init_std=", "model=", "seed=")
-    return [
-        " ".join(sorted(o for o in asked - shared if not o.startswith(named)))
-        for asked in overrides
+    table["also"] = [
+        " ".join(sorted(o for o in a - shared if not o.startswith(named))) for a in asked
     ]
+    return table if table["also"].astype(bool).any() else table.drop(columns="also")
 
 
 def rates(sweep_dirs) -> pd.Series:
@@ -132,10 +121,8 @@ def cost_line(runs: pd.DataFrame, rate: pd.Series) -> str:
     text += f"{duration(known.sum())} of run time for {len(known)}" if len(known) else "cost"
     per = ", ".join(f"{model} {r:.3g} s/step" for model, r in rate.items())
     text += f" (from finished runs: {per})" if per else ""
-    unknown = sorted(set(runs["model"][left.isna()].dropna()))
-    if unknown:
-        text += f"; unknown for {', '.join(unknown)}: no finished run of that size yet"
-    return text
+    unknown = ", ".join(sorted(set(runs["model"][left.isna()].dropna())))
+    return text + (f"; unknown for {unknown}: no finished run of that size yet" if unknown else "")
 
 
 def status_text(runs: pd.DataFrame, rate: pd.Series) -> str:
@@ -149,8 +136,9 @@ def status_text(runs: pd.DataFrame, rate: pd.Series) -> str:
     if total:
         lines.append(f"steps: {int(steps.sum()):,} of {total:,} ({steps.sum() / total:.0%})")
     running = runs[runs["status"] == "running"]
-    for run in running.itertuples():
-        lines.append(f"running: {run.run_id} at step {run.step} of {run.max_steps}")
+    lines += [
+        f"running: {r.run_id} at step {r.step} of {r.max_steps}" for r in running.itertuples()
+    ]
     left = seconds_left(runs, rate)
     if not (left.isna() | (left > 0)).any():
         return "\n".join([*lines, "ETA: done"])
