@@ -1,10 +1,7 @@
 """``python -m tiedvsuntied.figures SWEEP_DIR... --out DIR``: every output of REGISTRY (or
-``--only`` some) from sweep directories, shipped bundles or a W&B project; one failing output does
-not stop the others, and the exit status says whether any failed. An output with nothing to draw
-(no fine-tuning runs, arrays a bundle does not keep) is skipped, in one line that says why.
-
-``--paper``: the paper's figures and tables (PAPER) from the shipped bundle(s) (PAPER_BUNDLES,
-relative to the repository), or from SWEEP_DIRs when given; no training; prints the time taken."""
+``--only`` some); one failing output does not stop the others, and the exit status says whether
+any failed; an output with nothing to draw is skipped, in one line that says why. ``--paper``:
+PAPER from PAPER_BUNDLES (docs/figures.md)."""
 
 from __future__ import annotations
 
@@ -81,8 +78,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def write_outputs(results: Results, names: Sequence[str], out: Path, formats: list[str]) -> bool:
-    """Write each named output, print its files and notes or why it is skipped; False if any
-    failed."""
+    """Write each output, print its files and notes or why it is skipped; False if any fails."""
     made = True
     for name in names:
         try:
@@ -100,18 +96,15 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
 
 
 def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
-    """The directories --paper reads: SWEEP_DIRs when given, else the shipped bundles; None (and
-    one line saying where it looked and how to make them) if a bundle is missing."""
+    """SWEEP_DIRs when given, else the shipped bundles; None (saying how to make them) if one is
+    missing."""
     if sweep_dirs:
         return list(sweep_dirs)
     missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
     for path in missing:
         make = f"python -m tiedvsuntied.bundle results/{path.parent.name} {path.relative_to(REPO)}"
-        print(
-            f"error: no results bundle at {path}: make it from the finished sweep with `{make}`, "
-            "or pass SWEEP_DIR",
-            file=sys.stderr,
-        )
+        how = f"make it from the finished sweep with `{make}`, or pass SWEEP_DIR"
+        print(f"error: no results bundle at {path}: {how}", file=sys.stderr)
     return None if missing else [str(REPO / b) for b in PAPER_BUNDLES]
 
 

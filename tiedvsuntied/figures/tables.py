@@ -50,9 +50,8 @@ def interaction_text(runs: pd.DataFrame) -> str:
     "each arm at its best lr; with more arms, each against the tied one (md)",
 )
 def write_tables(runs: pd.DataFrame) -> dict[str, str]:
-    """``table_paired.md`` (every cell, final and best, with the noise floor),
-    ``table_interaction.md``, and where the runs have them ``table_classic.md`` (each arm at its
-    own best learning rate) and ``table_arms.md`` (every arm against the tied one)."""
+    """``table_paired.md``, ``table_interaction.md``, and where the runs have them
+    ``table_classic.md`` and ``table_arms.md`` (as the registered description says)."""
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
@@ -98,11 +97,11 @@ def _early_runs(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 @style.table("table_early", "first step below ln V and below the d^-0.5 arm, per cell and run (md)")
 def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, str]:
-    """``table_early.md``: per cell, the first step below ln V and below the d^-0.5 arm
-    (analysis.early_steps; median [range] over seeds), then every run's; the first lines say what
-    the runs are (style.describe_runs) and how the steps were read."""
+    """``table_early.md``: per cell (median [range] over seeds), then per run, under what the
+    runs are and how the steps were read (analysis.early_steps)."""
     table = early_steps(runs, history)
     summary = early_summary(table)
+    steps = {c: [_steps_text(r, c) for _, r in summary.iterrows()] for c in STEP_COLUMNS}
     shown = pd.DataFrame(
         {
             "model": summary["model"],
@@ -110,10 +109,8 @@ def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, st
             "head": summary["tie"].map({True: "tied", False: "untied"}),
             "init std": summary["init_std"],
             "n": summary["n"],
-            "below ln V": [_steps_text(r, "step_below_ln_v") for _, r in summary.iterrows()],
-            "below the d^-0.5 arm": [
-                _steps_text(r, "step_below_arm") for _, r in summary.iterrows()
-            ],
+            "below ln V": steps["step_below_ln_v"],
+            "below the d^-0.5 arm": steps["step_below_arm"],
         }
     )
     metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
