@@ -6,6 +6,8 @@ PAPER from PAPER_BUNDLES (docs/figures.md)."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import re
 import sys
 import time
@@ -14,18 +16,12 @@ from pathlib import Path
 
 import tiedvsuntied
 from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
-from tiedvsuntied.figures import (  # noqa: F401  (each module registers its outputs in REGISTRY)
-    books,
-    finetune,
-    geometry,
-    gradients,
-    init,
-    loss,
-    paired,
-    similarity,
-    tables,
-)
 from tiedvsuntied.figures.style import REGISTRY, print_notes
+
+# each module of the package registers its outputs in REGISTRY: a new one is drawn too
+for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if module.name != "__main__":
+        importlib.import_module(f"{__package__}.{module.name}")
 
 FORMATS = ("pdf", "png", "svg")
 REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent: the checkout

@@ -1,7 +1,5 @@
-"""Words for what a figure draws, shared by every figure and table: the corpus of a set of runs
-(from its data config), and an init std that is d^-0.5 of another width than the runs' own.
-
-No matplotlib here: tables use these too."""
+"""Words for what a figure draws: the corpus of a set of runs (from its data config), and an
+init std that is d^-0.5 of another width than the runs' own."""
 
 from __future__ import annotations
 

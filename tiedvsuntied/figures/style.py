@@ -42,7 +42,6 @@ NOTE_TEXT = {"ha": "center", "va": "center", "fontsize": 7, "color": "#444444"} 
 STYLE = {
     "font.size": 8,
     "axes.titlesize": 8,
-    "axes.labelsize": 8,
     "xtick.labelsize": 7,
     "ytick.labelsize": 7,
     "legend.fontsize": 7,
@@ -249,10 +248,9 @@ def init_label(setting: str, short: bool = False, prefix: str = "init std ", wid
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
     variant = ", ".join(f"{key_label(k)}: {v}" for k, _, v in parts)
-    sep = ", " if short else "\n"
     aside = init_std_aside(init, widths, "; " if short else ";\n").strip()
     init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
-    return prefix + init + (sep + aside if aside else "") + (sep + variant if variant else "")
+    return (", " if short else "\n").join(filter(None, [prefix + init, aside, variant]))
 
 
 def setting_label(runs: pd.DataFrame, setting: str, short: bool = False) -> str:

@@ -1,7 +1,5 @@
-"""The tables: parameters of every named size (md, tex), the paired comparisons (md), each
-under a first line that says how many intervals it holds, their method, the primary contrast and
-the noise floor (:func:`analysis.caption`), and the first steps (md: when the loss falls below
-ln V and below the d^-0.5 arm, under a line that says what the runs are)."""
+"""The tables (docs/figures.md): parameters of every named size, the paired comparisons under
+the line :func:`analysis.stats.caption` writes, and the first steps."""
 
 from __future__ import annotations
 
@@ -116,7 +114,6 @@ def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, st
     metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
     parts = [
         style.describe_runs(runs),
-        "",
         "First training step whose loss is below ln V, and below the loss of the run's "
         "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
         "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
@@ -124,11 +121,8 @@ def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, st
         f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
         "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
         "out.",
-        "",
         shown.to_markdown(index=False) if len(shown) else "No runs.",
-        "",
         "## Every run",
-        "",
         _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
     ]
-    return {"table_early.md": "\n".join(parts) + "\n"}
+    return {"table_early.md": "\n\n".join(parts) + "\n"}
