@@ -14,7 +14,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import tiedvsuntied
 from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
@@ -24,7 +23,7 @@ for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         importlib.import_module(f"{__package__}.{module.name}")
 
 FORMATS = ("pdf", "png", "svg")
-REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent: the checkout
+REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
 # The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
 # are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
 PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
@@ -92,8 +91,7 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
 
 
 def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
-    """SWEEP_DIRs when given, else the shipped bundles; None (saying how to make them) if one is
-    missing."""
+    """SWEEP_DIRs, else the shipped bundles; None, saying how to make it, if a bundle is missing."""
     if sweep_dirs:
         return list(sweep_dirs)
     missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]

@@ -77,9 +77,8 @@ def corpora(runs: pd.DataFrame) -> str:
 
 
 def init_std_aside(init_std, widths: Iterable, sep: str = "; ") -> str:
-    """'' or, for a numeric init std that is d^-0.5 of another width than ``widths`` (the n_embd
-    of the runs drawn with it; model.config.init_std_note: 0.036 at d = 128 -> 768):
-    ' (d^-1/2 at d=768; here d^-1/2 = 0.088)', mathtext; ``sep`` between the two numbers."""
+    """For an init std that is d^-0.5 of another width than ``widths`` (model.config.init_std_note:
+    0.036 at d = 128): ' (d^-1/2 at d=768; here d^-1/2 = 0.088)' in mathtext; else ''."""
     widths = sorted({int(w) for w in widths if pd.notna(w)})
     try:
         notes = " ".join(init_std_note(init_std, w) or "" for w in widths)

@@ -1,6 +1,5 @@
 """Figures 6, 10 and 11: tied − untied, paired by seed, with the t-intervals over seeds of
-:mod:`tiedvsuntied.analysis.stats` (which explains them and their simulated coverage). The
-tables are in :mod:`tiedvsuntied.figures.tables`."""
+:mod:`tiedvsuntied.analysis.stats` (which explains them); the tables are in :mod:`.tables`."""
 
 from __future__ import annotations
 

@@ -204,8 +204,7 @@ def footnote(fig: Figure, width: int) -> list[str]:
 
 
 def finish(fig: Figure, runs: pd.DataFrame) -> None:
-    """The caption under the panels: what the runs drawn are (:func:`describe_runs` of
-    ``fig.drawn``, else ``runs``), the figure's own ``fig.captions``, then the footnote."""
+    """The caption under the panels: the runs drawn, ``fig.captions``, then the footnote."""
     fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
     drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
     width = int(fig.get_figwidth() * CHARS_PER_INCH)

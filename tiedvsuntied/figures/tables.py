@@ -26,9 +26,8 @@ def write_param_tables(runs: pd.DataFrame | None = None) -> dict[str, str]:
 
 
 def interaction_text(runs: pd.DataFrame) -> str:
-    """``table_interaction.md``: the tie effect at one init std minus at the other
-    (PRIMARY_CONTRAST's levels, its row marked), and with several sizes, at the largest size minus
-    at the smallest; or why there is none."""
+    """``table_interaction.md``: the tie effect at one of PRIMARY_CONTRAST's init stds minus at
+    the other (its row marked), and at the largest size minus the smallest; or why there is none."""
     first, second = PRIMARY_CONTRAST.levels
     by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
     none = f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
