@@ -112,8 +112,7 @@ def fig_contrasts(runs: pd.DataFrame):
     if table.empty:
         return style.nothing_to_draw(fig, "no contrast has a pair of runs yet")
     for y, row in enumerate(table.itertuples()):
-        seeds = {"ls": "none", "marker": ".", "color": "#777777", "ms": 3}
-        ax.plot(row.seed_diffs, np.full(len(row.seed_diffs), y), **seeds)
+        ax.plot(row.seed_diffs, np.full(len(row.seed_diffs), y), ".", color="#777777", ms=3)
         if np.isfinite(row.low):
             ax.plot([row.low, row.high], [y, y], color="black", lw=2.2 if row.primary else 1.0)
         ax.plot(row.diff, y, marker="o", color="black", ms=4)

@@ -1,37 +1,29 @@
 """``python -m tiedvsuntied.figures SWEEP_DIR... --out DIR``: every output of REGISTRY (or
-``--only`` some) from sweep directories, shipped bundles or a W&B project; one failing output does
-not stop the others, and the exit status says whether any failed. An output with nothing to draw
-(no fine-tuning runs, arrays a bundle does not keep) is skipped, in one line that says why.
-
-``--paper``: the paper's figures and tables (PAPER) from the shipped bundle(s) (PAPER_BUNDLES,
-relative to the repository), or from SWEEP_DIRs when given; no training; prints the time taken."""
+``--only`` some); one failing output does not stop the others, and the exit status says whether
+any failed; an output with nothing to draw is skipped, in one line that says why. ``--paper``:
+PAPER from PAPER_BUNDLES (docs/figures.md)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import tiedvsuntied
 from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
-from tiedvsuntied.figures import (  # noqa: F401  (each module registers its outputs in REGISTRY)
-    books,
-    finetune,
-    geometry,
-    gradients,
-    init,
-    loss,
-    paired,
-    similarity,
-    tables,
-)
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
+# each module of the package registers its outputs in REGISTRY: a new one is drawn too
+for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if module.name != "__main__":
+        importlib.import_module(f"{__package__}.{module.name}")
+
 FORMATS = ("pdf", "png", "svg")
-REPO = Path(tiedvsuntied.__file__).resolve().parents[1]  # the package's parent: the checkout
+REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
 # The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
 # are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
 PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
@@ -81,8 +73,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def write_outputs(results: Results, names: Sequence[str], out: Path, formats: list[str]) -> bool:
-    """Write each named output, print its files and notes or why it is skipped; False if any
-    failed."""
+    """Write each output, print its files and notes or why it is skipped; False if any fails."""
     made = True
     for name in names:
         try:
@@ -100,18 +91,14 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
 
 
 def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
-    """The directories --paper reads: SWEEP_DIRs when given, else the shipped bundles; None (and
-    one line saying where it looked and how to make them) if a bundle is missing."""
+    """SWEEP_DIRs, else the shipped bundles; None, saying how to make it, if a bundle is missing."""
     if sweep_dirs:
         return list(sweep_dirs)
     missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
     for path in missing:
         make = f"python -m tiedvsuntied.bundle results/{path.parent.name} {path.relative_to(REPO)}"
-        print(
-            f"error: no results bundle at {path}: make it from the finished sweep with `{make}`, "
-            "or pass SWEEP_DIR",
-            file=sys.stderr,
-        )
+        how = f"make it from the finished sweep with `{make}`, or pass SWEEP_DIR"
+        print(f"error: no results bundle at {path}: {how}", file=sys.stderr)
     return None if missing else [str(REPO / b) for b in PAPER_BUNDLES]
 
 

@@ -1,7 +1,5 @@
-"""Words for what a figure draws, shared by every figure and table: the corpus of a set of runs
-(from its data config), and an init std that is d^-0.5 of another width than the runs' own.
-
-No matplotlib here: tables use these too."""
+"""Words for what a figure draws: the corpus of a set of runs (from its data config), and an
+init std that is d^-0.5 of another width than the runs' own."""
 
 from __future__ import annotations
 
@@ -79,9 +77,8 @@ def corpora(runs: pd.DataFrame) -> str:
 
 
 def init_std_aside(init_std, widths: Iterable, sep: str = "; ") -> str:
-    """'' or, for a numeric init std that is d^-0.5 of another width than ``widths`` (the n_embd
-    of the runs drawn with it; model.config.init_std_note: 0.036 at d = 128 -> 768):
-    ' (d^-1/2 at d=768; here d^-1/2 = 0.088)', mathtext; ``sep`` between the two numbers."""
+    """For an init std that is d^-0.5 of another width than ``widths`` (model.config.init_std_note:
+    0.036 at d = 128): ' (d^-1/2 at d=768; here d^-1/2 = 0.088)' in mathtext; else ''."""
     widths = sorted({int(w) for w in widths if pd.notna(w)})
     try:
         notes = " ".join(init_std_note(init_std, w) or "" for w in widths)

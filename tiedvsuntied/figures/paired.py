@@ -1,6 +1,5 @@
 """Figures 6, 10 and 11: tied − untied, paired by seed, with the t-intervals over seeds of
-:mod:`tiedvsuntied.analysis.stats` (which explains them and their simulated coverage). The
-tables are in :mod:`tiedvsuntied.figures.tables`."""
+:mod:`tiedvsuntied.analysis.stats` (which explains them); the tables are in :mod:`.tables`."""
 
 from __future__ import annotations
 
@@ -22,20 +21,17 @@ ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"] 
 SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
 
 
-def _difference(ax, x: float, row: pd.Series, scale: float = 1.0, **kw) -> None:
+def _difference(ax, x: float, row: pd.Series, scale: float = 1.0, seeds: bool = True, **kw):
     """One cell's mean difference with its interval (``low``, ``high``), times ``scale``; the mean
-    alone (open) where there is no interval (one seed)."""
+    alone (open) where there is no interval (one seed); with ``seeds``, each seed's beside it."""
+    if seeds:
+        values = np.asarray(row["seed_diffs"], dtype=float)
+        ax.plot(x + np.linspace(-0.12, 0.12, len(values)) * (len(values) > 1), values, **SEED_DOT)
     if pd.isna(row["low"]):
         ax.plot(x, row["diff"] * scale, marker="o", ms=5, ls="none", **{**kw, "mfc": "white"})
         return
     yerr = [[(row["diff"] - row["low"]) * scale], [(row["high"] - row["diff"]) * scale]]
     ax.errorbar(x, row["diff"] * scale, yerr=yerr, marker="o", capsize=3, ms=5, **kw)
-
-
-def _seed_dots(ax, x: float, seed_diffs) -> None:
-    """Every seed's own difference as a small dot beside the mean."""
-    seeds = np.asarray(seed_diffs, dtype=float)
-    ax.plot(x + np.linspace(-0.12, 0.12, len(seeds)) * (len(seeds) > 1), seeds, **SEED_DOT)
 
 
 def _interval_handles(table: pd.DataFrame) -> list:
@@ -64,19 +60,13 @@ def _floor_text(runs: pd.DataFrame) -> str:
     )
 
 
-def _arm_means(ax, x: float, row: pd.Series) -> None:
-    """Both arms' mean losses beside an effect: a difference of 0.5 nats means little at 18."""
-    text = f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}"
-    # right of the seed dots (_seed_dots: within ±0.12)
-    ax.annotate(text, (x + 0.15, row["diff"]), va="center", fontsize=6, color="#444444")
-
-
 def _paired_panel(fig: Figure, ax, cells: pd.DataFrame, several: bool, point: str) -> None:
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     for x, row in cells.iterrows():
-        _seed_dots(ax, x, row["seed_diffs"])
         _difference(ax, x, row, color="black", zorder=3)
-        _arm_means(ax, x, row)
+        # both arms' means, right of the seed dots (±0.12): 0.5 nats means little at 18
+        means = f"tied {row['mean_t']:.2f}\nuntied {row['mean_u']:.2f}"
+        ax.annotate(means, (x + 0.15, row["diff"]), va="center", fontsize=6, color="#444444")
         if pd.notna(floor := row["floor"]):
             band = {"color": style.REF_COLOR, "alpha": 0.2, "lw": 0}
             ax.fill_between([x - 0.3, x + 0.3], -floor, floor, **band)
@@ -182,7 +172,6 @@ def _arm_differences(fig: Figure, ax, cell: pd.DataFrame, colors: dict, ref: str
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     shown = table.set_index("arm").reindex([a for a in colors if a != ref])
     for x, row in shown.dropna(subset=["diff"]).reset_index().iterrows():
-        _seed_dots(ax, x, row["seed_diffs"])
         _difference(ax, x, row, color=colors[row["arm"]])
         fig.flagged.append(f"{row['arm']}: {row['method']}")
     labels = [a for a in colors if a != ref and a in set(table["arm"])]
@@ -250,7 +239,7 @@ def _crossover_points(fig: Figure, ax, runs: pd.DataFrame, table: pd.DataFrame) 
             continue
         scale, x = 100 / base[(*key, row["init_std"])], 100 * share[key]
         vocab = runs.loc[runs["data_id"] == row["data_id"], "vocab_size"].iloc[0]
-        _difference(ax, x, row, scale, color="black")
+        _difference(ax, x, row, scale, seeds=False, color="black")
         widths = tied.loc[tied["model"] == row["model"], "n_embd"]
         init = style.init_label(row["init_std"], short=True, widths=widths)
         label = f"V={vocab:,}, {row['model']}\n{init}"
@@ -272,7 +261,8 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     fig, axes = style.new_figure(1, 1, 2.8)
     ax, plain = axes[0, 0], runs["variant"].fillna("") == ""
     table = stats.paired_table(runs[plain], ("final",))
-    style.leave_out(fig, runs[~plain], _variant)
+    compared = "(only runs without one are compared)"
+    style.leave_out(fig, runs[~plain], lambda run: f"variant {run['variant']} {compared}")
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     _crossover_points(fig, ax, runs, table)
     if not ax.lines[1:]:
@@ -283,7 +273,3 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     ax.set_xlim(0, 100)
     style.legend(fig, _interval_handles(table), 1)
     return fig
-
-
-def _variant(run: pd.Series) -> str:
-    return f"variant {run['variant']} (only runs without one are compared)"

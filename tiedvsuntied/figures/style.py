@@ -1,12 +1,7 @@
-"""What every figure shares: style, colours, the output registry, panel helpers, saving.
-
-Every figure carries a caption under its panels (:func:`finish`, called by ``@figure``): the
-models, steps, corpus, V and seeds per cell of the runs it draws (:func:`describe_runs`), the
-figure's own lines (``fig.captions``), and what it leaves out. Runs a figure leaves out are never
-dropped silently: ``fig.skipped`` lists them ("name: reason"), ``fig.flagged`` the runs drawn
-apart; the caption's footnote, :func:`publish` and the figure CLI report them. A figure with
-nothing to draw sets ``fig.empty`` (the reason): its panels say why, and it is not written.
-``REGISTRY`` maps each output name to how it is made (docs/figures.md)."""
+"""What every figure shares: style, colours, the output registry (``REGISTRY``: each output's
+name and how it is made), panel helpers, the caption under every figure, saving. What a caption
+says, and how runs left out (``fig.skipped``) or drawn apart (``fig.flagged``) are reported:
+docs/figures.md."""
 
 from __future__ import annotations
 
@@ -47,7 +42,6 @@ NOTE_TEXT = {"ha": "center", "va": "center", "fontsize": 7, "color": "#444444"} 
 STYLE = {
     "font.size": 8,
     "axes.titlesize": 8,
-    "axes.labelsize": 8,
     "xtick.labelsize": 7,
     "ytick.labelsize": 7,
     "legend.fontsize": 7,
@@ -61,7 +55,6 @@ STYLE = {
     "grid.linewidth": 0.5,
     "savefig.dpi": 300,
     "pdf.fonttype": 42,
-    "ps.fonttype": 42,
     "figure.dpi": 150,
 }
 
@@ -72,8 +65,7 @@ DESCRIBED += ["path", "seed", "replicate", "variant", "tie", "init_std"]
 CHARS_PER_INCH = 19  # of 7 pt caption text, to wrap it to the figure's width
 MAX_FOOTNOTE_LINES = 3  # per list (not shown, marked): the console has the rest
 
-# One entry of REGISTRY: what it shows; write(results, out_dir, formats) -> (files, the figure
-# or None).
+# REGISTRY's entries: write(results, out_dir, formats) -> (files, the figure or None)
 Output = namedtuple("Output", ["description", "write"])
 REGISTRY: dict[str, Output] = {}
 
@@ -115,9 +107,9 @@ def figure(name: str, description: str, mixed_data: bool = False, needs=None) ->
 
 
 def table(name: str, description: str, needs=None) -> Callable:
-    """Register ``func`` (the tables its parameters name -> {file name: text}) as output
-    ``name``; it becomes ``func(out_dir, ...)``, which writes the files and returns their paths.
-    ``needs``: as in :func:`figure` (a notebook calling ``func`` checks it itself)."""
+    """Register ``func`` (tables -> {file name: text}) as output ``name``; it becomes
+    ``func(out_dir, ...)``, which writes the files and returns their paths. ``needs``: as in
+    :func:`figure` (a notebook calling ``func`` checks it itself)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -142,8 +134,7 @@ def table(name: str, description: str, needs=None) -> Callable:
 def new_figure(
     nrows: int, ncols: int, row_height: float, width: float | None = None, **kw
 ) -> tuple[Figure, np.ndarray]:
-    """Both columns of a two-column paper (7 in) if panels sit side by side (or ``width``), else
-    one (3.4 in)."""
+    """Two columns of a paper wide (7 in) if panels sit side by side, else one (3.4 in)."""
     width = width or (7.0 if ncols > 1 else 3.4)
     fig = Figure(figsize=(width, row_height * nrows + 0.5), layout="constrained")
     fig.skipped = []  # "name: reason" of runs left out
@@ -200,8 +191,7 @@ def describe_runs(runs: pd.DataFrame) -> str:
 
 
 def footnote(fig: Figure, width: int) -> list[str]:
-    """``fig.skipped`` and ``fig.flagged`` wrapped to ``width`` characters, at most
-    MAX_FOOTNOTE_LINES lines each: items beyond them are counted ('and 7 more')."""
+    """``fig.skipped`` and ``fig.flagged``, MAX_FOOTNOTE_LINES lines each: the rest counted."""
     lines = []
     for head, items in (("Not shown", fig.skipped), ("Marked", fig.flagged)):
         for keep in range(len(items), 0, -1):
@@ -214,8 +204,7 @@ def footnote(fig: Figure, width: int) -> list[str]:
 
 
 def finish(fig: Figure, runs: pd.DataFrame) -> None:
-    """The caption under the panels: what the runs drawn are (:func:`describe_runs` of
-    ``fig.drawn``, else ``runs``), the figure's own ``fig.captions``, then the footnote."""
+    """The caption under the panels: the runs drawn, ``fig.captions``, then the footnote."""
     fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
     drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
     width = int(fig.get_figwidth() * CHARS_PER_INCH)
@@ -253,16 +242,14 @@ def with_setting(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def init_label(setting: str, short: bool = False, prefix: str = "init std ", widths=()) -> str:
-    """'0.02 | head.t5_rescale=True, optim.lr=0.001' ->
-    'init std 0.02\nt5 rescale: True, lr: 0.001'. With ``widths`` (the n_embd of the runs drawn),
-    a numeric init std that is d^-0.5 of another width says both numbers (labels.init_std_aside)."""
+    """'0.02 | optim.lr=0.001' -> 'init std 0.02\nlr: 0.001', with labels.init_std_aside of the
+    widths (n_embd) of the runs drawn."""
     init, _, variant = str(setting).partition(" | ")
     parts = [p.strip().partition("=") for p in variant.split(",") if p.strip()]
     variant = ", ".join(f"{key_label(k)}: {v}" for k, _, v in parts)
-    sep = ", " if short else "\n"
     aside = init_std_aside(init, widths, "; " if short else ";\n").strip()
     init = r"$d^{-1/2}$" if init == "inv_sqrt_d" else init
-    return prefix + init + (sep + aside if aside else "") + (sep + variant if variant else "")
+    return (", " if short else "\n").join(filter(None, [prefix + init, aside, variant]))
 
 
 def setting_label(runs: pd.DataFrame, setting: str, short: bool = False) -> str:
@@ -388,8 +375,7 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[s
 
 
 def print_notes(fig: Figure | None, indent: str = "") -> None:
-    """What a figure leaves out and draws apart, one line each; mathtext as plain text
-    ('$d^{-1/2}$' -> 'd^-1/2')."""
+    """What a figure leaves out and draws apart, one line each, mathtext as plain text."""
     for head, items in (("not shown", fig.skipped), ("marked", fig.flagged)) if fig else ():
         for item in items:
             plain = re.sub(r"\$([^$]*)\$", lambda m: re.sub(r"[{}]", "", m.group(1)), item)
@@ -397,8 +383,8 @@ def print_notes(fig: Figure | None, indent: str = "") -> None:
 
 
 def publish(fig: Figure, out_dir: str | Path, name: str, formats: Sequence[str]) -> Figure:
-    """For notebooks: save ``fig`` (see :func:`save_figure`), print where and what it leaves out;
-    a figure with nothing drawn (``fig.empty``) is shown, not written, and says why."""
+    """For notebooks: save ``fig``, print where and what it leaves out; an empty one is shown,
+    not written, and says why."""
     if fig.empty:
         print(f"{name}: not written: {fig.empty}")
     else:

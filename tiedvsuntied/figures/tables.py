@@ -1,7 +1,5 @@
-"""The tables: parameters of every named size (md, tex), the paired comparisons (md), each
-under a first line that says how many intervals it holds, their method, the primary contrast and
-the noise floor (:func:`analysis.caption`), and the first steps (md: when the loss falls below
-ln V and below the d^-0.5 arm, under a line that says what the runs are)."""
+"""The tables (docs/figures.md): parameters of every named size, the paired comparisons under
+the line :func:`analysis.stats.caption` writes, and the first steps."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ def write_param_tables(runs: pd.DataFrame | None = None) -> dict[str, str]:
 
 
 def interaction_text(runs: pd.DataFrame) -> str:
-    """``table_interaction.md``: the tie effect at one init std minus at the other
-    (PRIMARY_CONTRAST's levels, its row marked), and with several sizes, at the largest size minus
-    at the smallest; or why there is none."""
+    """``table_interaction.md``: the tie effect at one of PRIMARY_CONTRAST's init stds minus at
+    the other (its row marked), and at the largest size minus the smallest; or why there is none."""
     first, second = PRIMARY_CONTRAST.levels
     by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
     none = f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
@@ -50,9 +47,8 @@ def interaction_text(runs: pd.DataFrame) -> str:
     "each arm at its best lr; with more arms, each against the tied one (md)",
 )
 def write_tables(runs: pd.DataFrame) -> dict[str, str]:
-    """``table_paired.md`` (every cell, final and best, with the noise floor),
-    ``table_interaction.md``, and where the runs have them ``table_classic.md`` (each arm at its
-    own best learning rate) and ``table_arms.md`` (every arm against the tied one)."""
+    """``table_paired.md``, ``table_interaction.md``, and where the runs have them
+    ``table_classic.md`` and ``table_arms.md`` (as the registered description says)."""
     texts = {
         "table_paired.md": markdown(paired_table(runs, ("final", "best", "final_val"))),
         "table_interaction.md": interaction_text(runs),
@@ -98,11 +94,11 @@ def _early_runs(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 @style.table("table_early", "first step below ln V and below the d^-0.5 arm, per cell and run (md)")
 def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, str]:
-    """``table_early.md``: per cell, the first step below ln V and below the d^-0.5 arm
-    (analysis.early_steps; median [range] over seeds), then every run's; the first lines say what
-    the runs are (style.describe_runs) and how the steps were read."""
+    """``table_early.md``: per cell (median [range] over seeds), then per run, under what the
+    runs are and how the steps were read (analysis.early_steps)."""
     table = early_steps(runs, history)
     summary = early_summary(table)
+    steps = {c: [_steps_text(r, c) for _, r in summary.iterrows()] for c in STEP_COLUMNS}
     shown = pd.DataFrame(
         {
             "model": summary["model"],
@@ -110,16 +106,13 @@ def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, st
             "head": summary["tie"].map({True: "tied", False: "untied"}),
             "init std": summary["init_std"],
             "n": summary["n"],
-            "below ln V": [_steps_text(r, "step_below_ln_v") for _, r in summary.iterrows()],
-            "below the d^-0.5 arm": [
-                _steps_text(r, "step_below_arm") for _, r in summary.iterrows()
-            ],
+            "below ln V": steps["step_below_ln_v"],
+            "below the d^-0.5 arm": steps["step_below_arm"],
         }
     )
     metrics = ", ".join(sorted(table["metric"].dropna().unique())) or "none logged"
     parts = [
         style.describe_runs(runs),
-        "",
         "First training step whose loss is below ln V, and below the loss of the run's "
         "d^-0.5 arm (same data, size, variant, tie and seed) at the same step: median "
         "[min–max] over seeds; 'never': not by the run's last logged step. Loss: "
@@ -127,11 +120,8 @@ def write_early_table(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, st
         f"(here: {metrics}); past the steps logged one by one, a step is the first logged "
         "one (every trainer.log_interval steps, or at each evaluation); replicates are left "
         "out.",
-        "",
         shown.to_markdown(index=False) if len(shown) else "No runs.",
-        "",
         "## Every run",
-        "",
         _early_runs(table, runs).to_markdown(index=False) if len(table) else "No runs.",
     ]
-    return {"table_early.md": "\n".join(parts) + "\n"}
+    return {"table_early.md": "\n\n".join(parts) + "\n"}
