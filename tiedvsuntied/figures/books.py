@@ -15,9 +15,9 @@ from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
-ARM_STYLE = {  # Okabe-Ito colours, one marker per arm: told apart in grey print too
-    "tied": {"color": "#0072B2", "marker": "o"},
-    "untied": {"color": "#D55E00", "marker": "s"},
+ARM_STYLE = {  # Okabe-Ito colours (tied and untied as in every figure), one marker per arm
+    "tied": {"color": style.TIE_COLOR[True], "marker": "o"},
+    "untied": {"color": style.TIE_COLOR[False], "marker": "s"},
     "t5": {"color": "#009E73", "marker": "^"},
     "emb1_head_dsqrt": {"color": "#CC79A7", "marker": "D"},
 }
