@@ -40,14 +40,11 @@ def arm_label(run: pd.Series) -> str:
         for k, _, v in parts
         if k != "head.untie_at" and v != "None" and str(NEUTRAL.get(k)) != v
     )
-    base = (
-        f"untied at step {int(run['untie_step'])}"
-        if pd.notna(run["untie_step"])
-        else ("tied" if run["tie"] else "untied")
-    )
-    return base + (
-        f" ({rest.replace('inv_sqrt_d', 'd^-1/2').replace('sqrt_d', 'd^1/2')})" if rest else ""
-    )
+    base = "tied" if run["tie"] else "untied"
+    if pd.notna(run["untie_step"]):
+        base = f"untied at step {int(run['untie_step'])}"
+    rest = rest.replace("inv_sqrt_d", "d^-1/2").replace("sqrt_d", "d^1/2")
+    return f"{base} ({rest})" if rest else base
 
 
 def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -70,20 +67,13 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     cols = [*ARM_CELL, "arm", "reference", "point", *INTERVAL_COLUMNS]
     if ref is None:
         return pd.DataFrame(columns=[*cols, "share"])
-    reference = finished[finished["arm"] == ref]
+    reference, others = finished[finished["arm"] == ref], finished[finished["arm"] != ref]
     rows = []
-    for (arm, *cell_key), cell in finished[finished["arm"] != ref].groupby(
-        ["arm", *ARM_CELL], sort=True
-    ):
+    for (arm, *cell_key), cell in others.groupby(["arm", *ARM_CELL], sort=True):
         arm_pairs = match(cell, reference, ARM_KEYS)
+        head = {**dict(zip(ARM_CELL, cell_key, strict=True)), "arm": arm, "reference": ref}
         rows += [
-            {
-                **dict(zip(ARM_CELL, cell_key, strict=True)),
-                "arm": arm,
-                "reference": ref,
-                "point": point,
-                **paired_interval(arm_pairs, point),
-            }
+            {**head, "point": point, **paired_interval(arm_pairs, point)}
             for point in points
             if len(arm_pairs)
         ]
@@ -109,26 +99,20 @@ def best_lr_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, cell in finished.groupby(keys, dropna=False, sort=True):
         means = cell.groupby(["tie", "lr"])["best_val_loss"].agg(["mean", "count"]).reset_index()
-        best = {
-            tie: means[means["tie"] == tie].sort_values("mean").iloc[0]
-            for tie in (True, False)
-            if (means["tie"] == tie).any()
-        }
+        best = means.sort_values("mean").groupby("tie").head(1).set_index("tie")
         if len(best) < 2:
             continue
-        at_best = cell["lr"] == cell["tie"].map({True: best[True]["lr"], False: best[False]["lr"]})
-        cell_pairs = pairs(cell[at_best], [*keys, "seed"])
+        cell_pairs = pairs(cell[cell["lr"] == cell["tie"].map(best["lr"])], [*keys, "seed"])
+        at_best = {
+            "lr_tied": best.loc[True, "lr"],
+            "lr_untied": best.loc[False, "lr"],
+            "lrs": int(means["lr"].nunique()),
+            "val_tied": best.loc[True, "mean"],
+            "val_untied": best.loc[False, "mean"],
+        }
+        cell_key = dict(zip(keys, key, strict=True))
         rows += [
-            {
-                **dict(zip(keys, key, strict=True)),
-                "point": point,
-                "lr_tied": best[True]["lr"],
-                "lr_untied": best[False]["lr"],
-                "lrs": int(means["lr"].nunique()),
-                "val_tied": best[True]["mean"],
-                "val_untied": best[False]["mean"],
-                **paired_interval(cell_pairs, point),
-            }
+            {**cell_key, "point": point, **at_best, **paired_interval(cell_pairs, point)}
             for point in ("best", "final")
         ]
     return pd.DataFrame(rows)
@@ -158,22 +142,17 @@ def interaction_table(
         raise KeyError(f"factor={factor!r}: valid factors are {', '.join(CELL)}")
     first, second = (canonical_init_std(v) if factor == "init_std" else str(v) for v in levels)
     keys = [c for c in CELL if c != factor]
-    both = pairs(runs)
     rows = []
-    for key, cell in both.groupby(keys, dropna=False, sort=True):
+    for key, cell in pairs(runs).groupby(keys, dropna=False, sort=True):
+        level = cell[factor].astype(str).to_numpy()
+        if not {first, second} <= set(level):
+            continue
+        head = {**dict(zip(keys, key, strict=True)), "contrast": f"{factor}: {first} − {second}"}
         for point in points:
             col = POINTS[point]
             effect = (cell[f"{col}_t"] - cell[f"{col}_u"]).set_axis(cell["seed"]).astype(float)
-            level = cell[factor].astype(str).to_numpy()
-            if {first, second} <= set(level):
-                rows.append(
-                    {
-                        **dict(zip(keys, key, strict=True)),
-                        "contrast": f"{factor}: {first} − {second}",
-                        "point": point,
-                        **interaction_interval(effect[level == first], effect[level == second]),
-                    }
-                )
+            at_levels = interaction_interval(effect[level == first], effect[level == second])
+            rows.append({**head, "point": point, **at_levels})
     columns = [*keys, "contrast", "point", "n_seeds", "effect_first", "effect_second"]
     table = pd.DataFrame(rows, columns=[*columns, "diff", "low", "high", "method", "seed_diffs"])
     primary = (factor, (first, second)) == PRIMARY_CONTRAST[:2]

@@ -79,16 +79,9 @@ def seed_method(n: int, what: str = "paired differences") -> str:
 def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
     """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
     values = values.dropna()
-    diff, low, high = seed_interval(values)
+    interval = dict(zip(("diff", "low", "high"), seed_interval(values), strict=True))
     method = seed_method(len(values), what)
-    return dict(
-        n_seeds=len(values),
-        diff=diff,
-        low=low,
-        high=high,
-        method=method,
-        seed_diffs=values.tolist(),
-    )
+    return {"n_seeds": len(values), **interval, "method": method, "seed_diffs": values.tolist()}
 
 
 def is_replicate(run: pd.Series) -> bool:
@@ -176,9 +169,8 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return runs
     runs = first_replicates(runs)
-    rank = (
-        runs["status"].map({"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}).fillna(2)
-    )
+    usable = {"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}
+    rank = runs["status"].map(usable).fillna(2)
     pool = runs[rank < 2] if (rank < 2).any() else runs  # failed, unknown: only if nothing else
     biggest = largest_model(pool)
     candidates = runs.assign(_rank=rank)[runs["model"] == biggest].sort_values(
@@ -270,13 +262,9 @@ def reruns(runs: pd.DataFrame) -> pd.DataFrame:
     (compiled CPU runs are then bitwise equal), not a floor."""
     finished = runs[runs["status"] == "finished"]
     replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
+    first, keys = finished[replicate.eq(0)], [*PAIR_COLUMNS, "tie"]
     pairs = [
-        match(
-            finished[replicate.eq(0)],
-            finished[replicate.eq(k)],
-            [*PAIR_COLUMNS, "tie"],
-            suffixes=("_0", "_k"),
-        )
+        match(first, finished[replicate.eq(k)], keys, suffixes=("_0", "_k"))
         for k in sorted(replicate[replicate > 0].unique())
     ]
     if not pairs:
@@ -310,10 +298,8 @@ def with_floor(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
     """``table`` (rows per CELL and ``point``) with the cell's noise ``floor`` there."""
     if floors.empty:
         return table.assign(floor=np.nan)
-    long = floors.melt(
-        id_vars=CELL, value_vars=list(FLOOR_COLUMNS.values()), var_name="point", value_name="floor"
-    )
-    long["point"] = long["point"].map({v: k for k, v in FLOOR_COLUMNS.items()})
+    by_point = floors.rename(columns={v: k for k, v in FLOOR_COLUMNS.items()})
+    long = by_point.melt(CELL, list(POINTS), var_name="point", value_name="floor")
     return table.merge(long, on=[*CELL, "point"], how="left")
 
 
