@@ -152,16 +152,11 @@ def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def size_interactions(table: pd.DataFrame) -> list[dict]:
     """B: tying's effect at micro minus at nano, per init std, paired by seed."""
-    models = set(table.index.get_level_values("model"))
-    if not {"nano", "micro"} <= models:
+    if not {"nano", "micro"} <= set(table.index.get_level_values("model")):
         return []
+    micro, nano = table.loc["micro"], table.loc["nano"]
     return [
-        _row(
-            "B",
-            "micro − nano",
-            name,
-            per_seed(table.loc["micro"], comb) - per_seed(table.loc["nano"], comb),
-        )
+        _row("B", "micro − nano", name, per_seed(micro, comb) - per_seed(nano, comb))
         for name_table, name, comb in contrasts()
         if name_table == "A"
     ]
@@ -242,9 +237,8 @@ def text_variance(effects: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for model, cell in effects.groupby("model"):
         by_seed = cell.groupby("seed")["effect"]
-        within = np.sqrt(
-            (by_seed.var(ddof=1) * (by_seed.count() - 1)).sum() / (len(cell) - by_seed.ngroups)
-        )
+        deviations = cell["effect"] - by_seed.transform("mean")
+        within = np.sqrt((deviations**2).sum() / (len(cell) - by_seed.ngroups))
         rows.append(
             {
                 "model": model,

@@ -85,11 +85,10 @@ def load(
 ) -> Results:
     """A W&B project if given, else sweep directories; with ``data_id``, only the runs on that
     data (mixed sweeps)."""
-    results = (
-        load_wandb(wandb_project, group=wandb_group or None)
-        if wandb_project
-        else load_results(*sweep_dirs)
-    )
+    if wandb_project:
+        results = load_wandb(wandb_project, group=wandb_group or None)
+    else:
+        results = load_results(*sweep_dirs)
     if data_id:
         ids = sorted(results.runs["data_id"].dropna().unique())
         if data_id not in ids:
@@ -251,9 +250,8 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
             parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
             notes.append(
                 f"mixed sweeps: runs use {len(by_value)} different {what} ({col}): "
-                + "; ".join(parts)
-                + f". Losses are only comparable within one {col}: "
-                + f"filter with runs[runs.{col} == ...]"
+                f"{'; '.join(parts)}. Losses are only comparable within one {col}: "
+                f"filter with runs[runs.{col} == ...]"
             )
     if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
         notes.append(
@@ -298,20 +296,16 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
         raise ResultsError(
             f"W&B project {project} has no runs" + (f" in group {group!r}" if group else "")
         )
-    loaded = [
-        (
-            wandb_run_row(
-                dict(r.config),
-                dict(r.summary),
-                run_id=r.summary.get("run_id") or r.id,
-                name=r.name,
-                group=r.group,
-                state=r.state,
-                url=r.url,
-            ),
+    loaded = []
+    for r in wb_runs:
+        row = wandb_run_row(
             dict(r.config),
-            history_from_records(r.scan_history()),
+            dict(r.summary),
+            run_id=r.summary.get("run_id") or r.id,
+            name=r.name,
+            group=r.group,
+            state=r.state,
+            url=r.url,
         )
-        for r in wb_runs
-    ]
+        loaded.append((row, dict(r.config), history_from_records(r.scan_history())))
     return _assemble(loaded, [])

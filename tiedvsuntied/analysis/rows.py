@@ -183,16 +183,14 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
 def _bool(value: Any) -> bool | None:
     if isinstance(value, str):
-        value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
-            value.lower()
-        )
-    return (
-        bool(value)
-        if isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
-        else None
-    )
+        return _BOOLS.get(value.lower())
+    is_bool = isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
+    return bool(value) if is_bool else None
 
 
 def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -261,11 +259,9 @@ def run_row(
     row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
-        row["init_std"] = (
-            canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
-        )
-    except (TypeError, ValueError):
-        row["init_std"] = str(row["init_std"])
+        row["init_std"] = canonical_init_std(row["init_std"])
+    except (TypeError, ValueError):  # a spelling it does not know is kept as read
+        row["init_std"] = None if row["init_std"] is None else str(row["init_std"])
     nested = pd.json_normalize(
         {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_"
     )  # params_total...
