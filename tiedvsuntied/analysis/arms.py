@@ -5,7 +5,6 @@ with a factor (the tie effect at init std 1.0 minus at d^-0.5, or at one size mi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -84,17 +83,14 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     return table.assign(share=(full["diff"] / full["untied_diff"]).where(scheduled))
 
 
-def _without_lr(variant) -> str:
-    return re.sub(r"(, )?optim\.lr=[^,]*", "", variant or "").strip(", ")
-
-
 def best_lr_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     """The classic comparison (Press & Wolf 2017; Inan et al. 2017): each arm at its OWN best
     learning rate (lowest mean best validation loss over its finished seeds), then tied − untied
     paired by seed at those rates, for the test loss at the best validation step (early
     stopping) and at the final step. One row per data/size/init std/other variant keys."""
     finished = first_replicates(runs[(runs["status"] == "finished") & runs["lr"].notna()])
-    finished = finished.assign(base=finished["variant"].map(_without_lr))
+    without_lr = finished["variant"].fillna("").str.replace(r"(, )?optim\.lr=[^,]*", "", regex=True)
+    finished = finished.assign(base=without_lr.str.strip(", "))
     keys = ["data_id", "model", "init_std", "base"]
     rows = []
     for key, cell in finished.groupby(keys, dropna=False, sort=True):

@@ -95,15 +95,7 @@ HISTORY_ID_COLUMNS = [
     "replicate",
 ]
 
-_CONFIG_COLUMNS = ("emb_lr_mult", "heldout_fold")  # read from the config, not the summary
-SUMMARY_KEYS = [
-    c
-    for c in RUN_COLUMNS
-    if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr", *_CONFIG_COLUMNS)
-    and c not in HELDOUT_COLUMNS
-    and not c.startswith(("params_", "init_std_resolved_"))
-]
-# Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
+# summary.json's keys; the column dtypes follow them (Int64: a missing count stays NA, not a float)
 _TYPES = typing.get_type_hints(RunSummary)
 INT_COLUMNS = [
     c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")
@@ -212,7 +204,7 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
         **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size")},
     }
     nested = ("params", "init_std_resolved")
-    for key in [*SUMMARY_KEYS, *nested, "data_fingerprint"]:
+    for key in _TYPES:
         for value in (filled.get(key), config.get(key), derived.get(key), fallbacks.get(key)):
             if value is not None and (not isinstance(value, Mapping) or key in nested):
                 filled[key] = value
