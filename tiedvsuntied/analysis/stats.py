@@ -69,19 +69,15 @@ def seed_interval(values) -> tuple[float, float, float]:
     return float(values.mean()), float(interval.low), float(interval.high)
 
 
-def seed_method(n: int, what: str = "paired differences") -> str:
-    """How :func:`seed_interval` made its interval, in words."""
-    if n < MIN_INTERVAL_SEEDS:
-        return f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
-    return f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
-
-
 def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
     """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
     values = values.dropna()
+    n = len(values)
     interval = dict(zip(("diff", "low", "high"), seed_interval(values), strict=True))
-    method = seed_method(len(values), what)
-    return {"n_seeds": len(values), **interval, "method": method, "seed_diffs": values.tolist()}
+    method = f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
+    if n < MIN_INTERVAL_SEEDS:
+        method = f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
+    return {"n_seeds": n, **interval, "method": method, "seed_diffs": values.tolist()}
 
 
 def is_replicate(run: pd.Series) -> bool:
@@ -113,19 +109,17 @@ def aggregate(
     )
     groups = df.groupby(list(by), dropna=False, sort=True)
     out = groups[value].agg(n="count", mean="mean", std="std", sem="sem")
-    if carry:
-        out = out.join(groups[list(carry)].first())
-    if "run_id" in df:
-        out["run_ids"] = groups["run_id"].agg(list)
-    out = out.reset_index()
     half = stats.t.ppf((1 + CONFIDENCE) / 2, out["n"] - 1) * out["sem"]  # NaN where n < 2
     out["ci_low"], out["ci_high"], out["ci_half"] = out["mean"] - half, out["mean"] + half, half
     out["ci_label"] = [
         f"{CONFIDENCE:.0%} t-CI, n={k}" if k > 1 else ("n=1: no CI" if k == 1 else "no data")
         for k in out["n"]
     ]
-    cols = [*by, "n", "mean", "std", "sem", "ci_low", "ci_high", "ci_half", "ci_label", *carry]
-    return out[cols + (["run_ids"] if "run_id" in df else [])]
+    if carry:
+        out = out.join(groups[list(carry)].first())
+    if "run_id" in df:
+        out["run_ids"] = groups["run_id"].agg(list)
+    return out.reset_index()
 
 
 def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
@@ -294,15 +288,6 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def with_floor(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
-    """``table`` (rows per CELL and ``point``) with the cell's noise ``floor`` there."""
-    if floors.empty:
-        return table.assign(floor=np.nan)
-    by_point = floors.rename(columns={v: k for k, v in FLOOR_COLUMNS.items()})
-    long = by_point.melt(CELL, list(POINTS), var_name="point", value_name="floor")
-    return table.merge(long, on=[*CELL, "point"], how="left")
-
-
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
     """Per CELL and comparison point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise
     ``floor``."""
@@ -312,7 +297,11 @@ def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) 
         for point in points
     ]
     table = pd.DataFrame(rows, columns=[*CELL, "point", *INTERVAL_COLUMNS])
-    return with_floor(table, noise_floor(runs))
+    floors = noise_floor(runs).rename(columns={v: k for k, v in FLOOR_COLUMNS.items()})
+    if floors.empty:
+        return table.assign(floor=np.nan)
+    long = floors.melt(CELL, list(POINTS), var_name="point", value_name="floor")
+    return table.merge(long, on=[*CELL, "point"], how="left")
 
 
 # ----------------------------------------------------------------------------- tables as text
