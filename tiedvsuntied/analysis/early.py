@@ -109,9 +109,8 @@ def early_summary(table: pd.DataFrame) -> pd.DataFrame:
     for col in STEP_COLUMNS:
         applies = table["arm_run_id" if col == "step_below_arm" else "run_id"].notna()
         sub = table[applies].groupby(EARLY_CELL, dropna=False, sort=True)[col]
-        stats = sub.agg(["median", "min", "max", "size", "count"])
-        stats["never"] = stats["size"] - stats["count"]
-        stats = stats.rename(columns={"size": "n"}).drop(columns="count")
+        stats = sub.agg(["median", "min", "max", "size", "count"]).rename(columns={"size": "n"})
+        stats["never"] = stats["n"] - stats.pop("count")
         out = out.join(stats.add_prefix(f"{col}_"))
     out = out.reset_index()
     counts = [f"{c}_{s}" for c in STEP_COLUMNS for s in ("n", "never")]

@@ -161,9 +161,9 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return df.groupby("step", sort=True).last().reset_index().replace([np.inf, -np.inf], np.nan)
 
 
-def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
+def flatten(d: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}."""
-    return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
+    return pd.json_normalize(dict(d), sep=sep).to_dict("records")[0]
 
 
 def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,10 +254,8 @@ def run_row(
         row["init_std"] = canonical_init_std(row["init_std"])
     except (TypeError, ValueError):  # a spelling it does not know is kept as read
         row["init_std"] = None if row["init_std"] is None else str(row["init_std"])
-    nested = pd.json_normalize(
-        {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_"
-    )  # params_total...
-    row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
+    nested = {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}
+    row.update({k: v for k, v in flatten(nested, "_").items() if k in row})  # params_total...
     row["status"] = row["status"] or "unknown"
     row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
     row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
@@ -267,8 +265,7 @@ def run_row(
     data = _section(config, "data")
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
-    for split, numbers in heldout.items():
-        row.update({f"{split}_{k}": numbers.get(k) for k in ("unigram", "bigram", "unseen")})
+    row.update({k: v for k, v in flatten(heldout, "_").items() if k in HELDOUT_COLUMNS})
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 
