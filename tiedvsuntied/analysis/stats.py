@@ -1,13 +1,6 @@
 """Statistics on the runs table: means over seeds with Student-t intervals, the one tied/untied
-pairing, paired tables, the noise floor.
-
-A tied run and its untied partner share data, seed and body init (PAIR_COLUMNS). A cell's
-interval is a Student-t interval over its seeds' paired differences: each is a mean over the same
-evaluation windows in both arms, so evaluation noise enters through the seeds' spread. Its
-coverage is checked by simulation (tests/test_coverage.py: >= 93% for a nominal 95% at 3 and 5
-seeds, where a bootstrap of 3 seed means covers ~78%). Replicates (``replicate`` > 0: one
-config trained again) measure the noise floor and enter no seed-level statistic.
-"""
+pairing, paired tables, the noise floor. Why a t over the seeds' paired differences, and its
+coverage: docs/figures.md, "Statistics"."""
 
 from __future__ import annotations
 
@@ -24,8 +17,8 @@ CONFIDENCE = 0.95  # of every interval the tables give and the figures draw
 MIN_BAND_SEEDS = 3  # fewer: figures draw each seed, no band (n = 2 t-bands are uninformative)
 MIN_INTERVAL_SEEDS = 2  # a paired difference's t-interval needs two seeds
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds
-PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares
 CELL = ["data_id", "model", "variant", "init_std"]  # a paired table's row: its pairs share these
+PAIR_COLUMNS = [*CELL, "seed"]  # a tied/untied pair shares
 # the summary column each comparison point reads
 POINTS = {"final": "test_loss", "best": "test_loss_at_best", "final_val": "final_val_loss"}
 # mean_t, mean_u: the compared value's mean in the _t (tied, or the arm) and _u (untied, or the
