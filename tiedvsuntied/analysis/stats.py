@@ -29,25 +29,16 @@ FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's c
 
 class Contrast(NamedTuple):
     """(tied − untied at ``factor`` = levels[0]) − (at levels[1]), paired by seed, at ``point``
-    (POINTS), in the cells of size ``size``."""
+    (POINTS), in the cells of the largest size."""
 
     factor: str
     levels: tuple[str, str]
     point: str
-    size: str
-
-    def describe(self) -> str:
-        first, second = self.levels
-        return (
-            f"interaction of tying with {self.factor.replace('_', ' ')} at the {self.size} size: "
-            f"(tied − untied at {self.factor}={first}) − (tied − untied at {self.factor}="
-            f"{second}), test loss of the {self.point} weights, paired by seed"
-        )
 
 
 # Fixed before running (issue 20): the study's headline question and the one contrast its
 # conclusion rests on; every other interval of a table is secondary.
-PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final", "largest")
+PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final")
 
 
 def seed_interval(values) -> tuple[float, float, float]:
@@ -301,10 +292,13 @@ def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) 
 def caption(table: pd.DataFrame) -> str:
     """A table's first line: its intervals' count and method, the primary contrast, the floor."""
     k = int(table["low"].notna().sum()) if "low" in table else 0
+    factor, (first, second), point = PRIMARY_CONTRAST
     text = (
         f"{k} interval{'s' * (k != 1)} at {CONFIDENCE:.0%} each ({CONFIDENCE:.0%} t over seeds, "
         f"paired by seed; none below {MIN_INTERVAL_SEEDS} seeds; not corrected for multiplicity); "
-        f"primary contrast: {PRIMARY_CONTRAST.describe()}"
+        f"primary contrast: interaction of tying with {factor.replace('_', ' ')} at the largest "
+        f"size: (tied − untied at {factor}={first}) − (tied − untied at {factor}={second}), test "
+        f"loss of the {point} weights, paired by seed"
     )
     if "primary" in table and table["primary"].any():
         text += " (the row marked primary)"
