@@ -10,17 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.rows import (
-    FLOAT_COLUMNS,
-    HISTORY_ID_COLUMNS,
-    INT_COLUMNS,
-    RUN_COLUMNS,
-    STATUS_RANK,
-    history_from_records,
-    run_row,
-    variants,
-    wandb_run_row,
-)
+from tiedvsuntied.analysis import rows
 from tiedvsuntied.results import bundles, records
 
 
@@ -64,7 +54,7 @@ def load_results(*paths: str | Path) -> Results:
 def _best_records(loaded: list[tuple], notes: list[str]) -> list[tuple]:
     """One record per run_id: the best status (STATUS_RANK), then the newest ``updated_at``."""
     ranked = sorted(loaded, key=lambda r: r[0]["updated_at"] or "", reverse=True)
-    ranked.sort(key=lambda r: STATUS_RANK.get(r[0]["status"], 9))
+    ranked.sort(key=lambda r: rows.STATUS_RANK.get(r[0]["status"], 9))
     best: dict[str, tuple] = {}
     for record in ranked:
         row, kept = record[0], best.setdefault(record[0]["run_id"], record)[0]
@@ -196,16 +186,16 @@ def _load_run_dir(
         s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
-    row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
-    return row, config, history_from_records(records.read_metrics(run_dir))
+    row = {**rows.run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
+    return row, config, rows.history_from_records(records.read_metrics(run_dir))
 
 
 def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:
     """(row, config, raw history) per run -> Results, with ``variant`` set across all runs."""
-    for (row, _, _), variant in zip(loaded, variants([c for _, c, _ in loaded]), strict=True):
+    for (row, _, _), variant in zip(loaded, rows.variants([c for _, c, _ in loaded]), strict=True):
         row["variant"] = variant
-    runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=RUN_COLUMNS)
-    for columns, dtype in ((INT_COLUMNS, "Int64"), (FLOAT_COLUMNS, "float64")):
+    runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=rows.RUN_COLUMNS)
+    for columns, dtype in ((rows.INT_COLUMNS, "Int64"), (rows.FLOAT_COLUMNS, "float64")):
         runs[columns] = runs[columns].apply(pd.to_numeric, errors="coerce").astype(dtype)
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(
@@ -223,11 +213,11 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
         return r["diverged_at_step"] if diverged else np.inf
 
     parts = [
-        h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS})
+        h[h["step"] <= end(r)].assign(**{c: r[c] for c in rows.HISTORY_ID_COLUMNS})
         for r, h in histories
         if not h.empty
     ]
-    columns = [*HISTORY_ID_COLUMNS, "step", "tokens"]
+    columns = [*rows.HISTORY_ID_COLUMNS, "step", "tokens"]
     if not parts:
         return pd.DataFrame(columns=columns)
     history = pd.concat(parts, ignore_index=True)
@@ -298,7 +288,7 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
         )
     loaded = []
     for r in wb_runs:
-        row = wandb_run_row(
+        row = rows.wandb_run_row(
             dict(r.config),
             dict(r.summary),
             run_id=r.summary.get("run_id") or r.id,
@@ -307,5 +297,5 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
             state=r.state,
             url=r.url,
         )
-        loaded.append((row, dict(r.config), history_from_records(r.scan_history())))
+        loaded.append((row, dict(r.config), rows.history_from_records(r.scan_history())))
     return _assemble(loaded, [])
