@@ -59,17 +59,12 @@ def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
     """Per arm: the multiplier of the lowest final validation loss, and ``run_next``: one step
     out where that is an edge of the three first run (HYPOTHESES.md, "Learning rates")."""
     table = lr_check(runs)
-    ran = table.notna()
-    best = table.idxmin(axis=1)
-    low = [ran.columns[ran.loc[i]].min() for i in table.index]
-    high = [ran.columns[ran.loc[i]].max() for i in table.index]
-    # one step out, once, and only once the first three have all run
+    ran, best = table.notna(), table.idxmin(axis=1)
+    # one step out, once, and only once the first three have all run (and no other)
     first = ran.reindex(columns=list(LR_MULTS), fill_value=False).all(axis=1)
     ready = first & (ran.sum(axis=1) == len(LR_MULTS))
-    run_next = [
-        None if not go else m / LR_STEP if m == lo else m * LR_STEP if m == hi else None
-        for m, lo, hi, go in zip(best, low, high, ready, strict=True)
-    ]
+    out_from = {min(LR_MULTS): 1 / LR_STEP, max(LR_MULTS): LR_STEP}
+    run_next = [m * out_from[m] if m in out_from else None for m in best.where(ready)]
     out = table.rename(columns=lambda m: f"val_at_{m:g}")
     return out.assign(emb_lr_mult=best, run_next=run_next).reset_index()
 
