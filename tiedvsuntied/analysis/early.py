@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.stats import GROUP_COLUMNS, first_replicates
+from tiedvsuntied.analysis.stats import CELL, GROUP_COLUMNS, first_replicates
 
 ARM_INIT = "inv_sqrt_d"  # the arm every other init std is compared with
 ARM_KEYS = ["data_id", "model", "variant", "tie", "seed"]  # a run and its d^-0.5 arm share these
@@ -86,9 +86,7 @@ def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
         arm_h = None if arm is None else by_run.get(arm["run_id"], history.iloc[:0])
         rows.append(_run_row(run, h, arm, arm_h))
     out = pd.DataFrame(rows, columns=EARLY_COLUMNS)
-    return out.sort_values(["data_id", "model", "variant", "init_std", "tie", "seed"]).reset_index(
-        drop=True
-    )
+    return out.sort_values([*CELL, "tie", "seed"], ignore_index=True)
 
 
 def early_summary(table: pd.DataFrame) -> pd.DataFrame:

@@ -116,12 +116,9 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
         {k: v for k, v in flatten(current(unflatten(c or {}))).items() if k in VARIANT}
         for c in configs
     ]
+    as_json = [{k: json.dumps(v, sort_keys=True, default=str) for k, v in f.items()} for f in flat]
     keys = sorted({k for f in flat for k in f})
-    differing = [
-        k
-        for k in keys
-        if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1
-    ]
+    differing = [k for k in keys if len({j[k] for j in as_json if k in j}) > 1]
     return [
         ", ".join(f"{k}={f[k]}" for k in differing if k in f and not _is_model_default(k, f[k]))
         for f in flat
