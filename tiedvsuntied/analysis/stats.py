@@ -150,15 +150,9 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     usable = {"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}
     rank = runs["status"].map(usable).fillna(2)
     pool = runs[rank < 2] if (rank < 2).any() else runs  # failed, unknown: only if nothing else
-    biggest = largest_model(pool)
-    candidates = runs.assign(_rank=rank)[runs["model"] == biggest].sort_values(
-        ["_rank", "seed"], kind="stable"
-    )
-    return (
-        candidates.groupby(["tie", "init_std", "variant"], dropna=False, sort=False)
-        .head(1)
-        .drop(columns="_rank")
-    )
+    ranked = runs.assign(_rank=rank).sort_values(["_rank", "seed"], kind="stable")
+    candidates = ranked[ranked["model"] == largest_model(pool)].drop(columns="_rank")
+    return candidates.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1)
 
 
 # ----------------------------------------------------------------------------- the pairing
