@@ -231,11 +231,7 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
     """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
     notes = []
     for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
-        by_value = (
-            runs.dropna(subset=[col])
-            .groupby(col)["sweep"]
-            .agg(["size", lambda s: ", ".join(sorted(set(s)))])
-        )
+        by_value = runs.groupby(col)["sweep"].agg(["size", lambda s: ", ".join(sorted(set(s)))])
         if len(by_value) > 1:
             parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
             notes.append(
