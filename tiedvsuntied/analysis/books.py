@@ -139,9 +139,7 @@ def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
         for model, name_table, name, values in _by_contrast(table)
     ]
     out = pd.DataFrame(rows + size_interactions(table))
-    out["primary"] = [
-        (t, m, c) == PRIMARY for t, m, c in zip(out.table, out.model, out.contrast, strict=True)
-    ]
+    out["primary"] = pd.MultiIndex.from_frame(out[["table", "model", "contrast"]]).isin([PRIMARY])
     return out
 
 
@@ -164,12 +162,10 @@ def replicate_floor(chosen: pd.DataFrame) -> dict:
     if again.empty:
         return {}
     first = {(m, name): v for m, _, name, v in _by_contrast(wide(first_replicates(chosen)))}
-    floors = {}
-    for model, _, name, values in _by_contrast(wide(again)):
-        delta = values - first[(model, name)]
-        if delta.notna().any():
-            floors[(model, name)] = float(delta.abs().mean())
-    return floors
+    deltas = {
+        (m, name): (v - first[(m, name)]).abs() for m, _, name, v in _by_contrast(wide(again))
+    }
+    return {key: float(delta.mean()) for key, delta in deltas.items() if delta.notna().any()}
 
 
 def hypothesis_checks(runs: pd.DataFrame) -> pd.DataFrame:
