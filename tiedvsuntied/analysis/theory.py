@@ -94,11 +94,9 @@ def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
         t.loc[g.index, "predicted_approx"] = gaussian_logit_loss_approx(sigma, int(vocab))
         tied = g[g["tie"].eq(True) & g["init_self_logit"].notna()]
         if len(tied):
+            logit_std, self_logit, frac = (tied[c].to_numpy(float) for c in init[1:])
             t.loc[tied.index, "predicted_tied"] = tied_initial_loss(
-                tied["init_self_logit"].to_numpy(float),
-                tied["init_logit_std"].to_numpy(float),
-                int(vocab),
-                tied["init_self_target_frac"].to_numpy(float),
+                self_logit, logit_std, int(vocab), frac
             )
     own = t["predicted_tied"].where(t["tie"].eq(True), t["predicted"])
     return t.assign(excess=t["init_val_loss"] - own)
