@@ -180,9 +180,8 @@ def hypothesis_checks(runs: pd.DataFrame) -> pd.DataFrame:
             one = {(head, "1.0"): 1.0, (head, "inv_sqrt_d"): -1.0}
             name = f"{head}: init 1.0 − init d^-0.5"
             rows.append(_row("H2", model, name, per_seed(loss.loc[model], one)))
-        for arm_name, std in gap.columns:
-            name = f"{arm_name} {std} − bigram"
-            rows.append(_row("H5", model, name, gap.loc[model, (arm_name, std)]))
+        for cell in gap.columns:
+            rows.append(_row("H5", model, "{} {} − bigram".format(*cell), gap.loc[model, cell]))
     return pd.DataFrame(rows).query("n_seeds > 0").reset_index(drop=True)
 
 

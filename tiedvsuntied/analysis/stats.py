@@ -255,12 +255,9 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     again = again[~again["same_threads"]]
     if again.empty:
         return pd.DataFrame(columns=[*CELL, "n", *FLOOR_COLUMNS.values()])
-    floors = again[CELL].assign(
-        **{
-            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
-            for point, col in POINTS.items()
-        }
-    )
+    floors = again[CELL].copy()
+    for point, col in POINTS.items():
+        floors[FLOOR_COLUMNS[point]] = (again[f"{col}_0"] - again[f"{col}_k"]).abs()
     groups = floors.groupby(CELL, dropna=False, sort=True)
     table = groups.size().rename("n").to_frame().join(groups[list(FLOOR_COLUMNS.values())].mean())
     return table.reset_index()
