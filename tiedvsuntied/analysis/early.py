@@ -90,9 +90,8 @@ def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
 
 
 def early_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per GROUP_COLUMNS of :func:`early_steps`: ``n`` runs, and for each of STEP_COLUMNS the
-    median, min and max over the seeds that got there, ``*_n`` the runs it applies to (for the
-    arm: runs with one) and ``*_never`` those that did not get there."""
+    """Per GROUP_COLUMNS cell of :func:`early_steps`: ``n`` and each of STEP_COLUMNS' median,
+    min, max, ``_n`` and ``_never`` (docs/figures.md, "The first steps")."""
     groups = table.astype({"variant": object}).groupby(GROUP_COLUMNS, dropna=False, sort=True)
     out = groups.size().rename("n").to_frame()
     out["last_step"] = groups["last_step"].min()

@@ -264,8 +264,7 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
-    """Per CELL and comparison point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise
-    ``floor``."""
+    """Per CELL and point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise ``floor``."""
     rows = [
         {**dict(zip(CELL, key, strict=True)), "point": point, **paired_interval(cell, point)}
         for key, cell in pairs(runs).groupby(CELL, dropna=False, sort=True)
