@@ -39,9 +39,8 @@ def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Finished runs with an ``arm`` column, and the reference arm: plain 'tied', else the tied
     runs' one arm (None when there is no tied arm, or several and none plain)."""
     finished = stats.first_replicates(runs[runs["status"] == "finished"])
-    finished = finished.assign(
-        arm=[arm_label(r) for _, r in finished.iterrows()] if len(finished) else None
-    ).astype({"arm": object})
+    arms = [arm_label(r) for _, r in finished.iterrows()]
+    finished = finished.assign(arm=arms).astype({"arm": object})
     tied = finished.loc[finished["tie"].eq(True) & finished["untie_step"].isna(), "arm"].unique()
     return finished, ("tied" if "tied" in tied else tied[0] if len(tied) == 1 else None)
 

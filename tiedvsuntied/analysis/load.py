@@ -269,9 +269,8 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
     import wandb
 
     try:
-        wb_runs = list(
-            wandb.Api(timeout=10).runs(project, filters={"group": group} if group else None)
-        )
+        filters = {"group": group} if group else None
+        wb_runs = list(wandb.Api(timeout=10).runs(project, filters=filters))
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(
             f"cannot read W&B project {project!r}: {e.__class__.__name__}: {e}. "
