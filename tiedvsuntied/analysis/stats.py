@@ -88,9 +88,8 @@ def aggregate(
         raise KeyError(
             f"columns {missing} not in the table; available: {sorted(map(str, df.columns))}"
         )
-    df = df.assign(
-        **{value: pd.to_numeric(df[value], errors="coerce").replace([np.inf, -np.inf], np.nan)}
-    )
+    numbers = pd.to_numeric(df[value], errors="coerce").replace([np.inf, -np.inf], np.nan)
+    df = df.assign(**{value: numbers})
     groups = df.groupby(list(by), dropna=False, sort=True)
     out = groups[value].agg(n="count", mean="mean", std="std", sem="sem")
     half = stats.t.ppf((1 + CONFIDENCE) / 2, out["n"] - 1) * out["sem"]  # NaN where n < 2
@@ -127,10 +126,8 @@ def aggregate_history(
             f"metric {metric!r} not in the history; logged metrics: "
             f"{sorted(c for c in history.columns if '/' in str(c))}"
         )
-    logged = first_replicates(history)
-    logged = logged[
-        logged["status"].isin(["finished", "running", "interrupted"]) & logged[metric].notna()
-    ]
+    logged = first_replicates(history).dropna(subset=[metric])
+    logged = logged[logged["status"].isin(["finished", "running", "interrupted"])]
     tokens = logged.groupby([*by, "step"], dropna=False)["tokens"].mean().reset_index()
     return aggregate(logged, [*by, "step"], metric).merge(tokens, on=[*by, "step"], how="left")
 
