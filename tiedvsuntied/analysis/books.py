@@ -44,8 +44,6 @@ def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- learning rates
-
-
 def lr_check(runs: pd.DataFrame) -> pd.DataFrame:
     """Final validation loss of the lr check's runs (nano, seed 0): (arm, init std) x mult."""
     check = with_arms(first_replicates(runs))
@@ -86,8 +84,6 @@ def wide(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- contrasts
-
-
 def _minus(first: str, second: str, std: str = "1.0") -> dict[Cell, float]:
     """The arm ``first`` − the arm ``second`` at one init std."""
     return {(first, std): 1.0, (second, std): -1.0}
@@ -196,8 +192,6 @@ def references(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- books
-
-
 def document_losses(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run and test book: the run's loss on the book's windows, the count models'
     and the unseen share there (from each run's summary.json ``heldout``)."""

@@ -4,8 +4,6 @@ docs/figures.md, "The first steps"."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -55,7 +53,7 @@ def first_below(loss: pd.Series, threshold) -> float:
 
 
 def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> dict:
-    ln_v = math.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
+    ln_v = np.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
     metric, arm_metric, step_arm = dense_metric(h), None, np.nan
     if arm is not None:  # on train/loss only where both runs logged it densely
         arm_metric = dense_metric(h, arm_h)
@@ -93,8 +91,7 @@ def early_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per GROUP_COLUMNS cell of :func:`early_steps`: ``n`` and each of STEP_COLUMNS' median,
     min, max, ``_n`` and ``_never`` (docs/figures.md, "The first steps")."""
     groups = table.astype({"variant": object}).groupby(GROUP_COLUMNS, dropna=False, sort=True)
-    out = groups.size().rename("n").to_frame()
-    out["last_step"] = groups["last_step"].min()
+    out = groups.agg(n=("run_id", "size"), last_step=("last_step", "min"))
     for col in STEP_COLUMNS:
         applies = table["arm_run_id" if col == "step_below_arm" else "run_id"].notna()
         sub = table[applies].groupby(GROUP_COLUMNS, dropna=False, sort=True)[col]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -255,7 +254,7 @@ def run_row(
     row.update({k: v for k, v in flatten(nested, "_").items() if k in row})  # params_total...
     row["status"] = row["status"] or "unknown"
     row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
-    row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
+    row["ln_vocab"] = np.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
     row["lr"] = _section(config, "optim").get("lr")
     row["emb_lr_mult"] = _section(config, "optim").get("emb_lr_mult")

@@ -256,8 +256,7 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     for point, col in POINTS.items():
         floors[FLOOR_COLUMNS[point]] = (again[f"{col}_0"] - again[f"{col}_k"]).abs()
     groups = floors.groupby(CELL, dropna=False, sort=True)
-    table = groups.size().rename("n").to_frame().join(groups[list(FLOOR_COLUMNS.values())].mean())
-    return table.reset_index()
+    return groups.size().rename("n").to_frame().join(groups.mean()).reset_index()
 
 
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
