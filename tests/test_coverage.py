@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from tiedvsuntied.analysis.arms import interaction_interval
-from tiedvsuntied.analysis.stats import seed_interval, seed_method
+from tiedvsuntied.analysis.stats import seed_interval, seed_summary
 
 SEED_SD = 0.025  # nats: the spread of one config's paired difference across seeds (measured)
 WINDOW_SD = 0.3  # nats: per-window noise of a paired difference
@@ -66,7 +66,7 @@ def test_interaction_interval_covers(n_seeds):
 def test_one_seed_has_no_interval_and_identical_seeds_a_point():
     mean, low, high = seed_interval([0.1])
     assert mean == pytest.approx(0.1) and np.isnan(low) and np.isnan(high)
-    assert "no interval" in seed_method(1)
+    assert seed_summary(pd.Series([0.1]))["method"] == "1 seed: no interval (needs 2)"
     assert seed_interval([0.2, 0.2, 0.2])[1:] == (0.2, 0.2)
     mean, low, high = seed_interval([0.0, 1.0, 2.0])  # t(2) quantile 4.303, sem 0.577
     assert (mean, high - mean) == pytest.approx((1.0, 4.303 * 3**-0.5), rel=1e-3)

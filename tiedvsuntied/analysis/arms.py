@@ -5,24 +5,12 @@ with a factor (the tie effect at init std 1.0 minus at d^-0.5, or at one size mi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pandas as pd
 
+from tiedvsuntied.analysis import stats
 from tiedvsuntied.analysis.rows import key_label
-from tiedvsuntied.analysis.stats import (
-    CELL,
-    INTERVAL_COLUMNS,
-    POINTS,
-    PRIMARY_CONTRAST,
-    first_replicates,
-    largest_model,
-    match,
-    paired_interval,
-    pairs,
-    seed_summary,
-)
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.train.config import NEUTRAL
 
@@ -40,23 +28,19 @@ def arm_label(run: pd.Series) -> str:
         for k, _, v in parts
         if k != "head.untie_at" and v != "None" and str(NEUTRAL.get(k)) != v
     )
-    base = (
-        f"untied at step {int(run['untie_step'])}"
-        if pd.notna(run["untie_step"])
-        else ("tied" if run["tie"] else "untied")
-    )
-    return base + (
-        f" ({rest.replace('inv_sqrt_d', 'd^-1/2').replace('sqrt_d', 'd^1/2')})" if rest else ""
-    )
+    base = "tied" if run["tie"] else "untied"
+    if pd.notna(run["untie_step"]):
+        base = f"untied at step {int(run['untie_step'])}"
+    rest = rest.replace("inv_sqrt_d", "d^-1/2").replace("sqrt_d", "d^1/2")
+    return f"{base} ({rest})" if rest else base
 
 
 def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Finished runs with an ``arm`` column, and the reference arm: plain 'tied', else the tied
     runs' one arm (None when there is no tied arm, or several and none plain)."""
-    finished = first_replicates(runs[runs["status"] == "finished"])
-    finished = finished.assign(
-        arm=[arm_label(r) for _, r in finished.iterrows()] if len(finished) else None
-    ).astype({"arm": object})
+    finished = stats.first_replicates(runs[runs["status"] == "finished"])
+    arms = [arm_label(r) for _, r in finished.iterrows()]
+    finished = finished.assign(arm=arms).astype({"arm": object})
     tied = finished.loc[finished["tie"].eq(True) & finished["untie_step"].isna(), "arm"].unique()
     return finished, ("tied" if "tied" in tied else tied[0] if len(tied) == 1 else None)
 
@@ -67,23 +51,16 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     ``share``: the part of the untied arm's difference that untying at that step reached (1: all
     of it; NaN without an untied arm)."""
     finished, ref = with_arms(runs)
-    cols = [*ARM_CELL, "arm", "reference", "point", *INTERVAL_COLUMNS]
+    cols = [*ARM_CELL, "arm", "reference", "point", *stats.INTERVAL_COLUMNS]
     if ref is None:
         return pd.DataFrame(columns=[*cols, "share"])
-    reference = finished[finished["arm"] == ref]
+    reference, others = finished[finished["arm"] == ref], finished[finished["arm"] != ref]
     rows = []
-    for (arm, *cell_key), cell in finished[finished["arm"] != ref].groupby(
-        ["arm", *ARM_CELL], sort=True
-    ):
-        arm_pairs = match(cell, reference, ARM_KEYS)
+    for (arm, *cell_key), cell in others.groupby(["arm", *ARM_CELL], sort=True):
+        arm_pairs = stats.match(cell, reference, ARM_KEYS)
+        head = {**dict(zip(ARM_CELL, cell_key, strict=True)), "arm": arm, "reference": ref}
         rows += [
-            {
-                **dict(zip(ARM_CELL, cell_key, strict=True)),
-                "arm": arm,
-                "reference": ref,
-                "point": point,
-                **paired_interval(arm_pairs, point),
-            }
+            {**head, "point": point, **stats.paired_interval(arm_pairs, point)}
             for point in points
             if len(arm_pairs)
         ]
@@ -94,41 +71,32 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     return table.assign(share=(full["diff"] / full["untied_diff"]).where(scheduled))
 
 
-def _without_lr(variant) -> str:
-    return re.sub(r"(, )?optim\.lr=[^,]*", "", variant or "").strip(", ")
-
-
 def best_lr_comparison(runs: pd.DataFrame) -> pd.DataFrame:
     """The classic comparison (Press & Wolf 2017; Inan et al. 2017): each arm at its OWN best
     learning rate (lowest mean best validation loss over its finished seeds), then tied − untied
     paired by seed at those rates, for the test loss at the best validation step (early
     stopping) and at the final step. One row per data/size/init std/other variant keys."""
-    finished = first_replicates(runs[(runs["status"] == "finished") & runs["lr"].notna()])
-    finished = finished.assign(base=finished["variant"].map(_without_lr))
+    finished = stats.first_replicates(runs[(runs["status"] == "finished") & runs["lr"].notna()])
+    without_lr = finished["variant"].fillna("").str.replace(r"(, )?optim\.lr=[^,]*", "", regex=True)
+    finished = finished.assign(base=without_lr.str.strip(", "))
     keys = ["data_id", "model", "init_std", "base"]
     rows = []
     for key, cell in finished.groupby(keys, dropna=False, sort=True):
         means = cell.groupby(["tie", "lr"])["best_val_loss"].agg(["mean", "count"]).reset_index()
-        best = {
-            tie: means[means["tie"] == tie].sort_values("mean").iloc[0]
-            for tie in (True, False)
-            if (means["tie"] == tie).any()
-        }
+        best = means.sort_values("mean").groupby("tie").head(1).set_index("tie")
         if len(best) < 2:
             continue
-        at_best = cell["lr"] == cell["tie"].map({True: best[True]["lr"], False: best[False]["lr"]})
-        cell_pairs = pairs(cell[at_best], [*keys, "seed"])
+        cell_pairs = stats.pairs(cell[cell["lr"] == cell["tie"].map(best["lr"])], [*keys, "seed"])
+        at_best = {
+            "lr_tied": best.loc[True, "lr"],
+            "lr_untied": best.loc[False, "lr"],
+            "lrs": int(means["lr"].nunique()),
+            "val_tied": best.loc[True, "mean"],
+            "val_untied": best.loc[False, "mean"],
+        }
+        cell_key = dict(zip(keys, key, strict=True))
         rows += [
-            {
-                **dict(zip(keys, key, strict=True)),
-                "point": point,
-                "lr_tied": best[True]["lr"],
-                "lr_untied": best[False]["lr"],
-                "lrs": int(means["lr"].nunique()),
-                "val_tied": best[True]["mean"],
-                "val_untied": best[False]["mean"],
-                **paired_interval(cell_pairs, point),
-            }
+            {**cell_key, "point": point, **at_best, **stats.paired_interval(cell_pairs, point)}
             for point in ("best", "final")
         ]
     return pd.DataFrame(rows)
@@ -141,45 +109,40 @@ def interaction_interval(at_first: pd.Series, at_second: pd.Series) -> dict:
     return {
         "effect_first": at_first[diffs.index].mean(),
         "effect_second": at_second[diffs.index].mean(),
-        **seed_summary(diffs, "differences of paired differences"),
+        **stats.seed_summary(diffs, "differences of paired differences"),
     }
 
 
 def interaction_table(
     runs: pd.DataFrame,
-    factor: str = PRIMARY_CONTRAST.factor,
-    levels: Sequence[str] = PRIMARY_CONTRAST.levels,
-    points: Sequence[str] = (PRIMARY_CONTRAST.point,),
+    factor: str = stats.PRIMARY_CONTRAST.factor,
+    levels: Sequence[str] = stats.PRIMARY_CONTRAST.levels,
+    points: Sequence[str] = (stats.PRIMARY_CONTRAST.point,),
 ) -> pd.DataFrame:
     """Per cell of the other CELL columns and point: the tie effect (tied − untied, paired) at
     ``factor`` = levels[0] minus at levels[1], paired by seed, with its t-interval; ``primary``
     marks the row of PRIMARY_CONTRAST. ``factor="model"`` contrasts sizes."""
-    if factor not in CELL:
-        raise KeyError(f"factor={factor!r}: valid factors are {', '.join(CELL)}")
+    if factor not in stats.CELL:
+        raise KeyError(f"factor={factor!r}: valid factors are {', '.join(stats.CELL)}")
     first, second = (canonical_init_std(v) if factor == "init_std" else str(v) for v in levels)
-    keys = [c for c in CELL if c != factor]
-    both = pairs(runs)
+    keys = [c for c in stats.CELL if c != factor]
     rows = []
-    for key, cell in both.groupby(keys, dropna=False, sort=True):
+    for key, cell in stats.pairs(runs).groupby(keys, dropna=False, sort=True):
+        level = cell[factor].astype(str).to_numpy()
+        if not {first, second} <= set(level):
+            continue
+        head = {**dict(zip(keys, key, strict=True)), "contrast": f"{factor}: {first} − {second}"}
         for point in points:
-            col = POINTS[point]
+            col = stats.POINTS[point]
             effect = (cell[f"{col}_t"] - cell[f"{col}_u"]).set_axis(cell["seed"]).astype(float)
-            level = cell[factor].astype(str).to_numpy()
-            if {first, second} <= set(level):
-                rows.append(
-                    {
-                        **dict(zip(keys, key, strict=True)),
-                        "contrast": f"{factor}: {first} − {second}",
-                        "point": point,
-                        **interaction_interval(effect[level == first], effect[level == second]),
-                    }
-                )
+            at_levels = interaction_interval(effect[level == first], effect[level == second])
+            rows.append({**head, "point": point, **at_levels})
     columns = [*keys, "contrast", "point", "n_seeds", "effect_first", "effect_second"]
     table = pd.DataFrame(rows, columns=[*columns, "diff", "low", "high", "method", "seed_diffs"])
-    primary = (factor, (first, second)) == PRIMARY_CONTRAST[:2]
-    largest = largest_model(runs[runs["status"] == "finished"])
+    primary = (factor, (first, second)) == stats.PRIMARY_CONTRAST[:2]
+    largest = stats.largest_model(runs[runs["status"] == "finished"])
     return table.assign(
         primary=primary
-        & (table["point"] == PRIMARY_CONTRAST.point)
+        & (table["point"] == stats.PRIMARY_CONTRAST.point)
         & (table.get("model", largest) == largest)
     )

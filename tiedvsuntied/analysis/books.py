@@ -44,8 +44,6 @@ def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- learning rates
-
-
 def lr_check(runs: pd.DataFrame) -> pd.DataFrame:
     """Final validation loss of the lr check's runs (nano, seed 0): (arm, init std) x mult."""
     check = with_arms(first_replicates(runs))
@@ -59,17 +57,12 @@ def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
     """Per arm: the multiplier of the lowest final validation loss, and ``run_next``: one step
     out where that is an edge of the three first run (HYPOTHESES.md, "Learning rates")."""
     table = lr_check(runs)
-    ran = table.notna()
-    best = table.idxmin(axis=1)
-    low = [ran.columns[ran.loc[i]].min() for i in table.index]
-    high = [ran.columns[ran.loc[i]].max() for i in table.index]
-    # one step out, once, and only once the first three have all run
+    ran, best = table.notna(), table.idxmin(axis=1)
+    # one step out, once, and only once the first three have all run (and no other)
     first = ran.reindex(columns=list(LR_MULTS), fill_value=False).all(axis=1)
     ready = first & (ran.sum(axis=1) == len(LR_MULTS))
-    run_next = [
-        None if not go else m / LR_STEP if m == lo else m * LR_STEP if m == hi else None
-        for m, lo, hi, go in zip(best, low, high, ready, strict=True)
-    ]
+    out_from = {min(LR_MULTS): 1 / LR_STEP, max(LR_MULTS): LR_STEP}
+    run_next = [m * out_from[m] if m in out_from else None for m in best.where(ready)]
     out = table.rename(columns=lambda m: f"val_at_{m:g}")
     return out.assign(emb_lr_mult=best, run_next=run_next).reset_index()
 
@@ -91,8 +84,6 @@ def wide(runs: pd.DataFrame, value: str = "test_loss") -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- contrasts
-
-
 def _minus(first: str, second: str, std: str = "1.0") -> dict[Cell, float]:
     """The arm ``first`` − the arm ``second`` at one init std."""
     return {(first, std): 1.0, (second, std): -1.0}
@@ -144,24 +135,17 @@ def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
         for model, name_table, name, values in _by_contrast(table)
     ]
     out = pd.DataFrame(rows + size_interactions(table))
-    out["primary"] = [
-        (t, m, c) == PRIMARY for t, m, c in zip(out.table, out.model, out.contrast, strict=True)
-    ]
+    out["primary"] = pd.MultiIndex.from_frame(out[["table", "model", "contrast"]]).isin([PRIMARY])
     return out
 
 
 def size_interactions(table: pd.DataFrame) -> list[dict]:
     """B: tying's effect at micro minus at nano, per init std, paired by seed."""
-    models = set(table.index.get_level_values("model"))
-    if not {"nano", "micro"} <= models:
+    if not {"nano", "micro"} <= set(table.index.get_level_values("model")):
         return []
+    micro, nano = table.loc["micro"], table.loc["nano"]
     return [
-        _row(
-            "B",
-            "micro − nano",
-            name,
-            per_seed(table.loc["micro"], comb) - per_seed(table.loc["nano"], comb),
-        )
+        _row("B", "micro − nano", name, per_seed(micro, comb) - per_seed(nano, comb))
         for name_table, name, comb in contrasts()
         if name_table == "A"
     ]
@@ -174,12 +158,10 @@ def replicate_floor(chosen: pd.DataFrame) -> dict:
     if again.empty:
         return {}
     first = {(m, name): v for m, _, name, v in _by_contrast(wide(first_replicates(chosen)))}
-    floors = {}
-    for model, _, name, values in _by_contrast(wide(again)):
-        delta = values - first[(model, name)]
-        if delta.notna().any():
-            floors[(model, name)] = float(delta.abs().mean())
-    return floors
+    deltas = {
+        (m, name): (v - first[(m, name)]).abs() for m, _, name, v in _by_contrast(wide(again))
+    }
+    return {key: float(delta.mean()) for key, delta in deltas.items() if delta.notna().any()}
 
 
 def hypothesis_checks(runs: pd.DataFrame) -> pd.DataFrame:
@@ -194,9 +176,8 @@ def hypothesis_checks(runs: pd.DataFrame) -> pd.DataFrame:
             one = {(head, "1.0"): 1.0, (head, "inv_sqrt_d"): -1.0}
             name = f"{head}: init 1.0 − init d^-0.5"
             rows.append(_row("H2", model, name, per_seed(loss.loc[model], one)))
-        for arm_name, std in gap.columns:
-            name = f"{arm_name} {std} − bigram"
-            rows.append(_row("H5", model, name, gap.loc[model, (arm_name, std)]))
+        for cell in gap.columns:
+            rows.append(_row("H5", model, "{} {} − bigram".format(*cell), gap.loc[model, cell]))
     return pd.DataFrame(rows).query("n_seeds > 0").reset_index(drop=True)
 
 
@@ -211,8 +192,6 @@ def references(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- books
-
-
 def document_losses(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run and test book: the run's loss on the book's windows, the count models'
     and the unseen share there (from each run's summary.json ``heldout``)."""
@@ -242,9 +221,8 @@ def text_variance(effects: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for model, cell in effects.groupby("model"):
         by_seed = cell.groupby("seed")["effect"]
-        within = np.sqrt(
-            (by_seed.var(ddof=1) * (by_seed.count() - 1)).sum() / (len(cell) - by_seed.ngroups)
-        )
+        deviations = cell["effect"] - by_seed.transform("mean")
+        within = np.sqrt((deviations**2).sum() / (len(cell) - by_seed.ngroups))
         rows.append(
             {
                 "model": model,

@@ -1,26 +1,16 @@
 """The first steps of a run: when its loss first falls below ln V (the loss of predicting every
-token alike) and below the loss of its d^-0.5 arm at the same step.
-
-An init std of 1.0 starts far above ln V (the logits' std is std · sqrt(d)) and spends its first
-steps collapsing; the d^-0.5 arm starts near ln V. These steps say how long the collapse takes
-and when the large init catches up, on the loss logged most densely early: ``train/loss`` where
-the trainer logged it at every step from step 1 (``trainer.log_first``), else ``val/loss``. A
-step is the first logged step strictly below the threshold; NaN when the run never got there
-(by ``last_step``) or has no d^-0.5 arm. Replicates (the noise floor) are left out.
-"""
+token alike) and below the loss of its d^-0.5 arm at the same step; why, and which loss is read:
+docs/figures.md, "The first steps"."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.stats import first_replicates
+from tiedvsuntied.analysis.stats import CELL, GROUP_COLUMNS, first_replicates
 
 ARM_INIT = "inv_sqrt_d"  # the arm every other init std is compared with
 ARM_KEYS = ["data_id", "model", "variant", "tie", "seed"]  # a run and its d^-0.5 arm share these
-EARLY_CELL = ["data_id", "model", "variant", "tie", "init_std"]  # seeds summarised per cell
 MIN_DENSE_STEPS = 10  # train/loss at every step 1..k with k >= this: use it, not val/loss
 STEP_COLUMNS = ("step_below_ln_v", "step_below_arm")
 RUN_KEYS = [*ARM_KEYS, "init_std", "run_id", "name", "status"]  # copied from the runs table
@@ -63,7 +53,7 @@ def first_below(loss: pd.Series, threshold) -> float:
 
 
 def _run_row(run: pd.Series, h: pd.DataFrame, arm: pd.Series | None, arm_h) -> dict:
-    ln_v = math.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
+    ln_v = np.log(float(run["vocab_size"])) if pd.notna(run.get("vocab_size")) else np.nan
     metric, arm_metric, step_arm = dense_metric(h), None, np.nan
     if arm is not None:  # on train/loss only where both runs logged it densely
         arm_metric = dense_metric(h, arm_h)
@@ -94,24 +84,19 @@ def early_steps(runs: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
         arm_h = None if arm is None else by_run.get(arm["run_id"], history.iloc[:0])
         rows.append(_run_row(run, h, arm, arm_h))
     out = pd.DataFrame(rows, columns=EARLY_COLUMNS)
-    return out.sort_values(["data_id", "model", "variant", "init_std", "tie", "seed"]).reset_index(
-        drop=True
-    )
+    return out.sort_values([*CELL, "tie", "seed"], ignore_index=True)
 
 
 def early_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per EARLY_CELL of :func:`early_steps`: ``n`` runs, and for each of STEP_COLUMNS the
-    median, min and max over the seeds that got there, ``*_n`` the runs it applies to (for the
-    arm: runs with one) and ``*_never`` those that did not get there."""
-    groups = table.astype({"variant": object}).groupby(EARLY_CELL, dropna=False, sort=True)
-    out = groups.size().rename("n").to_frame()
-    out["last_step"] = groups["last_step"].min()
+    """Per GROUP_COLUMNS cell of :func:`early_steps`: ``n`` and each of STEP_COLUMNS' median,
+    min, max, ``_n`` and ``_never`` (docs/figures.md, "The first steps")."""
+    groups = table.astype({"variant": object}).groupby(GROUP_COLUMNS, dropna=False, sort=True)
+    out = groups.agg(n=("run_id", "size"), last_step=("last_step", "min"))
     for col in STEP_COLUMNS:
         applies = table["arm_run_id" if col == "step_below_arm" else "run_id"].notna()
-        sub = table[applies].groupby(EARLY_CELL, dropna=False, sort=True)[col]
-        stats = sub.agg(["median", "min", "max", "size", "count"])
-        stats["never"] = stats["size"] - stats["count"]
-        stats = stats.rename(columns={"size": "n"}).drop(columns="count")
+        sub = table[applies].groupby(GROUP_COLUMNS, dropna=False, sort=True)[col]
+        stats = sub.agg(["median", "min", "max", "size", "count"]).rename(columns={"size": "n"})
+        stats["never"] = stats["n"] - stats.pop("count")
         out = out.join(stats.add_prefix(f"{col}_"))
     out = out.reset_index()
     counts = [f"{c}_{s}" for c in STEP_COLUMNS for s in ("n", "never")]

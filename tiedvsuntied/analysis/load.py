@@ -10,17 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.rows import (
-    FLOAT_COLUMNS,
-    HISTORY_ID_COLUMNS,
-    INT_COLUMNS,
-    RUN_COLUMNS,
-    STATUS_RANK,
-    history_from_records,
-    run_row,
-    variants,
-    wandb_run_row,
-)
+from tiedvsuntied.analysis import rows
 from tiedvsuntied.results import bundles, records
 
 
@@ -64,7 +54,7 @@ def load_results(*paths: str | Path) -> Results:
 def _best_records(loaded: list[tuple], notes: list[str]) -> list[tuple]:
     """One record per run_id: the best status (STATUS_RANK), then the newest ``updated_at``."""
     ranked = sorted(loaded, key=lambda r: r[0]["updated_at"] or "", reverse=True)
-    ranked.sort(key=lambda r: STATUS_RANK.get(r[0]["status"], 9))
+    ranked.sort(key=lambda r: rows.STATUS_RANK.get(r[0]["status"], 9))
     best: dict[str, tuple] = {}
     for record in ranked:
         row, kept = record[0], best.setdefault(record[0]["run_id"], record)[0]
@@ -85,11 +75,10 @@ def load(
 ) -> Results:
     """A W&B project if given, else sweep directories; with ``data_id``, only the runs on that
     data (mixed sweeps)."""
-    results = (
-        load_wandb(wandb_project, group=wandb_group or None)
-        if wandb_project
-        else load_results(*sweep_dirs)
-    )
+    if wandb_project:
+        results = load_wandb(wandb_project, group=wandb_group or None)
+    else:
+        results = load_results(*sweep_dirs)
     if data_id:
         ids = sorted(results.runs["data_id"].dropna().unique())
         if data_id not in ids:
@@ -197,16 +186,16 @@ def _load_run_dir(
         s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
-    row = {**run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
-    return row, config, history_from_records(records.read_metrics(run_dir))
+    row = {**rows.run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
+    return row, config, rows.history_from_records(records.read_metrics(run_dir))
 
 
 def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:
     """(row, config, raw history) per run -> Results, with ``variant`` set across all runs."""
-    for (row, _, _), variant in zip(loaded, variants([c for _, c, _ in loaded]), strict=True):
+    for (row, _, _), variant in zip(loaded, rows.variants([c for _, c, _ in loaded]), strict=True):
         row["variant"] = variant
-    runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=RUN_COLUMNS)
-    for columns, dtype in ((INT_COLUMNS, "Int64"), (FLOAT_COLUMNS, "float64")):
+    runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=rows.RUN_COLUMNS)
+    for columns, dtype in ((rows.INT_COLUMNS, "Int64"), (rows.FLOAT_COLUMNS, "float64")):
         runs[columns] = runs[columns].apply(pd.to_numeric, errors="coerce").astype(dtype)
     runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
     runs = runs.sort_values(
@@ -224,11 +213,11 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
         return r["diverged_at_step"] if diverged else np.inf
 
     parts = [
-        h[h["step"] <= end(r)].assign(**{c: r[c] for c in HISTORY_ID_COLUMNS})
+        h[h["step"] <= end(r)].assign(**{c: r[c] for c in rows.HISTORY_ID_COLUMNS})
         for r, h in histories
         if not h.empty
     ]
-    columns = [*HISTORY_ID_COLUMNS, "step", "tokens"]
+    columns = [*rows.HISTORY_ID_COLUMNS, "step", "tokens"]
     if not parts:
         return pd.DataFrame(columns=columns)
     history = pd.concat(parts, ignore_index=True)
@@ -242,18 +231,13 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
     """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
     notes = []
     for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
-        by_value = (
-            runs.dropna(subset=[col])
-            .groupby(col)["sweep"]
-            .agg(["size", lambda s: ", ".join(sorted(set(s)))])
-        )
+        by_value = runs.groupby(col)["sweep"].agg(["size", lambda s: ", ".join(sorted(set(s)))])
         if len(by_value) > 1:
             parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
             notes.append(
                 f"mixed sweeps: runs use {len(by_value)} different {what} ({col}): "
-                + "; ".join(parts)
-                + f". Losses are only comparable within one {col}: "
-                + f"filter with runs[runs.{col} == ...]"
+                f"{'; '.join(parts)}. Losses are only comparable within one {col}: "
+                f"filter with runs[runs.{col} == ...]"
             )
     if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
         notes.append(
@@ -285,9 +269,8 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
     import wandb
 
     try:
-        wb_runs = list(
-            wandb.Api(timeout=10).runs(project, filters={"group": group} if group else None)
-        )
+        filters = {"group": group} if group else None
+        wb_runs = list(wandb.Api(timeout=10).runs(project, filters=filters))
     except Exception as e:  # noqa: BLE001 - wandb raises many types; all mean "cannot read"
         raise WandbUnavailableError(
             f"cannot read W&B project {project!r}: {e.__class__.__name__}: {e}. "
@@ -298,20 +281,16 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
         raise ResultsError(
             f"W&B project {project} has no runs" + (f" in group {group!r}" if group else "")
         )
-    loaded = [
-        (
-            wandb_run_row(
-                dict(r.config),
-                dict(r.summary),
-                run_id=r.summary.get("run_id") or r.id,
-                name=r.name,
-                group=r.group,
-                state=r.state,
-                url=r.url,
-            ),
+    loaded = []
+    for r in wb_runs:
+        row = rows.wandb_run_row(
             dict(r.config),
-            history_from_records(r.scan_history()),
+            dict(r.summary),
+            run_id=r.summary.get("run_id") or r.id,
+            name=r.name,
+            group=r.group,
+            state=r.state,
+            url=r.url,
         )
-        for r in wb_runs
-    ]
+        loaded.append((row, dict(r.config), rows.history_from_records(r.scan_history())))
     return _assemble(loaded, [])

@@ -19,14 +19,6 @@ from tiedvsuntied.analysis.rows import RUN_COLUMNS
 SWEEP_VAR = "TIEDVSUNTIED_SWEEP_DIR"
 
 
-def sweep_paths(sweep_dir: str) -> list[Path]:
-    """``sweep_dir`` (os.pathsep-separated) as absolute paths; see the module's docstring."""
-    given, base = os.environ.get(SWEEP_VAR), Path.cwd()
-    if given and sweep_dir == given:  # Jupyter's launch dir (a kernel's cwd is the notebook's)
-        base = Path(os.environ.get("PWD") or os.getcwd())
-    return [(base / p).resolve() for p in str(sweep_dir).split(os.pathsep) if p]
-
-
 def notebook_results(
     sweep_dir: str, *, run_first: str = "", wandb_project: str = "", **kwargs
 ) -> Results:
@@ -35,7 +27,10 @@ def notebook_results(
     notebook (no error: a headless run of every notebook goes on)."""
     if wandb_project:
         return load(wandb_project=wandb_project, **kwargs)
-    paths = sweep_paths(sweep_dir)
+    given, base = os.environ.get(SWEEP_VAR), Path.cwd()  # relative to: the module's docstring
+    if given and sweep_dir == given:  # Jupyter's launch dir (a kernel's cwd is the notebook's)
+        base = Path(os.environ.get("PWD") or os.getcwd())
+    paths = [(base / p).resolve() for p in str(sweep_dir).split(os.pathsep) if p]
     missing = [p for p in paths if not p.exists()]
     if run_first and missing and not os.environ.get(SWEEP_VAR):
         skip_rest_of_notebook(

@@ -71,8 +71,7 @@ def load_stratum_cosines(
     runs: pd.DataFrame, steps: Sequence[int | str] = ("first", "last")
 ) -> pd.DataFrame:
     """The sampled off-diagonal cosines of E·Eᵀ per run, probe step (``which``: the requested
-    step), vocabulary stratum (unseen / rare / frequent, probes.vocab_strata) and ``kind`` (raw,
-    or centred: the stratum sample's mean row removed), long format."""
+    step), stratum and ``kind`` (raw, or centred: the sample's mean row removed), long."""
     parts, missing = [], []
     for run, which, probe_step, arrays in iter_probes(runs, steps, missing):
         found = {

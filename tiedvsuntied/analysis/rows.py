@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -95,15 +94,7 @@ HISTORY_ID_COLUMNS = [
     "replicate",
 ]
 
-_CONFIG_COLUMNS = ("emb_lr_mult", "heldout_fold")  # read from the config, not the summary
-SUMMARY_KEYS = [
-    c
-    for c in RUN_COLUMNS
-    if c not in ("head", "data_id", "variant", "ln_vocab", "source", "path", "lr", *_CONFIG_COLUMNS)
-    and c not in HELDOUT_COLUMNS
-    and not c.startswith(("params_", "init_std_resolved_"))
-]
-# Column dtypes follow the summary.json schema (Int64: a missing count stays NA, not a float).
+# summary.json's keys; the column dtypes follow them (Int64: a missing count stays NA, not a float)
 _TYPES = typing.get_type_hints(RunSummary)
 INT_COLUMNS = [
     c for c in RUN_COLUMNS if _TYPES.get(c) in (int, int | None) or c.startswith("params_")
@@ -124,12 +115,9 @@ def variants(configs: Sequence[Mapping[str, Any]]) -> list[str]:
         {k: v for k, v in flatten(current(unflatten(c or {}))).items() if k in VARIANT}
         for c in configs
     ]
+    as_json = [{k: json.dumps(v, sort_keys=True, default=str) for k, v in f.items()} for f in flat]
     keys = sorted({k for f in flat for k in f})
-    differing = [
-        k
-        for k in keys
-        if len({json.dumps(f[k], sort_keys=True, default=str) for f in flat if k in f}) > 1
-    ]
+    differing = [k for k in keys if len({j[k] for j in as_json if k in j}) > 1]
     return [
         ", ".join(f"{k}={f[k]}" for k in differing if k in f and not _is_model_default(k, f[k]))
         for f in flat
@@ -169,9 +157,9 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return df.groupby("step", sort=True).last().reset_index().replace([np.inf, -np.inf], np.nan)
 
 
-def flatten(d: Mapping[str, Any]) -> dict[str, Any]:
+def flatten(d: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}."""
-    return pd.json_normalize(dict(d), sep=".").to_dict("records")[0]
+    return pd.json_normalize(dict(d), sep=sep).to_dict("records")[0]
 
 
 def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,16 +171,14 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
 def _bool(value: Any) -> bool | None:
     if isinstance(value, str):
-        value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
-            value.lower()
-        )
-    return (
-        bool(value)
-        if isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
-        else None
-    )
+        return _BOOLS.get(value.lower())
+    is_bool = isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
+    return bool(value) if is_bool else None
 
 
 def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -214,7 +200,7 @@ def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> di
         **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size")},
     }
     nested = ("params", "init_std_resolved")
-    for key in [*SUMMARY_KEYS, *nested, "data_fingerprint"]:
+    for key in _TYPES:
         for value in (filled.get(key), config.get(key), derived.get(key), fallbacks.get(key)):
             if value is not None and (not isinstance(value, Mapping) or key in nested):
                 filled[key] = value
@@ -261,26 +247,21 @@ def run_row(
     row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
-        row["init_std"] = (
-            canonical_init_std(row["init_std"]) if row["init_std"] is not None else None
-        )
-    except (TypeError, ValueError):
-        row["init_std"] = str(row["init_std"])
-    nested = pd.json_normalize(
-        {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}, sep="_"
-    )  # params_total...
-    row.update({k: v for k, v in nested.to_dict("records")[0].items() if k in row})
+        row["init_std"] = canonical_init_std(row["init_std"])
+    except (TypeError, ValueError):  # a spelling it does not know is kept as read
+        row["init_std"] = None if row["init_std"] is None else str(row["init_std"])
+    nested = {k: filled.get(k) or {} for k in ("params", "init_std_resolved")}
+    row.update({k: v for k, v in flatten(nested, "_").items() if k in row})  # params_total...
     row["status"] = row["status"] or "unknown"
     row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
-    row["ln_vocab"] = math.log(float(row["vocab_size"])) if row["vocab_size"] else None
+    row["ln_vocab"] = np.log(float(row["vocab_size"])) if row["vocab_size"] else None
     row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
     row["lr"] = _section(config, "optim").get("lr")
     row["emb_lr_mult"] = _section(config, "optim").get("emb_lr_mult")
     data = _section(config, "data")
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
-    for split, numbers in heldout.items():
-        row.update({f"{split}_{k}": numbers.get(k) for k in ("unigram", "bigram", "unseen")})
+    row.update({k: v for k, v in flatten(heldout, "_").items() if k in HELDOUT_COLUMNS})
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 

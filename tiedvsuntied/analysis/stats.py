@@ -1,13 +1,6 @@
 """Statistics on the runs table: means over seeds with Student-t intervals, the one tied/untied
-pairing, paired tables, the noise floor.
-
-A tied run and its untied partner share data, seed and body init (PAIR_COLUMNS). A cell's
-interval is a Student-t interval over its seeds' paired differences: each is a mean over the same
-evaluation windows in both arms, so evaluation noise enters through the seeds' spread. Its
-coverage is checked by simulation (tests/test_coverage.py: >= 93% for a nominal 95% at 3 and 5
-seeds, where a bootstrap of 3 seed means covers ~78%). Replicates (``replicate`` > 0: one
-config trained again) measure the noise floor and enter no seed-level statistic.
-"""
+pairing, paired tables, the noise floor. Why a t over the seeds' paired differences, and its
+coverage: docs/figures.md, "Statistics"."""
 
 from __future__ import annotations
 
@@ -24,8 +17,8 @@ CONFIDENCE = 0.95  # of every interval the tables give and the figures draw
 MIN_BAND_SEEDS = 3  # fewer: figures draw each seed, no band (n = 2 t-bands are uninformative)
 MIN_INTERVAL_SEEDS = 2  # a paired difference's t-interval needs two seeds
 GROUP_COLUMNS = ["data_id", "model", "variant", "tie", "init_std"]  # runs averaged over seeds
-PAIR_COLUMNS = ["data_id", "model", "variant", "init_std", "seed"]  # a tied/untied pair shares
 CELL = ["data_id", "model", "variant", "init_std"]  # a paired table's row: its pairs share these
+PAIR_COLUMNS = [*CELL, "seed"]  # a tied/untied pair shares
 # the summary column each comparison point reads
 POINTS = {"final": "test_loss", "best": "test_loss_at_best", "final_val": "final_val_loss"}
 # mean_t, mean_u: the compared value's mean in the _t (tied, or the arm) and _u (untied, or the
@@ -36,25 +29,16 @@ FLOOR_COLUMNS = {point: f"floor_{point}" for point in POINTS}  # noise_floor's c
 
 class Contrast(NamedTuple):
     """(tied − untied at ``factor`` = levels[0]) − (at levels[1]), paired by seed, at ``point``
-    (POINTS), in the cells of size ``size``."""
+    (POINTS), in the cells of the largest size."""
 
     factor: str
     levels: tuple[str, str]
     point: str
-    size: str
-
-    def describe(self) -> str:
-        first, second = self.levels
-        return (
-            f"interaction of tying with {self.factor.replace('_', ' ')} at the {self.size} size: "
-            f"(tied − untied at {self.factor}={first}) − (tied − untied at {self.factor}="
-            f"{second}), test loss of the {self.point} weights, paired by seed"
-        )
 
 
 # Fixed before running (issue 20): the study's headline question and the one contrast its
 # conclusion rests on; every other interval of a table is secondary.
-PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final", "largest")
+PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final")
 
 
 def seed_interval(values) -> tuple[float, float, float]:
@@ -69,26 +53,15 @@ def seed_interval(values) -> tuple[float, float, float]:
     return float(values.mean()), float(interval.low), float(interval.high)
 
 
-def seed_method(n: int, what: str = "paired differences") -> str:
-    """How :func:`seed_interval` made its interval, in words."""
-    if n < MIN_INTERVAL_SEEDS:
-        return f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
-    return f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
-
-
 def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
     """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
     values = values.dropna()
-    diff, low, high = seed_interval(values)
-    method = seed_method(len(values), what)
-    return dict(
-        n_seeds=len(values),
-        diff=diff,
-        low=low,
-        high=high,
-        method=method,
-        seed_diffs=values.tolist(),
-    )
+    n = len(values)
+    interval = dict(zip(("diff", "low", "high"), seed_interval(values), strict=True))
+    method = f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
+    if n < MIN_INTERVAL_SEEDS:
+        method = f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
+    return {"n_seeds": n, **interval, "method": method, "seed_diffs": values.tolist()}
 
 
 def is_replicate(run: pd.Series) -> bool:
@@ -115,24 +88,21 @@ def aggregate(
         raise KeyError(
             f"columns {missing} not in the table; available: {sorted(map(str, df.columns))}"
         )
-    df = df.assign(
-        **{value: pd.to_numeric(df[value], errors="coerce").replace([np.inf, -np.inf], np.nan)}
-    )
+    numbers = pd.to_numeric(df[value], errors="coerce").replace([np.inf, -np.inf], np.nan)
+    df = df.assign(**{value: numbers})
     groups = df.groupby(list(by), dropna=False, sort=True)
     out = groups[value].agg(n="count", mean="mean", std="std", sem="sem")
-    if carry:
-        out = out.join(groups[list(carry)].first())
-    if "run_id" in df:
-        out["run_ids"] = groups["run_id"].agg(list)
-    out = out.reset_index()
     half = stats.t.ppf((1 + CONFIDENCE) / 2, out["n"] - 1) * out["sem"]  # NaN where n < 2
     out["ci_low"], out["ci_high"], out["ci_half"] = out["mean"] - half, out["mean"] + half, half
     out["ci_label"] = [
         f"{CONFIDENCE:.0%} t-CI, n={k}" if k > 1 else ("n=1: no CI" if k == 1 else "no data")
         for k in out["n"]
     ]
-    cols = [*by, "n", "mean", "std", "sem", "ci_low", "ci_high", "ci_half", "ci_label", *carry]
-    return out[cols + (["run_ids"] if "run_id" in df else [])]
+    if carry:
+        out = out.join(groups[list(carry)].first())
+    if "run_id" in df:
+        out["run_ids"] = groups["run_id"].agg(list)
+    return out.reset_index()
 
 
 def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.DataFrame:
@@ -156,10 +126,8 @@ def aggregate_history(
             f"metric {metric!r} not in the history; logged metrics: "
             f"{sorted(c for c in history.columns if '/' in str(c))}"
         )
-    logged = first_replicates(history)
-    logged = logged[
-        logged["status"].isin(["finished", "running", "interrupted"]) & logged[metric].notna()
-    ]
+    logged = first_replicates(history).dropna(subset=[metric])
+    logged = logged[logged["status"].isin(["finished", "running", "interrupted"])]
     tokens = logged.groupby([*by, "step"], dropna=False)["tokens"].mean().reset_index()
     return aggregate(logged, [*by, "step"], metric).merge(tokens, on=[*by, "step"], how="left")
 
@@ -176,19 +144,12 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return runs
     runs = first_replicates(runs)
-    rank = (
-        runs["status"].map({"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}).fillna(2)
-    )
+    usable = {"finished": 0, "running": 1, "interrupted": 1, "diverged": 1}
+    rank = runs["status"].map(usable).fillna(2)
     pool = runs[rank < 2] if (rank < 2).any() else runs  # failed, unknown: only if nothing else
-    biggest = largest_model(pool)
-    candidates = runs.assign(_rank=rank)[runs["model"] == biggest].sort_values(
-        ["_rank", "seed"], kind="stable"
-    )
-    return (
-        candidates.groupby(["tie", "init_std", "variant"], dropna=False, sort=False)
-        .head(1)
-        .drop(columns="_rank")
-    )
+    ranked = runs.assign(_rank=rank).sort_values(["_rank", "seed"], kind="stable")
+    candidates = ranked[ranked["model"] == largest_model(pool)].drop(columns="_rank")
+    return candidates.groupby(["tie", "init_std", "variant"], dropna=False, sort=False).head(1)
 
 
 # ----------------------------------------------------------------------------- the pairing
@@ -270,13 +231,9 @@ def reruns(runs: pd.DataFrame) -> pd.DataFrame:
     (compiled CPU runs are then bitwise equal), not a floor."""
     finished = runs[runs["status"] == "finished"]
     replicate = pd.to_numeric(finished.get("replicate", pd.Series(0, finished.index))).fillna(0)
+    first, keys = finished[replicate.eq(0)], [*PAIR_COLUMNS, "tie"]
     pairs = [
-        match(
-            finished[replicate.eq(0)],
-            finished[replicate.eq(k)],
-            [*PAIR_COLUMNS, "tie"],
-            suffixes=("_0", "_k"),
-        )
+        match(first, finished[replicate.eq(k)], keys, suffixes=("_0", "_k"))
         for k in sorted(replicate[replicate > 0].unique())
     ]
     if not pairs:
@@ -295,48 +252,39 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     again = again[~again["same_threads"]]
     if again.empty:
         return pd.DataFrame(columns=[*CELL, "n", *FLOOR_COLUMNS.values()])
-    floors = again[CELL].assign(
-        **{
-            FLOOR_COLUMNS[point]: (again[f"{col}_0"] - again[f"{col}_k"]).abs()
-            for point, col in POINTS.items()
-        }
-    )
+    floors = again[CELL].copy()
+    for point, col in POINTS.items():
+        floors[FLOOR_COLUMNS[point]] = (again[f"{col}_0"] - again[f"{col}_k"]).abs()
     groups = floors.groupby(CELL, dropna=False, sort=True)
-    table = groups.size().rename("n").to_frame().join(groups[list(FLOOR_COLUMNS.values())].mean())
-    return table.reset_index()
-
-
-def with_floor(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
-    """``table`` (rows per CELL and ``point``) with the cell's noise ``floor`` there."""
-    if floors.empty:
-        return table.assign(floor=np.nan)
-    long = floors.melt(
-        id_vars=CELL, value_vars=list(FLOOR_COLUMNS.values()), var_name="point", value_name="floor"
-    )
-    long["point"] = long["point"].map({v: k for k, v in FLOOR_COLUMNS.items()})
-    return table.merge(long, on=[*CELL, "point"], how="left")
+    return groups.size().rename("n").to_frame().join(groups.mean()).reset_index()
 
 
 def paired_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
-    """Per CELL and comparison point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise
-    ``floor``."""
+    """Per CELL and point (POINTS): INTERVAL_COLUMNS of tied − untied and the noise ``floor``."""
     rows = [
         {**dict(zip(CELL, key, strict=True)), "point": point, **paired_interval(cell, point)}
         for key, cell in pairs(runs).groupby(CELL, dropna=False, sort=True)
         for point in points
     ]
     table = pd.DataFrame(rows, columns=[*CELL, "point", *INTERVAL_COLUMNS])
-    return with_floor(table, noise_floor(runs))
+    floors = noise_floor(runs).rename(columns={v: k for k, v in FLOOR_COLUMNS.items()})
+    if floors.empty:
+        return table.assign(floor=np.nan)
+    long = floors.melt(CELL, list(POINTS), var_name="point", value_name="floor")
+    return table.merge(long, on=[*CELL, "point"], how="left")
 
 
 # ----------------------------------------------------------------------------- tables as text
 def caption(table: pd.DataFrame) -> str:
     """A table's first line: its intervals' count and method, the primary contrast, the floor."""
     k = int(table["low"].notna().sum()) if "low" in table else 0
+    factor, (first, second), point = PRIMARY_CONTRAST
     text = (
         f"{k} interval{'s' * (k != 1)} at {CONFIDENCE:.0%} each ({CONFIDENCE:.0%} t over seeds, "
         f"paired by seed; none below {MIN_INTERVAL_SEEDS} seeds; not corrected for multiplicity); "
-        f"primary contrast: {PRIMARY_CONTRAST.describe()}"
+        f"primary contrast: interaction of tying with {factor.replace('_', ' ')} at the largest "
+        f"size: (tied − untied at {factor}={first}) − (tied − untied at {factor}={second}), test "
+        f"loss of the {point} weights, paired by seed"
     )
     if "primary" in table and table["primary"].any():
         text += " (the row marked primary)"

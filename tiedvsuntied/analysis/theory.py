@@ -87,18 +87,15 @@ def initial_loss_table(runs: pd.DataFrame) -> pd.DataFrame:
     t = runs[[*run, *init, "init_val_loss"]].assign(
         predicted=np.nan, predicted_approx=np.nan, predicted_tied=np.nan
     )
-    ok = t["init_logit_std"].notna() & t["vocab_size"].notna()
-    for vocab, g in t[ok].groupby("vocab_size"):
+    for vocab, g in t[t["init_logit_std"].notna()].groupby("vocab_size"):  # V unknown: left out
         sigma = g["init_logit_std"].to_numpy(float)
         t.loc[g.index, "predicted"] = gaussian_logit_loss(sigma, int(vocab))
         t.loc[g.index, "predicted_approx"] = gaussian_logit_loss_approx(sigma, int(vocab))
         tied = g[g["tie"].eq(True) & g["init_self_logit"].notna()]
         if len(tied):
+            logit_std, self_logit, frac = (tied[c].to_numpy(float) for c in init[1:])
             t.loc[tied.index, "predicted_tied"] = tied_initial_loss(
-                tied["init_self_logit"].to_numpy(float),
-                tied["init_logit_std"].to_numpy(float),
-                int(vocab),
-                tied["init_self_target_frac"].to_numpy(float),
+                self_logit, logit_std, int(vocab), frac
             )
     own = t["predicted_tied"].where(t["tie"].eq(True), t["predicted"])
     return t.assign(excess=t["init_val_loss"] - own)
