@@ -15,10 +15,7 @@ def _grad_column(axes, cell: pd.DataFrame, models: list[str], x: tuple[str, bool
     """Norms (top) and their ratio out/in (bottom) of one init std, a marker per size, against
     ``x`` (loss.x_axis)."""
     norms, ratio = axes
-    for k, model in enumerate(models):
-        if (sized := cell[cell["model"] == model]).empty:
-            continue
-        markers = style.size_markers(k, models)
+    for sized, markers in style.sizes(cell, models):
         for key, ls in zip(GRAD_KEYS, ("-", "--"), strict=True):
             style.mean_line(norms, sized, key, True, ["model"], ls=ls, x=x[0], **markers)
         style.mean_line(ratio, sized, "ratio", True, ["model"], 0.15, log=True, x=x[0], **markers)

@@ -17,9 +17,8 @@ DIAMOND = {"ls": "none", "marker": "D", "mfc": "none", "mec": "black"}  # a pred
 
 
 def _initial_loss_by_setting(ax, have: pd.DataFrame, vocab: int) -> None:
-    """Left: measured loss per init std (x size), each seed a dot, tied left and untied right,
-    with the prediction from each run's σ as an open diamond (tied: with its step-0 own-token
-    logit, tied_initial_loss; none without init_logit_std) and ln V."""
+    """Left: measured loss per init std (x size), a dot per seed, tied left of untied, with ln V
+    and as a diamond the prediction from each run's σ (tied: and its step-0 own-token logit)."""
     models, labels = style.model_order(have), []
     for init, model in itertools.product(style.init_order(have), models):
         if (cell := have[(have["setting"] == init) & (have["model"] == model)]).empty:

@@ -1,9 +1,6 @@
-"""Which side a tied matrix resembles (Lopardo et al. 2026: closer to an untied model's *output*
-embedding than to its input), and anisotropy over training: two figures of the study axes.
-A tied run and its untied partner (same seed, data and body init: PAIR_COLUMNS) are compared at
-each evaluation with linear CKA (Kornblith et al. 2019) on the seen-token rows the probes keep;
-what CKA is and is not, and why the input side starts at 1: docs/figures.md, figure 8.
-"""
+"""Figures 8 and 9 of the study axes: which side a tied matrix resembles (linear CKA with its
+untied partner's input and output; Lopardo et al. 2026: closer to the *output*), and anisotropy
+over training. What CKA is and is not, and why the input side starts at 1: docs/figures.md."""
 
 from __future__ import annotations
 
@@ -103,9 +100,8 @@ def fig_cka(runs: pd.DataFrame) -> Figure:
         if cell.empty:
             style.note(ax, "no tied/untied pairs with probe rows (emb_seen) at this init std")
             continue
-        for k, model in enumerate(models):
-            sized, markers = cell[cell["model"] == model], style.size_markers(k, models)
-            for side, (_, line) in SIDES.items() if len(sized) else ():
+        for sized, markers in style.sizes(cell, models):
+            for side, (_, line) in SIDES.items():
                 style.mean_line(ax, sized, side, True, ["model"], 0.15, **line, **markers)
         set_x_axis(ax, "tokens", log=False, last_row=True)
         ax.set_ylim(0, 1.02)
@@ -124,8 +120,7 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
     for row, ax in enumerate(axes):
         for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
             key = f"probe/frequent/{side}_{ANISOTROPY[row]}"
-            hs = h[(h["tie"] == tie) & h[key].notna()] if key in h else h[:0]
-            if not hs.empty:
+            if key in h and len(hs := h[(h["tie"] == tie) & h[key].notna()]):
                 style.mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
 
 
@@ -152,9 +147,8 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     runs = fig.drawn = runs[~tuned]
     for j, init in enumerate(inits):
         axes[0, j].set_title(style.setting_label(runs, init))
-        for k, model in enumerate(models):
-            h = history[(history["setting"] == init) & (history["model"] == model)]
-            _anisotropy_column(axes[:, j], h, style.size_markers(k, models))
+        for h, markers in style.sizes(history[history["setting"] == init], models):
+            _anisotropy_column(axes[:, j], h, markers)
         set_x_axis(axes[1, j], "tokens", log=False, last_row=True)
     axes[0, 0].set_ylabel("mean cosine (raw)")
     axes[1, 0].set_ylabel("mean |cosine|, centred")
