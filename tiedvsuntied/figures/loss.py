@@ -328,8 +328,7 @@ def fig_grad_split(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -
                 style.note(ax, "no runs")
             continue
         _grad_column(axes[:, j], cell, models, x)
-        clip = tied_runs.loc[tied_runs["setting"] == init, "clip_frac"].dropna()
-        if len(clip):
+        if len(clip := tied_runs.loc[tied_runs["setting"] == init, "clip_frac"].dropna()):
             fig.flagged.append(
                 f"{style.init_label(init, short=True)}: gradient clipped on "
                 f"{style.span(clip, '{:.0%}')} of steps (the norms drawn are before clipping)"

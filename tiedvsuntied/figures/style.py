@@ -355,8 +355,7 @@ def init_line(k: int) -> dict:
 
 
 def sizes(df: pd.DataFrame, models: Sequence[str]) -> Iterator[tuple[pd.DataFrame, dict]]:
-    """The rows of each of ``models`` that ``df`` has, with line keywords that tell the sizes
-    apart (none for one size)."""
+    """Each size's rows in ``df`` with line keywords that tell sizes apart (none for one size)."""
     several = len(models) > 1
     for k, model in enumerate(models):
         if len(sized := df[df["model"] == model]):
