@@ -33,15 +33,6 @@ NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
 books_figure = functools.partial(style.figure, needs=NEEDS)
 
 
-def _cell(ax, x: float, values: pd.Series, arm: dict, label: str | None = None) -> None:
-    """Per-seed dots, and the mean with its t-interval over seeds."""
-    values = values.dropna()
-    ax.plot(np.full(len(values), x), values, ls="none", ms=3, alpha=0.45, **arm)
-    mean, low, high = seed_interval(values)
-    yerr = None if np.isnan(low) else [[mean - low], [high - mean]]
-    ax.errorbar(x, mean, yerr=yerr, capsize=2, ms=5, label=label, **arm)
-
-
 def _references(ax, runs: pd.DataFrame) -> None:
     """The count models on the same held-out windows (mean over the seeds' held-out books)."""
     for column, ls, name in (("test_bigram", "--", "bigram"), ("test_unigram", ":", "unigram")):
@@ -66,8 +57,13 @@ def fig_loss(runs: pd.DataFrame):
         for a, (i, std) in itertools.product(ARMS, enumerate(books.STDS)):
             label, color, marker, dx = ARMS[a]
             values = cell.loc[(cell["arm"] == a) & (cell["init_std"] == std), "test_loss"]
-            if len(values):
-                _cell(ax, i + dx, values, {"color": color, "marker": marker}, label)
+            if len(values):  # each seed a dot, and the mean with its t-interval over seeds
+                values = values.dropna()
+                arm = {"color": color, "marker": marker}
+                ax.plot(np.full(len(values), i + dx), values, ls="none", ms=3, alpha=0.45, **arm)
+                mean, low, high = seed_interval(values)
+                yerr = None if np.isnan(low) else [[mean - low], [high - mean]]
+                ax.errorbar(i + dx, mean, yerr=yerr, capsize=2, ms=5, label=label, **arm)
         _references(ax, cell)
         ax.set_xlim(-0.5, len(books.STDS) - 0.5)
         ax.set_xticks(range(len(books.STDS)), [style.init_label(s, prefix="") for s in books.STDS])

@@ -30,6 +30,7 @@ PARAMS_AXES = {
 }
 EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
 GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
+FEW_SEEDS = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"  # a legend entry: no band, no bar
 DIAMOND = {"ls": "none", "marker": "D", "mfc": "none", "mec": "black"}  # a predicted loss
 
 
@@ -68,8 +69,7 @@ def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list
         label = f"{CONFIDENCE:.0%} t-CI over seeds (n={style.span(map(int, counts))})"
         handles.append(Patch(color="#999999", alpha=0.4, label=label))
     if any(n < MIN_BAND_SEEDS for n in seed_counts):
-        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(style.handle(label, "#999999", lw=0.6))
+        handles.append(style.handle(FEW_SEEDS, "#999999", lw=0.6))
     if len(train):
         label = f"thin: training loss, every step to {int(train['step'].max())}"
         handles.append(style.handle(label, "#bbbbbb", lw=0.6, ls="--"))
@@ -198,8 +198,7 @@ def fig_loss_vs_params(runs: pd.DataFrame) -> Figure:
     if (agg["n"] >= MIN_BAND_SEEDS).any():
         handles.append(style.handle(f"mean ± {CONFIDENCE:.0%} t-CI over seeds", "none"))
     if (agg["n"] < MIN_BAND_SEEDS).any():
-        label = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"
-        handles.append(style.handle(label, marker=".", ls="none"))
+        handles.append(style.handle(FEW_SEEDS, marker=".", ls="none"))
     style.legend(fig, handles, 5)
     return fig
 

@@ -150,7 +150,8 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
     for arm, color in colors.items():
         ids = runs.loc[runs["arm"] == arm, "run_id"]
         logged = history[history["run_id"].isin(ids) & history["val/loss"].notna()]
-        style.mean_line(ax, logged.assign(arm=arm), "val/loss", True, ["arm"], 0.2, color=color)
+        line = {"color": color, "label": arm}
+        style.mean_line(ax, logged.assign(arm=arm), "val/loss", True, ["arm"], 0.2, **line)
         steps = history[history["run_id"].isin(ids)].groupby("step")["tokens"].mean().dropna()
         for step in runs.loc[runs["arm"] == arm, "untie_step"].dropna().unique():
             if len(steps):  # the switch need not be a logged step

@@ -298,10 +298,13 @@ def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = 
 
 def legend(fig: Figure, handles: list | None, ncols: int, **kw) -> None:
     """One legend above all panels (a suptitle would collide with it); ``handles`` None: the
-    panels' labelled artists, each label once."""
+    panels' labelled artists, each label once, where it first appears."""
     if handles is None:
-        handles = [h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
-        handles = list({h.get_label(): h for h in handles}.values())
+        labelled = {}
+        for ax in fig.axes:
+            for artist, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                labelled.setdefault(label, artist)
+        handles = list(labelled.values())
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
 
 
