@@ -180,7 +180,7 @@ def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
     runs = drawable(study[study["emb_lr_mult"] == 1.0])  # every cell at its chosen lr
     loss = figures.fig_loss(runs)
     labels = {t.get_text() for t in loss.legends[0].get_texts()}
-    assert labels == {figures.ARM_LABEL[a] for a in ARMS}
+    assert labels == {figures.ARMS[a][0] for a in ARMS}
     contrasts = figures.fig_contrasts(runs)
     ticks = contrasts.axes[0].get_yticklabels()
     primary = [t.get_text() for t in ticks if "PRIMARY" in t.get_text()]

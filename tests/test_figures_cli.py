@@ -18,7 +18,7 @@ from fake_results import (
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.figures.cli import main
-from tiedvsuntied.figures.init import fig_initial_loss
+from tiedvsuntied.figures.loss import fig_initial_loss
 from tiedvsuntied.figures.style import (
     REGISTRY,
     TIE_COLOR,

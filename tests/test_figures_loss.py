@@ -1,4 +1,4 @@
-"""Figures 1-5 (figures.loss, init, geometry, gradients) on hand-built results."""
+"""Figures 1-5 (figures.loss, similarity) on hand-built results."""
 
 from __future__ import annotations
 
@@ -23,10 +23,8 @@ from matplotlib.colors import to_hex
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.stats import aggregate_runs
 from tiedvsuntied.analysis.theory import gaussian_logit_loss
-from tiedvsuntied.figures.geometry import fig_embedding_geometry
-from tiedvsuntied.figures.gradients import fig_grad_split
-from tiedvsuntied.figures.init import fig_initial_loss
-from tiedvsuntied.figures.loss import fig_val_loss
+from tiedvsuntied.figures.loss import fig_grad_split, fig_initial_loss, fig_val_loss
+from tiedvsuntied.figures.similarity import fig_embedding_geometry
 from tiedvsuntied.figures.style import (
     REF_COLOR,
     STATUS_MARKER,

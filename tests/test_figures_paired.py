@@ -1,4 +1,4 @@
-"""Figures 6-11 (figures.paired, finetune, similarity) and the tables (figures.tables)."""
+"""Figures 6-11 (figures.paired, similarity) and the tables (figures.tables)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from tiedvsuntied.analysis.early import early_steps, early_summary
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.stats import noise_floor, paired_table
 from tiedvsuntied.figures import tables
-from tiedvsuntied.figures.finetune import fig_finetune
 from tiedvsuntied.figures.paired import fig_arms, fig_paired_difference
+from tiedvsuntied.figures.similarity import fig_finetune
 from tiedvsuntied.figures.style import (
     REGISTRY,
     TIE_COLOR,

@@ -18,10 +18,13 @@ from matplotlib.text import Text
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.figures import style
 from tiedvsuntied.figures.books import NOT_BOOKS
-from tiedvsuntied.figures.geometry import fig_embedding_geometry
-from tiedvsuntied.figures.gradients import fig_grad_split
-from tiedvsuntied.figures.init import fig_initial_loss
-from tiedvsuntied.figures.loss import fig_loss_vs_params, fig_val_loss
+from tiedvsuntied.figures.loss import (
+    fig_grad_split,
+    fig_initial_loss,
+    fig_loss_vs_params,
+    fig_val_loss,
+)
+from tiedvsuntied.figures.similarity import fig_embedding_geometry
 from tiedvsuntied.figures.style import (
     TIE_COLOR,
     publish,

@@ -1,7 +1,5 @@
-"""The second edition's figures and tables (experiments/tie_x_init_books): each arm's held-out
-loss beside the count baselines, every contrast of HYPOTHESES.md with its interval and floor
-(the primary marked), the learning-rate check, and the primary contrast per held-out book. The
-numbers are :mod:`tiedvsuntied.analysis.books`'."""
+"""The second edition's figures and tables (experiments/tie_x_init_books; each registered
+description says what it shows) from the numbers of :mod:`tiedvsuntied.analysis.books`."""
 
 from __future__ import annotations
 
@@ -15,19 +13,12 @@ from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
-ARM_STYLE = {  # Okabe-Ito colours (tied and untied as in every figure), one marker per arm
-    "tied": {"color": style.TIE_COLOR[True], "marker": "o"},
-    "untied": {"color": style.TIE_COLOR[False], "marker": "s"},
-    "t5": {"color": "#009E73", "marker": "^"},
-    "emb1_head_dsqrt": {"color": "#CC79A7", "marker": "D"},
+ARMS = {  # label, colour (Okabe-Ito; tied and untied as in every figure), marker, x offset
+    "tied": ("tied", style.TIE_COLOR[True], "o", -0.15),
+    "untied": ("untied", style.TIE_COLOR[False], "s", 0.15),
+    "t5": ("T5 (tied, 1.0, h·d$^{-1/2}$)", "#009E73", "^", -0.3),
+    "emb1_head_dsqrt": ("untied, emb 1.0 / head d$^{-1/2}$", "#CC79A7", "D", 0.3),
 }
-ARM_LABEL = {
-    "tied": "tied",
-    "untied": "untied",
-    "t5": "T5 (tied, 1.0, h·d$^{-1/2}$)",
-    "emb1_head_dsqrt": "untied, emb 1.0 / head d$^{-1/2}$",
-}
-OFFSET = {"tied": -0.15, "untied": 0.15, "t5": -0.3, "emb1_head_dsqrt": 0.3}
 
 
 NOT_BOOKS = "no runs of a document-split study (data.split=document): not the second edition"
@@ -40,15 +31,6 @@ def is_books(runs: pd.DataFrame) -> bool:
 
 NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
 books_figure = functools.partial(style.figure, needs=NEEDS)
-
-
-def _cell(ax, x: float, values: pd.Series, arm: dict, label: str | None = None) -> None:
-    """Per-seed dots, and the mean with its t-interval over seeds."""
-    values = values.dropna()
-    ax.plot(np.full(len(values), x), values, ls="none", ms=3, alpha=0.45, **arm)
-    mean, low, high = seed_interval(values)
-    yerr = None if np.isnan(low) else [[mean - low], [high - mean]]
-    ax.errorbar(x, mean, yerr=yerr, capsize=2, ms=5, label=label, **arm)
 
 
 def _references(ax, runs: pd.DataFrame) -> None:
@@ -70,21 +52,25 @@ def fig_loss(runs: pd.DataFrame):
     fig, axes = style.new_figure(1, max(len(models), 1), 2.4, sharey=False)
     if chosen.empty:
         return style.nothing_to_draw(fig, "no finished runs at their arm's chosen lr")
-    labelled = set()  # each arm once in the legend, wherever it first appears
     for ax, model in zip(axes[0], models, strict=False):
         cell = chosen[chosen["model"] == model]
-        for (a, arm), (i, std) in itertools.product(ARM_STYLE.items(), enumerate(books.STDS)):
+        for a, (i, std) in itertools.product(ARMS, enumerate(books.STDS)):
+            label, color, marker, dx = ARMS[a]
             values = cell.loc[(cell["arm"] == a) & (cell["init_std"] == std), "test_loss"]
-            if len(values):
-                _cell(ax, i + OFFSET[a], values, arm, None if a in labelled else ARM_LABEL[a])
-                labelled.add(a)
+            if len(values):  # each seed a dot, and the mean with its t-interval over seeds
+                values = values.dropna()
+                arm = {"color": color, "marker": marker}
+                ax.plot(np.full(len(values), i + dx), values, ls="none", ms=3, alpha=0.45, **arm)
+                mean, low, high = seed_interval(values)
+                yerr = None if np.isnan(low) else [[mean - low], [high - mean]]
+                ax.errorbar(i + dx, mean, yerr=yerr, capsize=2, ms=5, label=label, **arm)
         _references(ax, cell)
         ax.set_xlim(-0.5, len(books.STDS) - 0.5)
         ax.set_xticks(range(len(books.STDS)), [style.init_label(s, prefix="") for s in books.STDS])
         ax.set_xlabel("init std of embedding / head")
         ax.set_title(model)
     axes[0][0].set_ylabel("test loss (nats/token), held-out books")
-    style.legend(fig, [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]], ncols=4)
+    style.legend(fig, None, 4)  # each arm once, wherever it first appears
     fig.drawn = chosen
     fig.captions.append(
         f"Mean and {CONFIDENCE:.0%} t-interval over seeds (each seed its own held-out books); "
@@ -144,14 +130,14 @@ def fig_lr(runs: pd.DataFrame):
     for ax, std in zip(axes[0], books.STDS, strict=True):
         for (a, s), losses in check[check.index.get_level_values(1) == std].iterrows():
             losses, best = losses.dropna(), chosen[(a, s)]
-            ax.plot(losses.index, losses.values, label=ARM_LABEL[a], **ARM_STYLE[a])
-            ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=ARM_STYLE[a]["color"])
+            label, color, marker, _ = ARMS[a]
+            ax.plot(losses.index, losses.values, label=label, color=color, marker=marker)
+            ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=color)
         ax.set_xscale("log", base=2)
         ax.set_title(style.init_label(std))
         ax.set_xlabel("embedding-side lr multiplier m")
     axes[0][0].set_ylabel("final validation loss")
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-    style.legend(fig, list(handles.values()), ncols=4)
+    style.legend(fig, None, 4)
     fig.captions.append(
         "lr = 1e-3 × (init std / 0.02) × m on wte, lm_head or the tied matrix; the body at "
         "1e-3. Chosen: the lowest final validation loss (circled), before any grid run."

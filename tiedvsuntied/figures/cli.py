@@ -27,24 +27,15 @@ REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
 # The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
 # are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
 PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
-PAPER = (  # the paper's figures and tables, in its order
-    "books_fig1_loss",  # each arm's test loss beside the count baselines
-    "books_fig2_contrasts",  # every registered contrast, the primary marked, with its floor
-    "books_fig3_lr",  # the learning-rate check per arm
-    "books_fig4_per_book",  # the primary contrast on each held-out book
-    "books_tables",
-    "table_params",
-)
+# the paper's figures and tables, in its order: the second edition's (books_*, numbered), then
+# the parameter table
+PAPER = (*sorted(name for name in REGISTRY if name.startswith("books_")), "table_params")
 
 
 def output_names() -> list[str]:
     """The names of REGISTRY in the paper's order: figures by number, then the tables."""
-
-    def key(name: str) -> tuple:
-        number = re.match(r"fig(\d+)_", name)
-        return (0, int(number.group(1)), name) if number else (1, 0, name)
-
-    return sorted(REGISTRY, key=key)
+    numbered = {name: int(m.group(1)) for name in REGISTRY if (m := re.match(r"fig(\d+)_", name))}
+    return sorted(REGISTRY, key=lambda name: (name not in numbered, numbered.get(name, 0), name))
 
 
 def parser() -> argparse.ArgumentParser:

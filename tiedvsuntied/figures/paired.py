@@ -207,10 +207,9 @@ def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         tied_arms = ", ".join(sorted(finished.loc[finished["tie"].eq(True), "arm"].unique()))
         needs = "needs a tied arm to compare with: plain tied runs, or tied runs of one variant"
         return style.nothing_to_draw(fig, f"{needs}; here: {tied_arms or 'none'}")
-    first = finished.sort_values(["model", "init_std"]).iloc[0]
-    fig.drawn = cell = finished[
-        (finished["model"] == first["model"]) & (finished["init_std"] == first["init_std"])
-    ]
+    keys = ["model", "init_std"]
+    first = finished.sort_values(keys).iloc[0]
+    fig.drawn = cell = finished[finished[keys].eq(first[keys]).all(axis=1)]
     other = "another size or init std (one cell per figure)"
     style.leave_out(fig, finished.drop(cell.index), other)
     if set(cell["arm"]) == {ref}:

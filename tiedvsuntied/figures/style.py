@@ -9,7 +9,7 @@ import functools
 import re
 import textwrap
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from inspect import signature
 from pathlib import Path
 from types import SimpleNamespace
@@ -296,8 +296,15 @@ def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = 
     )
 
 
-def legend(fig: Figure, handles: list, ncols: int, **kw) -> None:
-    """One legend above all panels (a suptitle would collide with it)."""
+def legend(fig: Figure, handles: list | None, ncols: int, **kw) -> None:
+    """One legend above all panels (a suptitle would collide with it); ``handles`` None: the
+    panels' labelled artists, each label once, where it first appears."""
+    if handles is None:
+        labelled = {}
+        for ax in fig.axes:
+            for artist, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                labelled.setdefault(label, artist)
+        handles = list(labelled.values())
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
 
 
@@ -350,13 +357,16 @@ def init_line(k: int) -> dict:
     return {"marker": marker(k), "ls": LINESTYLES[k % len(LINESTYLES)]}
 
 
-def size_markers(k: int, models: Sequence[str]) -> dict:
-    """Line keywords that tell the k-th of several sizes apart (none for one size)."""
-    return {"marker": marker(k), "ms": 3, "markevery": 0.2} if len(models) > 1 else {}
+def sizes(df: pd.DataFrame, models: Sequence[str]) -> Iterator[tuple[pd.DataFrame, dict]]:
+    """Each size's rows in ``df`` with line keywords that tell sizes apart (none for one size)."""
+    several = len(models) > 1
+    for k, model in enumerate(models):
+        if len(sized := df[df["model"] == model]):
+            yield sized, {"marker": marker(k), "ms": 3, "markevery": 0.2} if several else {}
 
 
 def size_handles(runs: pd.DataFrame, models: Sequence[str]) -> list:
-    """Legend entries for the size markers of :func:`size_markers` (none for one size)."""
+    """Legend entries for the size markers of :func:`sizes` (none for one size)."""
     return [
         handle(model_label(runs, m), marker=marker(k), ls="none")
         for k, m in enumerate(models)
