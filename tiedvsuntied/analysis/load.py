@@ -281,16 +281,8 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
         raise ResultsError(
             f"W&B project {project} has no runs" + (f" in group {group!r}" if group else "")
         )
-    loaded = []
-    for r in wb_runs:
-        row = rows.wandb_run_row(
-            dict(r.config),
-            dict(r.summary),
-            run_id=r.summary.get("run_id") or r.id,
-            name=r.name,
-            group=r.group,
-            state=r.state,
-            url=r.url,
-        )
-        loaded.append((row, dict(r.config), rows.history_from_records(r.scan_history())))
+    loaded = [
+        (rows.wandb_run_row(r), dict(r.config), rows.history_from_records(r.scan_history()))
+        for r in wb_runs
+    ]
     return _assemble(loaded, [])

@@ -269,20 +269,14 @@ def run_row(
 _WANDB_STATES, _WANDB_FAILED = ("running", "finished"), ("crashed", "failed", "killed", "preempted")
 
 
-def wandb_run_row(
-    config: Mapping[str, Any],
-    summary: Mapping[str, Any],
-    *,
-    run_id: str,
-    name: str | None = None,
-    group: str | None = None,
-    state: str | None = None,
-    url: str | None = None,
-) -> dict[str, Any]:
-    """One runs-table row from a W&B run: the summary.json values the trainer mirrors (dicts as
-    "params/total"), gaps filled from the last metrics. Crashed, or "running" after W&B saw it
-    stop: failed."""
-    values = {k: v for k, v in summary.items() if not k.startswith("_")}
+def wandb_run_row(run: Any) -> dict[str, Any]:
+    """One runs-table row from a W&B run (of ``wandb.Api().runs``): the summary.json values the
+    trainer mirrors (dicts as "params/total"), gaps filled from the last metrics. Crashed, or
+    "running" after W&B saw it stop: failed."""
+    summary = dict(run.summary)
+    run_id = summary.get("run_id") or run.id
+    values = {"run_id": run_id, "name": run.name, "sweep": run.group, "wandb_run_id": run_id}
+    values |= {k: v for k, v in summary.items() if not k.startswith("_")}
     for prefix in ("params", "init_std_resolved"):
         sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
         if sub and not isinstance(values.get(prefix), Mapping):
@@ -297,11 +291,10 @@ def wandb_run_row(
     ):
         if values.get(ours) is None and summary.get(theirs) is not None:
             values[ours] = summary[theirs]
-    values = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **values}
-    state = str(state or "").lower()
+    state = str(run.state or "").lower()
     wb_state = "failed" if state in _WANDB_FAILED else state if state in _WANDB_STATES else None
     if not values.get("status"):
         values["status"] = wb_state or "unknown"
     elif values["status"] == "running" and wb_state in ("failed", "finished"):
         values["status"] = "failed"  # W&B says it stopped, but it never recorded an end: it died
-    return run_row(values, config, source=url or f"wandb:{run_id}")
+    return run_row(values, dict(run.config), source=run.url or f"wandb:{run_id}")
