@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.model.config import canonical_init_std
+from tiedvsuntied.model.config import SHAPE_KEYS, canonical_init_std
 from tiedvsuntied.results.records import Role, RunSummary, Status, current
 from tiedvsuntied.train.config import KEYS, VARIANT
 
@@ -181,27 +181,21 @@ def _bool(value: Any) -> bool | None:
     return bool(value) if is_bool else None
 
 
-def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = config.get(name)
-    return value if isinstance(value, Mapping) else {}
+# Where the config holds what a summary may lack (runs from before the summary recorded it)
+_IN_CONFIG = {"model": "model.name", "data": "data.name", "t5_rescale": "head.t5_rescale"}
+_IN_CONFIG |= {"max_steps": "trainer.max_steps"} | {k: f"model.{k}" for k in SHAPE_KEYS}
 
 
 def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """The summary with what it lacks taken from the config: its top-level keys, ``derived``,
-    then the model/data/trainer sections (first value found wins)."""
+    then the model/data/trainer/head sections (first value found wins)."""
     filled = dict(summary or {})
     derived = config.get("derived") or {}
-    model = _section(config, "model")
-    fallbacks = {
-        "model": model.get("name"),
-        "data": _section(config, "data").get("name"),
-        "max_steps": _section(config, "trainer").get("max_steps"),
-        "t5_rescale": _section(config, "head").get("t5_rescale"),
-        **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size")},
-    }
+    flat = flatten(config)
     nested = ("params", "init_std_resolved")
     for key in _TYPES:
-        for value in (filled.get(key), config.get(key), derived.get(key), fallbacks.get(key)):
+        in_config = flat.get(_IN_CONFIG.get(key, ""))
+        for value in (filled.get(key), config.get(key), derived.get(key), in_config):
             if value is not None and (not isinstance(value, Mapping) or key in nested):
                 filled[key] = value
                 break
@@ -255,10 +249,10 @@ def run_row(
     row["status"] = row["status"] or "unknown"
     row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
     row["ln_vocab"] = np.log(float(row["vocab_size"])) if row["vocab_size"] else None
-    row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
-    row["lr"] = _section(config, "optim").get("lr")
-    row["emb_lr_mult"] = _section(config, "optim").get("emb_lr_mult")
-    data = _section(config, "data")
+    data = config["data"] if isinstance(config.get("data"), Mapping) else {}
+    row["data_id"] = _data_id(filled, data, row["vocab_size"]) or row["data_id"]
+    optim = config["optim"] if isinstance(config.get("optim"), Mapping) else {}
+    row["lr"], row["emb_lr_mult"] = optim.get("lr"), optim.get("emb_lr_mult")
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
     row.update({k: v for k, v in flatten(heldout, "_").items() if k in HELDOUT_COLUMNS})
