@@ -91,13 +91,11 @@ def load(
 
 def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
     """(run_dir, index.json entry or None) for every run under ``path``."""
-    if path.exists() and not path.is_dir():
-        raise ResultsError(
-            f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
-        )
     if not path.exists():
         looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
         raise ResultsError(f"results directory {path} does not exist{looked}")
+    if not path.is_dir():
+        raise ResultsError(f"{path} is not a directory: pass <results_dir>/<sweep>/")
     if (path / "summary.json").exists():
         return [(path, None)]
     note_bundle(path, notes)
