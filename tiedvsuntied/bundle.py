@@ -90,7 +90,7 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
     manifest written. ``arrays=False`` keeps no run's per-token probe arrays (a study with many
     variants per cell, whose figures read window losses and summaries only)."""
-    old = read_bundle_manifest(dest) if dest.exists() else None
+    old = read_bundle_manifest(dest)
     found = load_results(*sources, *([dest] if old else []))
     shipped = found.runs["status"].isin(DONE)  # a running run is resumed, then bundled
     for name in found.runs.loc[~shipped, "name"]:
