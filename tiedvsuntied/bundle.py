@@ -25,6 +25,7 @@ from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError,
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (
     DONE,
+    RUN_FILES,
     IndexEntry,
     Status,
     atomic_write,
@@ -33,7 +34,6 @@ from tiedvsuntied.results.records import (
     write_json,
 )
 
-RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (

@@ -138,11 +138,7 @@ def note_bundle(path: Path, notes: list[str]) -> None:
 
 
 def _is_run_dir(p: Path) -> bool:
-    return (
-        p.is_dir()
-        and not p.name.startswith(("_", "."))
-        and any((p / f).exists() for f in ("summary.json", "metrics.jsonl", "config.yaml"))
-    )
+    return not p.name.startswith(("_", ".")) and any((p / f).exists() for f in records.RUN_FILES)
 
 
 def _looks_like_sweep(path: Path) -> bool:

@@ -43,6 +43,7 @@ class Status(str, Enum):
 
 
 DONE = [s.value for s in Status if s.done]  # as the runs tables spell a status
+RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")  # a run's record (beside probes/)
 
 
 def now() -> str:
