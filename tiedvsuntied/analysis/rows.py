@@ -171,16 +171,8 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# A boolean as any reader spells it (True, np.True_, 1, "yes"): anything else is unknown (None)
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def _bool(value: Any) -> bool | None:
-    if isinstance(value, str):
-        return _BOOLS.get(value.lower())
-    is_bool = isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
-    return bool(value) if is_bool else None
-
-
 # Where the config holds what a summary may lack (runs from before the summary recorded it)
 _IN_CONFIG = {"model": "model.name", "data": "data.name", "t5_rescale": "head.t5_rescale"}
 _IN_CONFIG |= {"max_steps": "trainer.max_steps"} | {k: f"model.{k}" for k in SHAPE_KEYS}
@@ -238,7 +230,8 @@ def run_row(
     config = current(unflatten(config or {}))
     filled = _filled_summary(summary, config)
     row: dict[str, Any] = {c: filled.get(c) for c in RUN_COLUMNS}
-    row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
+    for key in ("tie", "t5_rescale"):
+        row[key] = _BOOLS.get(str(row[key]).lower())
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
         row["init_std"] = canonical_init_std(row["init_std"])
