@@ -103,13 +103,12 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
         raise ResultsError(f"a bundle holds one sweep; these runs come from {', '.join(sweeps)}")
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     # the runs whose per-token probes are kept: the lowest seed of each cell (replicate 0)
     lowest = first_replicates(runs).sort_values("seed", kind="stable")
     full = set(lowest.groupby(CELL, dropna=False).head(1)["run_id"]) if arrays else set()
     for _, run in runs.iterrows():
         run_dir = tmp / run["run_id"]
-        (run_dir / "probes").mkdir(parents=True)
+        run_dir.mkdir(parents=True)  # probes/: made by the first probe kept
         copy_run(run, run_dir, run["run_id"] in full)
         # the run's updated_at, so that an unchanged bundle is byte-equal
         entry = IndexEntry(run["name"], Status(run["status"]), run["run_id"], run["updated_at"])

@@ -179,7 +179,6 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
     """Record one run in ``<sweep>/index.json`` (locked: parallel jobs share the file)."""
     from filelock import FileLock
 
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".index.lock")):
         index = read_json(sweep_dir / "index.json") or {}
         if not entry.overrides:  # a rerun without overrides keeps those of the first call
