@@ -148,10 +148,8 @@ def _looks_like_sweep(path: Path) -> bool:
 def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
     found: dict[str, tuple[Path, records.IndexEntry | None]] = {}
     for run_id, entry in records.read_index(sweep).items():
-        run_dir = sweep / (entry.path or run_id)
-        if not run_dir.is_dir() and (sweep / run_id).is_dir():  # a moved sweep's old path
-            run_dir = sweep / run_id
-        found[run_id] = (run_dir, entry)
+        # by its name: older indexes held absolute paths, wrong once the sweep has moved
+        found[run_id] = (sweep / Path(entry.path or run_id).name, entry)
     for p in sorted(sweep.iterdir()):  # runs the index does not (yet) list
         if p.name not in found and _is_run_dir(p):
             found[p.name] = (p, None)
