@@ -115,11 +115,9 @@ class RunSummary:
     @classmethod
     def from_dict(cls, d: dict) -> RunSummary:
         names = {f.name for f in dataclasses.fields(cls)}
-        kept = {k: v for k, v in d.items() if k in names}
+        nonfinite = ("nan", "inf", "-inf")  # written as strings (JSON has no such numbers)
+        kept = {k: float(v) if v in nonfinite else v for k, v in d.items() if k in names}
         kept["status"] = Status(kept.get("status", "running"))
-        for k, v in kept.items():  # nan/inf were written as strings (JSON has no such numbers)
-            if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-                kept[k] = float(v)
         return cls(**kept)
 
     def write(self, run_dir: Path) -> None:
