@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -17,6 +18,12 @@ from tiedvsuntied.analysis.rows import (
     run_row,
     wandb_run_row,
 )
+
+
+def wandb_row(config, summary, state, name="n", group="s"):
+    """The row of a W&B run of this config, summary and state (as ``wandb.Api().runs`` gives)."""
+    ids = {"id": "abc", "name": name, "group": group, "url": None}
+    return wandb_run_row(SimpleNamespace(config=config, summary=summary, state=state, **ids))
 
 
 def test_init_std_spellings_read_as_one():
@@ -65,9 +72,7 @@ def test_wandb_row_has_the_same_columns_as_the_directory_row(fake_sweep):
     for _, row in res.runs.iterrows():
         config, wb_summary = _as_wandb(fake_sweep / row["run_id"])
         state = {"diverged": "finished", "failed": "crashed"}.get(row["status"], row["status"])
-        wb = wandb_run_row(
-            config, wb_summary, run_id="tvu-abc", name=row["name"], group="sw", state=state
-        )
+        wb = wandb_row(config, wb_summary, state, name=row["name"], group="sw")
         assert list(wb) == RUN_COLUMNS
         for col in [
             "run_id",
@@ -113,12 +118,12 @@ def test_wandb_row_from_metrics_only():
         "test/loss_at_best": 4.25,
         "init/self_logit": 0.5,
     }
-    row = wandb_run_row(config, summary, run_id="abc", name="n", group="s", state="crashed")
+    row = wandb_row(config, summary, "crashed")
     assert row["test_loss_at_best"] == 4.25 and row["init_self_logit"] == 0.5
     assert row["status"] == "failed"  # crashed in W&B
-    stale = wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="finished")
+    stale = wandb_row(config, {**summary, "status": "running"}, "finished")
     assert stale["status"] == "failed"  # stopped without recording an end
-    live = wandb_run_row(config, {**summary, "status": "running"}, run_id="abc", state="running")
+    live = wandb_row(config, {**summary, "status": "running"}, "running")
     assert live["status"] == "running"
     assert row["final_val_loss"] == 4.2 and row["test_loss"] == 4.3 and row["step"] == 2000
     assert row["tie"] is False and row["head"] == "untied" and row["init_std"] == "inv_sqrt_d"
@@ -126,9 +131,7 @@ def test_wandb_row_from_metrics_only():
     assert row["ln_vocab"] == pytest.approx(math.log(50257))
     assert row["data_id"].startswith("cfg-")
     # a dotted flat config reads the same
-    flat = wandb_run_row(
-        flatten(config), summary, run_id="abc", name="n", group="s", state="finished"
-    )
+    flat = wandb_row(flatten(config), summary, "finished")
     assert flat["model"] == "micro" and flat["n_embd"] == 128 and flat["status"] == "finished"
 
 

@@ -25,6 +25,7 @@ from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError,
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (
     DONE,
+    RUN_FILES,
     IndexEntry,
     Status,
     atomic_write,
@@ -33,7 +34,6 @@ from tiedvsuntied.results.records import (
     write_json,
 )
 
-RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (
@@ -90,7 +90,7 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
     """Bundle ``sources`` (sweep directories) into ``dest``, keeping dest's other runs; the
     manifest written. ``arrays=False`` keeps no run's per-token probe arrays (a study with many
     variants per cell, whose figures read window losses and summaries only)."""
-    old = read_bundle_manifest(dest) if dest.exists() else None
+    old = read_bundle_manifest(dest)
     found = load_results(*sources, *([dest] if old else []))
     shipped = found.runs["status"].isin(DONE)  # a running run is resumed, then bundled
     for name in found.runs.loc[~shipped, "name"]:
@@ -103,13 +103,12 @@ def write_bundle(sources: list[Path], dest: Path, arrays: bool = True) -> dict:
         raise ResultsError(f"a bundle holds one sweep; these runs come from {', '.join(sweeps)}")
     tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     # the runs whose per-token probes are kept: the lowest seed of each cell (replicate 0)
     lowest = first_replicates(runs).sort_values("seed", kind="stable")
     full = set(lowest.groupby(CELL, dropna=False).head(1)["run_id"]) if arrays else set()
     for _, run in runs.iterrows():
         run_dir = tmp / run["run_id"]
-        (run_dir / "probes").mkdir(parents=True)
+        run_dir.mkdir(parents=True)  # probes/: made by the first probe kept
         copy_run(run, run_dir, run["run_id"] in full)
         # the run's updated_at, so that an unchanged bundle is byte-equal
         entry = IndexEntry(run["name"], Status(run["status"]), run["run_id"], run["updated_at"])

@@ -34,7 +34,7 @@ def refusing() -> Iterator[None]:
     """Any mistake of the user's raised inside, refused (``refuse``)."""
     try:
         yield
-    except jobs.user_errors() as e:
+    except jobs.USER_ERRORS as e:
         refuse(e)
 
 

@@ -218,18 +218,13 @@ def book_effects(runs: pd.DataFrame, combination: Combination) -> pd.DataFrame:
 def text_variance(effects: pd.DataFrame) -> pd.DataFrame:
     """Per size: the spread of a per-book effect between the books of one seed (pooled sd) and
     between the seeds' means (sd), with the counts: H6 compares the two."""
-    rows = []
-    for model, cell in effects.groupby("model"):
-        by_seed = cell.groupby("seed")["effect"]
-        deviations = cell["effect"] - by_seed.transform("mean")
-        within = np.sqrt((deviations**2).sum() / (len(cell) - by_seed.ngroups))
-        rows.append(
-            {
-                "model": model,
-                "books": cell["document"].nunique(),
-                "seeds": by_seed.ngroups,
-                "sd_between_books": float(within),
-                "sd_between_seed_means": float(by_seed.mean().std(ddof=1)),
-            }
-        )
-    return pd.DataFrame(rows)
+    seeds = effects.groupby(["model", "seed"])["effect"]
+    squares = (effects["effect"] - seeds.transform("mean")) ** 2
+    by_model = effects.assign(squares=squares).groupby("model")
+    out = by_model.agg(
+        books=("document", "nunique"), seeds=("seed", "nunique"), n=("effect", "size")
+    )
+    within = by_model["squares"].sum() / (out.pop("n") - out["seeds"])
+    out["sd_between_books"] = np.sqrt(within)
+    out["sd_between_seed_means"] = seeds.mean().groupby("model").std(ddof=1)
+    return out.reset_index()

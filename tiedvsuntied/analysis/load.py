@@ -91,13 +91,11 @@ def load(
 
 def _find_runs(path: Path, notes: list[str]) -> list[tuple[Path, records.IndexEntry | None]]:
     """(run_dir, index.json entry or None) for every run under ``path``."""
-    if path.exists() and not path.is_dir():
-        raise ResultsError(
-            f"{path} is not a directory: pass a sweep directory (<results_dir>/<sweep>/)"
-        )
     if not path.exists():
         looked = "" if path.is_absolute() else f" (looked in {path.resolve()})"
         raise ResultsError(f"results directory {path} does not exist{looked}")
+    if not path.is_dir():
+        raise ResultsError(f"{path} is not a directory: pass <results_dir>/<sweep>/")
     if (path / "summary.json").exists():
         return [(path, None)]
     note_bundle(path, notes)
@@ -140,11 +138,7 @@ def note_bundle(path: Path, notes: list[str]) -> None:
 
 
 def _is_run_dir(p: Path) -> bool:
-    return (
-        p.is_dir()
-        and not p.name.startswith(("_", "."))
-        and any((p / f).exists() for f in ("summary.json", "metrics.jsonl", "config.yaml"))
-    )
+    return not p.name.startswith(("_", ".")) and any((p / f).exists() for f in records.RUN_FILES)
 
 
 def _looks_like_sweep(path: Path) -> bool:
@@ -154,10 +148,8 @@ def _looks_like_sweep(path: Path) -> bool:
 def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
     found: dict[str, tuple[Path, records.IndexEntry | None]] = {}
     for run_id, entry in records.read_index(sweep).items():
-        run_dir = sweep / (entry.path or run_id)
-        if not run_dir.is_dir() and (sweep / run_id).is_dir():  # a moved sweep's old path
-            run_dir = sweep / run_id
-        found[run_id] = (run_dir, entry)
+        # by its name: older indexes held absolute paths, wrong once the sweep has moved
+        found[run_id] = (sweep / Path(entry.path or run_id).name, entry)
     for p in sorted(sweep.iterdir()):  # runs the index does not (yet) list
         if p.name not in found and _is_run_dir(p):
             found[p.name] = (p, None)
@@ -281,16 +273,8 @@ def load_wandb(project: str, *, group: str | None = None) -> Results:
         raise ResultsError(
             f"W&B project {project} has no runs" + (f" in group {group!r}" if group else "")
         )
-    loaded = []
-    for r in wb_runs:
-        row = rows.wandb_run_row(
-            dict(r.config),
-            dict(r.summary),
-            run_id=r.summary.get("run_id") or r.id,
-            name=r.name,
-            group=r.group,
-            state=r.state,
-            url=r.url,
-        )
-        loaded.append((row, dict(r.config), rows.history_from_records(r.scan_history())))
+    loaded = [
+        (rows.wandb_run_row(r), dict(r.config), rows.history_from_records(r.scan_history()))
+        for r in wb_runs
+    ]
     return _assemble(loaded, [])

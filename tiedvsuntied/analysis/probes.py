@@ -15,11 +15,8 @@ def iter_probes(runs: pd.DataFrame, steps: Sequence[int | str], missing: list[st
     """(run, requested step, probe step, arrays) per run and step that has a probe file;
     "first"/"last" name the run's first/last probe, and a probe is read once per run."""
     for _, run in runs.iterrows():
-        found = (
-            (p.stem.removeprefix("step_"), p)
-            for p in Path(run.get("path") or "-", "probes").glob("step_*.npz")
-        )
-        files, seen = sorted((int(s), p) for s, p in found if s.isdigit()), set()
+        probes = Path(run.get("path") or "-", "probes").glob("step_*.npz")
+        files, seen = sorted((int(p.stem.removeprefix("step_")), p) for p in probes), set()
         if not files:
             local = "" if run.get("path") else " (not a local run directory)"
             missing.append(f"{_label(run)}: no probes/step_*.npz{local}")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.model.config import canonical_init_std
+from tiedvsuntied.model.config import SHAPE_KEYS, canonical_init_std
 from tiedvsuntied.results.records import Role, RunSummary, Status, current
 from tiedvsuntied.train.config import KEYS, VARIANT
 
@@ -171,37 +171,23 @@ def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# A boolean as any reader spells it (True, np.True_, 1, "yes"): anything else is unknown (None)
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def _bool(value: Any) -> bool | None:
-    if isinstance(value, str):
-        return _BOOLS.get(value.lower())
-    is_bool = isinstance(value, (bool, np.bool_, int, np.integer)) and value in (0, 1)
-    return bool(value) if is_bool else None
-
-
-def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = config.get(name)
-    return value if isinstance(value, Mapping) else {}
+# Where the config holds what a summary may lack (runs from before the summary recorded it)
+_IN_CONFIG = {"model": "model.name", "data": "data.name", "t5_rescale": "head.t5_rescale"}
+_IN_CONFIG |= {"max_steps": "trainer.max_steps"} | {k: f"model.{k}" for k in SHAPE_KEYS}
 
 
 def _filled_summary(summary: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """The summary with what it lacks taken from the config: its top-level keys, ``derived``,
-    then the model/data/trainer sections (first value found wins)."""
+    then the model/data/trainer/head sections (first value found wins)."""
     filled = dict(summary or {})
     derived = config.get("derived") or {}
-    model = _section(config, "model")
-    fallbacks = {
-        "model": model.get("name"),
-        "data": _section(config, "data").get("name"),
-        "max_steps": _section(config, "trainer").get("max_steps"),
-        "t5_rescale": _section(config, "head").get("t5_rescale"),
-        **{k: model.get(k) for k in ("n_layer", "n_embd", "n_head", "vocab_size", "block_size")},
-    }
+    flat = flatten(config)
     nested = ("params", "init_std_resolved")
     for key in _TYPES:
-        for value in (filled.get(key), config.get(key), derived.get(key), fallbacks.get(key)):
+        in_config = flat.get(_IN_CONFIG.get(key, ""))
+        for value in (filled.get(key), config.get(key), derived.get(key), in_config):
             if value is not None and (not isinstance(value, Mapping) or key in nested):
                 filled[key] = value
                 break
@@ -244,7 +230,8 @@ def run_row(
     config = current(unflatten(config or {}))
     filled = _filled_summary(summary, config)
     row: dict[str, Any] = {c: filled.get(c) for c in RUN_COLUMNS}
-    row["tie"], row["t5_rescale"] = _bool(row["tie"]), _bool(row["t5_rescale"])
+    for key in ("tie", "t5_rescale"):
+        row[key] = _BOOLS.get(str(row[key]).lower())
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
         row["init_std"] = canonical_init_std(row["init_std"])
@@ -255,10 +242,10 @@ def run_row(
     row["status"] = row["status"] or "unknown"
     row["replicate"] = row["replicate"] or 0  # runs from before replicates existed: the first
     row["ln_vocab"] = np.log(float(row["vocab_size"])) if row["vocab_size"] else None
-    row["data_id"] = _data_id(filled, _section(config, "data"), row["vocab_size"]) or row["data_id"]
-    row["lr"] = _section(config, "optim").get("lr")
-    row["emb_lr_mult"] = _section(config, "optim").get("emb_lr_mult")
-    data = _section(config, "data")
+    data = config["data"] if isinstance(config.get("data"), Mapping) else {}
+    row["data_id"] = _data_id(filled, data, row["vocab_size"]) or row["data_id"]
+    optim = config["optim"] if isinstance(config.get("optim"), Mapping) else {}
+    row["lr"], row["emb_lr_mult"] = optim.get("lr"), optim.get("emb_lr_mult")
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
     row.update({k: v for k, v in flatten(heldout, "_").items() if k in HELDOUT_COLUMNS})
@@ -269,20 +256,14 @@ def run_row(
 _WANDB_STATES, _WANDB_FAILED = ("running", "finished"), ("crashed", "failed", "killed", "preempted")
 
 
-def wandb_run_row(
-    config: Mapping[str, Any],
-    summary: Mapping[str, Any],
-    *,
-    run_id: str,
-    name: str | None = None,
-    group: str | None = None,
-    state: str | None = None,
-    url: str | None = None,
-) -> dict[str, Any]:
-    """One runs-table row from a W&B run: the summary.json values the trainer mirrors (dicts as
-    "params/total"), gaps filled from the last metrics. Crashed, or "running" after W&B saw it
-    stop: failed."""
-    values = {k: v for k, v in summary.items() if not k.startswith("_")}
+def wandb_run_row(run: Any) -> dict[str, Any]:
+    """One runs-table row from a W&B run (of ``wandb.Api().runs``): the summary.json values the
+    trainer mirrors (dicts as "params/total"), gaps filled from the last metrics. Crashed, or
+    "running" after W&B saw it stop: failed."""
+    summary = dict(run.summary)
+    run_id = summary.get("run_id") or run.id
+    values = {"run_id": run_id, "name": run.name, "sweep": run.group, "wandb_run_id": run_id}
+    values |= {k: v for k, v in summary.items() if not k.startswith("_")}
     for prefix in ("params", "init_std_resolved"):
         sub = {k.split("/", 1)[1]: v for k, v in summary.items() if k.startswith(prefix + "/")}
         if sub and not isinstance(values.get(prefix), Mapping):
@@ -297,11 +278,10 @@ def wandb_run_row(
     ):
         if values.get(ours) is None and summary.get(theirs) is not None:
             values[ours] = summary[theirs]
-    values = {"run_id": run_id, "name": name, "sweep": group, "wandb_run_id": run_id, **values}
-    state = str(state or "").lower()
+    state = str(run.state or "").lower()
     wb_state = "failed" if state in _WANDB_FAILED else state if state in _WANDB_STATES else None
     if not values.get("status"):
         values["status"] = wb_state or "unknown"
     elif values["status"] == "running" and wb_state in ("failed", "finished"):
         values["status"] = "failed"  # W&B says it stopped, but it never recorded an end: it died
-    return run_row(values, config, source=url or f"wandb:{run_id}")
+    return run_row(values, dict(run.config), source=run.url or f"wandb:{run_id}")

@@ -43,6 +43,7 @@ class Status(str, Enum):
 
 
 DONE = [s.value for s in Status if s.done]  # as the runs tables spell a status
+RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")  # a run's record (beside probes/)
 
 
 def now() -> str:
@@ -114,11 +115,9 @@ class RunSummary:
     @classmethod
     def from_dict(cls, d: dict) -> RunSummary:
         names = {f.name for f in dataclasses.fields(cls)}
-        kept = {k: v for k, v in d.items() if k in names}
+        nonfinite = ("nan", "inf", "-inf")  # written as strings (JSON has no such numbers)
+        kept = {k: float(v) if v in nonfinite else v for k, v in d.items() if k in names}
         kept["status"] = Status(kept.get("status", "running"))
-        for k, v in kept.items():  # nan/inf were written as strings (JSON has no such numbers)
-            if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-                kept[k] = float(v)
         return cls(**kept)
 
     def write(self, run_dir: Path) -> None:
@@ -178,7 +177,6 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
     """Record one run in ``<sweep>/index.json`` (locked: parallel jobs share the file)."""
     from filelock import FileLock
 
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".index.lock")):
         index = read_json(sweep_dir / "index.json") or {}
         if not entry.overrides:  # a rerun without overrides keeps those of the first call
@@ -337,8 +335,6 @@ _KEY_SHAPE = re.compile(r"\b[0-9a-f]{40}\b")  # the shape of a W&B API key
 def scrub(text: str) -> str:
     """``text`` without credentials: secret-looking environment values, key=value secrets."""
     for name, value in os.environ.items():
-        if len(value) >= 8 and any(
-            s in name.upper() for s in ("KEY", "TOKEN", "SECRET", "PASSWORD")
-        ):
+        if len(value) >= 8 and re.search("KEY|TOKEN|SECRET|PASSWORD", name.upper()):
             text = text.replace(value, "***")
     return _KEY_SHAPE.sub("***", _SECRET.sub(r"\1\2***", text))

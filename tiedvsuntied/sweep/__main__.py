@@ -20,8 +20,8 @@ import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results.records import DONE, find_run_dir
-from tiedvsuntied.sweep import progress
-from tiedvsuntied.sweep.jobs import REFUSED, SweepError, user_errors
+from tiedvsuntied.sweep import jobs, progress
+from tiedvsuntied.sweep.jobs import REFUSED, USER_ERRORS, SweepError
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,8 +31,6 @@ class Parser(argparse.ArgumentParser):
 
 def planned(overrides: list[str]) -> pd.DataFrame:
     """The jobs of ``run -m OVERRIDES``, each with its run's row in its sweep directory."""
-    from tiedvsuntied.sweep import jobs
-
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     with jobs.composed(overrides) as (loader, master):
         todo = jobs.expand(loader, master)
@@ -115,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = parser().parse_args(argv)
         args.func(args)
-    except (*user_errors(), ResultsError) as e:  # a tokenizer not cached, too
+    except (*USER_ERRORS, ResultsError) as e:  # a tokenizer not cached, too
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(REFUSED) from None
 

@@ -1,7 +1,7 @@
 """A sweep's jobs as Hydra's basic sweeper expands them, each composed as the launcher composes
 it and checked with the run's own checks before Hydra makes any folder for them
-(``callbacks.Check``); the plan lists them. The schema and the checks load torch: they are
-imported when first needed (``status`` and ``table`` start without it)."""
+(``callbacks.Check``); the plan lists them. The run's checks (``train.plan``) load torch: they
+are imported when first needed (``status`` and ``table`` start without it)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from tiedvsuntied.data.config import DataError, DataUnavailableError
+from tiedvsuntied.model.config import ModelConfigError
 from tiedvsuntied.presets import CONF_DIR
 from tiedvsuntied.results.records import LEGACY
+from tiedvsuntied.train.config import Config, ConfigError, config_run_id
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 REFUSED = 2  # the exit code of a refused command (a user's mistake, in one line)
@@ -32,6 +35,13 @@ REFUSED = 2  # the exit code of a refused command (a user's mistake, in one line
 
 class SweepError(ValueError):
     """A job of the sweep cannot run: one line naming the job, its key and its value."""
+
+
+# What a user's command can get wrong, composing it or checking it: each is one line naming the
+# key (``one_line``). The typed config's __post_init__ checks raise theirs inside
+# OmegaConf.to_object, which lets a ValueError through as it is (it wraps only TypeError).
+USER_ERRORS = (ConfigError, ModelConfigError, DataError, DataUnavailableError, SweepError)
+USER_ERRORS += (HydraException, OmegaConfBaseException)
 
 
 @dataclass
@@ -43,21 +53,7 @@ class Job:
 
 def register_schema() -> None:
     """The typed config as Hydra's ``base_config`` (conf/config.yaml's first default)."""
-    from tiedvsuntied.train.config import Config
-
     ConfigStore.instance().store(name="base_config", node=Config)
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """What a user's command can get wrong, composing it or checking it: each is one line
-    naming the key (``one_line``). The typed config's __post_init__ checks raise theirs inside
-    OmegaConf.to_object, which lets a ValueError through as it is (it wraps only TypeError)."""
-    from tiedvsuntied.data.config import DataError, DataUnavailableError
-    from tiedvsuntied.model.config import ModelConfigError
-    from tiedvsuntied.train.config import ConfigError
-
-    errors = (ConfigError, ModelConfigError, DataError, DataUnavailableError, SweepError)
-    return (*errors, HydraException, OmegaConfBaseException)
 
 
 @contextlib.contextmanager
@@ -144,7 +140,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
     for job in jobs:
         try:
             plans.append(check_job(*next(configs), checked))
-        except user_errors() as e:
+        except USER_ERRORS as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
 
@@ -161,8 +157,6 @@ def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = 
 def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
     """OmegaConf reads 1/0/yes/no/on/off as booleans, which silently turns ``tie=1`` into true:
     a boolean key takes true or false (null where it may)."""
-    from tiedvsuntied.train.config import ConfigError
-
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         if override.is_sweep_override() or override.is_delete():
             continue  # each job of a sweep is checked with its own value
@@ -196,8 +190,7 @@ def one_line(error: BaseException) -> str:
 def run_ids(plans: list[Any]) -> list[str]:
     """The run id each job's run has or will have, as the trainer names it (state.identity):
     the data's fingerprint from its files' hashes, once per distinct data config."""
-    from tiedvsuntied.data.cache import corpus_fingerprint
-    from tiedvsuntied.train.config import config_run_id
+    from tiedvsuntied.data.cache import corpus_fingerprint  # numpy, tiktoken
 
     data = {repr(plan.cfg.data): plan.cfg.data for plan in plans}
     fingerprints = {key: corpus_fingerprint(d) for key, d in data.items()}
