@@ -57,12 +57,6 @@ class TrainState:
     last_val_loss: float | None = None
     clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
 
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    def load_state_dict(self, d: dict) -> None:
-        vars(self).update(d)
-
 
 class CheckpointMismatch(ConfigError):
     """A readable checkpoint that does not fit this code's model or optimizer."""
@@ -87,40 +81,20 @@ def read_checkpoint(path: Path) -> dict | None:
     return ckpt
 
 
-def mismatch(saved: dict, expected: dict) -> str | None:
-    """How a saved state dict differs from the model's (the first difference), or None."""
-    missing = [k for k in expected if k not in saved]
-    unexpected = [k for k in saved if k not in expected]
-    if missing:
-        instead = f" (it has {unexpected[0]} instead)" if unexpected else ""
-        return f"parameter {missing[0]} is not in it{instead}"
-    if unexpected:
-        return f"it has a parameter {unexpected[0]} that the model has not"
-    for key, value in expected.items():
-        if saved[key].shape != value.shape:
-            return (
-                f"parameter {key} is {tuple(saved[key].shape)} in it, "
-                f"{tuple(value.shape)} in the model"
-            )
-    return None
-
-
 def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
-    """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch
-    (before anything is loaded)."""
-    what = mismatch(ckpt["model"], model.state_dict())
-    if what is None:
+    """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch:
+    one line naming what does not fit (torch's own message, which names the parameter)."""
+    for part, target in (("model", model), ("optimizer", optimizer)):
         try:
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
+            target.load_state_dict(ckpt[part])
         except (RuntimeError, ValueError, KeyError) as e:
-            what = f"its optimizer state does not fit ({str(e).splitlines()[0]})"
-    if what is not None:
-        raise CheckpointMismatch(
-            f"checkpoint {path} does not match this code: {what}. No file was changed: "
-            f"resume with the code that wrote it, or delete {path.parent} to train from step 0"
-        )
-    state.load_state_dict(ckpt["train_state"])
+            what = " ".join(str(e).split("\n", 1)[-1].split())
+            raise CheckpointMismatch(
+                f"checkpoint {path} does not match this code's {part} ({what}). No file was "
+                f"changed: resume with the code that wrote it, or delete {path.parent} to train "
+                "from step 0"
+            ) from None
+    vars(state).update(ckpt["train_state"])
     torch.set_rng_state(ckpt["rng_cpu"])
     if torch.cuda.is_available() and ckpt["rng_cuda"]:
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
@@ -183,7 +157,7 @@ class Checkpoints:
         payload = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "train_state": state.state_dict(),
+            "train_state": asdict(state),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -204,7 +178,7 @@ class Checkpoints:
         return best["model"] if best.get("step") == step else None
 
     def save_final(self, model, state) -> None:
-        weights = {"model": model.state_dict(), "train_state": state.state_dict()}
+        weights = {"model": model.state_dict(), "train_state": asdict(state)}
         atomic_write(self.folder / "model.pt", lambda f: torch.save(weights, f))
 
     def finish(self) -> None:

@@ -277,8 +277,7 @@ class Config:
 
 
 def resolved_config(cfg: Config) -> dict:
-    """The config as a plain dict, init_std in its canonical spelling (run identity,
-    config.yaml)."""
+    """The config as a plain dict, init_std canonical (run identity, config.yaml)."""
     tree = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
     tree["init_std"] = canonical_init_std(cfg.init_std)
     return tree
@@ -297,22 +296,18 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
     layout before keys moved (LEGACY), and the data's fingerprint: the same config has the
     same id in every version."""
     tree = moved(json.loads(json.dumps(config, default=str)), LEGACY)
-    for dotted in RECORDED:
-        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
-        (tree.get(node, {}) if node else tree).pop(leaf, None)
-    for dotted, neutral in NEUTRAL.items():
+    for dotted in [*RECORDED, *NEUTRAL]:
         node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
         parent = tree.get(node, {}) if node else tree
-        if leaf in parent and parent[leaf] == neutral:
-            del parent[leaf]
+        if dotted in RECORDED or parent.get(leaf, MISSING) == NEUTRAL[dotted]:
+            parent.pop(leaf, None)
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
 
 
 def config_run_id(cfg: Config, data_fingerprint: str) -> str:
-    """The id of ``cfg``'s run on data of that fingerprint: as a sweep plans it and the trainer
-    names it."""
+    """The id of ``cfg``'s run on data of that fingerprint (a sweep's plan, the trainer's)."""
     config = resolved_config(cfg)
     name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
     return run_id(config, name, data_fingerprint)

@@ -65,12 +65,9 @@ def validate(run: Run, first: bool = False) -> float:
     metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
     if first:
         state.init_val_loss = loss
-        state.init_logit_std = result["logit_std"]
-        state.init_self_logit = result["self_logit"]
-        state.init_self_target_frac = result["self_target_frac"]
-        metrics.update(
-            {f"init/{k}": result[k] for k in ("logit_std", "self_logit", "self_target_frac")}
-        )
+        for key in ("logit_std", "self_logit", "self_target_frac"):
+            setattr(state, f"init_{key}", result[key])
+            metrics[f"init/{key}"] = result[key]
     if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
         state.best_val_loss, state.best_step = loss, state.step
         if trainer.test_eval:

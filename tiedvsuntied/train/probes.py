@@ -1,17 +1,12 @@
-"""Embedding-geometry probes: scalars for the logs, per-token arrays for figures.
+"""Embedding-geometry probes per vocabulary stratum: scalars for the logs, per-token arrays for
+figures (the keys and their meaning: docs/model.md#probes). E is the token embedding (wte,
+V x d), H the head (lm_head; E when tied).
 
-E is the token embedding (wte, V x d), H the head (lm_head, V x d; H is E when tied).
-Every statistic is given per vocabulary stratum, because a token that never occurs in training
-behaves differently from one that does: untied, its embedding row never gets a gradient and stays
-at init; tied, the softmax pushes every unseen row the same way and they collapse onto one
-direction. A uniform sample over a 50k BPE vocabulary of which Tiny Shakespeare uses ~20% would
-mostly measure vocabulary coverage. The strata (``vocab_strata``): unseen (count 0 in the train
-split), and the seen tokens split at their median count into rare and frequent halves.
-
-Per stratum: mean row norms of E and H; off-diagonal cosines of the row-normalised E·Eᵀ (is it
-close to the identity?) on a fixed sample of rows, raw and mean-centred (the stratum sample's
-mean row removed first: anisotropy beyond one common direction); untied also H·Hᵀ and the cosine
-between each token's input and output rows. No probe touches the global RNG or autograd.
+Why strata: a token never seen in training behaves differently from one seen. Untied, its
+embedding row never gets a gradient and stays at init; tied, the softmax pushes every unseen
+row the same way and they collapse onto one direction, and a uniform sample of a 50k BPE
+vocabulary of which a small corpus uses ~20% would mostly measure vocabulary coverage. No probe
+touches the global RNG or autograd.
 """
 
 from __future__ import annotations
@@ -54,11 +49,8 @@ def _kept_pairs(n: int, k: int = MAX_PAIRS) -> tuple[torch.Tensor, torch.Tensor]
     """A fixed sample of at most k pairs i < j of n rows (computed once per n)."""
     i, j = torch.triu_indices(n, n, offset=1)
     if len(i) > k:
-        keep = (
-            torch.randperm(len(i), generator=torch.Generator().manual_seed(SAMPLE_SEED))[:k]
-            .sort()
-            .values
-        )
+        generator = torch.Generator().manual_seed(SAMPLE_SEED)
+        keep = torch.randperm(len(i), generator=generator)[:k].sort().values
         i, j = i[keep], j[keep]
     return i, j
 
@@ -73,16 +65,10 @@ def _cosines(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(scalars, arrays) of one evaluation; ``freq`` is the train-split count of every token.
-
-    scalars ("probe/..."): emb_norm_{mean,std}, head_norm_{mean,std} over the vocabulary; per
-    stratum s: s/emb_norm_mean, s/head_norm_mean, s/emb_cos_mean, s/emb_cos_abs_mean,
-    s/emb_ccos_abs_mean (centred), untied also s/head_cos_mean, s/head_ccos_abs_mean,
-    s/in_out_cos_mean. arrays (probes/step_*.npz): emb_norm, head_norm, in_out_cos (untied) per
-    token; per stratum cos_s and ccos_s (at most MAX_PAIRS sampled pairs, the same every time)
-    and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines.
-    emb_seen (and untied head_seen): the rows of the rare and frequent samples (rows_seen), in
-    fp16, for similarities between runs (linear CKA of a tied and an untied run of one seed)."""
+    """(scalars, arrays) of one evaluation (docs/model.md#probes); ``freq``: the train-split
+    count of every token. emb_seen (and untied head_seen): the rows of the rare and frequent
+    samples (rows_seen) in fp16, for similarities between runs (linear CKA of a tied and an
+    untied run of one seed)."""
     e, h = model.transformer.wte.weight.float(), model.lm_head.weight.float()
     h = None if model.tie else h
     emb_norm = torch.linalg.vector_norm(e, dim=1)
@@ -96,9 +82,8 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
     if h is not None:
         # cos(e_v, h_v) per token, reusing the norms; einsum avoids a (V, d) temporary
-        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(
-            1e-12
-        )
+        norms = (emb_norm * head_norm).clamp_min(1e-12)
+        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / norms
     for stratum, ids in vocab_strata(freq).items():
         if len(ids) >= 2:
             _probe_stratum(stratum, ids, e, h, scalars, arrays)

@@ -194,7 +194,9 @@ def summary(run: Run) -> RunSummary:
     TrainState hold under the summary's names, and what follows from them."""
     d, s = run.derived, run.state
     names = {f.name for f in dataclasses.fields(RunSummary)}
-    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
+    values = {
+        k: v for k, v in {**dataclasses.asdict(d), **dataclasses.asdict(s)}.items() if k in names
+    }
     return dataclasses.replace(
         run.record,
         **{
