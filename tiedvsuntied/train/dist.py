@@ -89,9 +89,7 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether ``flag`` is set on at least one rank."""
     if world_size() == 1:
         return flag
-    t = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return mean_(torch.tensor([float(flag)], device=device)).item() > 0
 
 
 def wrap(model: torch.nn.Module) -> torch.nn.Module:

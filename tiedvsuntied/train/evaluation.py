@@ -82,12 +82,10 @@ def validate(run: Run, first: bool = False) -> float:
         run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
     run.metrics.log({**metrics, **scalars}, state.step)
     state.last_val_loss = loss
-    line = f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-    line += f"ppl {math.exp(min(loss, 700)):.4g} | tokens {state.tokens:,}"
-    if run.bar is not None and not run.bar.disable:  # above the progress bar
-        run.bar.write(line)
-    else:
-        log.info(line)
+    log.info(
+        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
+        f"ppl {metrics['val/ppl']:.4g} | tokens {state.tokens:,}"
+    )
     return loss
 
 

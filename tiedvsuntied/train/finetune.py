@@ -148,22 +148,15 @@ def adopt(cfg, start: Start, overrides: list[str]):
 
 def build(start: Start, cfg, seed: int) -> GPT:
     """The start's model with the run's dropout, untied as asked, only ``trainable`` training."""
+    run = {"dropout": cfg.model.dropout, "block_size": cfg.model.block_size}
     if start.weights is None:
         from tiedvsuntied.model.hf import from_pretrained
 
-        model = from_pretrained(
-            start.source, tie=start.tie, dropout=cfg.model.dropout, block_size=cfg.model.block_size
-        )
+        model = from_pretrained(start.source, tie=start.tie, **run)
     else:
         with torch.device("meta"):  # every tensor is about to be loaded
-            model = GPT(
-                dataclasses.replace(
-                    start.model, dropout=cfg.model.dropout, block_size=cfg.model.block_size
-                ),
-                tie=start.tie,
-                init_std=cfg.init_std,
-                head=cfg.head,
-            )
+            shapes = dataclasses.replace(start.model, **run)
+            model = GPT(shapes, tie=start.tie, init_std=cfg.init_std, head=cfg.head)
         model.to_empty(device="cpu")
         sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
         sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.model.block_size]

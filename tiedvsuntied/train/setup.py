@@ -165,11 +165,8 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
         model=m.name,
         seed=cfg.seed,
         replicate=cfg.replicate,
-        n_layer=m.n_layer,
-        n_head=m.n_head,
-        n_embd=m.n_embd,
+        **{k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "block_size")},
         vocab_size=corpus.vocab_size,
-        block_size=m.block_size,
         t5_rescale=cfg.head.t5_rescale,
         data=cfg.data.name,
         data_fingerprint=corpus.fingerprint,
@@ -188,7 +185,6 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
     enable_tf32(device)
-    sampler = train_sampler(cfg, corpus)
     model = build_model(plan, corpus.vocab_size)
     rows = start_rows(model) if plan.start else None  # before a resume changes them
     optimizer = build_optimizer(model, cfg.optim)
@@ -203,16 +199,15 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
-    precision = resolve_precision(trainer.precision, device)
     run = Run(
         cfg=cfg,
         schedule=schedule,
         run_dir=run_dir,
         record=record,
-        derived=derive(plan, corpus, model, optimizer, params, precision),
+        derived=derive(plan, corpus, model, optimizer, params),
         model=model,
         optimizer=optimizer,
-        sampler=sampler,
+        sampler=train_sampler(cfg, corpus),
         corpus=corpus,
         device=device,
         state=state,
@@ -222,13 +217,20 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         start_rows=rows,
         retain=data.retain,
     )
-    log_start(run, used)
+    if used:
+        log.info("[%s] resuming from step %d (%s)", record.name, state.step, used)
+    d = run.derived
+    log.info(
+        f"[{record.name}] {d.params['total']:,} params (non-embedding "
+        f"{d.params['non_embedding']:,}), {device} {d.precision}, "
+        f"{len(corpus.tokens('train')):,} train tokens, peak {d.peak_tflops:.2f} TFLOP/s"
+    )
     return run
 
 
-def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -> Derived:
-    """What the config implies on this machine (Derived)."""
+def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Derived:
     cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
+    precision = resolve_precision(trainer.precision, device)
     dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float32
     return Derived(
         vocab_size=corpus.vocab_size,
@@ -247,19 +249,4 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
-    )
-
-
-def log_start(run: Run, used: Path | None) -> None:
-    if used:
-        log.info("[%s] resuming from step %d (%s)", run.record.name, run.state.step, used)
-    log.info(
-        "[%s] %s params (non-embedding %s), %s %s, %s train tokens, peak %.2f TFLOP/s",
-        run.record.name,
-        f"{run.derived.params['total']:,}",
-        f"{run.derived.params['non_embedding']:,}",
-        run.device,
-        run.derived.precision,
-        f"{len(run.corpus.tokens('train')):,}",
-        run.derived.peak_tflops,
     )

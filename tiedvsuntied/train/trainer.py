@@ -2,15 +2,11 @@
 trains, its set-up, the loop (step, untie, log, evaluate, checkpoint, stop), its finish.
 
 A run is identified by its config (train.config.run_id), so calling ``train`` again with the
-same config skips a finished run and resumes an unfinished one from its checkpoint with exactly
-the batches and losses an uninterrupted run would have had: the batch order is a pure function
-of (seed, step) and the checkpoint holds the TrainState and every RNG state. Status: ``running``
-while training (or killed), ``finished``, ``diverged`` (NaN/inf: a result, not an error),
-``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed`` (an exception): a rerun
-resumes both.
-
-Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint and
-evaluates; the other ranks follow it through the same set-up and steps (train/dist.py).
+same config skips a done run and resumes an unfinished one (results.records.Status) from its
+checkpoint with exactly the batches and losses an uninterrupted run would have had: the batch
+order is a pure function of (seed, step) and the checkpoint holds the TrainState and every RNG
+state. Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint
+and evaluates; the other ranks follow it through the same set-up and steps (train/dist.py).
 """
 
 from __future__ import annotations
@@ -102,12 +98,12 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(run_dir / ".lock"))
     try:
-        lock.acquire(timeout=0)
+        held = lock.acquire(timeout=0)
     except Timeout:
         log.warning("[%s] is being trained by another process; skipping", record.name)
         dist.from_main(False)
         return read_summary(run_dir)
-    try:
+    with held:
         previous = read_summary(run_dir)
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
         if is_done(previous, run_dir / "checkpoints", record.name):
@@ -126,8 +122,6 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
             record.started_at = previous.started_at
         dist.from_main(True)
         return train_and_record(plan, data, record, run_dir, entry)
-    finally:
-        lock.release()
 
 
 def train_and_record(
@@ -136,22 +130,13 @@ def train_and_record(
     """Rank 0: set the run up (a checkpoint that does not fit the code stops it here, before
     any file is changed), write config.yaml, then loop and finish; the status is recorded
     whatever happens, and the metrics log and W&B are always closed."""
-    t0 = time.time()
+    t0, run = time.time(), None
     try:
         run = build_run(plan, data, record, run_dir)
-    except CheckpointMismatch:  # one line from the entry point; no file is changed
-        raise
-    except (Exception, KeyboardInterrupt) as e:
-        failed(record, e)
-        record.write(run_dir)
-        entry.status = record.status
-        update_index(run_dir.parent, record.run_id, entry)
-        raise
-    config = {**resolved_config(run.cfg), "derived": dataclasses.asdict(run.derived)}
-    atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
-    np.save(run_dir / "token_freq.npy", run.freq)
-    summary(run).write(run_dir)
-    try:
+        config = {**resolved_config(run.cfg), "derived": dataclasses.asdict(run.derived)}
+        atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
+        np.save(run_dir / "token_freq.npy", run.freq)
+        summary(run).write(run_dir)
         with MetricsLog(run_dir, run.resumed_from) as run.metrics:
             run.metrics.start_wandb(run.cfg.wandb, record, config)
             update_index(run_dir.parent, record.run_id, entry)
@@ -166,15 +151,19 @@ def train_and_record(
             run.metrics.failed = False
             run.metrics.wandb_summary(summary(run).to_dict())
         return summary(run)
+    except CheckpointMismatch:  # one line from the entry point; no file is changed
+        raise
     except (Exception, KeyboardInterrupt) as e:
-        failed(record, e, run.state.step)
+        step = None if run is None else run.state.step  # None: the set-up failed
+        failed(record, e, step)
         if isinstance(e, KeyboardInterrupt):  # for the entry point's one line
-            e.step = run.state.step
+            e.step = step
         raise
     finally:
-        summary(run).write(run_dir)
-        entry.status = record.status
-        update_index(run_dir.parent, record.run_id, entry)
+        if record.status != Status.running:  # recorded whatever happened, but a mismatch
+            (record if run is None else summary(run)).write(run_dir)
+            entry.status = record.status
+            update_index(run_dir.parent, record.run_id, entry)
 
 
 def failed(record: RunSummary, e: BaseException, step: int | None = None) -> None:
@@ -248,6 +237,7 @@ def run_loop(run: Run) -> None:
     if state.step == 0 and main:
         evaluate_now(run, first=True)  # the initial loss is a result (dominant at init 1.0)
     from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm  # log lines above the bar
 
     run.bar = tqdm(
         total=run.cfg.trainer.max_steps,
@@ -258,7 +248,7 @@ def run_loop(run: Run) -> None:
         disable=not (run.cfg.trainer.progress and main),
     )
     window = Window(clipped=state.clipped_steps)
-    with dist.StopRequest() as stop, run.bar:
+    with dist.StopRequest() as stop, run.bar, logging_redirect_tqdm():
         while not schedule.done(state.step):
             t0 = time.perf_counter()
             loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
