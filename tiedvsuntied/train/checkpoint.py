@@ -1,20 +1,16 @@
 """A run's ``checkpoints/`` folder: which files it keeps, how they are written and read.
 
-- ``last.pt``: weights, optimizer, the TrainState and the RNG states; written when the
-  schedule says (config.Schedule.saves) and when a signal stops the run. The file
-  it replaces stays as ``prev.pt`` until the next save, so a file cut short (a kill, a full
-  disk) never costs the run more than one interval.
-- ``best.pt``: the weights of the best validation step so far (with ``trainer.test_eval``),
-  whose test loss is taken when the run finishes (early stopping's, without evaluating the
-  test split during training).
-- ``model.pt``: the final weights and TrainState, all that a finished run keeps (resuming is
-  over, so the optimizer state goes); ``init_from`` starts from it.
+- ``last.pt``: weights, optimizer, TrainState and RNG states, written when config.Schedule.saves
+  says and when a signal stops the run. The file it replaces stays as ``prev.pt`` until the
+  next save, so a file cut short (a kill, a full disk) costs the run at most one interval.
+- ``best.pt``: the best validation step's weights (with ``trainer.test_eval``), whose test loss
+  is taken at the end (early stopping's, without evaluating the test split during training).
+- ``model.pt``: the final weights and TrainState, all a finished run keeps (``init_from``).
 - ``*.pt.bad``: a file that could not be read, set aside (a later save would otherwise rotate
   it into ``prev.pt``); removed once the run has finished.
 
-A file that cannot be read falls back to the older one. A file that can be read but does not
-fit the model (a parameter renamed or reshaped since) is a CheckpointMismatch: one line that
-names the parameter, and no file is changed.
+An unreadable file falls back to the older one; a readable one that does not fit the model is a
+CheckpointMismatch: one line naming the parameter, and no file is changed.
 """
 
 from __future__ import annotations
@@ -71,10 +67,8 @@ def read_checkpoint(path: Path) -> dict | None:
     except UNREADABLE as e:
         reason = textwrap.shorten(scrub(f"{type(e).__name__}: {e}"), 200, placeholder=" ...")
         log.warning(
-            "checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one",
-            path,
-            reason,
-            path.name,
+            f"checkpoint {path} is unreadable ({reason}); kept as {path.name}.bad, trying an "
+            "older one"
         )
         os.replace(path, path.with_suffix(".pt.bad"))
         return None
@@ -112,11 +106,8 @@ def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
     if (why := unreadable(weights)) is None:
         return True
     log.warning(
-        "[%s] finished, but %s does not load (%s): training it again from step 0 "
-        "(the broken file is kept as model.pt.bad until the run finishes)",
-        name,
-        weights,
-        why,
+        f"[{name}] finished, but {weights} does not load ({why}): training it again from step 0 "
+        "(the broken file is kept as model.pt.bad until the run finishes)"
     )
     os.replace(weights, weights.with_suffix(".pt.bad"))
     return False

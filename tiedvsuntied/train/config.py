@@ -66,9 +66,7 @@ BETA: Rule = (lambda v: 0 <= v < 1, "in [0, 1)")
 
 
 class LrScaling(str, Enum):
-    """How an embedding-side group's lr follows its tensor's init std. AdamW moves a weight by
-    about lr per step whatever its scale, so one shared lr barely moves a std-1.0 embedding
-    while it moves a std-0.02 one by a lot: ``init_std`` keeps lr / std the body's for each."""
+    """How an embedding-side group's lr follows its tensor's init std (why: train/optim.py)."""
 
     none = "none"  # every group at optim.lr (times its multiplier)
     init_std = "init_std"  # times (the tensor's init std / model.body_init_std); 1 for std 0

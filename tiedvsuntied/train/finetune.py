@@ -12,6 +12,7 @@ and, for a start from this harness, the loss on the start's own data (retention)
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import zipfile
 from dataclasses import dataclass
@@ -99,8 +100,6 @@ def read_start(init_from: str) -> Start:
         tie = head.ends_tied(bool(cfg["tie"]))
         return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights, head)
     if path.is_dir() and (path / "config.json").is_file():
-        import json
-
         from tiedvsuntied.model.hf import config_from_hf
 
         hf = json.loads((path / "config.json").read_text())

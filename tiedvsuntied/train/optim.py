@@ -16,8 +16,9 @@ EMBEDDING_SIDE = ("tied", "wte", "lm_head")  # the groups whose lr the optim.*_l
 
 def std_factor(model: torch.nn.Module, cfg: OptimConfig, std: float) -> float:
     """``lr_scaling=init_std``: the lr of a tensor of init std ``std`` relative to the body's, so
-    that lr / std is the body's (the relative step of muP). A zero-init head has no scale to
-    keep: factor 1."""
+    that lr / std is the body's (the relative step of muP). AdamW moves a weight by about lr per
+    step whatever its scale: one shared lr barely moves a std-1.0 embedding and moves a std-0.02
+    one a lot. A zero-init head has no scale to keep: factor 1."""
     if LrScaling(cfg.lr_scaling) == LrScaling.none or std == 0:
         return 1.0
     return std / model.config.body_init_std

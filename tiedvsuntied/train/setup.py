@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -120,13 +120,12 @@ def resume_on_every_rank(plan: RunPlan, checkpoints: Checkpoints, model, optimiz
 def train_sampler(cfg, corpus: Corpus) -> BatchSampler:
     """The training batches: the same for every run of one seed (tied and untied alike)."""
     trainer = cfg.trainer
-    once = trainer.sampling == Sampling.once
     return BatchSampler(
         corpus.tokens("train"),
         cfg.model.block_size,
         trainer.batch_size,
         cfg.seed,
-        once=once,
+        once=trainer.sampling == Sampling.once,
         grad_accum=trainer.grad_accum,
     )
 
@@ -249,4 +248,23 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
+    )
+
+
+def summary(run: Run) -> RunSummary:
+    """summary.json now: identity and outcome (``run.record``), then what Derived and the
+    TrainState hold under the summary's names, and what follows from them."""
+    d, s = run.derived, run.state
+    names = {f.name for f in fields(RunSummary)}
+    values = {k: v for k, v in {**asdict(d), **asdict(s)}.items() if k in names}
+    return dataclasses.replace(
+        run.record,
+        **{
+            **values,
+            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
+            "seen_vocab_frac": float((run.freq > 0).mean()),
+            "resumed_from_step": run.resumed_from,
+            "final_val_loss": s.last_val_loss,
+            "clip_frac": s.clipped_steps / s.step if s.step else None,
+        },
     )

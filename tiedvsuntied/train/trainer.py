@@ -12,12 +12,11 @@ and evaluates; the other ranks follow it through the same set-up and steps (trai
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +45,7 @@ from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budg
 from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
-from tiedvsuntied.train.setup import Data, Run, build_run, identity
+from tiedvsuntied.train.setup import Data, Run, build_run, identity, summary
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +56,6 @@ COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.In
 
 class Diverged(Exception):
     """A non-finite loss or gradient: a result of the study, not an error."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """A signal asked the run to stop; its checkpoint is saved and a rerun resumes it."""
 
 
 def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunSummary | None:
@@ -108,11 +103,8 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
         if is_done(previous, run_dir / "checkpoints", record.name):
             log.info(
-                "[%s] already %s at step %d; skipping (delete %s to train it again)",
-                record.name,
-                previous.status.value,
-                previous.step,
-                run_dir,
+                f"[{record.name}] already {previous.status.value} at step {previous.step}; "
+                f"skipping (delete {run_dir} to train it again)"
             )
             entry.status = previous.status
             update_index(run_dir.parent, record.run_id, entry)
@@ -133,7 +125,7 @@ def train_and_record(
     t0, run = time.time(), None
     try:
         run = build_run(plan, data, record, run_dir)
-        config = {**resolved_config(run.cfg), "derived": dataclasses.asdict(run.derived)}
+        config = {**resolved_config(run.cfg), "derived": asdict(run.derived)}
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
         np.save(run_dir / "token_freq.npy", run.freq)
         summary(run).write(run_dir)
@@ -153,50 +145,25 @@ def train_and_record(
         return summary(run)
     except CheckpointMismatch:  # one line from the entry point; no file is changed
         raise
-    except (Exception, KeyboardInterrupt) as e:
+    except (Exception, KeyboardInterrupt) as e:  # a rerun resumes it
         step = None if run is None else run.state.step  # None: the set-up failed
-        failed(record, e, step)
-        if isinstance(e, KeyboardInterrupt):  # for the entry point's one line
-            e.step = step
+        stopped = isinstance(e, KeyboardInterrupt)  # Ctrl-C or a signal: after a checkpoint
+        record.status = Status.interrupted if stopped else Status.failed
+        if stopped:
+            e.step = step  # for the entry point's one line
+        if stopped and step is not None:
+            record.error = (
+                f"interrupted ({e or 'Ctrl-C'}) at step {step}; rerun the command to resume"
+            )
+        else:
+            record.error = scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
+            log.error("[%s] failed: %s", record.name, record.error)
         raise
     finally:
         if record.status != Status.running:  # recorded whatever happened, but a mismatch
             (record if run is None else summary(run)).write(run_dir)
             entry.status = record.status
             update_index(run_dir.parent, record.run_id, entry)
-
-
-def failed(record: RunSummary, e: BaseException, step: int | None = None) -> None:
-    """The status and error of a run an exception stopped (a Ctrl-C or a signal: after a
-    checkpoint, from ``step`` if it had started), logged. Both resume when run again."""
-    stopped = isinstance(e, KeyboardInterrupt)
-    record.status = Status.interrupted if stopped else Status.failed
-    if stopped and step is not None:
-        record.error = f"interrupted ({e or 'Ctrl-C'}) at step {step}; rerun the command to resume"
-        return
-    record.error = scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
-    log.error("[%s] failed: %s", record.name, record.error)
-
-
-def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), then what Derived and the
-    TrainState hold under the summary's names, and what follows from them."""
-    d, s = run.derived, run.state
-    names = {f.name for f in dataclasses.fields(RunSummary)}
-    values = {
-        k: v for k, v in {**dataclasses.asdict(d), **dataclasses.asdict(s)}.items() if k in names
-    }
-    return dataclasses.replace(
-        run.record,
-        **{
-            **values,
-            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
-            "seen_vocab_frac": float((run.freq > 0).mean()),
-            "resumed_from_step": run.resumed_from,
-            "final_val_loss": s.last_val_loss,
-            "clip_frac": s.clipped_steps / s.step if s.step else None,
-        },
-    )
 
 
 def finish(run: Run) -> None:
@@ -209,13 +176,9 @@ def finish(run: Run) -> None:
     summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
     run.checkpoints.finish()
     log.info(
-        "[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)",
-        record.name,
-        state.last_val_loss,
-        state.best_val_loss,
-        state.best_step,
-        four_decimals(record.test_loss),
-        four_decimals(record.test_loss_at_best),
+        f"[{record.name}] finished: val {state.last_val_loss:.4f} (best {state.best_val_loss:.4f} "
+        f"at step {state.best_step}), test {four_decimals(record.test_loss)} (at the best step "
+        f"{four_decimals(record.test_loss_at_best)})"
     )
 
 
@@ -231,11 +194,11 @@ class Window:
 
 def run_loop(run: Run) -> None:
     """Every rank runs the loop; rank 0 alone logs, evaluates and saves. A signal stops it after
-    the step it arrived in: checkpoint saved, then Interrupted (a rerun resumes there)."""
+    the step it arrived in: checkpoint saved, then KeyboardInterrupt (a rerun resumes there)."""
     state, schedule, main = run.state, run.schedule, dist.is_main()
     compile_model(run, run.derived.compiled)
     if state.step == 0 and main:
-        evaluate_now(run, first=True)  # the initial loss is a result (dominant at init 1.0)
+        validate(run, first=True)  # the initial loss is a result (dominant at init 1.0)
     from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm  # log lines above the bar
 
@@ -261,7 +224,7 @@ def run_loop(run: Run) -> None:
                 log_step(run, window, loss=loss, grad_norm=grad_norm, lr=lr, split=grad_split)
                 window = Window(clipped=state.clipped_steps)
             if schedule.evaluates(state.step):  # rank 0 evaluates, every rank learns the loss
-                val_loss = dist.from_main(evaluate_now(run) if main else None)
+                val_loss = dist.from_main(validate(run) if main else None)
                 if not math.isfinite(val_loss):
                     raise Diverged(f"non-finite validation loss at step {state.step}")
             if main and schedule.saves(state.step):
@@ -270,14 +233,7 @@ def run_loop(run: Run) -> None:
                 if main:  # this step's last.pt, once
                     run.checkpoints.save(run.model, run.optimizer, state)
                 stop.hand_on()
-                raise Interrupted(stop.name or "a signal to another process")
-
-
-def evaluate_now(run: Run, first: bool = False) -> float:
-    """Rank 0: the validation loss at this step, then in summary.json (a sweep's watcher)."""
-    loss = validate(run, first)
-    summary(run).write(run.run_dir)
-    return loss
+                raise KeyboardInterrupt(stop.name or "a signal to another process")
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
