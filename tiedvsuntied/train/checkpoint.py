@@ -20,7 +20,6 @@ import os
 import pickle
 import textwrap
 import zipfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,9 +119,7 @@ class Checkpoints:
         self.folder = Path(folder)
         self.saved_step: int | None = None  # the step of the newest last.pt
 
-    def load(
-        self, model, optimizer, state, layout: Callable[[dict], None] | None = None, only=None
-    ) -> Path | None:
+    def load(self, model, optimizer, state, layout=lambda ckpt: None, only=None) -> Path | None:
         """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
         None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
         checkpoint's (a run untied on schedule)."""
@@ -131,8 +128,7 @@ class Checkpoints:
             ckpt = read_checkpoint(path) if path.exists() else None
             if ckpt is None:
                 continue
-            if layout is not None:
-                layout(ckpt)
+            layout(ckpt)
             restore(path, ckpt, model, optimizer, state)
             self.saved_step = state.step
             return path

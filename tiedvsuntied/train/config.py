@@ -1,8 +1,7 @@
 """The run's config as Hydra composes it (conf/config.yaml), each field with its doc, its role
-in the run's identity (``option(role=..., neutral=...)``) and its rule (``checked``), which
-``__post_init__`` applies (as torchtitan's config does); ``check_config`` adds what needs the
-machine or the files. A check never changes the config. The lists of keys by role and
-``run_id`` derive from the declarations here: the reading side imports them (no torch here)."""
+in the run's identity (``option(role=..., neutral=...)``) and its rule (``checked``, applied by
+``__post_init__`` as torchtitan's config does). The lists of keys by role and ``run_id`` derive
+from the declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
@@ -63,6 +62,10 @@ AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
 POSITIVE: Rule = (lambda v: v > 0, "> 0")
 POSITIVE_OR_NULL: Rule = (lambda v: v is None or v > 0, "> 0, or null (emb_lr_mult's value)")
 BETA: Rule = (lambda v: 0 <= v < 1, "in [0, 1)")
+SWEEP_NAME: Rule = (
+    lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,
+    "letters, digits, '.', '_' or '-' (a letter or digit first)",
+)
 
 
 class LrScaling(str, Enum):
@@ -107,8 +110,7 @@ class Precision(str, Enum):
 
 @dataclass
 class FinetuneConfig:
-    """The ``finetune`` node; it applies when ``init_from`` is set (train/finetune.py); how a
-    tied start is untied is ``head.untie``."""
+    """Applies with ``init_from`` (train/finetune.py); how a tied start is untied: head.untie."""
 
     trainable: Trainable = Trainable.all
 
@@ -160,9 +162,6 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_fields("trainer.", self)
-
-
-SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_budget(trainer: TrainerConfig, train_tokens: int, block_size: int) -> None:
@@ -244,7 +243,7 @@ class Config:
     # A second run of one config (the noise floor): it enters the run's identity, so the run
     # is not skipped as done, and changes nothing else (same seed, data, init).
     replicate: int = checked(0, AT_LEAST_0, role=Role.identity, neutral=0)
-    sweep: str = option("default", role=Role.record)  # results/<sweep>/ and the W&B group
+    sweep: str = checked("default", SWEEP_NAME, role=Role.record)  # results/<sweep>/, W&B group
     results_dir: str = option("results", role=Role.record)
     # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
     init_from: str | None = option(None, neutral=None)
@@ -261,10 +260,6 @@ class Config:
 
     def __post_init__(self) -> None:
         check_fields("", self)
-        if not SWEEP_NAME.match(self.sweep):
-            raise ConfigError(
-                f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"
-            )
         if untie_step(self.head.untie_at, self.trainer.max_steps) and not (
             self.tie and not self.init_from
         ):

@@ -4,8 +4,7 @@ torch.distributed with DistributedDataParallel, nothing home-made. ``trainer.bat
 ``trainer.grad_accum`` describe the global step: rank r takes its contiguous share of each
 micro-batch, which is still the pure function of (seed, step, micro) that one process would
 draw, so a run's identity and (without dropout) its losses do not depend on the number of
-processes. Rank 0 alone evaluates and writes records, checkpoints and W&B; every rank resumes
-from the same checkpoint. In one process every function here is a no-op.
+processes. In one process every function here is a no-op.
 """
 
 from __future__ import annotations
@@ -108,10 +107,9 @@ def no_sync(model: torch.nn.Module, last: bool):
 
 
 class StopRequest:
-    """A context manager: set by Ctrl-C, SIGTERM (a scheduler) or SIGUSR2 (SLURM's warning
-    before a time limit or preemption, as submitit asks for it) while it is open; the handlers
-    it replaced are restored after. The loop reads it between steps, saves a checkpoint and
-    stops; nothing is interrupted halfway. A second Ctrl-C stops at once."""
+    """Set by Ctrl-C, SIGTERM or SIGUSR2 (SLURM's warning before a time limit, as submitit asks
+    for it) while open; read by the loop between steps (nothing stops halfway). The handlers it
+    replaced are restored after; a second Ctrl-C stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 

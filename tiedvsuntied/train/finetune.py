@@ -136,16 +136,15 @@ def adopt(cfg, start: Start, overrides: list[str]):
             f"head.untie={Untie(cfg.head.untie).value} needs a tied start; init_from is "
             "untied: use head.untie=keep"
         )
-    block = start.model.block_size
-    if "model.block_size" in given:
-        block = min(cfg.model.block_size, block)
     shapes = {k: getattr(start.model, k) for k in SHAPE_KEYS}
-    model = dataclasses.replace(cfg.model, **{**shapes, "block_size": block}, name=start.model.name)
+    if "model.block_size" in given:  # no larger than the start's (refused above): wpe is cropped
+        shapes["block_size"] = cfg.model.block_size
+    model = dataclasses.replace(cfg.model, **shapes, name=start.model.name)
     head = dataclasses.replace(cfg.head, **{k: getattr(start.head, k) for k in HEAD_SHAPE_KEYS})
     return dataclasses.replace(cfg, model=model, head=head, tie=start.tie)
 
 
-def build(start: Start, cfg, seed: int) -> GPT:
+def build(start: Start, cfg) -> GPT:
     """The start's model with the run's dropout, untied as asked, only ``trainable`` training."""
     run = {"dropout": cfg.model.dropout, "block_size": cfg.model.block_size}
     if start.weights is None:
@@ -160,7 +159,7 @@ def build(start: Start, cfg, seed: int) -> GPT:
         sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
         sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.model.block_size]
         model.load_state_dict(sd)
-    model.init_seed = seed  # a fresh head is drawn as an untied model of this seed would draw it
+    model.init_seed = cfg.seed  # a fresh head is drawn as an untied model of this seed draws it
     model.untie(cfg.head.untie)
     counts = set_trainable(model, cfg.finetune.trainable)
     if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):

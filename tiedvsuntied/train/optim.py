@@ -81,15 +81,12 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Each group at its multiple of the scheduled ``lr`` (the body's)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        group["lr"] = lr * group["lr_scale"]
 
 
 def lr_scales(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """The groups the optimizer has now, by name, and their multiples of the scheduled lr."""
-    return {
-        group.get("name", str(i)): group.get("lr_scale", 1.0)
-        for i, group in enumerate(optimizer.param_groups)
-    }
+    return {group["name"]: group["lr_scale"] for group in optimizer.param_groups}
 
 
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
@@ -108,7 +105,7 @@ def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimCo
     matrix's std, so the tied group's scale carries on unless ``head_lr_mult`` is set."""
     wte = model.transformer.wte.weight
     group = next(g for g in optimizer.param_groups if any(p is wte for p in g["params"]))
-    scale = group.get("lr_scale", 1.0)
+    scale = group["lr_scale"]
     if cfg.head_lr_mult is not None:
         scale = cfg.head_lr_mult * std_factor(model, cfg, model.init_stds()["emb"])
     model.untie("copy")
@@ -119,7 +116,7 @@ def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimCo
             "params": [head],
             "name": "lm_head",
             "lr_scale": scale,
-            "lr": group["lr"] / group.get("lr_scale", 1.0) * scale,
+            "lr": group["lr"] / group["lr_scale"] * scale,
         }
     )
     optimizer.state[head] = {

@@ -29,15 +29,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunPlan:
     """What a checked config implies, worked out once per job: the config with the start's
-    shapes and tying (``init_from``), the start itself, and this process's device."""
+    shapes and tying (``init_from``), the start itself, this process's device, the schedule."""
 
     cfg: Config
     start: Start | None
     device: torch.device
-
-    @property
-    def schedule(self) -> Schedule:
-        return Schedule.of(self.cfg)
+    schedule: Schedule
 
 
 def check_config(
@@ -69,7 +66,7 @@ def check_config(
             check(value)
     for note in init_std_notes(cfg.model.n_embd, cfg.init_std, cfg.head) if checked is None else ():
         log.warning(note)  # 0.036 is d^-0.5 only at d = 768
-    return RunPlan(cfg, start, device)
+    return RunPlan(cfg, start, device, Schedule.of(cfg))
 
 
 def check_writable(path: Path) -> None:

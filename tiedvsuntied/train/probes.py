@@ -73,13 +73,12 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     h = None if model.tie else h
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
-    scalars = {
-        "probe/emb_norm_mean": emb_norm.mean().item(),
-        "probe/emb_norm_std": emb_norm.std().item(),
-        "probe/head_norm_mean": head_norm.mean().item(),
-        "probe/head_norm_std": head_norm.std().item(),
-    }
     arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
+    scalars = {
+        f"probe/{name}_{stat}": getattr(norms, stat)().item()
+        for name, norms in arrays.items()
+        for stat in ("mean", "std")
+    }
     if h is not None:
         # cos(e_v, h_v) per token, reusing the norms; einsum avoids a (V, d) temporary
         norms = (emb_norm * head_norm).clamp_min(1e-12)
@@ -89,11 +88,9 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
             _probe_stratum(stratum, ids, e, h, scalars, arrays)
     if parts := [arrays[f"rows_{s}"] for s in ("rare", "frequent") if f"rows_{s}" in arrays]:
         seen = torch.cat(parts).sort().values
-        arrays.update(
-            rows_seen=seen,
-            emb_seen=e[seen.to(e.device)],
-            **({} if h is None else {"head_seen": h[seen.to(h.device)]}),
-        )
+        arrays.update(rows_seen=seen, emb_seen=e[seen.to(e.device)])
+        if h is not None:
+            arrays["head_seen"] = h[seen.to(h.device)]
     out = {k: v.cpu().numpy() for k, v in arrays.items()}
     # row ids exact (int64), the rows of the seen samples in half precision, the rest fp32
     for k in (k for k in out if not k.startswith("rows_")):

@@ -88,7 +88,7 @@ def build_model(plan: RunPlan, vocab_size: int) -> GPT:
     cfg = plan.cfg
     torch.manual_seed(cfg.seed)  # dropout; the init has its own per-tensor generators
     if plan.start is not None:
-        return build(plan.start, cfg, cfg.seed).to(plan.device)
+        return build(plan.start, cfg).to(plan.device)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=vocab_size)
     model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, head=cfg.head, seed=cfg.seed)
     return model.to(plan.device)
@@ -103,15 +103,15 @@ def resume_on_every_rank(plan: RunPlan, checkpoints: Checkpoints, model, optimiz
         if switch and model.tie and ckpt["train_state"]["step"] >= switch:
             untie(model, optimizer, plan.cfg.optim)
 
-    used, error = None, None
+    used = None
     if dist.is_main():
         try:
             used = checkpoints.load(model, optimizer, state, layout)
         except CheckpointMismatch as e:
-            error = str(e)
-    used, error = dist.from_main((used, error))
-    if error is not None:
-        raise CheckpointMismatch(error)
+            used = e  # every rank raises it
+    used = dist.from_main(used)
+    if isinstance(used, CheckpointMismatch):
+        raise used
     if not dist.is_main() and used is not None:
         checkpoints.load(model, optimizer, state, layout, only=used)
     return used
