@@ -37,9 +37,8 @@ PARTS = ("model", "optimizer", "train_state", "rng_cpu", "rng_cuda")
 
 @dataclass
 class TrainState:
-    """Everything of the loop that a checkpoint must carry besides weights and RNGs: the
-    step and tokens seen, the step-0 evaluation, the best and the last validation loss, and
-    how many steps were clipped. Test losses are not in it: they are taken once, at the end."""
+    """All of the loop that a checkpoint carries besides weights and RNGs (not the test losses:
+    they are taken once, at the end)."""
 
     step: int = 0
     tokens: int = 0
@@ -94,9 +93,8 @@ def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
 
 
 def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
-    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
-    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
-    is set aside as ``model.pt.bad`` until the new one is written."""
+    """Whether the run is done: not a finished run whose ``model.pt`` is there but does not load
+    (cut short), which is trained again from step 0."""
     if not (previous and previous.status.done):
         return False
     weights = folder / "model.pt"

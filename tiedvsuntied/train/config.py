@@ -26,9 +26,7 @@ class ConfigError(ValueError):
 
 def show(value) -> str:
     """A value as the user would have typed it: ``5``, not ``5.0``."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is valid)
@@ -95,7 +93,6 @@ class OptimConfig:
     head_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
     # the tied matrix: one lr for both roles; null: emb_lr_mult
     tied_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
-    # then times init std / body std (init_std)
     lr_scaling: LrScaling = checked(LrScaling.none, one_of(LrScaling), neutral="none")
 
     def __post_init__(self) -> None:
@@ -166,11 +163,9 @@ class TrainerConfig:
 
 def check_budget(trainer: TrainerConfig, train_tokens: int, block_size: int) -> None:
     """``sampling=once`` must fit in one pass over the training windows."""
-    if trainer.sampling != Sampling.once:
-        return
     per_step = trainer.batch_size * trainer.grad_accum
     available = (train_tokens - 1) // block_size // per_step
-    if trainer.max_steps > available:
+    if trainer.sampling == Sampling.once and trainer.max_steps > available:
         raise ConfigError(
             f"trainer.max_steps={trainer.max_steps} is more than one pass over the training "
             f"split with trainer.sampling=once ({available} steps of {per_step} windows of "

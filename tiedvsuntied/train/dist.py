@@ -95,10 +95,9 @@ def wrap(model: torch.nn.Module) -> torch.nn.Module:
     """DDP around the (compiled) model; the tied matrix stays one parameter."""
     if world_size() == 1:
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
     dev = next(model.parameters()).device
-    return DistributedDataParallel(model, device_ids=[dev] if dev.type == "cuda" else None)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    return ddp(model, device_ids=[dev] if dev.type == "cuda" else None)
 
 
 def no_sync(model: torch.nn.Module, last: bool):

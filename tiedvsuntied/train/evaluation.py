@@ -117,8 +117,7 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     table = {"loss": result["windows"], **window_baselines(corpus, split, block_size, n)}
     out = {key: float(np.mean(values)) for key, values in table.items()}
     out["n_windows"] = len(result["windows"])
-    documents = corpus.documents(split)
-    if documents is None:
+    if (documents := corpus.documents(split)) is None:
         return out
     first, names = documents
     starts = eval_window_starts(corpus.n_tokens(split), block_size, n)

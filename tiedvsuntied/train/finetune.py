@@ -4,9 +4,8 @@ the right way (``head.untie``), choose what trains (``finetune.trainable``).
 The question users ask first: "to fine-tune GPT-2's lm_head, must I fine-tune wte too?" Tied,
 the head IS the embedding: training "only the head" moves every embedding row, seen in the new
 data or not. Untying must copy the embedding into the new head (the function is unchanged at
-step 0); a fresh head is random, the broken default kept here as a control. The trainer records
-at every evaluation how far the embedding and head moved from their step-0 values (probes.drift)
-and, for a start from this harness, the loss on the start's own data (retention).
+step 0); a fresh head is random, the broken default kept here as a control. What moved is
+measured at every evaluation (probes.drift, and the start's own loss: retention).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import re
 import tempfile
 
 import torch
+from filelock import FileLock, Timeout
 
 from tiedvsuntied.train.config import Precision
 
@@ -39,12 +40,10 @@ def enable_tf32(device: torch.device) -> None:
 
 
 @functools.cache  # the claim and its lock, held until this process exits
-def claim_gpu(n_gpus: int) -> tuple[int, object]:
+def claim_gpu(n_gpus: int) -> tuple[int, FileLock]:
     """``cuda:free``: the first of this machine's GPUs that no other process has claimed (a lock
     file per GPU). A joblib launcher's workers live for the whole sweep, so with
     hydra.launcher.n_jobs = number of GPUs each worker keeps one GPU of its own."""
-    from filelock import FileLock, Timeout
-
     for i in range(n_gpus):
         lock = FileLock(os.path.join(tempfile.gettempdir(), f"tiedvsuntied-cuda{i}.lock"))
         try:

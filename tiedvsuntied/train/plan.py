@@ -1,7 +1,6 @@
-"""A job's plan: ``check_config`` refuses a config no run can start with and works out what
-it implies once (the fine-tuning start's shapes and tying, this process's device): a
-:class:`RunPlan`. Above ``config`` (which loads no torch): it reads the start and the device.
-"""
+"""A job's plan: ``check_config`` refuses a config no run can start with and works out once
+what it implies (a RunPlan). Above ``config`` (which loads no torch): it reads the start and
+the device."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ MAX_PAIRS = 20_000  # sampled cosines kept per stratum in probes/step_*.npz
 
 def vocab_strata(freq: np.ndarray) -> dict[str, np.ndarray]:
     """Token ids per stratum, sorted: unseen (count 0), and the seen tokens ordered by count
-    (ties by id) split into the more frequent half ("frequent") and the rest ("rare")."""
+    (ties by id) split into a "frequent" and a "rare" half."""
     freq = np.asarray(freq)
     seen = np.flatnonzero(freq > 0)
     by_count = seen[np.argsort(-freq[seen], kind="stable")]

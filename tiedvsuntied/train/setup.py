@@ -16,19 +16,13 @@ from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import RunSummary, find_run_dir
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
-from tiedvsuntied.train.config import (
-    Config,
-    Precision,
-    Sampling,
-    Schedule,
-    config_run_id,
-    resolved_config,
-)
+from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
 from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
@@ -150,7 +144,7 @@ class Data:
 def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     """The summary of a run as it starts (identity only), and its directory (an existing run
     keeps its directory and name, whatever naming scheme made them)."""
-    cfg, config = plan.cfg, resolved_config(plan.cfg)
+    cfg = plan.cfg
     run_dir = find_run_dir(
         Path(cfg.results_dir) / cfg.sweep, config_run_id(cfg, corpus.fingerprint)
     )
@@ -160,7 +154,7 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
         name=run_dir.name.rsplit("-", 1)[0],
         sweep=cfg.sweep,
         tie=cfg.tie,
-        init_std=config["init_std"],
+        init_std=canonical_init_std(cfg.init_std),
         model=m.name,
         seed=cfg.seed,
         replicate=cfg.replicate,
