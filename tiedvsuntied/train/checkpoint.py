@@ -118,9 +118,8 @@ class Checkpoints:
         self.saved_step: int | None = None  # the step of the newest last.pt
 
     def load(self, model, optimizer, state, layout=lambda ckpt: None, only=None) -> Path | None:
-        """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
-        None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
-        checkpoint's (a run untied on schedule)."""
+        """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file): the file used, or
+        None. ``layout(ckpt)`` first reshapes model and optimizer to it (untied on schedule)."""
         self.saved_step = None
         for path in [only] if only else [self.folder / "last.pt", self.folder / "prev.pt"]:
             ckpt = read_checkpoint(path) if path.exists() else None

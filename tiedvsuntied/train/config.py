@@ -225,10 +225,9 @@ class Schedule:
 
 @dataclass
 class Config:
-    """The whole run, as Hydra composes it (conf/config.yaml). ``tie``, ``init_std`` and
-    ``seed`` are top-level because they are what a sweep varies; the head's other options are
-    the head node, the model node is the architecture only. Each field's role in the run's
-    identity is declared beside it (:func:`results.records.option`; a node's is its fields')."""
+    """The whole run, as Hydra composes it. ``tie``, ``init_std`` and ``seed`` are top-level
+    because they are what a sweep varies; the head's other options are the head node, the model
+    node is the architecture only. A node's role in the identity is its fields'."""
 
     tie: bool = option(True, role=Role.identity)  # lm_head.weight is wte.weight
     # std of wte and the untied head: a number, or inv_sqrt_d

@@ -152,12 +152,9 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     record = RunSummary(
         run_id=run_dir.name,
         name=run_dir.name.rsplit("-", 1)[0],
-        sweep=cfg.sweep,
-        tie=cfg.tie,
+        **{k: getattr(cfg, k) for k in ("sweep", "tie", "seed", "replicate")},
         init_std=canonical_init_std(cfg.init_std),
         model=m.name,
-        seed=cfg.seed,
-        replicate=cfg.replicate,
         **{k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "block_size")},
         vocab_size=corpus.vocab_size,
         t5_rescale=cfg.head.t5_rescale,
