@@ -14,7 +14,7 @@ from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
 from tiedvsuntied.results.records import atomic_write
 from tiedvsuntied.train.config import Precision
 from tiedvsuntied.train.probes import drift, probe
-from tiedvsuntied.train.setup import Run, summary
+from tiedvsuntied.train.setup import Run
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,8 @@ def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
 
 
 def validate(run: Run, first: bool = False) -> float:
-    """Rank 0: the validation loss and probes at this step, into the metrics, probes/, the loop
-    state and summary.json (a sweep's watcher). A new best keeps its weights (best.pt) for the
-    test loss at the end."""
+    """The validation loss and probes at this step, into the metrics, probes/ and the loop
+    state. A new best keeps its weights (best.pt) for the test loss at the end."""
     state, trainer = run.state, run.cfg.trainer
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
@@ -87,7 +86,6 @@ def validate(run: Run, first: bool = False) -> float:
         f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
         f"ppl {metrics['val/ppl']:.4g} | tokens {state.tokens:,}"
     )
-    summary(run).write(run.run_dir)
     return loss
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -239,23 +239,4 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
-    )
-
-
-def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), then what Derived and the
-    TrainState hold under the summary's names, and what follows from them."""
-    d, s = run.derived, run.state
-    names = {f.name for f in fields(RunSummary)}
-    values = {k: v for k, v in {**asdict(d), **asdict(s)}.items() if k in names}
-    return dataclasses.replace(
-        run.record,
-        **{
-            **values,
-            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
-            "seen_vocab_frac": float((run.freq > 0).mean()),
-            "resumed_from_step": run.resumed_from,
-            "final_val_loss": s.last_val_loss,
-            "clip_frac": s.clipped_steps / s.step if s.step else None,
-        },
     )

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budg
 from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
-from tiedvsuntied.train.setup import Data, Run, build_run, identity, summary
+from tiedvsuntied.train.setup import Data, Run, build_run, identity
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,25 @@ def train_and_record(
             update_index(run_dir.parent, record.run_id, entry)
 
 
+def summary(run: Run) -> RunSummary:
+    """summary.json now: identity and outcome (``run.record``), then what Derived and the
+    TrainState hold under the summary's names, and what follows from them."""
+    d, s = run.derived, run.state
+    names = {f.name for f in fields(RunSummary)}
+    values = {k: v for k, v in {**asdict(d), **asdict(s)}.items() if k in names}
+    return replace(
+        run.record,
+        **{
+            **values,
+            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
+            "seen_vocab_frac": float((run.freq > 0).mean()),
+            "resumed_from_step": run.resumed_from,
+            "final_val_loss": s.last_val_loss,
+            "clip_frac": s.clipped_steps / s.step if s.step else None,
+        },
+    )
+
+
 def finish(run: Run) -> None:
     """Test losses, ``model.pt``, status ``finished``; only the final weights kept."""
     record, state = run.record, run.state
@@ -198,7 +217,7 @@ def run_loop(run: Run) -> None:
     state, schedule, main = run.state, run.schedule, dist.is_main()
     compile_model(run, run.derived.compiled)
     if state.step == 0 and main:
-        validate(run, first=True)  # the initial loss is a result (dominant at init 1.0)
+        evaluate_now(run, first=True)  # the initial loss is a result (dominant at init 1.0)
     from tqdm.auto import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm  # log lines above the bar
 
@@ -224,7 +243,7 @@ def run_loop(run: Run) -> None:
                 log_step(run, window, loss=loss, grad_norm=grad_norm, lr=lr, split=grad_split)
                 window = Window(clipped=state.clipped_steps)
             if schedule.evaluates(state.step):  # rank 0 evaluates, every rank learns the loss
-                val_loss = dist.from_main(validate(run) if main else None)
+                val_loss = dist.from_main(evaluate_now(run) if main else None)
                 if not math.isfinite(val_loss):
                     raise Diverged(f"non-finite validation loss at step {state.step}")
             if main and schedule.saves(state.step):
@@ -234,6 +253,13 @@ def run_loop(run: Run) -> None:
                     run.checkpoints.save(run.model, run.optimizer, state)
                 stop.hand_on()
                 raise KeyboardInterrupt(stop.name or "a signal to another process")
+
+
+def evaluate_now(run: Run, first: bool = False) -> float:
+    """Rank 0: the validation loss at this step, then in summary.json (a sweep's watcher)."""
+    loss = validate(run, first)
+    summary(run).write(run.run_dir)
+    return loss
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
