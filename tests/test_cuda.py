@@ -167,7 +167,7 @@ def test_cuda_free_claims_a_gpu_of_this_machine(tmp_path, monkeypatch):
     from tiedvsuntied.train import hardware
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own lock files
-    monkeypatch.setattr(hardware, "_claimed", {})
+    hardware.claim_gpu.cache_clear()
     device = resolve_device("cuda:free")
     assert device.type == "cuda" and device.index in range(torch.cuda.device_count())
     lock = tmp_path / f"tiedvsuntied-cuda{device.index}.lock"

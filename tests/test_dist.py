@@ -115,10 +115,11 @@ def test_cuda_free_gives_each_concurrent_worker_its_own_gpu_and_refuses_one_too_
     monkeypatch.setattr(hardware.tempfile, "gettempdir", lambda: str(tmp_path))
     got, held = [], []
     for _ in range(3):  # one after the other, each holding its claim, like launcher workers
-        monkeypatch.setattr(hardware, "_claimed", {})
+        hardware.claim_gpu.cache_clear()
         try:
-            got.append(hardware.claim_gpu(2))
-            held.append(hardware._claimed["lock"])
+            gpu, lock = hardware.claim_gpu(2)
+            got.append(gpu)
+            held.append(lock)
         except ValueError as e:
             got.append(str(e))
     for lock in held:

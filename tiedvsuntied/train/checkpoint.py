@@ -1,20 +1,16 @@
 """A run's ``checkpoints/`` folder: which files it keeps, how they are written and read.
 
-- ``last.pt``: weights, optimizer, the TrainState and the RNG states; written when the
-  schedule says (config.Schedule.saves) and when a signal stops the run. The file
-  it replaces stays as ``prev.pt`` until the next save, so a file cut short (a kill, a full
-  disk) never costs the run more than one interval.
-- ``best.pt``: the weights of the best validation step so far (with ``trainer.test_eval``),
-  whose test loss is taken when the run finishes (early stopping's, without evaluating the
-  test split during training).
-- ``model.pt``: the final weights and TrainState, all that a finished run keeps (resuming is
-  over, so the optimizer state goes); ``init_from`` starts from it.
+- ``last.pt``: weights, optimizer, TrainState and RNG states, written when config.Schedule.saves
+  says and when a signal stops the run. The file it replaces stays as ``prev.pt`` until the
+  next save, so a file cut short (a kill, a full disk) costs the run at most one interval.
+- ``best.pt``: the best validation step's weights (with ``trainer.test_eval``), whose test loss
+  is taken at the end (early stopping's, without evaluating the test split during training).
+- ``model.pt``: the final weights and TrainState, all a finished run keeps (``init_from``).
 - ``*.pt.bad``: a file that could not be read, set aside (a later save would otherwise rotate
   it into ``prev.pt``); removed once the run has finished.
 
-A file that cannot be read falls back to the older one. A file that can be read but does not
-fit the model (a parameter renamed or reshaped since) is a CheckpointMismatch: one line that
-names the parameter, and no file is changed.
+An unreadable file falls back to the older one; a readable one that does not fit the model is a
+CheckpointMismatch: one line naming the parameter, and no file is changed.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import os
 import pickle
 import textwrap
 import zipfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,9 +37,8 @@ PARTS = ("model", "optimizer", "train_state", "rng_cpu", "rng_cuda")
 
 @dataclass
 class TrainState:
-    """Everything of the loop that a checkpoint must carry besides weights and RNGs: the
-    step and tokens seen, the step-0 evaluation, the best and the last validation loss, and
-    how many steps were clipped. Test losses are not in it: they are taken once, at the end."""
+    """All of the loop that a checkpoint carries besides weights and RNGs (not the test losses:
+    they are taken once, at the end)."""
 
     step: int = 0
     tokens: int = 0
@@ -56,12 +50,6 @@ class TrainState:
     best_step: int | None = None
     last_val_loss: float | None = None
     clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    def load_state_dict(self, d: dict) -> None:
-        vars(self).update(d)
 
 
 class CheckpointMismatch(ConfigError):
@@ -77,59 +65,36 @@ def read_checkpoint(path: Path) -> dict | None:
     except UNREADABLE as e:
         reason = textwrap.shorten(scrub(f"{type(e).__name__}: {e}"), 200, placeholder=" ...")
         log.warning(
-            "checkpoint %s is unreadable (%s); kept as %s.bad, trying an older one",
-            path,
-            reason,
-            path.name,
+            f"checkpoint {path} is unreadable ({reason}); kept as {path.name}.bad, trying an "
+            "older one"
         )
         os.replace(path, path.with_suffix(".pt.bad"))
         return None
     return ckpt
 
 
-def mismatch(saved: dict, expected: dict) -> str | None:
-    """How a saved state dict differs from the model's (the first difference), or None."""
-    missing = [k for k in expected if k not in saved]
-    unexpected = [k for k in saved if k not in expected]
-    if missing:
-        instead = f" (it has {unexpected[0]} instead)" if unexpected else ""
-        return f"parameter {missing[0]} is not in it{instead}"
-    if unexpected:
-        return f"it has a parameter {unexpected[0]} that the model has not"
-    for key, value in expected.items():
-        if saved[key].shape != value.shape:
-            return (
-                f"parameter {key} is {tuple(saved[key].shape)} in it, "
-                f"{tuple(value.shape)} in the model"
-            )
-    return None
-
-
 def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
-    """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch
-    (before anything is loaded)."""
-    what = mismatch(ckpt["model"], model.state_dict())
-    if what is None:
+    """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch:
+    one line naming what does not fit (torch's own message, which names the parameter)."""
+    for part, target in (("model", model), ("optimizer", optimizer)):
         try:
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
+            target.load_state_dict(ckpt[part])
         except (RuntimeError, ValueError, KeyError) as e:
-            what = f"its optimizer state does not fit ({str(e).splitlines()[0]})"
-    if what is not None:
-        raise CheckpointMismatch(
-            f"checkpoint {path} does not match this code: {what}. No file was changed: "
-            f"resume with the code that wrote it, or delete {path.parent} to train from step 0"
-        )
-    state.load_state_dict(ckpt["train_state"])
+            what = " ".join(str(e).split("\n", 1)[-1].split())
+            raise CheckpointMismatch(
+                f"checkpoint {path} does not match this code's {part} ({what}). No file was "
+                f"changed: resume with the code that wrote it, or delete {path.parent} to train "
+                "from step 0"
+            ) from None
+    vars(state).update(ckpt["train_state"])
     torch.set_rng_state(ckpt["rng_cpu"])
     if torch.cuda.is_available() and ckpt["rng_cuda"]:
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
 
 
 def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
-    """Whether the run is done. A finished run whose ``model.pt`` is there but does not load
-    (cut short) is not: it is trained again from step 0, with a warning, and the broken file
-    is set aside as ``model.pt.bad`` until the new one is written."""
+    """Whether the run is done: not a finished run whose ``model.pt`` is there but does not load
+    (cut short), which is trained again from step 0."""
     if not (previous and previous.status.done):
         return False
     weights = folder / "model.pt"
@@ -138,11 +103,8 @@ def is_done(previous: RunSummary | None, folder: Path, name: str) -> bool:
     if (why := unreadable(weights)) is None:
         return True
     log.warning(
-        "[%s] finished, but %s does not load (%s): training it again from step 0 "
-        "(the broken file is kept as model.pt.bad until the run finishes)",
-        name,
-        weights,
-        why,
+        f"[{name}] finished, but {weights} does not load ({why}): training it again from step 0 "
+        "(the broken file is kept as model.pt.bad until the run finishes)"
     )
     os.replace(weights, weights.with_suffix(".pt.bad"))
     return False
@@ -155,19 +117,15 @@ class Checkpoints:
         self.folder = Path(folder)
         self.saved_step: int | None = None  # the step of the newest last.pt
 
-    def load(
-        self, model, optimizer, state, layout: Callable[[dict], None] | None = None, only=None
-    ) -> Path | None:
-        """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file); the file used, or
-        None (start over). ``layout(ckpt)`` may first reshape model and optimizer to the
-        checkpoint's (a run untied on schedule)."""
+    def load(self, model, optimizer, state, layout=lambda ckpt: None, only=None) -> Path | None:
+        """Resume from ``last.pt``, else ``prev.pt`` (or ``only`` that file): the file used, or
+        None. ``layout(ckpt)`` first reshapes model and optimizer to it (untied on schedule)."""
         self.saved_step = None
         for path in [only] if only else [self.folder / "last.pt", self.folder / "prev.pt"]:
             ckpt = read_checkpoint(path) if path.exists() else None
             if ckpt is None:
                 continue
-            if layout is not None:
-                layout(ckpt)
+            layout(ckpt)
             restore(path, ckpt, model, optimizer, state)
             self.saved_step = state.step
             return path
@@ -183,7 +141,7 @@ class Checkpoints:
         payload = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "train_state": state.state_dict(),
+            "train_state": asdict(state),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -204,7 +162,7 @@ class Checkpoints:
         return best["model"] if best.get("step") == step else None
 
     def save_final(self, model, state) -> None:
-        weights = {"model": model.state_dict(), "train_state": state.state_dict()}
+        weights = {"model": model.state_dict(), "train_state": asdict(state)}
         atomic_write(self.folder / "model.pt", lambda f: torch.save(weights, f))
 
     def finish(self) -> None:

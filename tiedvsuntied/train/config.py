@@ -1,8 +1,7 @@
 """The run's config as Hydra composes it (conf/config.yaml), each field with its doc, its role
-in the run's identity (``option(role=..., neutral=...)``) and its rule (``checked``), which
-``__post_init__`` applies (as torchtitan's config does); ``check_config`` adds what needs the
-machine or the files. A check never changes the config. The lists of keys by role and
-``run_id`` derive from the declarations here: the reading side imports them (no torch here)."""
+in the run's identity (``option(role=..., neutral=...)``) and its rule (``checked``, applied by
+``__post_init__`` as torchtitan's config does). The lists of keys by role and ``run_id`` derive
+from the declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
@@ -27,9 +26,7 @@ class ConfigError(ValueError):
 
 def show(value) -> str:
     """A value as the user would have typed it: ``5``, not ``5.0``."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is valid)
@@ -63,12 +60,14 @@ AT_LEAST_1: Rule = (lambda v: v >= 1, ">= 1")
 POSITIVE: Rule = (lambda v: v > 0, "> 0")
 POSITIVE_OR_NULL: Rule = (lambda v: v is None or v > 0, "> 0, or null (emb_lr_mult's value)")
 BETA: Rule = (lambda v: 0 <= v < 1, "in [0, 1)")
+SWEEP_NAME: Rule = (
+    lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,
+    "letters, digits, '.', '_' or '-' (a letter or digit first)",
+)
 
 
 class LrScaling(str, Enum):
-    """How an embedding-side group's lr follows its tensor's init std. AdamW moves a weight by
-    about lr per step whatever its scale, so one shared lr barely moves a std-1.0 embedding
-    while it moves a std-0.02 one by a lot: ``init_std`` keeps lr / std the body's for each."""
+    """How an embedding-side group's lr follows its tensor's init std (why: train/optim.py)."""
 
     none = "none"  # every group at optim.lr (times its multiplier)
     init_std = "init_std"  # times (the tensor's init std / model.body_init_std); 1 for std 0
@@ -94,7 +93,6 @@ class OptimConfig:
     head_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
     # the tied matrix: one lr for both roles; null: emb_lr_mult
     tied_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
-    # then times init std / body std (init_std)
     lr_scaling: LrScaling = checked(LrScaling.none, one_of(LrScaling), neutral="none")
 
     def __post_init__(self) -> None:
@@ -109,8 +107,7 @@ class Precision(str, Enum):
 
 @dataclass
 class FinetuneConfig:
-    """The ``finetune`` node; it applies when ``init_from`` is set (train/finetune.py); how a
-    tied start is untied is ``head.untie``."""
+    """Applies with ``init_from`` (train/finetune.py); how a tied start is untied: head.untie."""
 
     trainable: Trainable = Trainable.all
 
@@ -164,16 +161,11 @@ class TrainerConfig:
         check_fields("trainer.", self)
 
 
-SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
 def check_budget(trainer: TrainerConfig, train_tokens: int, block_size: int) -> None:
     """``sampling=once`` must fit in one pass over the training windows."""
-    if trainer.sampling != Sampling.once:
-        return
     per_step = trainer.batch_size * trainer.grad_accum
     available = (train_tokens - 1) // block_size // per_step
-    if trainer.max_steps > available:
+    if trainer.sampling == Sampling.once and trainer.max_steps > available:
         raise ConfigError(
             f"trainer.max_steps={trainer.max_steps} is more than one pass over the training "
             f"split with trainer.sampling=once ({available} steps of {per_step} windows of "
@@ -233,10 +225,9 @@ class Schedule:
 
 @dataclass
 class Config:
-    """The whole run, as Hydra composes it (conf/config.yaml). ``tie``, ``init_std`` and
-    ``seed`` are top-level because they are what a sweep varies; the head's other options are
-    the head node, the model node is the architecture only. Each field's role in the run's
-    identity is declared beside it (:func:`results.records.option`; a node's is its fields')."""
+    """The whole run, as Hydra composes it. ``tie``, ``init_std`` and ``seed`` are top-level
+    because they are what a sweep varies; the head's other options are the head node, the model
+    node is the architecture only. A node's role in the identity is its fields'."""
 
     tie: bool = option(True, role=Role.identity)  # lm_head.weight is wte.weight
     # std of wte and the untied head: a number, or inv_sqrt_d
@@ -246,7 +237,7 @@ class Config:
     # A second run of one config (the noise floor): it enters the run's identity, so the run
     # is not skipped as done, and changes nothing else (same seed, data, init).
     replicate: int = checked(0, AT_LEAST_0, role=Role.identity, neutral=0)
-    sweep: str = option("default", role=Role.record)  # results/<sweep>/ and the W&B group
+    sweep: str = checked("default", SWEEP_NAME, role=Role.record)  # results/<sweep>/, W&B group
     results_dir: str = option("results", role=Role.record)
     # fine-tune: a finished run (or its sweep) or a HF GPT-2 dir
     init_from: str | None = option(None, neutral=None)
@@ -263,10 +254,6 @@ class Config:
 
     def __post_init__(self) -> None:
         check_fields("", self)
-        if not SWEEP_NAME.match(self.sweep):
-            raise ConfigError(
-                f"sweep={self.sweep!r} is invalid: use letters, digits, '.', '_' or '-'"
-            )
         if untie_step(self.head.untie_at, self.trainer.max_steps) and not (
             self.tie and not self.init_from
         ):
@@ -277,8 +264,7 @@ class Config:
 
 
 def resolved_config(cfg: Config) -> dict:
-    """The config as a plain dict, init_std in its canonical spelling (run identity,
-    config.yaml)."""
+    """The config as a plain dict, init_std canonical (run identity, config.yaml)."""
     tree = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
     tree["init_std"] = canonical_init_std(cfg.init_std)
     return tree
@@ -297,22 +283,18 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
     layout before keys moved (LEGACY), and the data's fingerprint: the same config has the
     same id in every version."""
     tree = moved(json.loads(json.dumps(config, default=str)), LEGACY)
-    for dotted in RECORDED:
-        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
-        (tree.get(node, {}) if node else tree).pop(leaf, None)
-    for dotted, neutral in NEUTRAL.items():
+    for dotted in [*RECORDED, *NEUTRAL]:
         node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
         parent = tree.get(node, {}) if node else tree
-        if leaf in parent and parent[leaf] == neutral:
-            del parent[leaf]
+        if dotted in RECORDED or parent.get(leaf, MISSING) == NEUTRAL[dotted]:
+            parent.pop(leaf, None)
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
 
 
 def config_run_id(cfg: Config, data_fingerprint: str) -> str:
-    """The id of ``cfg``'s run on data of that fingerprint: as a sweep plans it and the trainer
-    names it."""
+    """The id of ``cfg``'s run on data of that fingerprint (a sweep's plan, the trainer's)."""
     config = resolved_config(cfg)
     name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
     return run_id(config, name, data_fingerprint)

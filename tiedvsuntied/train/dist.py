@@ -4,8 +4,7 @@ torch.distributed with DistributedDataParallel, nothing home-made. ``trainer.bat
 ``trainer.grad_accum`` describe the global step: rank r takes its contiguous share of each
 micro-batch, which is still the pure function of (seed, step, micro) that one process would
 draw, so a run's identity and (without dropout) its losses do not depend on the number of
-processes. Rank 0 alone evaluates and writes records, checkpoints and W&B; every rank resumes
-from the same checkpoint. In one process every function here is a no-op.
+processes. In one process every function here is a no-op.
 """
 
 from __future__ import annotations
@@ -89,19 +88,16 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether ``flag`` is set on at least one rank."""
     if world_size() == 1:
         return flag
-    t = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return mean_(torch.tensor([float(flag)], device=device)).item() > 0
 
 
 def wrap(model: torch.nn.Module) -> torch.nn.Module:
     """DDP around the (compiled) model; the tied matrix stays one parameter."""
     if world_size() == 1:
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
     dev = next(model.parameters()).device
-    return DistributedDataParallel(model, device_ids=[dev] if dev.type == "cuda" else None)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    return ddp(model, device_ids=[dev] if dev.type == "cuda" else None)
 
 
 def no_sync(model: torch.nn.Module, last: bool):
@@ -110,10 +106,9 @@ def no_sync(model: torch.nn.Module, last: bool):
 
 
 class StopRequest:
-    """A context manager: set by Ctrl-C, SIGTERM (a scheduler) or SIGUSR2 (SLURM's warning
-    before a time limit or preemption, as submitit asks for it) while it is open; the handlers
-    it replaced are restored after. The loop reads it between steps, saves a checkpoint and
-    stops; nothing is interrupted halfway. A second Ctrl-C stops at once."""
+    """Set by Ctrl-C, SIGTERM or SIGUSR2 (SLURM's warning before a time limit, as submitit asks
+    for it) while open; read by the loop between steps (nothing stops halfway). The handlers it
+    replaced are restored after; a second Ctrl-C stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 

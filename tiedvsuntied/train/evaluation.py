@@ -65,12 +65,9 @@ def validate(run: Run, first: bool = False) -> float:
     metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
     if first:
         state.init_val_loss = loss
-        state.init_logit_std = result["logit_std"]
-        state.init_self_logit = result["self_logit"]
-        state.init_self_target_frac = result["self_target_frac"]
-        metrics.update(
-            {f"init/{k}": result[k] for k in ("logit_std", "self_logit", "self_target_frac")}
-        )
+        for key in ("logit_std", "self_logit", "self_target_frac"):
+            setattr(state, f"init_{key}", result[key])
+            metrics[f"init/{key}"] = result[key]
     if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
         state.best_val_loss, state.best_step = loss, state.step
         if trainer.test_eval:
@@ -85,12 +82,10 @@ def validate(run: Run, first: bool = False) -> float:
         run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
     run.metrics.log({**metrics, **scalars}, state.step)
     state.last_val_loss = loss
-    line = f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-    line += f"ppl {math.exp(min(loss, 700)):.4g} | tokens {state.tokens:,}"
-    if run.bar is not None and not run.bar.disable:  # above the progress bar
-        run.bar.write(line)
-    else:
-        log.info(line)
+    log.info(
+        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
+        f"ppl {metrics['val/ppl']:.4g} | tokens {state.tokens:,}"
+    )
     return loss
 
 
@@ -120,8 +115,7 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     table = {"loss": result["windows"], **window_baselines(corpus, split, block_size, n)}
     out = {key: float(np.mean(values)) for key, values in table.items()}
     out["n_windows"] = len(result["windows"])
-    documents = corpus.documents(split)
-    if documents is None:
+    if (documents := corpus.documents(split)) is None:
         return out
     first, names = documents
     starts = eval_window_starts(corpus.n_tokens(split), block_size, n)

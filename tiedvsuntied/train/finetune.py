@@ -4,14 +4,14 @@ the right way (``head.untie``), choose what trains (``finetune.trainable``).
 The question users ask first: "to fine-tune GPT-2's lm_head, must I fine-tune wte too?" Tied,
 the head IS the embedding: training "only the head" moves every embedding row, seen in the new
 data or not. Untying must copy the embedding into the new head (the function is unchanged at
-step 0); a fresh head is random, the broken default kept here as a control. The trainer records
-at every evaluation how far the embedding and head moved from their step-0 values (probes.drift)
-and, for a start from this harness, the loss on the start's own data (retention).
+step 0); a fresh head is random, the broken default kept here as a control. What moved is
+measured at every evaluation (probes.drift, and the start's own loss: retention).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import zipfile
 from dataclasses import dataclass
@@ -99,8 +99,6 @@ def read_start(init_from: str) -> Start:
         tie = head.ends_tied(bool(cfg["tie"]))
         return Start(str(run), ModelConfig(**model), tie, cfg["data"], weights, head)
     if path.is_dir() and (path / "config.json").is_file():
-        import json
-
         from tiedvsuntied.model.hf import config_from_hf
 
         hf = json.loads((path / "config.json").read_text())
@@ -137,38 +135,30 @@ def adopt(cfg, start: Start, overrides: list[str]):
             f"head.untie={Untie(cfg.head.untie).value} needs a tied start; init_from is "
             "untied: use head.untie=keep"
         )
-    block = start.model.block_size
-    if "model.block_size" in given:
-        block = min(cfg.model.block_size, block)
     shapes = {k: getattr(start.model, k) for k in SHAPE_KEYS}
-    model = dataclasses.replace(cfg.model, **{**shapes, "block_size": block}, name=start.model.name)
+    if "model.block_size" in given:  # no larger than the start's (refused above): wpe is cropped
+        shapes["block_size"] = cfg.model.block_size
+    model = dataclasses.replace(cfg.model, **shapes, name=start.model.name)
     head = dataclasses.replace(cfg.head, **{k: getattr(start.head, k) for k in HEAD_SHAPE_KEYS})
     return dataclasses.replace(cfg, model=model, head=head, tie=start.tie)
 
 
-def build(start: Start, cfg, seed: int) -> GPT:
+def build(start: Start, cfg) -> GPT:
     """The start's model with the run's dropout, untied as asked, only ``trainable`` training."""
+    run = {"dropout": cfg.model.dropout, "block_size": cfg.model.block_size}
     if start.weights is None:
         from tiedvsuntied.model.hf import from_pretrained
 
-        model = from_pretrained(
-            start.source, tie=start.tie, dropout=cfg.model.dropout, block_size=cfg.model.block_size
-        )
+        model = from_pretrained(start.source, tie=start.tie, **run)
     else:
         with torch.device("meta"):  # every tensor is about to be loaded
-            model = GPT(
-                dataclasses.replace(
-                    start.model, dropout=cfg.model.dropout, block_size=cfg.model.block_size
-                ),
-                tie=start.tie,
-                init_std=cfg.init_std,
-                head=cfg.head,
-            )
+            shapes = dataclasses.replace(start.model, **run)
+            model = GPT(shapes, tie=start.tie, init_std=cfg.init_std, head=cfg.head)
         model.to_empty(device="cpu")
         sd = torch.load(start.weights, map_location="cpu", weights_only=True)["model"]
         sd["transformer.wpe.weight"] = sd["transformer.wpe.weight"][: cfg.model.block_size]
         model.load_state_dict(sd)
-    model.init_seed = seed  # a fresh head is drawn as an untied model of this seed would draw it
+    model.init_seed = cfg.seed  # a fresh head is drawn as an untied model of this seed draws it
     model.untie(cfg.head.untie)
     counts = set_trainable(model, cfg.finetune.trainable)
     if model.tie and cfg.finetune.trainable in (Trainable.head, Trainable.embedding):

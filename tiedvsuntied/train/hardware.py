@@ -5,11 +5,13 @@ Shared by the trainer and the benchmark, so both make the same choices on the sa
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
 
 import torch
+from filelock import FileLock, Timeout
 
 from tiedvsuntied.train.config import Precision
 
@@ -26,7 +28,7 @@ def resolve_device(name: str) -> torch.device:
             f"trainer.device={name} but CUDA is not available here: use trainer.device=cpu or auto"
         )
     return torch.device(
-        f"cuda:{claim_gpu(torch.cuda.device_count())}" if name == "cuda:free" else name
+        f"cuda:{claim_gpu(torch.cuda.device_count())[0]}" if name == "cuda:free" else name
     )
 
 
@@ -37,29 +39,22 @@ def enable_tf32(device: torch.device) -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 
-_claimed: dict = {}
-
-
-def claim_gpu(n_gpus: int) -> int:
+@functools.cache  # the claim and its lock, held until this process exits
+def claim_gpu(n_gpus: int) -> tuple[int, FileLock]:
     """``cuda:free``: the first of this machine's GPUs that no other process has claimed (a lock
-    file per GPU, held until this process exits). A joblib launcher's workers live for the whole
-    sweep, so with hydra.launcher.n_jobs = number of GPUs each worker keeps one GPU of its own."""
-    from filelock import FileLock, Timeout
-
-    for i in range(n_gpus) if "gpu" not in _claimed else ():
+    file per GPU). A joblib launcher's workers live for the whole sweep, so with
+    hydra.launcher.n_jobs = number of GPUs each worker keeps one GPU of its own."""
+    for i in range(n_gpus):
         lock = FileLock(os.path.join(tempfile.gettempdir(), f"tiedvsuntied-cuda{i}.lock"))
         try:
             lock.acquire(timeout=0)
         except Timeout:
             continue
-        _claimed.update(gpu=i, lock=lock)
-        break
-    if "gpu" not in _claimed:
-        raise ValueError(
-            f"trainer.device=cuda:free but all {n_gpus} GPUs are claimed by other jobs: "
-            f"run at most {n_gpus} at once (hydra.launcher.n_jobs={n_gpus})"
-        )
-    return _claimed["gpu"]
+        return i, lock
+    raise ValueError(
+        f"trainer.device=cuda:free but all {n_gpus} GPUs are claimed by other jobs: "
+        f"run at most {n_gpus} at once (hydra.launcher.n_jobs={n_gpus})"
+    )
 
 
 def resolve_precision(p: Precision, device: torch.device) -> Precision:
@@ -79,7 +74,6 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, seconds: flo
     from torch.utils import benchmark
 
     n = 8192 if device.type == "cuda" else 2048
-
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
     return 2 * n**3 / timer.blocked_autorange(min_run_time=seconds).median / 1e12

@@ -1,10 +1,7 @@
-"""The optimizer every run uses: AdamW in named groups, each at its own multiple of the
-scheduled learning rate; the schedule; and the switch of scheduled untying (``untie_at``).
-
-Groups: ``body`` (decayed matrices), ``body_no_decay`` (biases, LayerNorms, and wpe unless
-``decay_embeddings``), and the embedding side: ``wte`` and ``lm_head`` untied, or ``tied`` (one
-parameter, so one lr for both roles). A group carries ``name`` and ``lr_scale``, the multiple
-of the scheduled lr it trains at (``set_lr``); the body's is 1."""
+"""The optimizer every run uses: AdamW in named groups (``body``, ``body_no_decay``, and the
+embedding side: ``wte`` and ``lm_head`` untied, or ``tied``), each at its ``lr_scale`` times
+the scheduled learning rate; the schedule; and the switch of scheduled untying (``untie_at``).
+The groups and their scales: docs/ARCHITECTURE.md (the paragraph on the optimizer)."""
 
 from __future__ import annotations
 
@@ -19,8 +16,9 @@ EMBEDDING_SIDE = ("tied", "wte", "lm_head")  # the groups whose lr the optim.*_l
 
 def std_factor(model: torch.nn.Module, cfg: OptimConfig, std: float) -> float:
     """``lr_scaling=init_std``: the lr of a tensor of init std ``std`` relative to the body's, so
-    that lr / std is the body's (the relative step of muP). A zero-init head has no scale to
-    keep: factor 1."""
+    that lr / std is the body's (the relative step of muP). AdamW moves a weight by about lr per
+    step whatever its scale: one shared lr barely moves a std-1.0 embedding and moves a std-0.02
+    one a lot. A zero-init head has no scale to keep: factor 1."""
     if LrScaling(cfg.lr_scaling) == LrScaling.none or std == 0:
         return 1.0
     return std / model.config.body_init_std
@@ -53,9 +51,8 @@ def group_name(name: str, p: torch.nn.Parameter, tie: bool, cfg: OptimConfig) ->
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """The groups of the module docstring, empty ones left out. ``named_parameters`` lists a
-    tied matrix once, so it is one parameter of one group. Embeddings and head are decayed
-    only with ``decay_embeddings``."""
+    """The named groups, empty ones left out (``named_parameters`` lists a tied matrix once: one
+    parameter of one group)."""
     scales = group_lr_scales(model, cfg)
     params: dict[str, list] = {name: [] for name in scales}
     for name, p in model.named_parameters():
@@ -84,15 +81,12 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Each group at its multiple of the scheduled ``lr`` (the body's)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        group["lr"] = lr * group["lr_scale"]
 
 
 def lr_scales(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """The groups the optimizer has now, by name, and their multiples of the scheduled lr."""
-    return {
-        group.get("name", str(i)): group.get("lr_scale", 1.0)
-        for i, group in enumerate(optimizer.param_groups)
-    }
+    return {group["name"]: group["lr_scale"] for group in optimizer.param_groups}
 
 
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
@@ -106,15 +100,12 @@ def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
 def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> None:
     """Scheduled untying, as speedrun records do it: the head becomes a copy of the tied matrix
     (the function is unchanged at the switch) and a parameter of its own, in a group ``lm_head``
-    with the embedding's hyperparameters, starting from a copy of the embedding's Adam moments
-    and step count, so neither side restarts its bias correction.
-
-    Its lr: a copy has the tied matrix's std, so the tied group's scale carries on unless
-    ``head_lr_mult`` is set (then that, times the same std factor). The embedding stays in the
-    group ``tied`` at its lr: the switch changes neither side's step size."""
+    with the embedding's hyperparameters and a copy of its Adam moments and step count, so
+    neither side restarts its bias correction nor changes its step size. A copy has the tied
+    matrix's std, so the tied group's scale carries on unless ``head_lr_mult`` is set."""
     wte = model.transformer.wte.weight
     group = next(g for g in optimizer.param_groups if any(p is wte for p in g["params"]))
-    scale = group.get("lr_scale", 1.0)
+    scale = group["lr_scale"]
     if cfg.head_lr_mult is not None:
         scale = cfg.head_lr_mult * std_factor(model, cfg, model.init_stds()["emb"])
     model.untie("copy")
@@ -125,7 +116,7 @@ def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimCo
             "params": [head],
             "name": "lm_head",
             "lr_scale": scale,
-            "lr": group["lr"] / group.get("lr_scale", 1.0) * scale,
+            "lr": group["lr"] / group["lr_scale"] * scale,
         }
     )
     optimizer.state[head] = {

@@ -1,7 +1,6 @@
-"""A job's plan: ``check_config`` refuses a config no run can start with and works out what
-it implies once (the fine-tuning start's shapes and tying, this process's device): a
-:class:`RunPlan`. Above ``config`` (which loads no torch): it reads the start and the device.
-"""
+"""A job's plan: ``check_config`` refuses a config no run can start with and works out once
+what it implies (a RunPlan). Above ``config`` (which loads no torch): it reads the start and
+the device."""
 
 from __future__ import annotations
 
@@ -29,27 +28,22 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunPlan:
     """What a checked config implies, worked out once per job: the config with the start's
-    shapes and tying (``init_from``), the start itself, and this process's device."""
+    shapes and tying (``init_from``), the start itself, this process's device, the schedule."""
 
     cfg: Config
     start: Start | None
     device: torch.device
-
-    @property
-    def schedule(self) -> Schedule:
-        return Schedule.of(self.cfg)
+    schedule: Schedule
 
 
 def check_config(
     cfg: Config, overrides: Sequence[str] = (), checked: set[str] | None = None
 ) -> RunPlan:
-    """Refuse a config no run can start with, before any data is read (the fields checked
-    themselves when the config was made). With ``init_from`` the plan's config takes the
-    start's shapes and tying (``overrides``: what the user set, which must not contradict
-    them); ``cfg`` itself is left as it is. ``checked``: a sweep's check of every job before
-    the first starts, shared by its jobs, so that the file checks run once per distinct data
-    config and results_dir (a 100-job sweep is checked in seconds); it claims no GPU (each job
-    claims its own, maybe in a worker) and leaves the init_std notes to the jobs."""
+    """Refuse a config no run can start with, before any data is read. With ``init_from`` the
+    plan's config takes the start's shapes and tying (``overrides``, what the user set, must not
+    contradict them). ``checked``: shared by a sweep's jobs, checked before the first starts, so
+    that each data config and results_dir is checked once (a 100-job sweep in seconds); it
+    claims no GPU (each job claims its own) and leaves the init_std notes to the jobs."""
     try:
         start = read_start(cfg.init_from) if cfg.init_from else None
         if start is not None:
@@ -64,21 +58,14 @@ def check_config(
             f"trainer.batch_size={cfg.trainer.batch_size} does not split over "
             f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
         )
-    if first_time(checked, f"data {cfg.data!r}"):
-        check_data(cfg.data)
-    if first_time(checked, f"results_dir {cfg.results_dir}"):
-        check_writable(Path(cfg.results_dir))
+    done = set() if checked is None else checked
+    for check, value in ((check_data, cfg.data), (check_writable, Path(cfg.results_dir))):
+        if (key := f"{check.__name__} {value!r}") not in done:
+            done.add(key)
+            check(value)
     for note in init_std_notes(cfg.model.n_embd, cfg.init_std, cfg.head) if checked is None else ():
         log.warning(note)  # 0.036 is d^-0.5 only at d = 768
-    return RunPlan(cfg, start, device)
-
-
-def first_time(checked: set[str] | None, key: str) -> bool:
-    """Whether a check is due: always for one job; in a sweep, the first time its key is met."""
-    due = checked is None or key not in checked
-    if checked is not None:
-        checked.add(key)
-    return due
+    return RunPlan(cfg, start, device, Schedule.of(cfg))
 
 
 def check_writable(path: Path) -> None:

@@ -1,17 +1,12 @@
-"""Embedding-geometry probes: scalars for the logs, per-token arrays for figures.
+"""Embedding-geometry probes per vocabulary stratum: scalars for the logs, per-token arrays for
+figures (the keys and their meaning: docs/model.md#probes). E is the token embedding (wte,
+V x d), H the head (lm_head; E when tied).
 
-E is the token embedding (wte, V x d), H the head (lm_head, V x d; H is E when tied).
-Every statistic is given per vocabulary stratum, because a token that never occurs in training
-behaves differently from one that does: untied, its embedding row never gets a gradient and stays
-at init; tied, the softmax pushes every unseen row the same way and they collapse onto one
-direction. A uniform sample over a 50k BPE vocabulary of which Tiny Shakespeare uses ~20% would
-mostly measure vocabulary coverage. The strata (``vocab_strata``): unseen (count 0 in the train
-split), and the seen tokens split at their median count into rare and frequent halves.
-
-Per stratum: mean row norms of E and H; off-diagonal cosines of the row-normalised E·Eᵀ (is it
-close to the identity?) on a fixed sample of rows, raw and mean-centred (the stratum sample's
-mean row removed first: anisotropy beyond one common direction); untied also H·Hᵀ and the cosine
-between each token's input and output rows. No probe touches the global RNG or autograd.
+Why strata: a token never seen in training behaves differently from one seen. Untied, its
+embedding row never gets a gradient and stays at init; tied, the softmax pushes every unseen
+row the same way and they collapse onto one direction, and a uniform sample of a 50k BPE
+vocabulary of which a small corpus uses ~20% would mostly measure vocabulary coverage. No probe
+touches the global RNG or autograd.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ MAX_PAIRS = 20_000  # sampled cosines kept per stratum in probes/step_*.npz
 
 def vocab_strata(freq: np.ndarray) -> dict[str, np.ndarray]:
     """Token ids per stratum, sorted: unseen (count 0), and the seen tokens ordered by count
-    (ties by id) split into the more frequent half ("frequent") and the rest ("rare")."""
+    (ties by id) split into a "frequent" and a "rare" half."""
     freq = np.asarray(freq)
     seen = np.flatnonzero(freq > 0)
     by_count = seen[np.argsort(-freq[seen], kind="stable")]
@@ -54,11 +49,8 @@ def _kept_pairs(n: int, k: int = MAX_PAIRS) -> tuple[torch.Tensor, torch.Tensor]
     """A fixed sample of at most k pairs i < j of n rows (computed once per n)."""
     i, j = torch.triu_indices(n, n, offset=1)
     if len(i) > k:
-        keep = (
-            torch.randperm(len(i), generator=torch.Generator().manual_seed(SAMPLE_SEED))[:k]
-            .sort()
-            .values
-        )
+        generator = torch.Generator().manual_seed(SAMPLE_SEED)
+        keep = torch.randperm(len(i), generator=generator)[:k].sort().values
         i, j = i[keep], j[keep]
     return i, j
 
@@ -73,42 +65,32 @@ def _cosines(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(scalars, arrays) of one evaluation; ``freq`` is the train-split count of every token.
-
-    scalars ("probe/..."): emb_norm_{mean,std}, head_norm_{mean,std} over the vocabulary; per
-    stratum s: s/emb_norm_mean, s/head_norm_mean, s/emb_cos_mean, s/emb_cos_abs_mean,
-    s/emb_ccos_abs_mean (centred), untied also s/head_cos_mean, s/head_ccos_abs_mean,
-    s/in_out_cos_mean. arrays (probes/step_*.npz): emb_norm, head_norm, in_out_cos (untied) per
-    token; per stratum cos_s and ccos_s (at most MAX_PAIRS sampled pairs, the same every time)
-    and rows_s (the sampled token ids). A stratum with fewer than two tokens has no cosines.
-    emb_seen (and untied head_seen): the rows of the rare and frequent samples (rows_seen), in
-    fp16, for similarities between runs (linear CKA of a tied and an untied run of one seed)."""
+    """(scalars, arrays) of one evaluation (docs/model.md#probes); ``freq``: the train-split
+    count of every token. emb_seen (and untied head_seen): the rows of the rare and frequent
+    samples (rows_seen) in fp16, for similarities between runs (linear CKA of a tied and an
+    untied run of one seed)."""
     e, h = model.transformer.wte.weight.float(), model.lm_head.weight.float()
     h = None if model.tie else h
     emb_norm = torch.linalg.vector_norm(e, dim=1)
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
-    scalars = {
-        "probe/emb_norm_mean": emb_norm.mean().item(),
-        "probe/emb_norm_std": emb_norm.std().item(),
-        "probe/head_norm_mean": head_norm.mean().item(),
-        "probe/head_norm_std": head_norm.std().item(),
-    }
     arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
+    scalars = {
+        f"probe/{name}_{stat}": getattr(norms, stat)().item()
+        for name, norms in arrays.items()
+        for stat in ("mean", "std")
+    }
     if h is not None:
         # cos(e_v, h_v) per token, reusing the norms; einsum avoids a (V, d) temporary
-        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / (emb_norm * head_norm).clamp_min(
-            1e-12
-        )
+        norms = (emb_norm * head_norm).clamp_min(1e-12)
+        arrays["in_out_cos"] = torch.einsum("vd,vd->v", e, h) / norms
     for stratum, ids in vocab_strata(freq).items():
         if len(ids) >= 2:
             _probe_stratum(stratum, ids, e, h, scalars, arrays)
     if parts := [arrays[f"rows_{s}"] for s in ("rare", "frequent") if f"rows_{s}" in arrays]:
         seen = torch.cat(parts).sort().values
-        arrays.update(
-            rows_seen=seen,
-            emb_seen=e[seen.to(e.device)],
-            **({} if h is None else {"head_seen": h[seen.to(h.device)]}),
-        )
+        arrays.update(rows_seen=seen, emb_seen=e[seen.to(e.device)])
+        if h is not None:
+            arrays["head_seen"] = h[seen.to(h.device)]
     out = {k: v.cpu().numpy() for k, v in arrays.items()}
     # row ids exact (int64), the rows of the seen samples in half precision, the rest fp32
     for k in (k for k in out if not k.startswith("rows_")):

@@ -16,19 +16,13 @@ from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import RunSummary, find_run_dir
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
-from tiedvsuntied.train.config import (
-    Config,
-    Precision,
-    Sampling,
-    Schedule,
-    config_run_id,
-    resolved_config,
-)
+from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
 from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_precision
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
@@ -88,7 +82,7 @@ def build_model(plan: RunPlan, vocab_size: int) -> GPT:
     cfg = plan.cfg
     torch.manual_seed(cfg.seed)  # dropout; the init has its own per-tensor generators
     if plan.start is not None:
-        return build(plan.start, cfg, cfg.seed).to(plan.device)
+        return build(plan.start, cfg).to(plan.device)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=vocab_size)
     model = GPT(model_cfg, tie=cfg.tie, init_std=cfg.init_std, head=cfg.head, seed=cfg.seed)
     return model.to(plan.device)
@@ -103,15 +97,15 @@ def resume_on_every_rank(plan: RunPlan, checkpoints: Checkpoints, model, optimiz
         if switch and model.tie and ckpt["train_state"]["step"] >= switch:
             untie(model, optimizer, plan.cfg.optim)
 
-    used, error = None, None
+    used = None
     if dist.is_main():
         try:
             used = checkpoints.load(model, optimizer, state, layout)
         except CheckpointMismatch as e:
-            error = str(e)
-    used, error = dist.from_main((used, error))
-    if error is not None:
-        raise CheckpointMismatch(error)
+            used = e  # every rank raises it
+    used = dist.from_main(used)
+    if isinstance(used, CheckpointMismatch):
+        raise used
     if not dist.is_main() and used is not None:
         checkpoints.load(model, optimizer, state, layout, only=used)
     return used
@@ -120,13 +114,12 @@ def resume_on_every_rank(plan: RunPlan, checkpoints: Checkpoints, model, optimiz
 def train_sampler(cfg, corpus: Corpus) -> BatchSampler:
     """The training batches: the same for every run of one seed (tied and untied alike)."""
     trainer = cfg.trainer
-    once = trainer.sampling == Sampling.once
     return BatchSampler(
         corpus.tokens("train"),
         cfg.model.block_size,
         trainer.batch_size,
         cfg.seed,
-        once=once,
+        once=trainer.sampling == Sampling.once,
         grad_accum=trainer.grad_accum,
     )
 
@@ -151,7 +144,7 @@ class Data:
 def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     """The summary of a run as it starts (identity only), and its directory (an existing run
     keeps its directory and name, whatever naming scheme made them)."""
-    cfg, config = plan.cfg, resolved_config(plan.cfg)
+    cfg = plan.cfg
     run_dir = find_run_dir(
         Path(cfg.results_dir) / cfg.sweep, config_run_id(cfg, corpus.fingerprint)
     )
@@ -159,17 +152,11 @@ def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     record = RunSummary(
         run_id=run_dir.name,
         name=run_dir.name.rsplit("-", 1)[0],
-        sweep=cfg.sweep,
-        tie=cfg.tie,
-        init_std=config["init_std"],
+        **{k: getattr(cfg, k) for k in ("sweep", "tie", "seed", "replicate")},
+        init_std=canonical_init_std(cfg.init_std),
         model=m.name,
-        seed=cfg.seed,
-        replicate=cfg.replicate,
-        n_layer=m.n_layer,
-        n_head=m.n_head,
-        n_embd=m.n_embd,
+        **{k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "block_size")},
         vocab_size=corpus.vocab_size,
-        block_size=m.block_size,
         t5_rescale=cfg.head.t5_rescale,
         data=cfg.data.name,
         data_fingerprint=corpus.fingerprint,
@@ -188,7 +175,6 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
     enable_tf32(device)
-    sampler = train_sampler(cfg, corpus)
     model = build_model(plan, corpus.vocab_size)
     rows = start_rows(model) if plan.start else None  # before a resume changes them
     optimizer = build_optimizer(model, cfg.optim)
@@ -203,16 +189,15 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
-    precision = resolve_precision(trainer.precision, device)
     run = Run(
         cfg=cfg,
         schedule=schedule,
         run_dir=run_dir,
         record=record,
-        derived=derive(plan, corpus, model, optimizer, params, precision),
+        derived=derive(plan, corpus, model, optimizer, params),
         model=model,
         optimizer=optimizer,
-        sampler=sampler,
+        sampler=train_sampler(cfg, corpus),
         corpus=corpus,
         device=device,
         state=state,
@@ -222,13 +207,20 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         start_rows=rows,
         retain=data.retain,
     )
-    log_start(run, used)
+    if used:
+        log.info("[%s] resuming from step %d (%s)", record.name, state.step, used)
+    d = run.derived
+    log.info(
+        f"[{record.name}] {d.params['total']:,} params (non-embedding "
+        f"{d.params['non_embedding']:,}), {device} {d.precision}, "
+        f"{len(corpus.tokens('train')):,} train tokens, peak {d.peak_tflops:.2f} TFLOP/s"
+    )
     return run
 
 
-def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -> Derived:
-    """What the config implies on this machine (Derived)."""
+def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Derived:
     cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
+    precision = resolve_precision(trainer.precision, device)
     dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float32
     return Derived(
         vocab_size=corpus.vocab_size,
@@ -247,19 +239,4 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params, precision) -
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
-    )
-
-
-def log_start(run: Run, used: Path | None) -> None:
-    if used:
-        log.info("[%s] resuming from step %d (%s)", run.record.name, run.state.step, used)
-    log.info(
-        "[%s] %s params (non-embedding %s), %s %s, %s train tokens, peak %.2f TFLOP/s",
-        run.record.name,
-        f"{run.derived.params['total']:,}",
-        f"{run.derived.params['non_embedding']:,}",
-        run.device,
-        run.derived.precision,
-        f"{len(run.corpus.tokens('train')):,}",
-        run.derived.peak_tflops,
     )

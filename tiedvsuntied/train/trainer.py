@@ -2,26 +2,21 @@
 trains, its set-up, the loop (step, untie, log, evaluate, checkpoint, stop), its finish.
 
 A run is identified by its config (train.config.run_id), so calling ``train`` again with the
-same config skips a finished run and resumes an unfinished one from its checkpoint with exactly
-the batches and losses an uninterrupted run would have had: the batch order is a pure function
-of (seed, step) and the checkpoint holds the TrainState and every RNG state. Status: ``running``
-while training (or killed), ``finished``, ``diverged`` (NaN/inf: a result, not an error),
-``interrupted`` (Ctrl-C or SIGTERM, after a checkpoint) and ``failed`` (an exception): a rerun
-resumes both.
-
-Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint and
-evaluates; the other ranks follow it through the same set-up and steps (train/dist.py).
+same config skips a done run and resumes an unfinished one (results.records.Status) from its
+checkpoint with exactly the batches and losses an uninterrupted run would have had: the batch
+order is a pure function of (seed, step) and the checkpoint holds the TrainState and every RNG
+state. Under torchrun rank 0 decides whether the run trains, keeps every record and checkpoint
+and evaluates; the other ranks follow it through the same set-up and steps (train/dist.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +58,6 @@ class Diverged(Exception):
     """A non-finite loss or gradient: a result of the study, not an error."""
 
 
-class Interrupted(KeyboardInterrupt):
-    """A signal asked the run to stop; its checkpoint is saved and a rerun resumes it."""
-
-
 def train(cfg: Config | RunPlan, overrides: Sequence[str] | None = None) -> RunSummary | None:
     """Train the run ``cfg`` (or the plan ``check_config`` made of it) describes: skip it if
     done, resume it if not; its summary (None on ranks > 0). Raises ConfigError/DataError
@@ -102,21 +93,18 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(run_dir / ".lock"))
     try:
-        lock.acquire(timeout=0)
+        held = lock.acquire(timeout=0)
     except Timeout:
         log.warning("[%s] is being trained by another process; skipping", record.name)
         dist.from_main(False)
         return read_summary(run_dir)
-    try:
+    with held:
         previous = read_summary(run_dir)
         entry = IndexEntry(record.name, Status.running, record.run_id, overrides=overrides)
         if is_done(previous, run_dir / "checkpoints", record.name):
             log.info(
-                "[%s] already %s at step %d; skipping (delete %s to train it again)",
-                record.name,
-                previous.status.value,
-                previous.step,
-                run_dir,
+                f"[{record.name}] already {previous.status.value} at step {previous.step}; "
+                f"skipping (delete {run_dir} to train it again)"
             )
             entry.status = previous.status
             update_index(run_dir.parent, record.run_id, entry)
@@ -126,8 +114,6 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
             record.started_at = previous.started_at
         dist.from_main(True)
         return train_and_record(plan, data, record, run_dir, entry)
-    finally:
-        lock.release()
 
 
 def train_and_record(
@@ -136,22 +122,13 @@ def train_and_record(
     """Rank 0: set the run up (a checkpoint that does not fit the code stops it here, before
     any file is changed), write config.yaml, then loop and finish; the status is recorded
     whatever happens, and the metrics log and W&B are always closed."""
-    t0 = time.time()
+    t0, run = time.time(), None
     try:
         run = build_run(plan, data, record, run_dir)
-    except CheckpointMismatch:  # one line from the entry point; no file is changed
-        raise
-    except (Exception, KeyboardInterrupt) as e:
-        failed(record, e)
-        record.write(run_dir)
-        entry.status = record.status
-        update_index(run_dir.parent, record.run_id, entry)
-        raise
-    config = {**resolved_config(run.cfg), "derived": dataclasses.asdict(run.derived)}
-    atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
-    np.save(run_dir / "token_freq.npy", run.freq)
-    summary(run).write(run_dir)
-    try:
+        config = {**resolved_config(run.cfg), "derived": asdict(run.derived)}
+        atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
+        np.save(run_dir / "token_freq.npy", run.freq)
+        summary(run).write(run_dir)
         with MetricsLog(run_dir, run.resumed_from) as run.metrics:
             run.metrics.start_wandb(run.cfg.wandb, record, config)
             update_index(run_dir.parent, record.run_id, entry)
@@ -166,36 +143,36 @@ def train_and_record(
             run.metrics.failed = False
             run.metrics.wandb_summary(summary(run).to_dict())
         return summary(run)
-    except (Exception, KeyboardInterrupt) as e:
-        failed(record, e, run.state.step)
-        if isinstance(e, KeyboardInterrupt):  # for the entry point's one line
-            e.step = run.state.step
+    except CheckpointMismatch:  # one line from the entry point; no file is changed
+        raise
+    except (Exception, KeyboardInterrupt) as e:  # a rerun resumes it
+        step = None if run is None else run.state.step  # None: the set-up failed
+        stopped = isinstance(e, KeyboardInterrupt)  # Ctrl-C or a signal: after a checkpoint
+        record.status = Status.interrupted if stopped else Status.failed
+        if stopped:
+            e.step = step  # for the entry point's one line
+        if stopped and step is not None:
+            record.error = (
+                f"interrupted ({e or 'Ctrl-C'}) at step {step}; rerun the command to resume"
+            )
+        else:
+            record.error = scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
+            log.error("[%s] failed: %s", record.name, record.error)
         raise
     finally:
-        summary(run).write(run_dir)
-        entry.status = record.status
-        update_index(run_dir.parent, record.run_id, entry)
-
-
-def failed(record: RunSummary, e: BaseException, step: int | None = None) -> None:
-    """The status and error of a run an exception stopped (a Ctrl-C or a signal: after a
-    checkpoint, from ``step`` if it had started), logged. Both resume when run again."""
-    stopped = isinstance(e, KeyboardInterrupt)
-    record.status = Status.interrupted if stopped else Status.failed
-    if stopped and step is not None:
-        record.error = f"interrupted ({e or 'Ctrl-C'}) at step {step}; rerun the command to resume"
-        return
-    record.error = scrub(f"{'interrupted' if stopped else type(e).__name__}: {e}")
-    log.error("[%s] failed: %s", record.name, record.error)
+        if record.status != Status.running:  # recorded whatever happened, but a mismatch
+            (record if run is None else summary(run)).write(run_dir)
+            entry.status = record.status
+            update_index(run_dir.parent, record.run_id, entry)
 
 
 def summary(run: Run) -> RunSummary:
     """summary.json now: identity and outcome (``run.record``), then what Derived and the
     TrainState hold under the summary's names, and what follows from them."""
     d, s = run.derived, run.state
-    names = {f.name for f in dataclasses.fields(RunSummary)}
-    values = {k: v for k, v in {**dataclasses.asdict(d), **s.state_dict()}.items() if k in names}
-    return dataclasses.replace(
+    names = {f.name for f in fields(RunSummary)}
+    values = {k: v for k, v in {**asdict(d), **asdict(s)}.items() if k in names}
+    return replace(
         run.record,
         **{
             **values,
@@ -218,13 +195,9 @@ def finish(run: Run) -> None:
     summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
     run.checkpoints.finish()
     log.info(
-        "[%s] finished: val %.4f (best %.4f at step %s), test %s (at the best step %s)",
-        record.name,
-        state.last_val_loss,
-        state.best_val_loss,
-        state.best_step,
-        four_decimals(record.test_loss),
-        four_decimals(record.test_loss_at_best),
+        f"[{record.name}] finished: val {state.last_val_loss:.4f} (best {state.best_val_loss:.4f} "
+        f"at step {state.best_step}), test {four_decimals(record.test_loss)} (at the best step "
+        f"{four_decimals(record.test_loss_at_best)})"
     )
 
 
@@ -240,12 +213,13 @@ class Window:
 
 def run_loop(run: Run) -> None:
     """Every rank runs the loop; rank 0 alone logs, evaluates and saves. A signal stops it after
-    the step it arrived in: checkpoint saved, then Interrupted (a rerun resumes there)."""
+    the step it arrived in: checkpoint saved, then KeyboardInterrupt (a rerun resumes there)."""
     state, schedule, main = run.state, run.schedule, dist.is_main()
     compile_model(run, run.derived.compiled)
     if state.step == 0 and main:
         evaluate_now(run, first=True)  # the initial loss is a result (dominant at init 1.0)
     from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm  # log lines above the bar
 
     run.bar = tqdm(
         total=run.cfg.trainer.max_steps,
@@ -256,7 +230,7 @@ def run_loop(run: Run) -> None:
         disable=not (run.cfg.trainer.progress and main),
     )
     window = Window(clipped=state.clipped_steps)
-    with dist.StopRequest() as stop, run.bar:
+    with dist.StopRequest() as stop, run.bar, logging_redirect_tqdm():
         while not schedule.done(state.step):
             t0 = time.perf_counter()
             loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
@@ -278,7 +252,7 @@ def run_loop(run: Run) -> None:
                 if main:  # this step's last.pt, once
                     run.checkpoints.save(run.model, run.optimizer, state)
                 stop.hand_on()
-                raise Interrupted(stop.name or "a signal to another process")
+                raise KeyboardInterrupt(stop.name or "a signal to another process")
 
 
 def evaluate_now(run: Run, first: bool = False) -> float:
