@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from tiedvsuntied.data import bpe
 from tiedvsuntied.data.config import DataConfig, DataError, Documents, Source, Split, Vocab
 from tiedvsuntied.data.sources import (
     check_available,
     check_data,
     iter_documents,
-    load_encoding,
     split_streams,
     text_files,
 )
@@ -42,13 +42,17 @@ def _sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding) -> dict:
+def corpus_identity(cfg: DataConfig, encoding: tiktoken.Encoding | None) -> dict:
     """What the cache key hashes; never touches the network. Local files are identified by their
-    content (SHA-256), Hub datasets by their config (pin data.revision to see upstream changes)."""
+    content (SHA-256), Hub datasets by their config (pin data.revision to see upstream changes).
+    A trained vocabulary (``encoding`` None) is named by its procedure and size: the training
+    split's files, which shaped it, are in the identity already."""
+    trained = cfg.encoding == "bpe"
     identity = {
         "format_version": FORMAT_VERSION,
-        "encoding": encoding.name,
-        "n_vocab": encoding.n_vocab,
+        "encoding": cfg.encoding if trained else encoding.name,
+        "n_vocab": cfg.vocab_size if trained else encoding.n_vocab,
+        **({"bpe_version": bpe.BPE_VERSION} if trained else {}),
         "documents": cfg.documents_mode().value,
         "source": Source(cfg.source).value,
         "fractions": [cfg.val_fraction, cfg.test_fraction],
@@ -149,9 +153,8 @@ def _write_tokens(f, documents: Iterable[str], enc, threads: int, freq, dtype) -
     return n_tokens, starts
 
 
-def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads: int, meta: dict):
+def _build_split(folder: Path, split: str, documents: Iterator[str], enc, num_threads, meta: dict):
     """Tokenize documents into <split>.bin; then <split>.freq.npy; then <split>.json."""
-    enc = load_encoding(meta["encoding"])
     freq = np.zeros(enc.n_vocab, dtype=np.int64)
     dtype = np.dtype(np.uint16 if enc.n_vocab <= 65536 else np.uint32)
     started = time.perf_counter()
@@ -173,7 +176,7 @@ def _build_split(folder: Path, split: str, documents: Iterator[str], num_threads
     return meta
 
 
-def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
+def _build(cfg: DataConfig, folder: Path, need: list[str], key: str, enc) -> dict:
     num_threads = cfg.num_threads if cfg.num_threads > 0 else len(os.sched_getaffinity(0))
     hub = f"hub:{cfg.path}/{cfg.config}@{cfg.revision}"
     source = f"text:{cfg.files}" if cfg.source == Source.text else hub
@@ -190,7 +193,7 @@ def _build(cfg: DataConfig, folder: Path, need: list[str], key: str) -> dict:
         if split in files:
             meta["files"] = [p.name for p in files[split]]
         documents = iter_documents(stream, lo, hi, docs)
-        metas[split] = _build_split(folder, split, documents, num_threads, meta)
+        metas[split] = _build_split(folder, split, documents, enc, num_threads, meta)
     return metas
 
 
@@ -211,13 +214,19 @@ def prepare_data(cfg: DataConfig) -> Corpus:
     key = corpus_key(identity)
     folder = corpus_dir(cfg, key)
     metas = {s: read_entry(folder, s, key) for s in SPLITS}
-    if all(metas.values()):
+    enc = enc or bpe.load(folder, cfg.vocab_size)  # a trained vocabulary: in the folder
+    if enc and all(metas.values()):
         return Corpus(cfg, enc, folder, key, metas, built=[])
     check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".lock"):
         metas = {s: read_entry(folder, s, key) for s in SPLITS}  # built while we waited?
         built = [s for s in SPLITS if not metas[s]]
+        if cfg.encoding == "bpe" and not (enc := bpe.load(folder, cfg.vocab_size)):
+            built = list(SPLITS)  # tokens of another tokenizer are never kept beside it
+            stream, (lo, hi) = split_streams(cfg)["train"]
+            train_docs = iter_documents(stream, lo, hi, cfg.documents_mode())
+            enc = bpe.train(folder, train_docs, cfg.vocab_size)
         if built:
             for stale in folder.glob(".*.tmp*"):  # leftovers of killed builds
                 stale.unlink()
@@ -225,7 +234,7 @@ def prepare_data(cfg: DataConfig) -> Corpus:
                 (folder / f"{s}.json").unlink(missing_ok=True)
             (folder / "identity.json").write_text(json.dumps(identity, indent=1))
             _log_build(folder, event="start", splits=built)
-            metas.update(_build(cfg, folder, built, key))
+            metas.update(_build(cfg, folder, built, key, enc))
             _log_build(folder, event="done", splits=built)
     return Corpus(cfg, enc, folder, key, metas, built)
 
@@ -248,6 +257,11 @@ class Corpus:
             s: np.memmap(self.dir / f"{s}.bin", m["dtype"], "r") for s, m in self._meta.items()
         }
         self._freq = {s: np.load(self.dir / f"{s}.freq.npy").astype(np.int64) for s in SPLITS}
+        #: each token's length in UTF-8 bytes (0: end-of-text, no text): bits per byte
+        self.token_bytes = np.array(
+            [len(self.encoding.decode_single_token_bytes(i)) for i in range(self.encoding.n_vocab)]
+        )
+        self.token_bytes[self.encoding.eot_token] = 0
         #: the end-of-text id (vocab=seen: None if the corpus has none, e.g. one document)
         self.eot_token: int | None = int(self.encoding.eot_token)
         if self.cfg.vocab == Vocab.seen:  # renumbered in memory; the cache keeps the encoding's
@@ -257,6 +271,7 @@ class Corpus:
             new_id[seen] = np.arange(len(seen))
             self._tokens = {s: new_id[t] for s, t in self._tokens.items()}
             self._freq = {s: f[seen] for s, f in self._freq.items()}
+            self.token_bytes = self.token_bytes[seen]
             self.eot_token = int(new_id[self.eot_token]) if self.eot_token in seen else None
         self.vocab_size = len(self._freq["train"])
         #: short id of data + split + tokenizer (+ vocabulary); part of every run's identity
@@ -291,6 +306,11 @@ class Corpus:
     def token_freq(self, split: str = "train") -> np.ndarray:
         return self._freq[self._check(split)]
 
+    def bytes_per_token(self, split: str = "train") -> float:
+        """UTF-8 bytes of text per token of the split (end-of-text tokens count, as no bytes):
+        a loss in nats per token over ln 2 times this is bits per byte."""
+        return float(self.token_freq(split) @ self.token_bytes / self.n_tokens(split))
+
     def info(self) -> dict:
         meta = self._meta
         return {
@@ -304,6 +324,7 @@ class Corpus:
             "source": meta["train"]["source"],
             "cache_dir": str(self.dir),
             "n_tokens": {s: self.n_tokens(s) for s in SPLITS},
+            "bytes_per_token": {s: round(self.bytes_per_token(s), 4) for s in SPLITS},
             **{
                 k: {s: meta[s][k] for s in SPLITS}
                 for k in ("n_documents", "tokens_per_s", "num_threads")

@@ -13,6 +13,8 @@ import tiktoken
 
 from tiedvsuntied.results.records import Role, option
 
+MIN_BPE_VOCAB, MAX_BPE_VOCAB = 258, 65536  # one merge at least; token ids fit uint16
+
 
 class DataError(ValueError):
     """A data configuration or input problem; one line naming the key/file and valid values."""
@@ -96,8 +98,11 @@ class DataConfig:
     #: on one side); null: every document is its own group
     manifest: str | None = option(None, neutral=None)
     group_by: str | None = option(None, neutral=None)
-    #: a tiktoken encoding name, or "bytes" (built in: V = 257, no download)
+    #: a tiktoken encoding name, "bytes" (built in: V = 257, no download) or "bpe": a byte-level
+    #: BPE of ``vocab_size`` tokens trained on this corpus's training split (data/bpe.py)
     encoding: str = "gpt2"
+    #: bpe: the vocabulary's size, end-of-text included (256 bytes + merges + 1); else null
+    vocab_size: int | None = option(None, neutral=None)
     #: seen: only the corpus's tokens (train, val or test), renumbered
     vocab: Vocab = Vocab.full
     #: None -> $TIEDVSUNTIED_CACHE or ~/.cache/tiedvsuntied
@@ -114,9 +119,10 @@ class DataConfig:
                 raise DataError(f"data.{key}={getattr(self, key)!r} must be in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise DataError("data.val_fraction + data.test_fraction >= 1 leaves nothing for train")
-        encodings = sorted([*tiktoken.list_encoding_names(), "bytes"])  # bytes: built in
+        encodings = sorted([*tiktoken.list_encoding_names(), "bytes", "bpe"])  # built here
         if self.encoding not in encodings:
             raise DataError(f"data.encoding={self.encoding!r} is not valid; valid: {encodings}")
+        self._check_vocab_size()
         self._check_document_split(source)
         if self.num_threads < 0:
             raise DataError(f"data.num_threads={self.num_threads} must be >= 0 (0 = all cores)")
@@ -129,6 +135,20 @@ class DataConfig:
         if source == Source.hub and documents == Documents.paragraph:
             raise DataError(
                 "data.documents=paragraph needs data.source=text; hub: auto, wikitext, row or file"
+            )
+
+    def _check_vocab_size(self) -> None:
+        if self.encoding != "bpe":
+            if self.vocab_size is not None:
+                raise DataError(
+                    f"data.vocab_size={self.vocab_size} applies to data.encoding=bpe only "
+                    f"(data.encoding={self.encoding} has its own vocabulary)"
+                )
+            return
+        if self.vocab_size is None or not MIN_BPE_VOCAB <= self.vocab_size <= MAX_BPE_VOCAB:
+            raise DataError(
+                f"data.encoding=bpe needs data.vocab_size in [{MIN_BPE_VOCAB}, {MAX_BPE_VOCAB}] "
+                f"(256 bytes + merges + end-of-text), got {self.vocab_size}"
             )
 
     def _check_document_split(self, source: Source) -> None:

@@ -219,15 +219,16 @@ def _hub_problem(cfg: DataConfig) -> str | None:
     return None
 
 
-def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding:
-    """The encoding, after checking that it and (if ``need_source``) the Hub dataset can be had.
-    Both are checked before raising, so that one line names every fix."""
+def check_available(cfg: DataConfig, need_source: bool) -> tiktoken.Encoding | None:
+    """The encoding, after checking that it and (if ``need_source``) the Hub dataset can be had
+    (None for a vocabulary trained on the corpus: data/bpe.py). Both are checked before raising,
+    so that one line names every fix."""
     problems, encoding = [], None
     try:
-        encoding = load_encoding(cfg.encoding)
+        encoding = None if cfg.encoding == "bpe" else load_encoding(cfg.encoding)
     except DataUnavailableError as e:
         problems.append(str(e))
-    if (need_source or encoding is None) and cfg.source == Source.hub:
+    if (need_source or problems) and cfg.source == Source.hub:
         hub = _hub_problem(cfg)
         if hub:
             problems.append(f"{hub}: {HUB_FIX}")

@@ -33,6 +33,15 @@ def count_parameters_for(cfg, tie: bool = True) -> dict[str, int]:
     return {"total": sum(parts.values()), **parts}
 
 
+def head_share(counts: dict[str, int]) -> dict[str, float]:
+    """The head's share of the model, from count_parameters' parts: ``rho`` = V*d / (V*d +
+    non-embedding), the matrix's share of a tied model, and ``rho_untied`` = 2*V*d / (2*V*d +
+    non-embedding), the share of embedding and head together untied. Position embeddings count
+    in neither (they do not grow with V). GPT-2 small: 0.31 tied."""
+    vd, body = counts["embedding"], counts["non_embedding"]
+    return {"rho": vd / (vd + body), "rho_untied": 2 * vd / (2 * vd + body)}
+
+
 def count_parameters(model) -> dict[str, int]:
     """count_parameters_for a built (compiled or DDP-wrapped) GPT, asserted to sum to its
     unique parameters (`parameters()` lists a shared Parameter once), as nanochat's does."""

@@ -93,6 +93,20 @@ class RunSummary:
     test_loss_at_best: float | None = None  # test split at best_step: early stopping on validation
     heldout: dict | None = None  # {"val"|"test": ...}: beside the count models (evaluation.heldout)
     seen_vocab_frac: float | None = None  # of the vocabulary, the part in the train split
+    # the regime (docs/model.md, "The head's share"): rho = V*d / (V*d + non-embedding), the
+    # tied definition and the map's x axis; rho_untied counts the head's V*d twice
+    rho: float | None = None
+    rho_untied: float | None = None
+    non_embedding_params: int | None = None
+    tokens_per_param: float | None = None  # tokens trained / total parameters
+    tokens_per_nonemb_param: float | None = None
+    encoding: str | None = None  # data.encoding: gpt2, bytes, bpe (trained on the train split)
+    bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
+    train_bytes: float | None = None  # bytes of text trained on: the budget across vocabularies
+    val_bpb: float | None = None  # the last validation loss in bits per byte
+    test_bpb: float | None = None  # test_loss in bits per byte
+    git_commit: str | None = None  # the code that ran the run (its last start), from git
+    git_dirty: bool | None = None  # tracked files differed from git_commit
     clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
     peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: int | None = None

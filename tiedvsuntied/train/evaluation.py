@@ -63,6 +63,7 @@ def validate(run: Run, first: bool = False) -> float:
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
     metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
+    metrics["val/bpb"] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
     if first:
         state.init_val_loss = loss
         for key in ("logit_std", "self_logit", "self_target_frac"):
@@ -107,6 +108,19 @@ def measure_test_loss(run: Run, step: int) -> dict:
     return result
 
 
+def window_bytes_per_token(run: Run, split: str) -> float:
+    """UTF-8 bytes per target token of the split's evaluation windows (end-of-text: 0)."""
+    corpus, block_size = run.corpus, run.cfg.model.block_size
+    starts = eval_window_starts(corpus.n_tokens(split), block_size, run.cfg.trainer.eval_windows)
+    targets = corpus.tokens(split)[starts[:, None] + 1 + np.arange(block_size)]
+    return float(corpus.token_bytes[targets].mean())
+
+
+def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
+    """A loss comparable across vocabularies: the windows' nats over ln 2 and their bytes."""
+    return nats_per_token / math.log(2) / bytes_per_token
+
+
 def heldout(run: Run, split: str, result: dict) -> dict:
     """The held-out split's loss beside the count models' (unigram, bigram: fitted on train)
     on the same windows' targets, the share of those targets never seen in training, and the
@@ -115,6 +129,9 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     table = {"loss": result["windows"], **window_baselines(corpus, split, block_size, n)}
     out = {key: float(np.mean(values)) for key, values in table.items()}
     out["n_windows"] = len(result["windows"])
+    out["bytes_per_token"] = window_bytes_per_token(run, split)
+    for key in ("loss", "unigram", "bigram"):
+        out[f"{key}_bpb"] = bits_per_byte(out[key], out["bytes_per_token"])
     if (documents := corpus.documents(split)) is None:
         return out
     first, names = documents
@@ -149,6 +166,7 @@ def test(run: Run) -> None:
             "test/loss": record.test_loss,
             "test/ppl": math.exp(min(record.test_loss, 700)),
             "test/loss_at_best": record.test_loss_at_best,
+            "test/bpb": record.heldout["test"]["loss_bpb"],
         },
         state.step,
     )

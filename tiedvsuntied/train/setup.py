@@ -4,7 +4,9 @@ to resume from, the numbers the config implies (Derived) and the Run the loop re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from omegaconf import OmegaConf
 from tiedvsuntied.data.batches import BatchSampler
 from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.data.config import DataConfig
-from tiedvsuntied.model.accounting import count_parameters, flops_per_token
+from tiedvsuntied.model.accounting import count_parameters, flops_per_token, head_share
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
@@ -49,6 +51,13 @@ class Derived:
     peak_tflops: float
     data_fingerprint: str
     tokens_per_step: int
+    rho: float  # model.accounting.head_share
+    rho_untied: float
+    non_embedding_params: int
+    encoding: str
+    bytes_per_token: float  # of the train split: tokens -> bytes of text trained on
+    git_commit: str | None  # code_version()
+    git_dirty: bool | None
 
 
 @dataclass
@@ -239,4 +248,29 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
         peak_tflops=trainer.peak_tflops or measure_matmul_tflops(device, dtype),
         data_fingerprint=corpus.fingerprint,
         tokens_per_step=trainer.batch_size * trainer.grad_accum * cfg.model.block_size,
+        **head_share(params),
+        non_embedding_params=params["non_embedding"],
+        encoding=cfg.data.encoding,
+        bytes_per_token=corpus.bytes_per_token("train"),
+        **code_version(),
     )
+
+
+@functools.cache  # the code a process runs is the code it loaded
+def code_version() -> dict:
+    """The git commit of the package's checkout and whether its tracked files differ from it
+    (untracked files, such as results, do not count); None for both outside a checkout (an
+    installed wheel). A study's provenance is generated from these, not from memory."""
+    where = ["git", "-C", str(Path(__file__).resolve().parent)]
+    try:
+        commit = subprocess.run([*where, "rev-parse", "HEAD"], capture_output=True, text=True)
+        status = subprocess.run(
+            [*where, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError:  # no git on this machine
+        return {"git_commit": None, "git_dirty": None}
+    if commit.returncode or status.returncode:
+        return {"git_commit": None, "git_dirty": None}
+    return {"git_commit": commit.stdout.strip(), "git_dirty": bool(status.stdout.strip())}

@@ -181,8 +181,29 @@ def summary(run: Run) -> RunSummary:
             "resumed_from_step": run.resumed_from,
             "final_val_loss": s.last_val_loss,
             "clip_frac": s.clipped_steps / s.step if s.step else None,
+            **regime(d.params, s.tokens, d.bytes_per_token),
+            **bpb(run.record.heldout or {}),
         },
     )
+
+
+def regime(params: dict, tokens: int, bytes_per_token: float) -> dict:
+    """Where the run sits (DESIGN.md, "The regime decides the answer"): tokens per parameter
+    and the bytes of text behind its tokens, the budget held fixed across vocabularies."""
+    return {
+        "tokens_per_param": tokens / params["total"],
+        "tokens_per_nonemb_param": tokens / params["non_embedding"],
+        "train_bytes": tokens * bytes_per_token,
+    }
+
+
+def bpb(heldout: dict) -> dict:
+    """The last validation and the test loss in bits per byte, where they were measured."""
+    return {
+        f"{split}_bpb": heldout[split].get("loss_bpb")
+        for split in ("val", "test")
+        if split in heldout
+    }
 
 
 def finish(run: Run) -> None:
