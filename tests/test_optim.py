@@ -248,6 +248,26 @@ def test_the_new_keys_at_their_defaults_leave_every_run_id_as_it_was():
         assert run_id(resolved_config(compose(other)), "n", "fp") != default, other
 
 
+# Keys of the third edition (issue 40), each with a value that makes another run.
+EDITION3 = {"head.tied_input_grad_scale": "4"}
+
+
+def test_the_third_editions_keys_at_their_defaults_leave_every_run_id_as_it_was():
+    """Today's config without the new keys (as an earlier version wrote it) hashes to the id
+    of today's config at their defaults; each key set otherwise is another run. The shipped
+    runs' ids are recomputed under today's schema in test_bundle.py."""
+    for overrides in ((), ("tie=false", "init_std=1.0")):
+        config = resolved_config(compose(*overrides))
+        before = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+        for key in EDITION3:
+            node, leaf = key.split(".")
+            del before[node][leaf]
+        assert run_id(config, "n", "fp") == run_id(before, "n", "fp")
+    default = run_id(resolved_config(compose()), "n", "fp")
+    for key, value in EDITION3.items():
+        assert run_id(resolved_config(compose(f"{key}={value}")), "n", "fp") != default, key
+
+
 # ---------------------------------------------------------------------------- a run
 
 

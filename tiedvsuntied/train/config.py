@@ -288,6 +288,9 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
         parent = tree.get(node, {}) if node else tree
         if dotted in RECORDED or parent.get(leaf, MISSING) == NEUTRAL[dotted]:
             parent.pop(leaf, None)
+            if node and not parent:  # a node of neutral keys only (head: tied_input_grad_scale)
+                tree.pop(node, None)  # is hashed as before it existed
+
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
