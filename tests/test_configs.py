@@ -93,6 +93,18 @@ def test_every_arm_composes_and_passes_the_checks(arm, tmp_path):
             checked([f"+arm={arm}", "tie=false", f"results_dir={tmp_path}"])
 
 
+def test_the_body_ladder_changes_only_width_and_depth_from_micro():
+    """Issue 40 moves rho by the body at a fixed V: context and head dimension stay micro's."""
+    micro = OmegaConf.load(CONF / "model" / "micro.yaml")
+    bodies = sorted((CONF / "model").glob("body*.yaml"))
+    assert len(bodies) >= 3
+    for path in bodies:
+        body = OmegaConf.load(path)
+        assert body.name == path.stem and body.block_size == micro.block_size, path.name
+        assert body.n_embd // body.n_head == micro.n_embd // micro.n_head, path.name
+        assert path.stem == f"body{body.n_embd}x{body.n_layer}"
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
     """The results_dir holding the finished run of finetune_pretrain that finetune starts from."""
