@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied.results import records as results
 from tiedvsuntied.sweep import jobs
+from tiedvsuntied.train.config import ConfigError
 from tiedvsuntied.train.plan import check_config
 from tiedvsuntied.train.trainer import train
 
@@ -79,6 +80,29 @@ def test_every_group_option_composes_and_passes_the_checks(group, option, tmp_pa
     config = checked([f"{group}={option}", *required, f"results_dir={tmp_path}"])
     if group in ("model", "data"):
         assert getattr(config, group).name == option
+
+
+@pytest.mark.parametrize("arm", sorted(p.stem for p in (CONF / "arm").glob("*.yaml")))
+def test_every_arm_composes_and_passes_the_checks(arm, tmp_path):
+    config = checked([f"+arm={arm}", f"results_dir={tmp_path}"])
+    if arm == "tied_in_grad":  # an untied head has no lookup side to scale: refused, one line
+        assert config.tie and config.head.tied_input_grad_scale > 1
+        with pytest.raises(
+            ConfigError, match=r"^head.tied_input_grad_scale=4 is invalid .*tie=true$"
+        ):
+            checked([f"+arm={arm}", "tie=false", f"results_dir={tmp_path}"])
+
+
+def test_the_body_ladder_changes_only_width_and_depth_from_micro():
+    """Issue 40 moves rho by the body at a fixed V: context and head dimension stay micro's."""
+    micro = OmegaConf.load(CONF / "model" / "micro.yaml")
+    bodies = sorted((CONF / "model").glob("body*.yaml"))
+    assert len(bodies) >= 3
+    for path in bodies:
+        body = OmegaConf.load(path)
+        assert body.name == path.stem and body.block_size == micro.block_size, path.name
+        assert body.n_embd // body.n_head == micro.n_embd // micro.n_head, path.name
+        assert path.stem == f"body{body.n_embd}x{body.n_layer}"
 
 
 @pytest.fixture(scope="module")

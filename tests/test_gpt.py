@@ -238,6 +238,70 @@ def test_grad_split_changes_no_gradient_and_needs_a_backward():
     assert split == {}
 
 
+# ----------------------------------------------------------------------------- input-side scale
+
+
+def _scaled(scale: float, tie: bool = True) -> GPT:
+    return GPT(tiny(), tie=tie, head=HeadConfig(tied_input_grad_scale=scale), seed=0)
+
+
+def _split(model, x, y, **kw) -> dict:
+    split = {}
+    model(x, y, grad_split=split, **kw)[1].backward()
+    return split
+
+
+@pytest.mark.parametrize("scale", [3.0, 0.25])
+def test_tied_input_grad_scale_changes_no_forward_bit(scale):
+    plain, scaled = _scaled(1.0), _scaled(scale)
+    x, y = batch(plain.config)
+    for a, b in zip(plain(x, y), scaled(x, y), strict=True):
+        assert torch.equal(a, b)
+    chunked = (m(x, y, return_logits=False, grad_split={})[1] for m in (plain, scaled))
+    assert torch.equal(*chunked)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("scale", [3.0, 4.0, 0.25])
+def test_tied_input_grad_scale_multiplies_the_lookup_sides_gradient_only(scale, compiled):
+    """The split of a scaled model against an unscaled one's, from the same batch: "in" is
+    exactly scale times, "out" is the same, and the matrix's gradient is their sum."""
+    plain, scaled = _scaled(1.0), _scaled(scale)
+    run = torch.compile(scaled, backend="aot_eager") if compiled else scaled  # the tap breaks
+    x, y = batch(plain.config)
+    x = x % 50  # rows of tokens never looked up get no input-side gradient at any scale
+    want, got = (_split(m, x, y, return_logits=False) for m in (plain, run))
+    assert torch.equal(got["in"], want["in"] * scale)
+    assert got["in"][:50].abs().sum() > 0 and got["in"][50:].abs().sum() == 0
+    torch.testing.assert_close(got["out"], want["out"])
+    torch.testing.assert_close(got["in"] + got["out"], scaled.transformer.wte.weight.grad)
+    body = plain.transformer.h[0].mlp.c_fc.weight.grad
+    assert torch.equal(scaled.transformer.h[0].mlp.c_fc.weight.grad, body)
+
+
+def test_tied_input_grad_scale_without_a_split_and_after_untying():
+    """The trainer's steps pass no split on most steps: the matrix's gradient is scaled there
+    too, compiled in one graph. Untied by copy (scheduled untying), the lookup's gradient is
+    wte's own, unscaled."""
+    plain, scaled = _scaled(1.0), _scaled(4.0)
+    x, y = batch(plain.config)
+    want = _split(plain, x, y)
+    torch.compile(scaled, backend="aot_eager", fullgraph=True)(x, y)[1].backward()
+    torch.testing.assert_close(scaled.transformer.wte.weight.grad, 4 * want["in"] + want["out"])
+    for model in (plain, scaled):
+        model.zero_grad()
+        model.untie("copy")
+        model(x, y)[1].backward()
+    assert torch.equal(scaled.transformer.wte.weight.grad, plain.transformer.wte.weight.grad)
+
+
+def test_tied_input_grad_scale_is_refused_for_an_untied_head():
+    with pytest.raises(ModelConfigError, match=r"^head.tied_input_grad_scale=4 is invalid") as e:
+        _scaled(4.0, tie=False)
+    assert "tie=false" in str(e.value) and "\n" not in str(e.value)
+    assert _scaled(1.0, tie=False).input_grad_scale == 1.0  # the neutral value is any head's
+
+
 # ----------------------------------------------------------------------------- fine-tuning a head
 
 

@@ -102,6 +102,8 @@ def test_init_std_notes_cover_the_overrides_and_change_no_identity():
         (dict(head=dict(init_std="-1")), ">= 0"),  # a head may start at 0, never below
         (dict(head=dict(logit_scale="0")), "give a number > 0, inv_sqrt_d or sqrt_d"),
         (dict(head=dict(untie="cut")), "'cut' is not a valid Untie"),
+        (dict(head=dict(tied_input_grad_scale=0.0)), "give a finite number > 0"),
+        (dict(head=dict(tied_input_grad_scale=float("inf"))), "give a finite number > 0"),
     ],
 )
 def test_a_bad_field_is_refused_where_the_config_is_made(value, says):
@@ -123,6 +125,16 @@ def test_a_bad_field_is_refused_where_the_config_is_made(value, says):
             "head.t5_rescale",
             dict(tie=False, head=HeadConfig(t5_rescale=True)),
             "head.logit_scale=inv_sqrt_d$",
+        ),
+        (
+            "head.tied_input_grad_scale",
+            dict(tie=False, head=HeadConfig(tied_input_grad_scale=4.0)),
+            "untied head .*use 1.0, or tie=true$",
+        ),
+        (
+            "head.tied_input_grad_scale",
+            dict(head=HeadConfig(tied_input_grad_scale=4.0, untie="copy")),
+            "untied head .*use 1.0, or tie=true$",
         ),
         (
             "head.emb_init_std",

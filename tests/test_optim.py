@@ -4,6 +4,9 @@ records and logs, and that the new keys change no existing run's identity."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 from conftest import QUICK, check_overrides, compose
@@ -12,8 +15,22 @@ from tiedvsuntied.model.config import HeadConfig, ModelConfig
 from tiedvsuntied.model.gpt import GPT, set_trainable
 from tiedvsuntied.results import records as R
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
-from tiedvsuntied.train.config import ConfigError, LrScaling, OptimConfig, resolved_config, run_id
-from tiedvsuntied.train.optim import build_optimizer, group_lr_scales, lr_at, set_lr, untie
+from tiedvsuntied.train.config import (
+    ConfigError,
+    LrScaling,
+    LrSchedule,
+    OptimConfig,
+    resolved_config,
+    run_id,
+)
+from tiedvsuntied.train.optim import (
+    build_optimizer,
+    decay_start,
+    group_lr_scales,
+    lr_at,
+    set_lr,
+    untie,
+)
 from tiedvsuntied.train.trainer import train
 
 V, D = 64, 16  # inv_sqrt_d = 0.25
@@ -248,6 +265,26 @@ def test_the_new_keys_at_their_defaults_leave_every_run_id_as_it_was():
         assert run_id(resolved_config(compose(other)), "n", "fp") != default, other
 
 
+# Keys of the third edition (issue 40), each with a value that makes another run.
+EDITION3 = {"head.tied_input_grad_scale": "4", "optim.schedule": "wsd", "optim.decay_frac": "0.5"}
+
+
+def test_the_third_editions_keys_at_their_defaults_leave_every_run_id_as_it_was():
+    """Today's config without the new keys (as an earlier version wrote it) hashes to the id
+    of today's config at their defaults; each key set otherwise is another run. The shipped
+    runs' ids are recomputed under today's schema in test_bundle.py."""
+    for overrides in ((), ("tie=false", "init_std=1.0")):
+        config = resolved_config(compose(*overrides))
+        before = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+        for key in EDITION3:
+            node, leaf = key.split(".")
+            del before[node][leaf]
+        assert run_id(config, "n", "fp") == run_id(before, "n", "fp")
+    default = run_id(resolved_config(compose()), "n", "fp")
+    for key, value in EDITION3.items():
+        assert run_id(resolved_config(compose(f"{key}={value}")), "n", "fp") != default, key
+
+
 # ---------------------------------------------------------------------------- a run
 
 
@@ -273,3 +310,73 @@ def test_schedule_warms_up_then_decays_to_floor():
     assert lr_at(9, oc, 100) == pytest.approx(1e-3)
     assert lr_at(55, oc, 100) == pytest.approx(0.55e-3)
     assert lr_at(100, oc, 100) == pytest.approx(1e-4) == lr_at(500, oc, 100)
+
+
+def test_cosine_stays_todays_schedule_bit_for_bit():
+    """The default: the formula every run before optim.schedule existed trained with."""
+    oc = OptimConfig(lr=3e-3, warmup_steps=7, min_lr_ratio=0.1)
+    assert LrSchedule(oc.schedule) == LrSchedule.cosine
+    for step in range(7, 130):
+        progress = min(1.0, (step - 7) / 113)
+        min_lr = oc.lr * oc.min_lr_ratio
+        old = min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (oc.lr - min_lr)
+        assert lr_at(step, oc, 120) == old, step
+
+
+def test_wsd_warms_up_holds_then_decays_as_one_minus_sqrt():
+    lr, floor, max_steps = 1e-3, 0.1e-3, 200
+    oc = OptimConfig(lr=lr, warmup_steps=10, min_lr_ratio=0.1, schedule="wsd", decay_frac=0.2)
+    start = decay_start(oc, max_steps)
+    assert start == max_steps - 0.2 * max_steps  # the last 40 steps decay
+    assert lr_at(0, oc, max_steps) == pytest.approx(lr / 10)  # warmup as in cosine
+    assert lr_at(9, oc, max_steps) == lr_at(10, oc, max_steps) == lr  # stable from warmup's end
+    assert lr_at(start - 1, oc, max_steps) == lr_at(start, oc, max_steps) == lr
+    quarter = start + (max_steps - start) // 4  # sqrt(1/4) = 1/2: halfway to the floor
+    assert lr_at(quarter, oc, max_steps) == pytest.approx(floor + 0.5 * (lr - floor))
+    assert lr_at(max_steps, oc, max_steps) == pytest.approx(floor) == lr_at(999, oc, max_steps)
+    after = [lr_at(s, oc, max_steps) for s in range(10, max_steps + 1)]
+    assert all(a >= b for a, b in zip(after, after[1:], strict=False))  # never rises after warmup
+    assert lr_at(max_steps - 1, oc, max_steps) > floor  # the last update is above the floor
+
+
+def test_wsd_decays_from_warmups_end_when_decay_frac_reaches_into_it():
+    """decay_frac=1: 1 - sqrt from the end of warmup, continuous (no jump down to mid-decay)."""
+    oc = OptimConfig(lr=1.0, warmup_steps=20, min_lr_ratio=0.0, schedule="wsd", decay_frac=1.0)
+    assert decay_start(oc, 100) == 20
+    assert lr_at(19, oc, 100) == lr_at(20, oc, 100) == 1.0
+    assert lr_at(40, oc, 100) == pytest.approx(1 - math.sqrt(20 / 80))
+    assert decay_start(OptimConfig(schedule="wsd", decay_frac=0.001), 100) == 99  # >= 1 step
+
+
+@pytest.mark.parametrize(
+    "override,says",
+    [
+        ("optim.decay_frac=0", "optim.decay_frac=0 is invalid: it must be in (0, 1]"),
+        ("optim.decay_frac=1.5", "optim.decay_frac=1.5 is invalid: it must be in (0, 1]"),
+        ("optim.schedule=linear", "optim.schedule=linear"),
+    ],
+)
+def test_a_bad_schedule_is_one_line_naming_the_key(override, says):
+    with pytest.raises(ConfigError) as err:  # the command line's check (an enum: Hydra's)
+        check_overrides([override]) if "schedule" in override else compose(override)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    key, _, value = override.partition("=")
+    with pytest.raises(ConfigError, match=re.escape(says)):  # the dataclass's own check
+        OptimConfig(**{key.split(".")[1]: float(value) if "frac" in key else value})
+
+
+def test_a_wsd_run_of_the_scaled_tied_arm_trains_at_the_schedule_it_logs(tmp_path):
+    """A real run of the third edition's instruments together: every logged lr is lr_at's (the
+    update of step k - 1 is logged at step k), and the run records both keys."""
+    steps = ["trainer.max_steps=8", "trainer.log_interval=1", "optim.warmup_steps=2"]
+    wsd = ["optim.schedule=wsd", "optim.decay_frac=0.5", "+arm=tied_in_grad"]
+    cfg = compose(*QUICK, *steps, *wsd, f"results_dir={tmp_path}")
+    summary = train(cfg)
+    assert summary.status == R.Status.finished, summary.error
+    run_dir = tmp_path / summary.sweep / summary.run_id
+    logged = {m["step"]: m["train/lr"] for m in R.read_metrics(run_dir) if "train/lr" in m}
+    assert sorted(logged) == list(range(1, 9))
+    assert logged == {k: pytest.approx(lr_at(k - 1, cfg.optim, 8)) for k in logged}
+    assert logged[5] > logged[6] > logged[7] > logged[8]  # steps 4..7 decay
+    config = R.read_config(run_dir)
+    assert config["optim"]["schedule"] == "wsd" and config["head"]["tied_input_grad_scale"] == 4

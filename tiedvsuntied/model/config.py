@@ -107,6 +107,10 @@ class HeadConfig:
     """overrides init_std for wte (untied only): a number or inv_sqrt_d"""
     init_std: str | None = None
     """overrides init_std for lm_head (untied only): a number >= 0 or inv_sqrt_d"""
+    tied_input_grad_scale: float = option(1.0, neutral=1.0)
+    """tied only: multiplies the gradient reaching the shared matrix through the lookup (input
+    side); the head's (output side) is unchanged. Lopardo et al. 2026's remedy for the tied
+    matrix drifting toward the output side. The forward pass is unchanged"""
 
     def __post_init__(self):
         Untie(self.untie)  # untie_at needs trainer.max_steps: train.config.untie_step checks it
@@ -114,6 +118,12 @@ class HeadConfig:
             if getattr(self, name) is not None:
                 canonical_init_std(getattr(self, name), f"head.{name}")
         multiplier(self.logit_scale, 1, "head.logit_scale")
+        scale = _number(self.tied_input_grad_scale, {})
+        if not (math.isfinite(scale) and scale > 0):
+            raise ModelConfigError(
+                f"head.tied_input_grad_scale={self.tied_input_grad_scale!r} is invalid: give a "
+                "finite number > 0 (1.0: the gradient as it is)"
+            )
 
     def scale(self, tie: bool, n_embd: int) -> float:
         """The logits' multiplier: logit_scale, times d^-0.5 for T5's tied head."""
@@ -124,6 +134,19 @@ class HeadConfig:
             )
         t5 = n_embd**-0.5 if self.t5_rescale else 1.0
         return multiplier(self.logit_scale, n_embd, "head.logit_scale") * t5
+
+    def input_grad_scale(self, tie: bool) -> float:
+        """The tied matrix's input-side gradient multiplier; refused for a head that trains
+        untied from the start (tie=false, or head.untie of a tied start): no shared matrix.
+        Scheduled untying (untie_at) scales while the run is tied."""
+        scale = float(self.tied_input_grad_scale)
+        if scale != 1.0 and not (tie and Untie(self.untie) == Untie.keep):
+            raise ModelConfigError(
+                f"head.tied_input_grad_scale={self.tied_input_grad_scale:g} is invalid with an "
+                "untied head (tie=false or head.untie): it scales a tied matrix's lookup side; "
+                "use 1.0, or tie=true"
+            )
+        return scale
 
     def ends_tied(self, tie: bool) -> bool:
         """Whether a run of this head ends tied (scheduled untying ends untied)."""
@@ -222,6 +245,7 @@ def check_config(
     if not isinstance(tie, bool):  # a string 'false' would be truthy
         raise ModelConfigError(f"tie={tie!r} is invalid: it must be true or false")
     head.scale(tie, cfg.n_embd)
+    head.input_grad_scale(tie)
     default = resolve_init_std(init_std, cfg.n_embd, "init_std")
     emb, out = (
         default if value is None else resolve_init_std(value, cfg.n_embd, f"head.{name}")

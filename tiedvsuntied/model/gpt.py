@@ -120,6 +120,22 @@ def _tap(w: torch.Tensor, store: dict, side: str) -> torch.Tensor:
     return w
 
 
+class _ScaleGrad(torch.autograd.Function):
+    """The identity on the way forward (a view: not one bit changes); the gradient times
+    ``scale`` on the way back. A custom Function rather than ``s*w + (1-s)*w.detach()``, which
+    would round the forward pass and cost three passes over the matrix; torch.compile traces it
+    (fullgraph, tested)."""
+
+    @staticmethod
+    def forward(ctx, w: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
 class GPT(nn.Module):
     def __init__(
         self,
@@ -138,6 +154,7 @@ class GPT(nn.Module):
         self._init_stds = check_config(cfg, tie=tie, init_std=init_std, head=head)  # no alloc
         self.config, self.tie, self.init_std, self.head = cfg, tie, init_std, head
         self.logit_scale = head.scale(tie, cfg.n_embd)
+        self.input_grad_scale = head.input_grad_scale(tie)  # applies while tied (untie_at)
         self.emb_scale = multiplier(cfg.emb_scale, cfg.n_embd, "model.emb_scale")
         device = torch.get_default_device()  # honours `with torch.device(...)`
         # Built on the meta device and then allocated empty: PyTorch's default per-module inits
@@ -230,7 +247,8 @@ class GPT(nn.Module):
         With targets and return_logits=False the loss is loss.py's chunked cross-entropy,
         never more than `loss_chunk` rows of logits (None or 0: all the logits at once).
         `grad_split`: a dict into which backward adds "in" (lookup side) and "out" (head side)
-        fp32 gradients of the embedding matrix; the same dict sums over micro-batches."""
+        fp32 gradients of the embedding matrix; the same dict sums over micro-batches. Tied,
+        "in" is after head.tied_input_grad_scale: in + out is the matrix's gradient."""
         T = idx.size(1)
         if self.config.block_size < T:
             raise ValueError(f"sequence length {T} > model.block_size={self.config.block_size}")
@@ -242,6 +260,9 @@ class GPT(nn.Module):
                 _tap(w, grad_split, side) if w.requires_grad else w
                 for w, side in ((w_in, "in"), (w_out, "out"))
             )
+        if self.tie and self.input_grad_scale != 1.0 and torch.is_grad_enabled():
+            # After the tap: the split's "in" is the scaled gradient, what reaches the matrix.
+            w_in = _ScaleGrad.apply(w_in, self.input_grad_scale)
         tok = F.embedding(idx, w_in)
         if self.emb_scale != 1.0:
             tok = tok * self.emb_scale

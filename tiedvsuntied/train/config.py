@@ -73,9 +73,18 @@ class LrScaling(str, Enum):
     init_std = "init_std"  # times (the tensor's init std / model.body_init_std); 1 for std 0
 
 
+class LrSchedule(str, Enum):
+    """The learning rate after the linear warmup (train/optim.py lr_at), down to
+    ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
+
+    cosine = "cosine"  # a cosine from the end of warmup
+    wsd = "wsd"  # warmup-stable-decay: lr until the last decay_frac of steps, then 1 - sqrt
+
+
 @dataclass
 class OptimConfig:
-    """AdamW, linear warmup, cosine decay to ``lr * min_lr_ratio`` at ``trainer.max_steps``."""
+    """AdamW, linear warmup, then ``schedule`` down to ``lr * min_lr_ratio`` at
+    ``trainer.max_steps``."""
 
     lr: float = checked(1e-3, POSITIVE)
     min_lr_ratio: float = checked(0.1, (lambda v: 0 <= v <= 1, "in [0, 1]"))
@@ -94,6 +103,9 @@ class OptimConfig:
     # the tied matrix: one lr for both roles; null: emb_lr_mult
     tied_lr_mult: float | None = checked(None, POSITIVE_OR_NULL, neutral=None)
     lr_scaling: LrScaling = checked(LrScaling.none, one_of(LrScaling), neutral="none")
+    schedule: LrSchedule = checked(LrSchedule.cosine, one_of(LrSchedule), neutral="cosine")
+    # wsd: the share of trainer.max_steps in the final decay (never before warmup ends)
+    decay_frac: float = checked(0.2, (lambda v: 0 < v <= 1, "in (0, 1]"), neutral=0.2)
 
     def __post_init__(self) -> None:
         check_fields("optim.", self)
@@ -288,6 +300,9 @@ def run_id(config: dict, name: str, data_fingerprint: str) -> str:
         parent = tree.get(node, {}) if node else tree
         if dotted in RECORDED or parent.get(leaf, MISSING) == NEUTRAL[dotted]:
             parent.pop(leaf, None)
+            if node and not parent:  # a node of neutral keys only (head: tied_input_grad_scale)
+                tree.pop(node, None)  # is hashed as before it existed
+
     tree["data_fingerprint"] = data_fingerprint
     digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}-{digest}"

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from tiedvsuntied.train.config import LrScaling, OptimConfig
+from tiedvsuntied.train.config import LrScaling, LrSchedule, OptimConfig
 
 EMBEDDING_SIDE = ("tied", "wte", "lm_head")  # the groups whose lr the optim.*_lr_mult keys set
 
@@ -89,12 +89,29 @@ def lr_scales(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     return {group["name"]: group["lr_scale"] for group in optimizer.param_groups}
 
 
+def decay_start(cfg: OptimConfig, max_steps: int) -> int:
+    """The first step of the decay: the end of warmup (cosine), or ``decay_frac`` of
+    ``max_steps`` before the end but not before warmup ends (wsd)."""
+    if LrSchedule(cfg.schedule) == LrSchedule.cosine:
+        return cfg.warmup_steps
+    return max(cfg.warmup_steps, max_steps - max(1, round(cfg.decay_frac * max_steps)))
+
+
 def lr_at(step: int, cfg: OptimConfig, max_steps: int) -> float:
+    """The body's lr for the update of ``step`` (0-based): linear warmup to ``lr`` over
+    ``warmup_steps``; then cosine, or wsd's stable ``lr`` until :func:`decay_start`; then the
+    decay to ``lr * min_lr_ratio``, reached at ``max_steps``. wsd decays as 1 - sqrt(progress),
+    the cooldown Hägele et al. 2024 found to beat a linear one and match cosine."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, max_steps - cfg.warmup_steps))
+    start = decay_start(cfg, max_steps)
+    progress = min(1.0, max(0, step - start) / max(1, max_steps - start))
+    if LrSchedule(cfg.schedule) == LrSchedule.cosine:
+        left = 0.5 * (1 + math.cos(math.pi * progress))
+    else:
+        left = 1 - math.sqrt(progress)
     min_lr = cfg.lr * cfg.min_lr_ratio
-    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - min_lr)
+    return min_lr + left * (cfg.lr - min_lr)
 
 
 def untie(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> None:
