@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.sign_flip import SWEEP as SIGN_FLIP
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
@@ -25,8 +26,12 @@ NOT_BOOKS = "no runs of a document-split study (data.split=document): not the se
 
 
 def is_books(runs: pd.DataFrame) -> bool:
-    """Whether the runs hold out whole documents (the second edition's design)."""
-    return "heldout_fold" in runs and runs["heldout_fold"].notna().any()
+    """Whether the runs hold out whole documents (the second edition's design), other than the
+    third edition's (a sign_flip sweep: figures.sign_flip draws those)."""
+    if "heldout_fold" not in runs:
+        return False
+    third = runs["sweep"].astype(str).str.startswith(SIGN_FLIP) if "sweep" in runs else False
+    return bool((runs["heldout_fold"].notna() & ~third).any())
 
 
 NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
