@@ -21,6 +21,7 @@ from tiedvsuntied.results import records as results
 from tiedvsuntied.train.probes import vocab_strata
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
+SIZES |= {"d64": (2, 2, 64), "d256": (8, 4, 256)}  # the sign-flip ladder's other bodies
 
 
 def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:
@@ -51,6 +52,8 @@ class FakeRun:
     n_windows: int = 40
     replicate: int = 0  # the same config trained again: its own noise, same everything else
     threads: int | None = None  # torch's CPU threads (summary.threads)
+    bytes_per_token: float | None = None  # set: the third edition's fields (rho, bpb, bytes...)
+    clip_frac: float | None = None
 
     def __post_init__(self):
         self.n_layer, self.n_head, self.n_embd = SIZES[self.model]
@@ -93,6 +96,8 @@ def _train_record(run: FakeRun, rec: dict, loss: float, progress: float) -> None
 def _eval_record(run: FakeRun, rec: dict, loss: float) -> None:
     rec["val/loss"] = loss + 0.02 * run.rng.standard_normal()
     rec["val/ppl"] = math.exp(min(rec["val/loss"], 700))
+    if run.bytes_per_token:
+        rec["val/bpb"] = rec["val/loss"] / (math.log(2) * run.bytes_per_token)
     if rec["step"] == 0:
         rec["init/logit_std"] = run.logit_std
     grow = rec["step"] / run.max_steps  # anisotropy grows with training, more for the tied matrix
@@ -108,6 +113,8 @@ def _metrics(run: FakeRun, floor: float) -> list[dict]:
     init_loss, lines = run.initial_loss(), []
     for step in range(0, run.last_step + 1):
         rec = {"step": step, "tokens": step * run.batch_tokens}
+        if run.bytes_per_token:
+            rec["bytes"] = rec["tokens"] * run.bytes_per_token
         progress = (1 + step / 3) ** -0.8
         loss = floor + (init_loss - floor) * progress
         if step % run.log_interval == 0 and step > 0:
@@ -139,6 +146,36 @@ def _params(run: FakeRun) -> dict:
         params["total"] - params["embedding"] - params["position"] - params["head"]
     )
     return params
+
+
+def _third_edition(run: FakeRun, params: dict, summary: dict) -> dict:
+    """The third edition's summary fields (CONTRACT.md) of a run whose ``bytes_per_token`` is set;
+    the count models at 5.5 (unigram) and 5.0 (bigram) nats per token."""
+    vd, rest, per_byte = run.vocab_size * run.n_embd, params["non_embedding"], math.log(2)
+    per_byte *= run.bytes_per_token
+    losses = {"test": summary["test_loss"], "val": summary["final_val_loss"]}
+    bpb = {k: None if v is None else v / per_byte for k, v in losses.items()}
+    counts = {"unigram": 5.5, "bigram": 5.0, "unigram_bpb": 5.5 / per_byte}
+    counts["bigram_bpb"] = 5.0 / per_byte
+    heldout = {
+        k: {**counts, "loss_bpb": bpb[k], "bytes_per_token": run.bytes_per_token} for k in bpb
+    }
+    return {
+        "rho": vd / (vd + rest),
+        "rho_untied": 2 * vd / (2 * vd + rest),
+        "non_embedding_params": rest,
+        "tokens_per_param": summary["tokens"] / params["total"],
+        "tokens_per_nonemb_param": summary["tokens"] / rest,
+        "bytes_per_token": run.bytes_per_token,
+        "train_bytes": summary["tokens"] * run.bytes_per_token,
+        "test_bpb": bpb["test"],
+        "val_bpb": bpb["val"],
+        "heldout": heldout,
+        "clip_frac": run.clip_frac,
+        "encoding": "bpe",
+        "git_commit": "0" * 40,
+        "git_dirty": False,
+    }
 
 
 def _summary(run: FakeRun, val: list, best_step, test: dict) -> dict:
@@ -298,7 +335,10 @@ def write_run(
     if run.status == "finished":
         test[run.last_step] = val[-1] + 0.1
     # through the contract's own dataclass and writer, so a key it does not know fails here
-    summary = results.RunSummary(**_summary(run, val, best_step, test))
+    summary = _summary(run, val, best_step, test)
+    if run.bytes_per_token:
+        summary |= _third_edition(run, _params(run), summary)
+    summary = results.RunSummary(**summary)
     results.write_json(run.run_dir / "summary.json", summary.to_dict())
     (run.run_dir / "config.yaml").write_text(yaml.safe_dump(_config(run)))
     counts = np.zeros(run.vocab_size, dtype=np.int64)

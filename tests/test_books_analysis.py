@@ -107,6 +107,27 @@ def test_each_contrast_is_the_t_interval_of_its_per_seed_paired_differences(stud
     assert len(sizes) == 3 and sizes["diff"].abs().max() < 0.05  # the truth is the same
 
 
+def test_each_contrast_has_its_t_tests_p_and_holms_adjustment_over_the_table(study):
+    """p is the two-sided p of the t-test the interval inverts (p < 0.05 exactly where the
+    interval excludes 0); p_holm adjusts the table's p-values as one family."""
+    from statsmodels.stats.multitest import multipletests
+
+    plain = study[study["emb_lr_mult"] == 1.0]
+    table = books.contrast_table(plain.assign(final_val_loss=plain["test_loss"]))
+    wide = plain[plain["model"] == "nano"].pivot_table(
+        index="seed", columns=["tie", "init_std"], values="test_loss"
+    )
+    diffs = wide[(True, "0.02")] - wide[(False, "0.02")]
+    row = table[(table["model"] == "nano") & (table["contrast"] == "tied − untied, init 0.02")]
+    assert row["p"].iloc[0] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
+    tested = table[table["p"].notna()]  # not the rows of identical differences (no t)
+    assert len(tested) == 17 and table["p_holm"].isna().sum() == 2
+    assert ((tested["p"] < 0.05) == ((tested["low"] > 0) | (tested["high"] < 0))).all()
+    reject, adjusted, *_ = multipletests(tested["p"], method="holm")
+    assert tested["p_holm"].to_numpy() == pytest.approx(adjusted)
+    assert (tested["p_holm"] >= tested["p"]).all() and 0 < reject.sum() < len(tested)
+
+
 def test_the_floor_is_the_contrast_on_a_replicate_against_replicate_zero(study):
     plain = study[study["emb_lr_mult"] == 1.0]
     again = plain[(plain["seed"] == 0) & (plain["model"] == "nano")].copy()

@@ -20,12 +20,14 @@ from tiedvsuntied.analysis.stats import (
     aggregate,
     aggregate_history,
     aggregate_runs,
+    holm,
     markdown,
     noise_floor,
     paired_differences,
     paired_table,
     representative_runs,
     reruns,
+    seed_summary,
     summarize_differences,
 )
 
@@ -265,3 +267,25 @@ def test_interaction_is_the_tie_effect_at_one_init_minus_at_the_other_paired_by_
     assert "primary contrast: interaction of tying with init std at the largest size" in (
         markdown(table)
     )
+
+
+def test_holm_adjusts_one_family_step_down_and_leaves_rows_without_an_interval_out():
+    """Holm by its definition (the k-th smallest of m p-values times m − k + 1, made monotone,
+    at most 1) on p-values of t-tests drawn here; a NaN is no member of the family."""
+    rng = np.random.default_rng(3)
+    p = [stats.ttest_1samp(rng.normal(mu, 1, 6), 0).pvalue for mu in (0, 0.5, 1, 2, 3)]
+    adjusted = holm([p[0], np.nan, *p[1:]])
+    m, order = len(p), np.argsort(p)
+    steps = np.maximum.accumulate(np.sort(p) * (m - np.arange(m)))
+    expected = np.empty(m)
+    expected[order] = np.minimum(steps, 1)
+    assert np.isnan(adjusted[1])
+    assert adjusted.drop(1).to_numpy() == pytest.approx(expected)
+
+
+def test_seed_summary_gives_the_p_of_the_t_test_its_interval_inverts():
+    values = pd.Series([0.1, 0.3, 0.2, 0.25])
+    row = seed_summary(values)
+    assert row["p"] == pytest.approx(stats.ttest_1samp(values, 0).pvalue)
+    assert np.isnan(seed_summary(pd.Series([0.1]))["p"])
+    assert np.isnan(seed_summary(pd.Series([0.2, 0.2]))["p"])  # identical: no t

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError
-from tiedvsuntied.analysis.stats import first_replicates, seed_summary
+from tiedvsuntied.analysis.stats import first_replicates, holm, seed_summary
 
 STDS = ("0.02", "inv_sqrt_d", "1.0")  # canonical init_std spellings, smallest first
 LR_MULTS = (0.25, 1.0, 4.0)  # the lr check's first three multipliers
@@ -127,7 +127,8 @@ def _by_contrast(table: pd.DataFrame):
 
 def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every contrast of HYPOTHESES.md at each size on the test loss, with the noise floor
-    (:func:`replicate_floor`) and ``primary``."""
+    (:func:`replicate_floor`), ``p`` (the interval's t-test) and ``p_holm`` (Holm-adjusted over
+    the table's intervals) and ``primary``."""
     chosen = grid(runs)
     table, floors = wide(first_replicates(chosen)), replicate_floor(chosen)
     rows = [
@@ -135,6 +136,8 @@ def contrast_table(runs: pd.DataFrame) -> pd.DataFrame:
         for model, name_table, name, values in _by_contrast(table)
     ]
     out = pd.DataFrame(rows + size_interactions(table))
+    if "p" in out:  # one family: every row with an interval (HYPOTHESES.md's 19)
+        out.insert(out.columns.get_loc("p") + 1, "p_holm", holm(out["p"]))
     out["primary"] = pd.MultiIndex.from_frame(out[["table", "model", "contrast"]]).isin([PRIMARY])
     return out
 

@@ -189,7 +189,7 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
     runs = pd.DataFrame.from_records([r for r, _, _ in loaded], columns=rows.RUN_COLUMNS)
     for columns, dtype in ((rows.INT_COLUMNS, "Int64"), (rows.FLOAT_COLUMNS, "float64")):
         runs[columns] = runs[columns].apply(pd.to_numeric, errors="coerce").astype(dtype)
-    runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean"})
+    runs = runs.astype({"tie": "boolean", "t5_rescale": "boolean", "git_dirty": "boolean"})
     runs = runs.sort_values(
         ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
     ).reset_index(drop=True)

@@ -20,6 +20,25 @@ from tiedvsuntied.train.config import KEYS, VARIANT
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
 HELDOUT_COLUMNS = [f"{s}_{k}" for s in ("val", "test") for k in ("unigram", "bigram", "unseen")]
+# the third edition (issue 40): summary.heldout in bits per byte, and the summary's own columns
+HELDOUT_BPB_COLUMNS = [
+    f"{s}_{k}" for s in ("val", "test") for k in ("loss_bpb", "unigram_bpb", "bigram_bpb")
+] + ["val_bytes_per_token", "test_bytes_per_token"]
+SIGN_FLIP_COLUMNS = [
+    "rho",
+    "rho_untied",
+    "non_embedding_params",
+    "tokens_per_param",
+    "tokens_per_nonemb_param",
+    "bytes_per_token",
+    "train_bytes",
+    "test_bpb",
+    "val_bpb",
+    *HELDOUT_BPB_COLUMNS,
+    "encoding",
+    "git_commit",
+    "git_dirty",
+]
 RUN_COLUMNS = [
     "sweep",
     "run_id",
@@ -77,6 +96,7 @@ RUN_COLUMNS = [
     "wandb_mode",
     "started_at",
     "updated_at",
+    *SIGN_FLIP_COLUMNS,
     "source",
     "path",
 ]
@@ -103,7 +123,7 @@ FLOAT_COLUMNS = [
     c
     for c in RUN_COLUMNS
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
-] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS]
+] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS, *HELDOUT_BPB_COLUMNS]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {status.value: rank for rank, status in enumerate(Status)}  # then "unknown"
 
@@ -230,7 +250,7 @@ def run_row(
     config = current(unflatten(config or {}))
     filled = _filled_summary(summary, config)
     row: dict[str, Any] = {c: filled.get(c) for c in RUN_COLUMNS}
-    for key in ("tie", "t5_rescale"):
+    for key in ("tie", "t5_rescale", "git_dirty"):
         row[key] = _BOOLS.get(str(row[key]).lower())
     row["head"] = {True: "tied", False: "untied"}.get(row["tie"])
     try:
@@ -248,7 +268,8 @@ def run_row(
     row["lr"], row["emb_lr_mult"] = optim.get("lr"), optim.get("emb_lr_mult")
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
-    row.update({k: v for k, v in flatten(heldout, "_").items() if k in HELDOUT_COLUMNS})
+    held = HELDOUT_COLUMNS + HELDOUT_BPB_COLUMNS
+    row.update({k: v for k, v in flatten(heldout, "_").items() if k in held})
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from tiedvsuntied.analysis.load import ResultsError
 
@@ -53,15 +54,38 @@ def seed_interval(values) -> tuple[float, float, float]:
     return float(values.mean()), float(interval.low), float(interval.high)
 
 
+def seed_p(values) -> float:
+    """The two-sided p of the t-test that the seeds' mean is 0: the test whose inversion is
+    :func:`seed_interval` (NaN where that has no interval or all values are equal)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) < MIN_INTERVAL_SEEDS or np.ptp(values) == 0:
+        return np.nan
+    return float(stats.ttest_1samp(values, 0.0).pvalue)
+
+
+def holm(p) -> pd.Series:
+    """Holm's step-down adjustment (statsmodels' multipletests) of the p-values in ``p``, one
+    family; a NaN (a row without an interval) is no member of it and stays NaN."""
+    p = pd.Series(p, dtype=float)
+    kept = p.dropna()
+    adjusted = pd.Series(np.nan, index=p.index)
+    if len(kept):
+        adjusted[kept.index] = multipletests(kept.to_numpy(), method="holm")[1]
+    return adjusted
+
+
 def seed_summary(values: pd.Series, what: str = "paired differences") -> dict:
-    """n_seeds, diff (the mean), low, high, method and seed_diffs of one value per seed."""
+    """n_seeds, diff (the mean), low, high, p (of the same t), method and seed_diffs of one
+    value per seed."""
     values = values.dropna()
     n = len(values)
     interval = dict(zip(("diff", "low", "high"), seed_interval(values), strict=True))
     method = f"{CONFIDENCE:.0%} t over {n} seeds' {what}"
     if n < MIN_INTERVAL_SEEDS:
         method = f"{n} seed{'s' * (n != 1)}: no interval (needs {MIN_INTERVAL_SEEDS})"
-    return {"n_seeds": n, **interval, "method": method, "seed_diffs": values.tolist()}
+    row = {"n_seeds": n, **interval, "p": seed_p(values), "method": method}
+    return {**row, "seed_diffs": values.tolist()}
 
 
 def is_replicate(run: pd.Series) -> bool:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.sign_flip import SWEEP as SIGN_FLIP
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
@@ -25,8 +26,12 @@ NOT_BOOKS = "no runs of a document-split study (data.split=document): not the se
 
 
 def is_books(runs: pd.DataFrame) -> bool:
-    """Whether the runs hold out whole documents (the second edition's design)."""
-    return "heldout_fold" in runs and runs["heldout_fold"].notna().any()
+    """Whether the runs hold out whole documents (the second edition's design), other than the
+    third edition's (a sign_flip sweep: figures.sign_flip draws those)."""
+    if "heldout_fold" not in runs:
+        return False
+    third = runs["sweep"].astype(str).str.startswith(SIGN_FLIP) if "sweep" in runs else False
+    return bool((runs["heldout_fold"].notna() & ~third).any())
 
 
 NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
@@ -80,6 +85,14 @@ def fig_loss(runs: pd.DataFrame):
     return fig
 
 
+def p_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The p-value columns (p, p_holm) as two significant figures (a rounded 0.0000 reads as 0)."""
+    columns = [c for c in ("p", "p_holm") if c in table]
+    return table.assign(
+        **{c: table[c].map(lambda p: f"{p:.2g}" if pd.notna(p) else "") for c in columns}
+    )
+
+
 def _interval_count(table: pd.DataFrame) -> str:
     """'19 intervals', and the rows of one seed, which have a point and no interval."""
     alone = int(table["low"].isna().sum())
@@ -111,8 +124,9 @@ def fig_contrasts(runs: pd.DataFrame):
     ax.invert_yaxis()
     ax.set_xlabel("difference in test loss (nats/token)")
     fig.captions.append(
-        f"{_interval_count(table)} ({CONFIDENCE:.0%} t over seeds' paired differences, none "
-        "corrected for multiplicity); [PRIMARY], thick: the contrast named before the runs; grey "
+        f"{_interval_count(table)} ({CONFIDENCE:.0%} t over seeds' paired differences, "
+        "unadjusted; Holm-adjusted p in books_tables.md); [PRIMARY], thick: the contrast named "
+        "before the runs; grey "
         "band: the noise floor of the difference (a replicate at another thread count)."
     )
     return fig
@@ -195,8 +209,9 @@ def write_book_tables(runs: pd.DataFrame) -> dict[str, str]:
         f"Runs: {style.describe_runs(first_replicates(books.grid(runs)))}.",
         f"## Contrasts ({_interval_count(contrasts[contrasts['n_seeds'] > 0])}, "
         f"{CONFIDENCE:.0%} t over seeds, "
-        "none corrected; floor: |replicate − replicate 0| of the difference)",
-        contrasts.drop(columns=["method"]).round(4).to_markdown(index=False),
+        "unadjusted; p: the same paired t-test, p_holm: Holm-adjusted over these intervals; "
+        "floor: |replicate − replicate 0| of the difference)",
+        p_text(contrasts.drop(columns=["method"])).round(4).to_markdown(index=False),
         f"Primary contrast: {primary.iloc[0]['contrast']} at {primary.iloc[0]['model']}."
         if len(primary)
         else "Primary contrast: not yet run.",

@@ -27,9 +27,12 @@ REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
 # The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
 # are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
 PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
-# the paper's figures and tables, in its order: the second edition's (books_*, numbered), then
-# the parameter table
-PAPER = (*sorted(name for name in REGISTRY if name.startswith("books_")), "table_params")
+# the third edition (issue 40), the paper's lead: drawn from its own bundle once that is shipped
+SIGN_FLIP_BUNDLE = "experiments/sign_flip/results"
+THIRD = tuple(sorted(name for name in REGISTRY if name.startswith("sign_flip_")))
+# the paper's figures and tables, in its order: the third edition's (sign_flip_*), the second
+# edition's (books_*, numbered), then the parameter table
+PAPER = (*THIRD, *sorted(name for name in REGISTRY if name.startswith("books_")), "table_params")
 
 
 def output_names() -> list[str]:
@@ -81,6 +84,25 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
     return made
 
 
+def paper_groups(sweep_dirs: Sequence[str], only: Sequence[str]) -> list | None:
+    """(dirs, outputs) loaded and written one group at a time: SWEEP_DIRs with every output;
+    else the third edition's bundle, where shipped, with its outputs (THIRD), and the shipped
+    bundles of :func:`paper_dirs` with the rest (each study's runs on their own)."""
+    if sweep_dirs:
+        return [(list(sweep_dirs), list(only))]
+    dirs = paper_dirs(sweep_dirs)
+    if dirs is None:
+        return None
+    rest = [name for name in only if name not in THIRD]
+    third = [name for name in only if name in THIRD]
+    groups = [(dirs, rest)] if rest else []
+    if third and (REPO / SIGN_FLIP_BUNDLE).is_dir():
+        groups.insert(0, ([str(REPO / SIGN_FLIP_BUNDLE)], third))
+    elif third:
+        print(f"{', '.join(third)}: skipped: no results bundle at {REPO / SIGN_FLIP_BUNDLE} yet")
+    return groups
+
+
 def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
     """SWEEP_DIRs, else the shipped bundles; None, saying how to make it, if a bundle is missing."""
     if sweep_dirs:
@@ -111,19 +133,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     formats = args.formats.lower().split(",")
     only = args.only.split(",") if args.only else list(PAPER if args.paper else output_names())
     _check_args(ap, args, formats, only)
-    dirs = paper_dirs(args.sweep_dirs) if args.paper else args.sweep_dirs
-    if dirs is None:
+    groups = paper_groups(args.sweep_dirs, only) if args.paper else [(args.sweep_dirs, only)]
+    if groups is None:
         return 2
-    try:
-        results = load(dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id)
-    except (ResultsError, WandbUnavailableError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    statuses = results.runs["status"].value_counts().items()
-    print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in statuses))
-    for note in results.notes:
-        print(f"note: {note}")
-    made = write_outputs(results, only, Path(args.out), formats)
+    made = True
+    for dirs, names in groups:
+        try:
+            results = load(
+                dirs, wandb_project=args.wandb, wandb_group=args.group, data_id=args.data_id
+            )
+        except (ResultsError, WandbUnavailableError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        statuses = results.runs["status"].value_counts().items()
+        print(f"{len(results.runs)} runs: " + ", ".join(f"{n} {s}" for s, n in statuses))
+        for note in results.notes:
+            print(f"note: {note}")
+        made &= write_outputs(results, names, Path(args.out), formats)
     if args.paper:
+        dirs = [d for group, _ in groups for d in group]
         print(f"the paper from {', '.join(dirs)} in {time.perf_counter() - started:.1f} s")
     return int(not made)

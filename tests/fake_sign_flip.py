@@ -1,0 +1,72 @@
+"""A fake sign_flip sweep (issue 40) in the trainer's layout: a V-ladder at the micro body and a
+body-ladder at V = 8192, tied and untied at d^-0.5 per seed, each seed holding out its own
+books, with the third edition's summary fields (fake_results, ``bytes_per_token``). Tying's
+effect is designed to change sign at rho = CROSSOVER: the floor of a tied run is moved by
+SLOPE * ln(rho / CROSSOVER) nats against its untied partner."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import yaml
+from fake_results import FakeRun, _params, write_run
+
+LADDER = [("micro", v) for v in (1024, 2048, 4096, 8192, 16384)] + [("d64", 8192), ("d256", 8192)]
+CROSSOVER = 0.4  # the rho where tying's designed effect changes sign
+SLOPE = 0.3  # nats of tied − untied per unit of ln rho
+TIED_SHIFT = 0.15  # what fake_results adds to every tied floor (taken back out here)
+
+
+def bytes_per_token(vocab_size: int) -> float:
+    """A BPE's compression: more bytes per token the larger its vocabulary."""
+    return 2.4 + 0.35 * math.log2(vocab_size / 1024)
+
+
+def rho(model: str, vocab_size: int) -> float:
+    """The head's share (tied definition) of a fake run's parameter counts."""
+    params = _params(FakeRun(Path("."), model=model, vocab_size=vocab_size))
+    head = vocab_size * FakeRun(Path("."), model=model).n_embd
+    return head / (head + params["non_embedding"])
+
+
+def designed_effect(model: str, vocab_size: int) -> float:
+    return SLOPE * math.log(rho(model, vocab_size) / CROSSOVER)
+
+
+def _document_split(run_dir: Path, seed: int, vocab_size: int) -> None:
+    """The config of a run that holds out its seed's books, on a BPE of its own vocabulary."""
+    path = run_dir / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["data"] |= {"split": "document", "heldout_fold": seed, "encoding": "bpe"}
+    config["data"]["vocab_size"] = vocab_size
+    path.write_text(yaml.safe_dump(config))
+
+
+def write_point(sweep: Path, model: str, vocab: int, seed: int, tie: bool, **kw) -> Path:
+    """One run of the ladder (``kw``: FakeRun's fields, e.g. another lr, a floor shift)."""
+    shift = designed_effect(model, vocab) - TIED_SHIFT if tie else 0.0
+    kw = {"floor_shift": shift, "probes": False, "token_freq": False} | kw
+    run_dir = write_run(
+        sweep,
+        tie=tie,
+        init_std="inv_sqrt_d",
+        model=model,
+        seed=seed,
+        vocab_size=vocab,
+        bytes_per_token=bytes_per_token(vocab),
+        clip_frac=0.02 if tie else 0.01,
+        **kw,
+    )
+    _document_split(run_dir, seed, vocab)
+    return run_dir
+
+
+def write_sign_flip(path: Path, *, seeds=(0, 1, 2, 3), ladder=LADDER, **kw) -> Path:
+    """The sweep ``path``/sign_flip: every ladder point x seed x (tied, untied) at d^-0.5."""
+    sweep = Path(path) / "sign_flip"
+    for (model, vocab), seed, tie in (
+        (point, seed, tie) for point in ladder for seed in seeds for tie in (True, False)
+    ):
+        write_point(sweep, model, vocab, seed, tie, **kw)
+    return sweep

@@ -1,0 +1,84 @@
+"""The third edition's figures and tables (figures.sign_flip) on a fake sign_flip sweep, their
+gate on other runs, and ``figures --paper`` drawing them from the study's own bundle."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from fake_results import caption_of, lines, texts, write_sweep
+from fake_sign_flip import LADDER, write_sign_flip
+
+from tiedvsuntied.analysis import sign_flip as analysis
+from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.figures import books, cli
+from tiedvsuntied.figures import sign_flip as figures
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return load_results(write_sign_flip(tmp_path_factory.mktemp("sf")))
+
+
+def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossover(results):
+    fig = figures.fig_map(results.runs)
+    assert fig.empty is None
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    drawn = {label: artist for artist, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    assert set(drawn) == {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")}
+    cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
+    text, caption = texts(fig), caption_of(fig)
+    assert f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]" in caption
+    assert figures.SIGN in caption and "d=64, 2 layers" in caption and "n = 4 seeds/cell" in caption
+    assert "V = 1,024, 2,048, 4,096, 8,192, 16,384" in caption and "0 at ρ" in text
+    curve = [line for line in lines(fig) if len(line.get_xdata()) == 100]
+    assert len(curve) == 1 and np.all(np.diff(curve[0].get_ydata()) > 0)  # the fitted slope
+
+
+def test_the_token_axis_draws_one_line_per_ladder_point(results):
+    fig = figures.fig_tokens(results.runs, results.history)
+    per_point = [line for line in lines(fig) if len(line.get_xdata()) == 5]  # five evaluations
+    assert len(per_point) == len(LADDER)
+    assert max(max(line.get_xdata()) for line in per_point) == pytest.approx(
+        results.runs["train_bytes"].max()
+    )
+
+
+def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):
+    (path,) = figures.write_sign_flip_tables(tmp_path, results.runs)
+    text = path.read_text()
+    table = analysis.effect_table(results.runs)
+    for column in ("rho_untied", "bytes_per_token", "bigram_bpb", "clip_frac_untied", "p_holm"):
+        assert f"| {column}" in text or f" {column} |" in text
+    for row in table.itertuples():
+        assert f"[{row.low:+.4f}, {row.high:+.4f}]" in text
+    cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
+    assert f"crossover ρ = {cross['rho']:.3f} [{cross['low']:.3f}" in text
+
+
+def test_other_runs_draw_no_map_and_sign_flip_runs_no_books_figure(tmp_path, results):
+    other = load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",))).runs
+    assert figures.fig_map(other).empty == analysis.NOT_SIGN_FLIP
+    assert not books.is_books(results.runs)  # they hold out books, but they are not its runs
+
+
+def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, monkeypatch, results):
+    """--paper: the sign_flip bundle's outputs from it alone, the rest from the second
+    edition's bundle (mixing them would mix datasets); without it, one line says so."""
+    write_sweep(tmp_path / cli.PAPER_BUNDLES[0], init_stds=("1.0",))
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    paper = [*cli.THIRD, "table_params"]
+    args = ["--paper", "--out", str(tmp_path / "o"), "--formats", "png", "--only", ",".join(paper)]
+    assert cli.main(args) == 0
+    assert "sign_flip_fig1_map, sign_flip_fig2_tokens, sign_flip_tables: skipped" in (
+        capsys.readouterr().out
+    )
+    sweep = results.runs["path"].map(lambda p: str(p).rsplit("/", 1)[0]).iloc[0]
+    shutil.copytree(sweep, tmp_path / cli.SIGN_FLIP_BUNDLE)
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "56 runs: 56 finished" in out and "NOT MADE" not in out
+    made = {p.name for p in (tmp_path / "o").iterdir()}
+    assert {"sign_flip_fig1_map.png", "sign_flip_tables.md", "table_params.md"} <= made

@@ -1,0 +1,143 @@
+"""The third edition's analysis (analysis.sign_flip) on a fake sign_flip sweep (fake_sign_flip)
+whose tying effect is designed to change sign at a known rho; the runs table's new columns."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake_results import write_run
+from fake_sign_flip import CROSSOVER, LADDER, write_point, write_sign_flip
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from tiedvsuntied.analysis import sign_flip
+from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    return write_sign_flip(tmp_path_factory.mktemp("sf"))
+
+
+@pytest.fixture(scope="module")
+def results(sweep):
+    return load_results(sweep)
+
+
+def summaries(sweep) -> pd.DataFrame:
+    """Every run's summary.json, read here without the package's reader."""
+    return pd.DataFrame([json.loads(p.read_text()) for p in sweep.glob("*/summary.json")])
+
+
+def test_the_runs_table_reads_the_new_fields_and_old_runs_give_none(tmp_path, results, sweep):
+    written = summaries(sweep).set_index("run_id")
+    runs = results.runs.set_index("run_id")
+    for column in ("rho", "rho_untied", "test_bpb", "train_bytes", "tokens_per_nonemb_param"):
+        assert runs[column].to_numpy() == pytest.approx(written.loc[runs.index, column].to_numpy())
+    bigram = written["heldout"].map(lambda h: h["test"]["bigram_bpb"])
+    assert runs["test_bigram_bpb"].to_numpy() == pytest.approx(bigram[runs.index].to_numpy())
+    assert set(runs["encoding"]) == {"bpe"} and not runs["git_dirty"].any()
+    old = load_results(write_run(tmp_path / "old", vocab_size=512).parent).runs
+    assert old[SIGN_FLIP_COLUMNS].isna().all().all()
+
+
+def test_adding_the_new_fields_changes_no_other_column(tmp_path):
+    """The same run with and without the third edition's fields: every other column equal."""
+    before = load_results(write_run(tmp_path / "a", seed=3).parent).runs
+    after = load_results(write_run(tmp_path / "b", seed=3, bytes_per_token=3.0).parent).runs
+    new = [*SIGN_FLIP_COLUMNS, *HELDOUT_COLUMNS, "clip_frac", "path", "source", "sweep"]
+    old = [c for c in before.columns if c not in new]
+    pd.testing.assert_frame_equal(before[old], after[old])
+    assert after[SIGN_FLIP_COLUMNS].notna().all().all()
+
+
+def test_each_point_says_which_way_rho_was_moved(results):
+    ways = sign_flip.ladder(results.runs).groupby(["n_embd", "vocab_size"])["way"].first()
+    assert ways[(128, 8192)] == "both"  # the micro body at V = 8192 is on both ladders
+    assert ways[(64, 8192)] == ways[(256, 8192)] == "body"
+    assert {ways[(128, v)] for v in (1024, 2048, 4096, 16384)} == {"V"}
+
+
+def test_each_cell_is_the_t_interval_of_its_seeds_paired_bpb_with_holm(results, sweep):
+    table = sign_flip.effect_table(results.runs)
+    assert len(table) == len(LADDER) and (table["n_seeds"] == 4).all()
+    written = summaries(sweep)
+    cell = written[(written["n_embd"] == 128) & (written["vocab_size"] == 1024)]
+    tied, untied = (cell[cell["tie"] == t].set_index("seed")["test_bpb"] for t in (True, False))
+    diffs = tied - untied
+    row = table[(table["n_embd"] == 128) & (table["vocab_size"] == 1024)].iloc[0]
+    ci = stats.ttest_1samp(diffs, 0).confidence_interval(0.95)
+    assert (row["diff"], row["low"], row["high"]) == pytest.approx((diffs.mean(), *ci))
+    assert row["p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
+    assert table["p_holm"].to_numpy() == pytest.approx(multipletests(table["p"], method="holm")[1])
+    assert row["bpb_tied"] == pytest.approx(tied.mean())
+    assert row["rho"] == pytest.approx(cell["rho"].iloc[0])
+    assert table["clip_frac_tied"].to_numpy() == pytest.approx(np.full(len(table), 0.02))
+    assert table["rho"].is_monotonic_increasing
+
+
+def test_the_fitted_crossover_lies_where_the_cells_change_sign(results):
+    """The cells' means change sign between two neighbouring rho; the fitted crossover and the
+    designed one (fake_sign_flip.CROSSOVER) lie in the span of the points around them."""
+    table = sign_flip.effect_table(results.runs)
+    f, cross = sign_flip.fits(results.runs)["inv_sqrt_d"]
+    negative, positive = table[table["diff"] < 0], table[table["diff"] > 0]
+    assert negative["rho"].max() < positive["rho"].min()  # one sign change along rho
+    assert negative["rho"].min() < CROSSOVER < positive["rho"].max()
+    assert negative["rho"].min() < cross["low"] < cross["rho"] < cross["high"]
+    assert cross["high"] < positive["rho"].max() and cross["note"] == ""
+    curve = sign_flip.band(f, [cross["rho"]])
+    assert curve["mean"].iloc[0] == pytest.approx(0, abs=1e-9)
+    assert curve["low"].iloc[0] < 0 < curve["high"].iloc[0]
+
+
+def test_a_curve_that_never_crosses_says_none_in_range(results):
+    high = sign_flip.pairs(results.runs).query("rho_t > 0.6")
+    cross = sign_flip.crossover(sign_flip.fit(high))
+    span = f"{high['rho_t'].min():.2f}–{high['rho_t'].max():.2f}"
+    assert np.isnan(cross["rho"]) and cross["note"] == f"none in range (rho {span})"
+    assert sign_flip.crossover(sign_flip.fit(high.query("vocab_size == 8192 and n_embd == 64")))[
+        "note"
+    ].startswith("no fit")
+
+
+@pytest.mark.parametrize("degree", [1, 2])
+def test_the_crossovers_delta_interval_covers_the_truth_at_its_level(degree):
+    """Coverage of the delta-method interval on 400 simulated ladders (7 points x 4 seeds, a
+    linear or a curved truth crossing 0 at rho = 0.4, normal noise): within 0.90-0.99 of 95%."""
+    rng = np.random.default_rng(degree)
+    x = np.repeat(np.log([0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]), 4)
+    x0 = np.log(0.4)
+    truth = 0.15 * (x - x0) + (0.1 * (x - x0) ** 2 if degree == 2 else 0)
+    covered = 0
+    for _ in range(400):
+        data = pd.DataFrame({"log_rho": x, "diff": truth + rng.normal(0, 0.03, len(x))})
+        cross = sign_flip.crossover(sign_flip.fit(data, degree))
+        covered += cross["low"] <= 0.4 <= cross["high"]
+    assert 0.90 <= covered / 400 <= 0.99
+
+
+def test_a_worse_lr_setting_of_one_arm_is_left_out_of_the_pairs(tmp_path, sweep, results):
+    """Where the lr check ran a second setting, the cell keeps the one of the lower validation
+    loss at its lowest seed, and its pairs stay one per seed."""
+    import shutil
+
+    copy = shutil.copytree(sweep, tmp_path / "sign_flip")
+    write_point(copy, "micro", 1024, seed=0, tie=True, lr=0.01, floor_shift=1.0)
+    again = sign_flip.effect_table(load_results(copy).runs)
+    pd.testing.assert_frame_equal(again, sign_flip.effect_table(results.runs))
+
+
+def test_the_token_axis_ends_at_each_cells_final_validation_effect(results, sweep):
+    axis = sign_flip.token_axis(results.runs, results.history)
+    written = summaries(sweep)
+    cell = written[(written["n_embd"] == 256)]
+    tied, untied = (cell[cell["tie"] == t].set_index("seed")["val_bpb"] for t in (True, False))
+    last = axis[axis["n_embd"] == 256].sort_values("step").iloc[-1]
+    assert last["mean"] == pytest.approx((tied - untied).mean()) and last["n"] == 4
+    assert last["bytes"] == pytest.approx(cell["train_bytes"].mean())
+    assert axis.groupby(sign_flip.CELL).size().eq(5).all()  # steps 0, 5, 10, 15, 20

@@ -1,0 +1,249 @@
+"""The third edition's analysis (issue 40, experiments/sign_flip): where tying's effect changes
+sign on a map over the head's share rho = V·d / (V·d + non-embedding parameters).
+
+A ladder point is a model body (layers, heads, width, context) and a vocabulary V; rho moves by
+V at a fixed body (the V-ladder) or by the body at a fixed V (the body-ladder). Tied and untied
+runs pair by (point, init std, seed); each seed holds out its own books, so the t-interval over
+the seeds' paired differences carries the init and the text. The effect is tied − untied in
+bits per byte of the test split (> 0: tying costs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import stats as scipy_stats
+
+from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, holm, match, seed_summary
+
+SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
+BODY = ["n_layer", "n_head", "n_embd", "block_size"]  # a model body: everything but V
+POINT = [*BODY, "vocab_size"]  # a ladder point
+CELL = [*POINT, "init_std"]  # one map cell: its tied and untied runs pair by seed
+VALUE = "test_bpb"  # the effect's unit: bits per byte, comparable across vocabularies
+WAYS = {(True, False): "V", (False, True): "body", (True, True): "both", (False, False): "alone"}
+NOT_SIGN_FLIP = f"no runs of a {SWEEP} sweep (issue 40's map over rho): not the third edition"
+
+
+def is_sign_flip(runs: pd.DataFrame) -> bool:
+    """Whether any run belongs to a sign_flip sweep."""
+    return "sweep" in runs and runs["sweep"].astype(str).str.startswith(SWEEP).any()
+
+
+def body_label(n_embd, n_layer) -> str:
+    return f"d={int(n_embd)}, {int(n_layer)} layers"
+
+
+def arm(run) -> str:
+    """books.arm, and tied with its input-side gradient scaled (head.tied_input_grad_scale) as
+    an arm of its own."""
+    variant = run.get("variant")
+    if isinstance(variant, str) and "tied_input_grad_scale" in variant:
+        return "tied_input_grad"
+    return books.arm(run)
+
+
+def ladder(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs of replicate 0 of the sign_flip sweeps with ``arm``, ``body`` and
+    ``way``: how the point's rho was moved (V: its body has other V's; body: its V has other
+    bodies; both; alone: neither)."""
+    done = first_replicates(runs[runs["status"].eq("finished")])
+    done = done[done["sweep"].astype(str).str.startswith(SWEEP)]
+    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    body = [body_label(d, n) for d, n in zip(done["n_embd"], done["n_layer"], strict=True)]
+    done = done.assign(body=body)
+    points = done[POINT].drop_duplicates()
+    by_v = points.groupby(BODY)["vocab_size"].transform("nunique") > 1
+    by_body = points.groupby("vocab_size")["n_embd"].transform("size") > 1
+    ways = [WAYS[(bool(v), bool(b))] for v, b in zip(by_v, by_body, strict=True)]
+    return done.merge(points.assign(way=ways), on=POINT)
+
+
+SETTING = ["lr", "emb_lr_mult", "variant"]  # what the lr check varies within one arm
+
+
+def grid(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`ladder`'s runs at each (cell, arm)'s chosen setting (SETTING): where the lr check
+    ran several, the one of the lowest final validation loss at the cell's lowest seed."""
+    runs = ladder(runs)
+    setting = runs[SETTING].astype("string").fillna("").agg("|".join, axis=1)
+    runs, keys = runs.assign(setting=setting), [*CELL, "arm"]
+    lowest = runs[runs["seed"] == runs.groupby(keys)["seed"].transform("min")]
+    chosen = lowest.sort_values("final_val_loss").drop_duplicates(keys)[[*keys, "setting"]]
+    return runs.merge(chosen, on=[*keys, "setting"])
+
+
+def pairs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tied and untied runs of :func:`grid` matched on (cell, seed), suffixed _t and _u."""
+    chosen = grid(runs)
+    tied, untied = (chosen[chosen["arm"] == a] for a in ("tied", "untied"))
+    both = match(tied, untied, [*CELL, "seed"])
+    return both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"], log_rho=np.log(both["rho_t"]))
+
+
+# ----------------------------------------------------------------------------- the effect table
+EFFECT_COLUMNS = [
+    *CELL,
+    "body",
+    "way",
+    "rho",
+    "rho_untied",
+    "non_embedding_params",
+    "tokens_per_param",
+    "bytes_per_token",
+    "bpb_tied",
+    "bpb_untied",
+    "bigram_bpb",
+    "unigram_bpb",
+    "clip_frac_tied",
+    "clip_frac_untied",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "p_holm",
+    "seed_diffs",
+]
+
+
+def _cell_row(cell: pd.DataFrame) -> dict:
+    """One map cell: its shape, budget and references (means over its pairs), the effect."""
+    mean = cell.select_dtypes("number").mean()
+    first = cell.iloc[0]
+    summary = seed_summary(cell.set_index("seed")["diff"], "paired differences (own books)")
+    return {
+        **{c: first[c] for c in [*CELL, "way"]},
+        "body": first["body_t"],
+        **{c: mean.get(f"{c}_t", np.nan) for c in ("rho", "rho_untied", "bytes_per_token")},
+        "non_embedding_params": mean.get("non_embedding_params_t", np.nan),
+        "tokens_per_param": mean.get("tokens_per_param_t", np.nan),
+        "bpb_tied": mean.get(f"{VALUE}_t", np.nan),
+        "bpb_untied": mean.get(f"{VALUE}_u", np.nan),
+        "bigram_bpb": mean.get("test_bigram_bpb_t", np.nan),
+        "unigram_bpb": mean.get("test_unigram_bpb_t", np.nan),
+        "clip_frac_tied": mean.get("clip_frac_t", np.nan),
+        "clip_frac_untied": mean.get("clip_frac_u", np.nan),
+        **summary,
+    }
+
+
+def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per map cell (EFFECT_COLUMNS): tied − untied in bits per byte with its t-interval over
+    seeds and p, p_holm adjusted over the table's cells (one family), sorted by rho."""
+    both = pairs(runs).rename(columns={"way_t": "way"})
+    rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
+    table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
+    table.insert(table.columns.get_loc("p") + 1, "p_holm", holm(table["p"]))
+    return table.sort_values(["init_std", "rho"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- the fitted curve
+class Fit(NamedTuple):
+    """tied − untied against ln rho: an OLS polynomial fitted to every pair's difference."""
+
+    result: object  # statsmodels' RegressionResults
+    degree: int
+    log_rho: tuple[float, float]  # the range of the points: the fit says nothing outside it
+    n_pairs: int
+
+
+def design(log_rho, degree: int) -> np.ndarray:
+    return np.vander(np.atleast_1d(np.asarray(log_rho, dtype=float)), degree + 1, increasing=True)
+
+
+def fit(pairs_of_cell: pd.DataFrame, degree: int = 1) -> Fit | None:
+    """OLS of each pair's difference on (1, ln rho[, ln² rho]); None with too few points (the
+    points need more distinct rho than coefficients, and one degree of freedom left over)."""
+    data = pairs_of_cell.dropna(subset=["diff", "log_rho"])
+    if data["log_rho"].nunique() <= degree or len(data) <= degree + 1:
+        return None
+    result = sm.OLS(data["diff"].to_numpy(), design(data["log_rho"], degree)).fit()
+    span = (float(data["log_rho"].min()), float(data["log_rho"].max()))
+    return Fit(result, degree, span, len(data))
+
+
+def band(f: Fit, rho: Sequence[float]) -> pd.DataFrame:
+    """The fitted effect at ``rho`` with its CONFIDENCE band (of the mean curve)."""
+    x = np.log(np.asarray(rho, dtype=float))
+    prediction = f.result.get_prediction(design(x, f.degree))
+    low, high = prediction.conf_int(alpha=1 - CONFIDENCE).T
+    return pd.DataFrame({"rho": rho, "mean": prediction.predicted_mean, "low": low, "high": high})
+
+
+def _roots(f: Fit) -> list[float]:
+    """The real roots of the fitted polynomial inside the points' range of ln rho."""
+    coefs = np.asarray(f.result.params)[::-1]  # numpy's roots: highest power first
+    low, high = f.log_rho
+    return sorted(r.real for r in np.roots(coefs) if abs(r.imag) < 1e-12 and low <= r.real <= high)
+
+
+def crossover(f: Fit | None) -> dict:
+    """Where the fitted curve crosses 0 inside the points' range: rho with a CONFIDENCE interval
+    by the delta method (d x0 / d beta = −(1, x0, x0²) / f'(x0), t with the fit's residual
+    degrees of freedom), or ``note`` saying there is none in range (or no fit)."""
+    none = {"rho": np.nan, "low": np.nan, "high": np.nan, "note": ""}
+    if f is None:
+        return none | {"note": "no fit (too few ladder points)"}
+    roots = _roots(f)
+    if not roots:
+        lo, hi = np.exp(f.log_rho)
+        return none | {"note": f"none in range (rho {lo:.2f}–{hi:.2f})"}
+    x0 = roots[0]
+    slope = sum(k * b * x0 ** (k - 1) for k, b in enumerate(f.result.params) if k)
+    gradient = -design(x0, f.degree)[0] / slope
+    se = float(np.sqrt(gradient @ np.asarray(f.result.cov_params()) @ gradient))
+    t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, f.result.df_resid)
+    note = f"{len(roots)} crossings in range: the first" if len(roots) > 1 else ""
+    return {
+        "rho": np.exp(x0),
+        "low": np.exp(x0 - t * se),
+        "high": np.exp(x0 + t * se),
+        "note": note,
+    }
+
+
+def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dict]]:
+    """Per init std: the fitted curve over every pair and its crossover."""
+    both = pairs(runs)
+    out = {}
+    for std, cell in both.groupby("init_std", sort=True):
+        f = fit(cell, degree)
+        out[std] = (f, crossover(f))
+    return out
+
+
+# ----------------------------------------------------------------------------- the token axis
+def token_axis(runs: pd.DataFrame, history: pd.DataFrame, metric: str = "val/bpb") -> pd.DataFrame:
+    """tied − untied of ``metric`` at each evaluation, paired by seed: per cell and step the mean
+    over seeds with its t-interval, and the mean ``bytes`` (train bytes seen; tokens where a run
+    logged no bytes) and ``tokens``."""
+    both = pairs(runs)
+    if metric not in history or both.empty:
+        return pd.DataFrame(columns=[*CELL, "step", "n", "mean", "low", "high", "bytes", "tokens"])
+    x = [c for c in ("tokens", "bytes") if c in history]
+    logged = history.dropna(subset=[metric])[["run_id", "step", metric, *x]]
+    tied = both[[*CELL, "seed", "run_id_t", "run_id_u"]].merge(
+        logged, left_on="run_id_t", right_on="run_id"
+    )
+    untied = logged.rename(columns={"run_id": "run_id_u", metric: "untied"})
+    paired = tied.merge(untied[["run_id_u", "step", "untied"]], on=["run_id_u", "step"])
+    paired = paired.assign(diff=paired[metric] - paired["untied"])
+    return _over_seeds(paired, x)
+
+
+def _over_seeds(paired: pd.DataFrame, x: list[str]) -> pd.DataFrame:
+    rows = []
+    for key, group in paired.groupby([*CELL, "step"], sort=True):
+        summary = seed_summary(group["diff"])
+        where = {c: group[c].mean() for c in x}
+        rows.append({**dict(zip([*CELL, "step"], key, strict=True)), **where, **summary})
+    out = pd.DataFrame(rows).rename(columns={"n_seeds": "n", "diff": "mean"})
+    if "bytes" not in out:
+        out["bytes"] = np.nan
+    out["bytes"] = out["bytes"].fillna(out.get("tokens"))
+    return out

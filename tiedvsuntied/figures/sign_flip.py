@@ -1,0 +1,172 @@
+"""The third edition's figures and tables (issue 40, experiments/sign_flip): the map of tying's
+effect over the head's share rho, the effect along training, and the tables, from the numbers
+of :mod:`tiedvsuntied.analysis.sign_flip`."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.ticker import EngFormatter
+
+from tiedvsuntied.analysis import sign_flip
+from tiedvsuntied.analysis.stats import CONFIDENCE
+from tiedvsuntied.figures import style
+from tiedvsuntied.figures.books import p_text
+
+NEEDS = (sign_flip.is_sign_flip, sign_flip.NOT_SIGN_FLIP)
+# a point's rho moved by V at a fixed body, by the body at a fixed V, or on both ladders
+WAY_STYLE = {
+    "V": ("ρ moved by V at a fixed body", "#0072B2", "o"),
+    "body": ("ρ moved by the body at a fixed V", "#D55E00", "s"),
+    "both": ("a point of both ladders", "#009E73", "D"),
+    "alone": ("a point of neither ladder", "#777777", "^"),
+}
+SIGN = "tied − untied (bits per byte, test split): > 0 = tying costs, < 0 = tying pays"
+PLAIN = {"inv_sqrt_d": "d^-0.5"}  # an init std in a markdown table (no mathtext)
+sign_flip_figure = functools.partial(style.figure, mixed_data=True, needs=NEEDS)
+
+
+def _init_stds(table: pd.DataFrame) -> list[str]:
+    """The init stds of the table, d^-0.5 (the ladder's first arm) first."""
+    stds = sorted(set(table["init_std"]), key=lambda s: (s != "inv_sqrt_d", s))
+    return stds or ["inv_sqrt_d"]
+
+
+def _points(ax, cells: pd.DataFrame) -> None:
+    for way, group in cells.groupby("way"):
+        label, color, marker = WAY_STYLE.get(way, WAY_STYLE["alone"])
+        has = group["low"].notna()
+        yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
+        kw = {"ls": "none", "marker": marker, "color": color, "ms": 5}
+        ax.errorbar(group["rho"][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
+                    capsize=2, label=label, **kw)  # fmt: skip
+        ax.plot(group["rho"][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
+
+
+def _curve(ax, f, cross: dict) -> str:
+    """The fitted curve with its band and the crossover; returns the caption's words for it."""
+    if f is None:
+        return f"no fit: {cross['note']}"
+    grid = np.exp(np.linspace(*f.log_rho, 100))
+    curve = sign_flip.band(f, grid)
+    ax.plot(curve["rho"], curve["mean"], color="black", lw=1)
+    ax.fill_between(curve["rho"], curve["low"], curve["high"], color="black", alpha=0.12, lw=0)
+    if np.isnan(cross["rho"]):
+        ax.text(0.03, 0.95, f"crossover: {cross['note']}", transform=ax.transAxes, va="top")
+        return f"crossover: {cross['note']}"
+    ax.axvline(cross["rho"], color="black", ls="--", lw=0.8)
+    ax.axvspan(cross["low"], cross["high"], color="black", alpha=0.08, lw=0)
+    where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
+    ax.text(cross["rho"], 0.03, f" 0 at {where}", transform=ax.get_xaxis_transform(), fontsize=6)
+    return f"crossover {where}" + (f" ({cross['note']})" if cross["note"] else "")
+
+
+@sign_flip_figure("sign_flip_fig1_map", "third edition: tied − untied in bits per byte against rho")
+def fig_map(runs: pd.DataFrame):
+    """Per init std: each ladder point's tied − untied (test bits per byte, mean and t-interval
+    over seeds) against rho (log axis), marked by how rho was moved; the OLS fit in ln rho over
+    every pair with its band; the crossover with its delta-method interval, or 'none in range'."""
+    table, fitted = sign_flip.effect_table(runs), sign_flip.fits(runs)
+    stds = _init_stds(table)
+    fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
+    if table.empty:
+        return style.nothing_to_draw(fig, "no tied/untied pair at any ladder point yet")
+    words = []
+    for ax, std in zip(axes[0], stds, strict=True):
+        _points(ax, table[table["init_std"] == std])
+        f, cross = fitted.get(std, (None, sign_flip.crossover(None)))
+        words.append(f"{style.init_label(std)}: {_curve(ax, f, cross)}")
+        ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+        ax.set_xscale("log")
+        style.plain_log(ax, "x", table["rho"])
+        ax.set_xlabel("ρ = V·d / (V·d + non-embedding params)")
+        ax.set_title(style.init_label(std))
+    axes[0][0].set_ylabel("tied − untied (bits/byte)")
+    style.legend(fig, None, 3)
+    fig.drawn = sign_flip.grid(runs)
+    fig.captions += [
+        f"{SIGN}. Bodies: {', '.join(sorted(set(table['body'])))}. Mean and {CONFIDENCE:.0%} "
+        "t-interval over seeds' paired differences (each seed its own held-out books); curve: "
+        f"OLS of every pair's difference on ln ρ, {CONFIDENCE:.0%} band of the mean; crossover "
+        "interval by the delta method.",
+        "; ".join(words) + ".",
+    ]
+    return fig
+
+
+@sign_flip_figure("sign_flip_fig2_tokens", "third edition: tied − untied in bpb along training")
+def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
+    """Per init std: tied − untied of the validation bits per byte at each evaluation against
+    the train bytes seen, one line per ladder point (coloured by rho), mean over seeds paired by
+    seed with its t-band: whether tying's effect closes with training."""
+    axis = sign_flip.token_axis(runs, history)
+    stds = _init_stds(axis)
+    fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
+    if axis.empty:
+        return style.nothing_to_draw(fig, "no paired val/bpb along training (runs before bpb)")
+    rhos = sign_flip.effect_table(runs).set_index(sign_flip.CELL)["rho"]
+    norm = np.log(rhos.min()), np.log(rhos.max())
+    cmap = colormaps["viridis"]
+    for ax, std in zip(axes[0], stds, strict=True):
+        lines = axis[axis["init_std"] == std].groupby(sign_flip.CELL)
+        for key, line in sorted(lines, key=lambda kv: rhos.get(kv[0], np.nan)):
+            rho = rhos.get(key, np.nan)
+            color = cmap((np.log(rho) - norm[0]) / ((norm[1] - norm[0]) or 1))
+            body = sign_flip.body_label(line["n_embd"].iloc[0], key[0])
+            label = f"ρ={rho:.2f} ({body}, V={key[4]:,})"
+            ax.plot(line["bytes"], line["mean"], color=color, lw=1, label=label)
+            band = line[line["n"] >= style.MIN_BAND_SEEDS]
+            ax.fill_between(band["bytes"], band["low"], band["high"], color=color, alpha=0.15, lw=0)
+        ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+        ax.xaxis.set_major_formatter(EngFormatter())
+        ax.set_xlabel("train bytes seen")
+        ax.set_title(style.init_label(std))
+    axes[0][0].set_ylabel("tied − untied, val (bits/byte)")
+    style.legend(fig, None, 3, fontsize=6)
+    fig.drawn = sign_flip.grid(runs)
+    fig.captions.append(
+        f"{SIGN.replace('test split', 'validation windows')}. Mean over seeds paired by seed at "
+        f"each evaluation, {CONFIDENCE:.0%} t-band where {style.MIN_BAND_SEEDS}+ seeds."
+    )
+    return fig
+
+
+def _crossover_lines(runs: pd.DataFrame) -> list[str]:
+    lines = []
+    for std, (f, cross) in sign_flip.fits(runs).items():
+        if np.isnan(cross["rho"]):
+            lines.append(f"- init {PLAIN.get(std, std)}: {cross['note']}")
+            continue
+        slope = f"slope {f.result.params[1]:+.3f} bpb per unit ln ρ" if f.degree == 1 else ""
+        lines.append(
+            f"- init {PLAIN.get(std, std)}: crossover ρ = {cross['rho']:.3f} "
+            f"[{cross['low']:.3f}, {cross['high']:.3f}] ({CONFIDENCE:.0%}, delta method; OLS "
+            f"over {f.n_pairs} pairs{', ' + slope if slope else ''}) {cross['note']}".rstrip()
+        )
+    return lines
+
+
+@style.table("sign_flip_tables", "third edition: the map's cells, crossover (md)", needs=NEEDS)
+def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
+    """``sign_flip_tables.md``: per ladder point and init std its shape, budget, each arm's test
+    bits per byte beside the count models', clip_frac per arm, the effect with its interval, p
+    and Holm's p; then the fitted crossover per init std."""
+    table = sign_flip.effect_table(runs).drop(columns=["seed_diffs", "method"], errors="ignore")
+    shown = p_text(table.drop(columns=["n_head", "block_size"]))
+    shown["non_embedding_params"] = shown["non_embedding_params"].round().astype("Int64")
+    shown["interval"] = [
+        f"[{lo:+.4f}, {hi:+.4f}]" if pd.notna(lo) else "none"
+        for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
+    ]
+    parts = [
+        f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
+        f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
+        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {len(table)} cells)",
+        shown.round(4).to_markdown(index=False),
+        "## Where the fitted curve crosses 0",
+        *_crossover_lines(runs),
+    ]
+    return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
