@@ -122,19 +122,6 @@ class RunSummary:
     started_at: str = field(default_factory=now)
     updated_at: str = field(default_factory=now)
     wall_time_s: float | None = None
-    # the third edition (issue 40; CONTRACT.md): the head's share and losses in bits per byte
-    rho: float | None = None  # V*d / (V*d + non-embedding): the tied definition, both arms
-    rho_untied: float | None = None  # 2*V*d / (2*V*d + non-embedding)
-    non_embedding_params: int | None = None  # params["non_embedding"]
-    tokens_per_param: float | None = None  # tokens trained / params["total"]
-    tokens_per_nonemb_param: float | None = None
-    bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
-    train_bytes: float | None = None  # tokens * bytes_per_token: the budget in text
-    test_bpb: float | None = None  # test loss (final weights) in bits per byte
-    val_bpb: float | None = None  # the last validation loss in bits per byte
-    git_commit: str | None = None  # the code that ran the run
-    git_dirty: bool | None = None
-    encoding: str | None = None  # "gpt2", "bytes" or "bpe"
 
     def to_dict(self) -> dict:
         return jsonable({**dataclasses.asdict(self), "status": Status(self.status)})
