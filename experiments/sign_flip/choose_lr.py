@@ -1,0 +1,54 @@
+"""Each arm's body lr at each ladder point, from the lr check (HYPOTHESES.md, "Learning rates").
+
+    python experiments/sign_flip/choose_lr.py results/sign_flip
+
+Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` beside this file:
+per point (body, V) and arm, the final validation loss in bits per byte at each ``optim.lr``
+tried, the best, and ``run_next`` (x2 beyond it) while the best sits at an edge of what ran, so
+that no chosen lr sits at an edge. run.sh's ``lr-edge`` piece runs ``run_next``; then rerun
+this. The test split is never read.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.analysis.sign_flip import arm
+
+OUT = Path(__file__).with_name("lr_choice.tsv")
+POINT = ["model", "vocab_size", "arm", "init_std"]
+
+
+def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
+    done = runs[runs["status"].eq("finished") & runs["seed"].eq(0) & runs["replicate"].eq(0)]
+    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    table = done.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
+    best = table.idxmin(axis=1)
+    tried = table.notna()
+    low = [t[t].index.min() for _, t in tried.iterrows()]
+    high = [t[t].index.max() for _, t in tried.iterrows()]
+    run_next = [
+        b / 2 if b == lo else b * 2 if b == hi else None
+        for b, lo, hi in zip(best, low, high, strict=True)
+    ]
+    out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
+    return out.assign(lr=best, run_next=run_next).reset_index()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        sys.exit("usage: choose_lr.py SWEEP_DIR (e.g. results/sign_flip)")
+    table = chosen_lr(load_results(argv[0]).runs)
+    if table.empty:
+        sys.exit(f"no finished seed-0 run in {argv[0]}")
+    table.to_csv(OUT, sep="\t", index=False)
+    print(table.round(4).to_string(index=False))
+    print(f"written: {OUT}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

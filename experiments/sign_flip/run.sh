@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The third edition's runs, in pieces (HYPOTHESES.md). Every piece resumes: finished runs are
+# skipped, killed ones continue from their last checkpoint. Run it from a checkout left alone:
+#   git worktree add ../tvu-sign-flip && cd ../tvu-sign-flip && (README set-up)
+#   bash experiments/sign_flip/run.sh lr v1024        # 1. the lr check of a point (seed 0)
+#   python experiments/sign_flip/choose_lr.py results/sign_flip
+#   bash experiments/sign_flip/run.sh lr-edge         # 2. x2 beyond each edge choice; rerun 1's script
+#   (commit lr_choice.tsv)
+#   bash experiments/sign_flip/run.sh grid v1024      # 3. seeds 1-3 of both arms at their lr
+#   bash experiments/sign_flip/run.sh ends            # 4. the ends' arms (tied_in_grad, t5 pair)
+#   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
+# POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
+# b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
+# `run.sh all` runs pieces 1 and 3 point by point in HYPOTHESES.md's priority order.
+# On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/../shared/data/tiktoken}"
+export WANDB_MODE="${WANDB_MODE:-offline}" WANDB_SILENT=true
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, whatever is installed
+HERE=experiments/sign_flip
+RUN="python -m tiedvsuntied.run -m +experiment=sign_flip"
+LOG=results/sign_flip.log
+BUDGET_BYTES=10000000  # of training text per run, at every point (HYPOTHESES.md, the pilot)
+TOKENS_PER_STEP=2048   # 8 windows of 256
+LRS="1e-3,2e-3,4e-3"
+
+# point -> "model V bytes-per-token": fold 0's training split (python -m tiedvsuntied.data
+# gutenberg encoding=bpe vocab_size=V); the steps follow from the budget
+point() {
+  case $1 in
+    v1024) echo "micro 1024 2.5456" ;;
+    v2048) echo "micro 2048 2.9437" ;;
+    v4096) echo "micro 4096 3.3047" ;;
+    v8192) echo "micro 8192 BPT8192" ;;
+    v16384) echo "micro 16384 BPT16384" ;;
+    v40960) echo "micro 40960 BPT40960" ;;
+    b64x2) echo "body64x2 8192 BPT8192" ;;
+    b256x4) echo "body256x4 8192 BPT8192" ;;
+    b256x8) echo "body256x8 8192 BPT8192" ;;
+    *) echo "unknown point '$1': v1024 v2048 v4096 v8192 v16384 v40960 b64x2 b256x4 b256x8" >&2; exit 2 ;;
+  esac
+}
+# the overrides of a point: its body and V, and the steps that read BUDGET_BYTES of text,
+# evaluated 10 times along the way (the token axis)
+at() {
+  read -r model v bpt <<< "$(point "$1")"
+  steps=$(awk -v b="$BUDGET_BYTES" -v t="$TOKENS_PER_STEP" -v r="$bpt" 'BEGIN {printf "%d", b / (t * r) + 0.5}')
+  echo "model=$model data.vocab_size=$v trainer.max_steps=$steps trainer.eval_interval=$(( (steps + 9) / 10 )) trainer.ckpt_interval=200"
+}
+parallel2() { mkdir -p results; xargs -P 2 -I{} -d '\n' bash -c "{} >> $LOG 2>&1"; }
+# lr_choice.tsv as lines "model V arm init_std lr run_next"
+choices() {
+  awk -F'\t' 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+    {print $c["model"], $c["vocab_size"], $c["arm"], $c["init_std"], $c["lr"], $c["run_next"]}' "$HERE/lr_choice.tsv"
+}
+point_of() {  # model V -> point name
+  case "$1 $2" in micro\ *) echo "v$2" ;; body64x2\ *) echo b64x2 ;; body256x4\ *) echo b256x4 ;; body256x8\ *) echo b256x8 ;; esac
+}
+
+pieces_lr() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a optim.lr=$LRS"; done; }
+pieces_lr_edge() {
+  choices | while read -r model v a std lr next; do
+    [ -n "$next" ] || continue
+    echo "$RUN $(at "$(point_of "$model" "$v")") seed=0 +arm=$a init_std=$std optim.lr=$next"
+  done
+}
+pieces_grid() {  # $1: point; both arms at their chosen lr, seeds 1-3
+  read -r model v _ <<< "$(point "$1")"
+  choices | awk -v m="$model" -v v="$v" '$1 == m && $2 == v && $4 == "inv_sqrt_d"' |
+    while read -r _ _ a std lr _; do
+      echo "$RUN $(at "$1") seed=1,2,3 +arm=$a optim.lr=$lr"
+    done
+}
+pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pair, at tied's lr
+  for p in v1024 v40960; do
+    read -r model v _ <<< "$(point "$p")"
+    lr=$(choices | awk -v m="$model" -v v="$v" '$1 == m && $2 == v && $3 == "tied" && $4 == "inv_sqrt_d" {print $5}')
+    echo "$RUN $(at "$p") seed=0,1,2,3 +arm=tied_in_grad optim.lr=${lr:?run the lr check of $p first}"
+    echo "$RUN $(at "$p") seed=0,1,2,3 +arm=t5,emb1_head_dsqrt optim.lr=$lr"
+  done
+}
+pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
+
+restore() {  # the shipped bundle's finished runs into the sweep, where they are not yet
+  mkdir -p results/sign_flip
+  for run in "$HERE"/results/*/; do
+    [ -d "$run" ] || continue
+    [ -e "results/sign_flip/$(basename "$run")" ] || cp -r "$run" results/sign_flip/
+  done
+}
+
+case "${1:-}" in
+  restore) restore ;;
+  lr) pieces_lr "${2:?point}" | parallel2 ;;
+  lr-edge) pieces_lr_edge | parallel2 ;;
+  grid) pieces_grid "${2:?point}" | parallel2 ;;
+  ends) pieces_ends | parallel2 ;;
+  init02) pieces_init02 "${2:?point}" | parallel2 ;;
+  print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
+  at) at "${2:?point}" ;;
+  *) echo "usage: run.sh restore | lr POINT | lr-edge | grid POINT | ends | init02 POINT | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+esac
