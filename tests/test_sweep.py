@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import QUICK, TINY_SWEEP_OVERRIDES, run_cli
+from conftest import BYTE_RUN, QUICK, TINY_SWEEP_OVERRIDES, at_step, run_cli
 from filelock import FileLock
 
 from tiedvsuntied.analysis.load import load_results
@@ -135,3 +135,22 @@ def test_each_job_is_composed_as_hydra_composes_it():
         hydras = [jobs.without_hydra(c) for c in hydras]  # as Hydra's run_job gives the task
     assert len(todo) == 48
     assert [OmegaConf.to_container(c) for c in fast] == [OmegaConf.to_container(c) for c in hydras]
+
+
+@pytest.mark.slow
+def test_status_from_the_folder_alone_counts_the_jobs_not_begun_and_their_eta(tmp_path):
+    """A sweep of three seeds killed in its second job (the first was run before, alone): the
+    folder alone gives the three runs (one finished, one interrupted, one pending: the multirun
+    recorded its jobs as it started), all their steps and an ETA from the finished run."""
+    args = [*BYTE_RUN, "trainer.max_steps=6", "trainer.eval_interval=3", "wandb.mode=disabled"]
+    args += [f"results_dir={tmp_path / 'r'}", "sweep=s"]
+    assert run_cli([*args, "seed=0"], cwd=tmp_path).returncode == 0
+    killed = run_cli(["-m", *args, "seed=0,1,2"], cwd=tmp_path, env_extra=at_step(3, "SIGKILL"))
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    proc = sweep_cli(["status", str(tmp_path / "r" / "s")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[1] == "3 runs: 1 finished, 1 interrupted, 1 pending"
+    assert lines[2].startswith("steps: ") and " of 18 (" in lines[2]
+    assert lines[3].startswith("ETA: ") and "unknown" not in lines[3], lines
+    assert "2 run(s) not done" in lines[3]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis import rows
-from tiedvsuntied.results import bundles, records
+from tiedvsuntied.results import bundles, records, state
 
 
 class ResultsError(ValueError):
@@ -167,8 +167,8 @@ def _load_run_dir(
     """(runs-table row, config, history) of one run directory."""
     summary, config = records.read_summary(run_dir), records.read_config(run_dir)
     metrics = run_dir / "metrics.jsonl"
-    if summary:
-        s = summary.to_dict()
+    if summary:  # the status every tool reports (a killed run is not running)
+        s = summary.to_dict() | {"status": state.run_status(summary, run_dir)}
     else:
         missing = "summary.json missing or unreadable; status from index.json or unknown"
         gone = "listed in index.json but the directory does not exist"
@@ -178,8 +178,11 @@ def _load_run_dir(
         s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
+    lines, bad = records.metrics_lines(run_dir)
+    if bad:
+        notes.append(f"{metrics}: skipped {len(bad)} unreadable line(s): {bad[:10]}")
     row = {**rows.run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
-    return row, config, rows.history_from_records(records.read_metrics(run_dir))
+    return row, config, rows.history_from_records(lines)
 
 
 def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:

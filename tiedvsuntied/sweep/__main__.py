@@ -2,7 +2,7 @@
 
     python -m tiedvsuntied.sweep plan +experiment=smoke data.files=input.txt
     python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
-    python -m tiedvsuntied.sweep table results/smoke --out smoke.csv   (or .parquet)
+    python -m tiedvsuntied.sweep table results/smoke [--out smoke.csv]   (or .parquet)
 
 ``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
 status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
@@ -22,6 +22,10 @@ from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.results.records import DONE, find_run_dir
 from tiedvsuntied.sweep import jobs, progress
 from tiedvsuntied.sweep.jobs import REFUSED, USER_ERRORS, SweepError
+
+# ``sweep table`` without --out: these columns of the runs table, where runs differ in them
+SCREEN = ["name", "status", "tie", "init_std", "model", "seed", "variant", "step", "params_total"]
+SCREEN += ["init_val_loss", "final_val_loss", "best_val_loss", "test_loss"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,7 +80,13 @@ def status(args: argparse.Namespace) -> None:
 
 
 def table(args: argparse.Namespace) -> None:
-    """The runs table of ``analysis`` (the one reader of a sweep: the figures' columns)."""
+    """The runs table of ``analysis`` (the one reader of a sweep: the figures' columns), to the
+    screen (the columns that tell runs apart) or, with ``--out``, whole to a file."""
+    if args.out is None:
+        runs = load_results(args.sweep_dir).runs
+        shown = [c for c in SCREEN if runs[c].nunique(dropna=False) > 1 or c in ("name", "status")]
+        print(runs[shown].to_string(index=False, float_format="%.4f", na_rep="-"))
+        return
     out = Path(args.out)
     write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
     if write is None:
@@ -104,7 +114,7 @@ def parser() -> Parser:
     s.set_defaults(func=status)
     t = sub.add_parser("table", help="the sweep's runs as CSV or Parquet")
     t.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
-    t.add_argument("--out", required=True, help="FILE.csv or FILE.parquet")
+    t.add_argument("--out", help="FILE.csv or FILE.parquet (none: the main columns, printed)")
     t.set_defaults(func=table)
     return top
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
@@ -151,7 +153,24 @@ def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = 
     from tiedvsuntied.train.plan import check_config
 
     check_booleans(cfg, overrides)
-    return check_config(OmegaConf.to_object(cfg), overrides, checked)
+    plan = check_config(OmegaConf.to_object(cfg), overrides, checked)
+    check_sweep_writable(Path(plan.cfg.results_dir) / plan.cfg.sweep)
+    return plan
+
+
+def check_sweep_writable(sweep_dir: Path) -> None:
+    """A sweep folder that exists must take writes (its runs record their state there): one
+    on a read-only disk (an archive, a mount) is refused before anything starts, naming it."""
+    if sweep_dir.is_dir() and not os.access(sweep_dir, os.W_OK | os.X_OK):
+        why = "a read-only file system" if read_only(sweep_dir) else "not writable"
+        raise ConfigError(
+            f"sweep folder {sweep_dir} cannot be written ({why}): make it writable, or choose "
+            "another results_dir or sweep"
+        )
+
+
+def read_only(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
@@ -185,6 +204,23 @@ def one_line(error: BaseException) -> str:
     errors = [error, cause] if isinstance(cause, OmegaConfBaseException) else [error]
     parts = [getattr(error, "override", None), *(str(e).strip().split("\n")[0] for e in errors)]
     return ": ".join(p for p in parts if p) or type(error).__name__
+
+
+def record_planned(todo: list[Job], plans: list[Any]) -> None:
+    """Each job's run in its sweep's ``planned.json`` (results.state), as the multirun starts."""
+    from tiedvsuntied.results.state import record_planned as record
+
+    by_sweep: dict[Path, dict[str, dict]] = {}
+    for job, plan, run_id in zip(todo, plans, run_ids(plans), strict=True):
+        sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
+        by_sweep.setdefault(sweep_dir, {})[run_id] = {
+            "name": run_id.rsplit("-", 1)[0],
+            "model": plan.cfg.model.name,
+            "max_steps": plan.cfg.trainer.max_steps,
+            "overrides": list(job.overrides),
+        }
+    for sweep_dir, planned in by_sweep.items():
+        record(sweep_dir, planned)
 
 
 def run_ids(plans: list[Any]) -> list[str]:
