@@ -93,7 +93,10 @@ def test_every_reading_command_reads_a_read_only_sweep(archived, tmp_path):
         *jupyter,
         str(REPO / "notebooks" / "01_loss.ipynb"),
         cwd=tmp_path,
-        env={"TIEDVSUNTIED_SWEEP_DIR": str(archived), "TIEDVSUNTIED_FIGURES_DIR": "nbfigs"},
+        env={
+            "TIEDVSUNTIED_SWEEP_DIR": str(archived),
+            "TIEDVSUNTIED_FIGURES_DIR": str(tmp_path / "nbfigs"),
+        },
     )
     assert notebook.returncode == 0, notebook.stderr[-3000:]
     assert (tmp_path / "nbfigs" / "fig1_val_loss.png").is_file()

@@ -154,3 +154,31 @@ def test_status_from_the_folder_alone_counts_the_jobs_not_begun_and_their_eta(tm
     assert lines[2].startswith("steps: ") and " of 18 (" in lines[2]
     assert lines[3].startswith("ETA: ") and "unknown" not in lines[3], lines
     assert "2 run(s) not done" in lines[3]
+
+
+@pytest.mark.slow
+def test_check_and_status_name_every_damaged_run_one_line_each(tiny_sweep, tmp_path):
+    """A copy of the finished sweep, each run damaged one way (a metrics file's last line cut by
+    a kill is not damage): ``check`` names each, exit code 1; ``status`` names them too."""
+    sweep = shutil.copytree(tiny_sweep, tmp_path / "tiny")
+    a, b, c, d = sorted(p for p in sweep.iterdir() if (p / "summary.json").is_file())
+    (a / "config.yaml").unlink()
+    (b / "summary.json").write_text("{")
+    lines = (c / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (c / "metrics.jsonl").write_text("".join([*lines[:2], "not json\n", *lines[2:]]))
+    (d / "checkpoints" / "model.pt").unlink()
+    with open(d / "metrics.jsonl", "a") as f:
+        f.write('{"step": 13, "train/lo')  # cut by a kill: tolerated
+    expected = [
+        f"damaged: {a.name}: config.yaml missing",
+        f"damaged: {b.name}: summary.json unreadable",
+        f"damaged: {c.name}: metrics.jsonl: 1 unreadable line(s) (3)",
+        f"damaged: {d.name}: finished, but checkpoints/model.pt is missing",
+    ]
+    proc = sweep_cli(["check", str(sweep)], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == expected
+    status = sweep_cli(["status", str(sweep)], cwd=tmp_path)
+    assert status.returncode == 0 and status.stdout.splitlines()[-4:] == expected
+    sound = sweep_cli(["check", str(tiny_sweep)], cwd=tmp_path)
+    assert (sound.returncode, sound.stdout) == (0, f"no damaged run in {tiny_sweep}\n")

@@ -47,12 +47,14 @@ class Check(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():
             overrides = list(config.hydra.overrides.task)
-            jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+            plan = jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+            jobs.check_sweeps_writable([plan])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         loader = GlobalHydra.instance().config_loader()
         with refusing():
             plans = jobs.check_jobs(loader, config, todo := jobs.expand(loader, config))
+            jobs.check_sweeps_writable(plans)
             jobs.record_planned(todo, plans)  # so that `sweep status DIR` counts the pending
 
 

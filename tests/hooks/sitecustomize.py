@@ -4,8 +4,9 @@ it logs the training loss of step STEP: sends itself a signal (``SIGKILL`` as ``
 ``SIGINT`` as Ctrl-C, ``SIGUSR2`` as SLURM's time-limit warning), deletes a folder
 (``rm:PATH``) or makes one read-only in place (``ro:PATH``: a read-only bind mount of the folder
 over itself; the files the process holds open stay writable, as on a disk remounted read-only
-under it; the test unmounts it). A tiny run is over before a test polling from outside could act; this acts at
-the same step whatever the machine's load. Python imports ``sitecustomize`` at start-up."""
+under it; the test unmounts it). A tiny run is over before a test polling from outside could
+act; this acts at the same step whatever the machine's load. Python imports ``sitecustomize``
+at start-up."""
 
 import os
 

@@ -2,11 +2,13 @@
 
     python -m tiedvsuntied.sweep plan +experiment=smoke data.files=input.txt
     python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
+    python -m tiedvsuntied.sweep check results/smoke         (damaged runs, one line each)
     python -m tiedvsuntied.sweep table results/smoke [--out smoke.csv]   (or .parquet)
 
 ``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
 status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
-runs with progress and ETA; ``table`` writes the runs table the figures read. A mistake is one
+runs (with the jobs its multiruns planned) with progress and ETA, and names damaged runs, as
+``check`` does alone; ``table`` writes the runs table the figures read. A mistake is one
 line and exit code 2. Reading a sweep directory loads no torch; the plan does (the schema).
 """
 
@@ -77,6 +79,19 @@ def status(args: argparse.Namespace) -> None:
     for sweep_dir in sorted(set(dirs)):
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
     print(progress.status_text(runs, progress.rates(dirs)))
+    for line in (line for d in sorted(set(dirs)) if d.is_dir() for line in progress.damaged(d)):
+        print(line)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every damaged run of the sweep, one line each; exit code 1 if there is one."""
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepError(f"{sweep_dir} is not a sweep directory (<results_dir>/<sweep>/)")
+    lines = progress.damaged(sweep_dir)
+    print("\n".join(lines) or f"no damaged run in {sweep_dir}")
+    if lines:
+        raise SystemExit(1)
 
 
 def table(args: argparse.Namespace) -> None:
@@ -112,6 +127,9 @@ def parser() -> Parser:
     s = sub.add_parser("status", help="counts, progress and ETA of a sweep")
     s.add_argument("sweep", nargs="+", help="a sweep directory, or the sweep's overrides")
     s.set_defaults(func=status)
+    c = sub.add_parser("check", help="names every run whose record is damaged (exit code 1)")
+    c.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
+    c.set_defaults(func=check)
     t = sub.add_parser("table", help="the sweep's runs as CSV or Parquet")
     t.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
     t.add_argument("--out", help="FILE.csv or FILE.parquet (none: the main columns, printed)")

@@ -153,14 +153,18 @@ def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = 
     from tiedvsuntied.train.plan import check_config
 
     check_booleans(cfg, overrides)
-    plan = check_config(OmegaConf.to_object(cfg), overrides, checked)
-    check_sweep_writable(Path(plan.cfg.results_dir) / plan.cfg.sweep)
-    return plan
+    return check_config(OmegaConf.to_object(cfg), overrides, checked)
 
 
-def check_sweep_writable(sweep_dir: Path) -> None:
-    """A sweep folder that exists must take writes (its runs record their state there): one
-    on a read-only disk (an archive, a mount) is refused before anything starts, naming it."""
+def check_sweeps_writable(plans: list[Any]) -> None:
+    """A sweep folder that exists must take writes for a command that trains (its runs record
+    their state there): one on a read-only disk (an archive, a mount) is refused before
+    anything starts, naming it. Not a check of the plan's: reading a sweep needs no writes."""
+    for sweep_dir in {Path(plan.cfg.results_dir) / plan.cfg.sweep for plan in plans}:
+        check_writable_folder(sweep_dir)
+
+
+def check_writable_folder(sweep_dir: Path) -> None:
     if sweep_dir.is_dir() and not os.access(sweep_dir, os.W_OK | os.X_OK):
         why = "a read-only file system" if read_only(sweep_dir) else "not writable"
         raise ConfigError(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied.results.records import DONE, read_index, read_summary
-from tiedvsuntied.results.state import read_planned, run_status
+from tiedvsuntied.results.records import DONE, RUN_FILES, read_index, read_summary
+from tiedvsuntied.results.state import damage, read_planned, run_status
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
@@ -50,6 +50,28 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
                 | {"run_id": run_id, "status": "pending", "step": 0}
             )
     return pd.DataFrame(rows, columns=ROW)
+
+
+def damaged(sweep_dir: Path) -> list[str]:
+    """One line per run of the sweep whose record is damaged (results.state.damage), naming
+    what is wrong: every run folder the index lists or that holds a run's file."""
+    index = read_index(sweep_dir)
+    folders = {sweep_dir / Path(entry.path).name: run_id for run_id, entry in index.items()}
+    folders |= {p: p.name for p in sweep_dir.iterdir() if is_run_dir(p) and p not in folders}
+    lines = []
+    for folder, run_id in sorted(folders.items()):
+        found = damage(folder) if folder.is_dir() else ["listed in index.json, folder missing"]
+        lines += [f"damaged: {run_id}: {'; '.join(found)}"] if found else []
+    return lines
+
+
+def is_run_dir(path: Path) -> bool:
+    names = (*RUN_FILES, "checkpoints")
+    return (
+        path.is_dir()
+        and not path.name.startswith((".", "_"))
+        and any((path / name).exists() for name in names)
+    )
 
 
 def runs_table(sweep_dir: Path) -> pd.DataFrame:
