@@ -241,6 +241,8 @@ def test_runs_measured_against_different_mfu_peaks_are_noted(fake_sweep):
     assert any(
         f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes
     )
+    cpu = check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0), gpu=False)
+    assert not any("MFU peaks" in n for n in cpu)  # a CPU's peak means nothing: no note
 
 
 def test_wandb_without_credentials_fails_clearly(tmp_path, monkeypatch):

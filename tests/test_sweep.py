@@ -61,15 +61,20 @@ def test_plan_lists_each_job_with_its_run_status_and_the_cost_of_the_rest(tiny_s
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == f"Sweep tiny: {tiny_sweep.resolve()}"
-    jobs = [line.split() for line in lines[2:-1]]
+    end = next(i for i, line in enumerate(lines) if line.startswith("6 jobs; left: "))
+    jobs = [line.split() for line in lines[2:end]]
+    # each job's warnings, as its run will log them: 0.036 is d^-0.5 at d = 768, not at nano's
+    warned = [line.split(":")[0] for line in lines[end + 1 :]]
+    assert warned == [f"job {job[0]}" for job in jobs if job[-1].endswith("init_std=0.036")]
+    assert all("init_std=0.036" in line for line in lines[end + 1 :])
     assert [int(job[0]) for job in jobs] == list(range(6))
     finished = {job[1] for job in jobs if job[2] == "finished"}
     assert finished == {p.name for p in tiny_sweep.iterdir() if (p / "summary.json").is_file()}
     assert {job[3] for job in jobs if job[2] == "finished"} == {"12/12"}
     pending = [job for job in jobs if job[2] == "pending"]
     assert [job[-1] for job in pending] == ["init_std=0.5"] * 2 and pending[0][3] == "0/12"
-    assert lines[-1].startswith("6 jobs; left: 2 run(s) not done: ")
-    assert "nano" in lines[-1] and "s/step" in lines[-1] and "unknown" not in lines[-1]
+    assert lines[end].startswith("6 jobs; left: 2 run(s) not done: ")
+    assert "nano" in lines[end] and "s/step" in lines[end] and "unknown" not in lines[end]
     # A bad value is refused by the plan as by the multirun, in one line.
     bad = sweep_cli(["plan", *args[:-2], "init_std=1.0,-1", args[-1]], cwd=tmp_path)
     assert bad.returncode == 2

@@ -197,7 +197,10 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
         ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
     ).reset_index(drop=True)
     history = _history_frame([(r, h) for r, _, h in loaded])
-    return Results(runs, history, notes + check_consistency(runs))
+    gpu = any(
+        str((c.get("derived") or {}).get("device", "")).startswith("cuda") for _, c, _ in loaded
+    )
+    return Results(runs, history, notes + check_consistency(runs, gpu=gpu))
 
 
 def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
@@ -222,8 +225,10 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
 
 
-def check_consistency(runs: pd.DataFrame) -> list[str]:
-    """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
+def check_consistency(runs: pd.DataFrame, gpu: bool = True) -> list[str]:
+    """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs;
+    different MFU peaks only where a run trained on a GPU (``gpu``: a CPU's measured peak is noise
+    of no use, and its MFU is not what the study reads)."""
     notes = []
     for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
         by_value = runs.groupby(col)["sweep"].agg(["size", lambda s: ", ".join(sorted(set(s)))])
@@ -234,7 +239,7 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
                 f"{'; '.join(parts)}. Losses are only comparable within one {col}: "
                 f"filter with runs[runs.{col} == ...]"
             )
-    if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
+    if gpu and runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
         notes.append(
             f"runs used {runs['peak_tflops'].nunique()} different MFU peaks (peak_tflops): "
             "compare train/mfu only within one peak, or pin it with trainer.peak_tflops"

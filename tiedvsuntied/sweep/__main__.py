@@ -4,6 +4,7 @@
     python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
     python -m tiedvsuntied.sweep check results/smoke         (damaged runs, one line each)
     python -m tiedvsuntied.sweep table results/smoke [--out smoke.csv]   (or .parquet)
+    python -m tiedvsuntied.sweep dashboard results/smoke [--entity ENTITY]   (the W&B view)
 
 ``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
 status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
@@ -21,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.model.config import init_std_notes
 from tiedvsuntied.results.records import DONE, find_run_dir
 from tiedvsuntied.sweep import jobs, progress
 from tiedvsuntied.sweep.jobs import REFUSED, USER_ERRORS, SweepError
@@ -48,7 +50,10 @@ def planned(overrides: list[str]) -> pd.DataFrame:
         sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
         row = progress.run_row(find_run_dir(sweep_dir, run_id), run_id)
         row |= {"model": plan.cfg.model.name, "max_steps": plan.cfg.trainer.max_steps}
-        rows.append({"job": job.num, **row, "sweep_dir": sweep_dir, "overrides": job.label})
+        c = plan.cfg  # the warnings each job's run will log (0.036 is d^-0.5 at d=768 ...)
+        notes = init_std_notes(c.model.n_embd, c.init_std, c.head)
+        row |= {"sweep_dir": sweep_dir, "overrides": job.label, "notes": notes}
+        rows.append({"job": job.num, **row})
     return pd.DataFrame(rows)
 
 
@@ -65,6 +70,8 @@ def plan(args: argparse.Namespace) -> None:
         print(f"Sweep {sweep_dir.name}: {sweep_dir.resolve()}")
     print(shown.to_string(index=False))
     print(f"{len(runs)} jobs; left: {progress.cost_line(runs, rate)}")
+    for job, notes in zip(runs["job"], runs["notes"], strict=True):
+        print("".join(f"job {job}: warning: {note}\n" for note in notes), end="")
 
 
 def status(args: argparse.Namespace) -> None:
@@ -114,6 +121,14 @@ def table(args: argparse.Namespace) -> None:
     print(f"{len(runs)} runs -> {out}")
 
 
+def dashboard(args: argparse.Namespace) -> None:
+    from tiedvsuntied.sweep.dashboard import dashboard as make
+
+    if not Path(args.sweep_dir).is_dir():
+        raise SweepError(f"{args.sweep_dir} is not a sweep directory (<results_dir>/<sweep>/)")
+    print(make(Path(args.sweep_dir), args.entity))
+
+
 def parser() -> Parser:
     top = Parser(
         prog="python -m tiedvsuntied.sweep",
@@ -130,6 +145,10 @@ def parser() -> Parser:
     c = sub.add_parser("check", help="names every run whose record is damaged (exit code 1)")
     c.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
     c.set_defaults(func=check)
+    d = sub.add_parser("dashboard", help="the sweep's W&B view (wandb-workspaces)")
+    d.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
+    d.add_argument("--entity", help="the W&B entity the runs were synced to")
+    d.set_defaults(func=dashboard)
     t = sub.add_parser("table", help="the sweep's runs as CSV or Parquet")
     t.add_argument("sweep_dir", help="<results_dir>/<sweep>/")
     t.add_argument("--out", help="FILE.csv or FILE.parquet (none: the main columns, printed)")
