@@ -37,7 +37,7 @@ def test_cli_makes_figures_and_prints_what_is_left_out(tmp_path, fig_results, dr
     assert not (tmp_path / "o" / "fig2_loss_vs_params.pdf").exists()
     assert f"not shown: {DIVERGED}: diverged, no final loss" in out
     print_notes(drawn.outputs["fig1_val_loss"][1])  # what the CLI prints of each figure
-    assert f"marked: {RUNNING}: running" in capsys.readouterr().out
+    assert f"marked: {RUNNING}: interrupted" in capsys.readouterr().out  # no lock held
 
 
 def test_cli_bad_input(tmp_path, capsys):

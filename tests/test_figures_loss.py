@@ -42,7 +42,8 @@ def test_val_loss_colours_and_flags(drawn):
     assert len(fig.axes) == 2 * 2  # 2 sizes x 2 init stds
     flagged = " ".join(fig.flagged)
     assert f"{DIVERGED}: diverged at step 10" in flagged
-    assert f"{RUNNING}: running" in flagged and f"{FAILED}: failed" in flagged
+    assert f"{RUNNING}: interrupted" in flagged  # no process holds it
+    assert f"{FAILED}: failed" in flagged
     assert caption_of(fig).count("Marked:") == 1  # the footnote on the image
 
 
@@ -72,7 +73,7 @@ def test_evaluations_at_a_fixed_interval_keep_the_token_axis(drawn):
 def test_loss_vs_params_plots_seed_means_and_skips_unfinished(fig_results, drawn):
     fig = drawn.outputs["fig2_loss_vs_params"][1]
     skipped = " ".join(fig.skipped)
-    for name, status in ((DIVERGED, "diverged"), (RUNNING, "running"), (FAILED, "failed")):
+    for name, status in ((DIVERGED, "diverged"), (RUNNING, "interrupted"), (FAILED, "failed")):
         assert f"{name}: {status}, no final loss" in skipped
     agg = aggregate_runs(fig_results.runs)
     plotted = np.concatenate([line.get_ydata() for line in fig.axes[0].get_lines()])

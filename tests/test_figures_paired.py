@@ -299,3 +299,20 @@ def test_arms_and_anisotropy_on_tied_runs_only_draw_and_name_nothing_else(fig_re
     assert fig.empty == "only the tied arm finished: no other arm to compare"
     legend = [t.get_text() for t in fig_anisotropy(tied.runs, tied.history).legends[0].texts]
     assert legend[0] == "tied" and not any(label.startswith("untied") for label in legend)
+
+
+def test_figures_6_and_10_give_the_tied_untied_pair_one_sign_and_say_it(tmp_path):
+    """The untied arm's point in figure 10 (tied − arm) is figure 6's tied − untied, with its
+    interval; each figure states its sign."""
+    write_sweep(tmp_path / "s", init_stds=("0.02",), seeds=(0, 1, 2))
+    results = load_results(tmp_path / "s")
+    pair = paired_table(results.runs, ("final",)).iloc[0]
+    six = fig_paired_difference(results.runs)
+    ten = fig_arms(results.runs, results.history)
+    assert "sign: tied − untied (> 0: tying costs)" in caption_of(six)
+    assert "sign: tied − arm, as tied − untied in figure 6" in caption_of(ten)
+    (bar,) = [c for c in ten.axes[1].containers]  # the untied arm's errorbar
+    mean = bar.lines[0].get_ydata()[0]
+    assert mean == pytest.approx(pair["diff"]) and pair["diff"] != 0
+    (low, high) = sorted(bar.lines[2][0].get_segments()[0][:, 1])
+    assert (low, high) == pytest.approx((pair["low"], pair["high"]))

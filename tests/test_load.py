@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_results import write_run, write_sweep
+from filelock import FileLock
 
 from tiedvsuntied.analysis.load import (
     ResultsError,
@@ -44,7 +45,7 @@ def test_runs_table_one_row_per_run_with_summary_values(fake_sweep):
         ("diverged", 1),
         ("failed", 1),
         ("finished", 5),
-        ("running", 1),
+        ("interrupted", 1),  # its summary says running, but no process holds its lock
     ]
     row = runs[(runs["tie"] == True) & (runs["init_std"] == "0.036") & (runs["seed"] == 0)].iloc[0]  # noqa: E712
     summary = json.loads((fake_sweep / row["run_id"] / "summary.json").read_text())
@@ -111,7 +112,8 @@ def test_running_run_with_half_written_line(fake_sweep, tmp_path):
     )
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write('{"step": 99, "tokens": 1, "train/lo')  # the trainer is mid-write
-    res = load_results(sweep)
+    with FileLock(str(run_dir / ".lock")):  # as the trainer holds it
+        res = load_results(sweep)
     assert any("unparsable last line" in n for n in res.notes)
     run_history = res.history[res.history["run_id"] == run_dir.name]
     assert run_history["step"].max() < 99 and len(run_history) > 0
@@ -172,9 +174,10 @@ def test_a_run_found_twice_keeps_its_best_record(tmp_path):
         assert len(res.runs) == 1 and res.runs["status"].iloc[0] == "finished", paths
         assert res.runs["path"].iloc[0] == str(a)
         assert any("found twice" in n and str(b) in n for n in res.notes)
-    for status in ("diverged", "running"):
+    for status in ("diverged", "running"):  # running, and no process holds it: interrupted
         write_run(tmp_path / status, status=status)
-        assert load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0] == status
+        shown = load_results(tmp_path / "b", tmp_path / status).runs["status"].iloc[0]
+        assert shown == {"running": "interrupted"}.get(status, status)
     newer = write_run(tmp_path / "c", status="finished")
     summary = json.loads((newer / "summary.json").read_text())
     (newer / "summary.json").write_text(
@@ -238,6 +241,8 @@ def test_runs_measured_against_different_mfu_peaks_are_noted(fake_sweep):
     assert any(
         f"{len(runs)} different MFU peaks" in n and "trainer.peak_tflops" in n for n in notes
     )
+    cpu = check_consistency(runs.assign(peak_tflops=np.arange(len(runs)) + 1.0), gpu=False)
+    assert not any("MFU peaks" in n for n in cpu)  # a CPU's peak means nothing: no note
 
 
 def test_wandb_without_credentials_fails_clearly(tmp_path, monkeypatch):

@@ -57,6 +57,19 @@ def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path)
     assert old == [0, 10, 20, 30]  # the earlier lines are kept, not emptied
 
 
+def test_an_unreadable_line_other_than_a_cut_last_one_is_named(tmp_path, caplog):
+    """A kill cuts at most the last line (no newline): skipped in silence. Any other unreadable
+    line is damage: skipped, and the warning names its number."""
+    good = [json.dumps({"step": s, "train/loss": 1.0}) for s in range(3)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join([good[0], "{oops", *good[1:]]) + "\n{")
+    with caplog.at_level(logging.WARNING):
+        assert [r["step"] for r in R.read_metrics(tmp_path)] == [0, 1, 2]
+    assert R.metrics_lines(tmp_path)[1] == [2]
+    assert caplog.messages == [f"{tmp_path / 'metrics.jsonl'}: unreadable line(s) [2] skipped"]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(good) + '\n{"step": 3')
+    assert R.metrics_lines(tmp_path) == ([json.loads(g) for g in good], [])
+
+
 def test_wandb_auto_is_offline_without_credentials_with_a_warning(monkeypatch, tmp_path, caplog):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

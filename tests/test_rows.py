@@ -71,7 +71,8 @@ def test_wandb_row_has_the_same_columns_as_the_directory_row(fake_sweep):
     res = load_results(fake_sweep)
     for _, row in res.runs.iterrows():
         config, wb_summary = _as_wandb(fake_sweep / row["run_id"])
-        state = {"diverged": "finished", "failed": "crashed"}.get(row["status"], row["status"])
+        crashed = {"diverged": "finished", "failed": "crashed", "interrupted": "crashed"}
+        state = crashed.get(row["status"], row["status"])
         wb = wandb_row(config, wb_summary, state, name=row["name"], group="sw")
         assert list(wb) == RUN_COLUMNS
         for col in [
@@ -122,7 +123,7 @@ def test_wandb_row_from_metrics_only():
     assert row["test_loss_at_best"] == 4.25 and row["init_self_logit"] == 0.5
     assert row["status"] == "failed"  # crashed in W&B
     stale = wandb_row(config, {**summary, "status": "running"}, "finished")
-    assert stale["status"] == "failed"  # stopped without recording an end
+    assert stale["status"] == "interrupted"  # stopped without recording an end: killed
     live = wandb_row(config, {**summary, "status": "running"}, "running")
     assert live["status"] == "running"
     assert row["final_val_loss"] == 4.2 and row["test_loss"] == 4.3 and row["step"] == 2000

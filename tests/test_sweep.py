@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import QUICK, TINY_SWEEP_OVERRIDES, run_cli
+from conftest import BYTE_RUN, QUICK, TINY_SWEEP_OVERRIDES, at_step, run_cli
 from filelock import FileLock
 
 from tiedvsuntied.analysis.load import load_results
@@ -61,15 +61,20 @@ def test_plan_lists_each_job_with_its_run_status_and_the_cost_of_the_rest(tiny_s
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == f"Sweep tiny: {tiny_sweep.resolve()}"
-    jobs = [line.split() for line in lines[2:-1]]
+    end = next(i for i, line in enumerate(lines) if line.startswith("6 jobs; left: "))
+    jobs = [line.split() for line in lines[2:end]]
+    # each job's warnings, as its run will log them: 0.036 is d^-0.5 at d = 768, not at nano's
+    warned = [line.split(":")[0] for line in lines[end + 1 :]]
+    assert warned == [f"job {job[0]}" for job in jobs if job[-1].endswith("init_std=0.036")]
+    assert all("init_std=0.036" in line for line in lines[end + 1 :])
     assert [int(job[0]) for job in jobs] == list(range(6))
     finished = {job[1] for job in jobs if job[2] == "finished"}
     assert finished == {p.name for p in tiny_sweep.iterdir() if (p / "summary.json").is_file()}
     assert {job[3] for job in jobs if job[2] == "finished"} == {"12/12"}
     pending = [job for job in jobs if job[2] == "pending"]
     assert [job[-1] for job in pending] == ["init_std=0.5"] * 2 and pending[0][3] == "0/12"
-    assert lines[-1].startswith("6 jobs; left: 2 run(s) not done: ")
-    assert "nano" in lines[-1] and "s/step" in lines[-1] and "unknown" not in lines[-1]
+    assert lines[end].startswith("6 jobs; left: 2 run(s) not done: ")
+    assert "nano" in lines[end] and "s/step" in lines[end] and "unknown" not in lines[end]
     # A bad value is refused by the plan as by the multirun, in one line.
     bad = sweep_cli(["plan", *args[:-2], "init_std=1.0,-1", args[-1]], cwd=tmp_path)
     assert bad.returncode == 2
@@ -135,3 +140,50 @@ def test_each_job_is_composed_as_hydra_composes_it():
         hydras = [jobs.without_hydra(c) for c in hydras]  # as Hydra's run_job gives the task
     assert len(todo) == 48
     assert [OmegaConf.to_container(c) for c in fast] == [OmegaConf.to_container(c) for c in hydras]
+
+
+@pytest.mark.slow
+def test_status_from_the_folder_alone_counts_the_jobs_not_begun_and_their_eta(tmp_path):
+    """A sweep of three seeds killed in its second job (the first was run before, alone): the
+    folder alone gives the three runs (one finished, one interrupted, one pending: the multirun
+    recorded its jobs as it started), all their steps and an ETA from the finished run."""
+    args = [*BYTE_RUN, "trainer.max_steps=6", "trainer.eval_interval=3", "wandb.mode=disabled"]
+    args += [f"results_dir={tmp_path / 'r'}", "sweep=s"]
+    assert run_cli([*args, "seed=0"], cwd=tmp_path).returncode == 0
+    killed = run_cli(["-m", *args, "seed=0,1,2"], cwd=tmp_path, env_extra=at_step(3, "SIGKILL"))
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    proc = sweep_cli(["status", str(tmp_path / "r" / "s")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[1] == "3 runs: 1 finished, 1 interrupted, 1 pending"
+    assert lines[2].startswith("steps: ") and " of 18 (" in lines[2]
+    assert lines[3].startswith("ETA: ") and "unknown" not in lines[3], lines
+    assert "2 run(s) not done" in lines[3]
+
+
+@pytest.mark.slow
+def test_check_and_status_name_every_damaged_run_one_line_each(tiny_sweep, tmp_path):
+    """A copy of the finished sweep, each run damaged one way (a metrics file's last line cut by
+    a kill is not damage): ``check`` names each, exit code 1; ``status`` names them too."""
+    sweep = shutil.copytree(tiny_sweep, tmp_path / "tiny")
+    a, b, c, d = sorted(p for p in sweep.iterdir() if (p / "summary.json").is_file())
+    (a / "config.yaml").unlink()
+    (b / "summary.json").write_text("{")
+    lines = (c / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (c / "metrics.jsonl").write_text("".join([*lines[:2], "not json\n", *lines[2:]]))
+    (d / "checkpoints" / "model.pt").unlink()
+    with open(d / "metrics.jsonl", "a") as f:
+        f.write('{"step": 13, "train/lo')  # cut by a kill: tolerated
+    expected = [
+        f"damaged: {a.name}: config.yaml missing",
+        f"damaged: {b.name}: summary.json unreadable",
+        f"damaged: {c.name}: metrics.jsonl: 1 unreadable line(s) (3)",
+        f"damaged: {d.name}: finished, but checkpoints/model.pt is missing",
+    ]
+    proc = sweep_cli(["check", str(sweep)], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == expected
+    status = sweep_cli(["status", str(sweep)], cwd=tmp_path)
+    assert status.returncode == 0 and status.stdout.splitlines()[-4:] == expected
+    sound = sweep_cli(["check", str(tiny_sweep)], cwd=tmp_path)
+    assert (sound.returncode, sound.stdout) == (0, f"no damaged run in {tiny_sweep}\n")

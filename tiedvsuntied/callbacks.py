@@ -40,18 +40,22 @@ def refusing() -> Iterator[None]:
 
 class Check(Callback):
     """A single run's job, or every job of a multirun as its launcher will compose it, checked
-    before the first starts (``checked``: the file checks once, no device claimed); each job
-    then makes its own, which claims its device and logs its notes to the job's log."""
+    before the first starts (``checked``: the file checks once, no device claimed) and recorded
+    in its sweep's ``planned.json``; each job then makes its own check, which claims its device
+    and logs its notes to the job's log."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():
             overrides = list(config.hydra.overrides.task)
-            jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+            plan = jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+            jobs.check_sweeps_writable([plan])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         loader = GlobalHydra.instance().config_loader()
         with refusing():
-            jobs.check_jobs(loader, config, jobs.expand(loader, config))
+            plans = jobs.check_jobs(loader, config, todo := jobs.expand(loader, config))
+            jobs.check_sweeps_writable(plans)
+            jobs.record_planned(todo, plans)  # so that `sweep status DIR` counts the pending
 
 
 class SweepTable(Callback):

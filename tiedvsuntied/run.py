@@ -10,8 +10,10 @@ code 130) and a rerun resumes. Nothing here imports torch or pandas until a job 
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import hydra
@@ -26,12 +28,28 @@ from tiedvsuntied.sweep import jobs
 jobs.register_schema()
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
 
 
 def interrupted(step: int | None) -> NoReturn:
     at = f" at step {step}" if step is not None else ""
     print(f"interrupted{at}: rerun the same command to resume", file=sys.stderr, flush=True)
     raise SystemExit(INTERRUPTED) from None
+
+
+def unwritable(error: OSError) -> NoReturn:
+    """A run whose folder stopped taking writes: one line naming the folder, no traceback and
+    no sweep table; the next jobs would meet the same folder, so the command ends here."""
+    path = Path(error.filename or "?")
+    folder = path.parent if path.name.startswith(".") else path  # a temporary file: its folder
+    print(
+        f"error: {folder} cannot be written ({error.strerror}): the run stopped; make it "
+        "writable and rerun the command to resume",
+        file=sys.stderr,
+        flush=True,
+    )
+    callbacks.SweepTable.shown = True
+    raise SystemExit(1) from None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -52,6 +70,10 @@ def main(cfg: DictConfig) -> float | None:
         callbacks.refuse(e)  # another tokenizer: raised before the run is made
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
         interrupted(getattr(e, "step", None))  # None: before the run began
+    except OSError as e:  # the results folder stopped taking writes (read-only, full)
+        if e.errno not in UNWRITABLE:
+            raise
+        unwritable(e)
     if summary is not None and (summary.error or "").startswith("interrupted"):
         interrupted(summary.step)
     return summary.final_val_loss if summary else None  # for sweepers that optimise

@@ -1,15 +1,19 @@
 """A test's moment inside a command it starts, exactly: with this folder on ``PYTHONPATH`` and
 ``TVU_TEST_AT="STEP ACTION"`` in the environment, a process that trains does ACTION right after
 it logs the training loss of step STEP: sends itself a signal (``SIGKILL`` as ``kill -9``,
-``SIGINT`` as Ctrl-C, ``SIGUSR2`` as SLURM's time-limit warning) or deletes a folder
-(``rm:PATH``). A tiny run is over before a test polling from outside could act; this acts at
-the same step whatever the machine's load. Python imports ``sitecustomize`` at start-up."""
+``SIGINT`` as Ctrl-C, ``SIGUSR2`` as SLURM's time-limit warning), deletes a folder
+(``rm:PATH``) or makes one read-only in place (``ro:PATH``: a read-only bind mount of the folder
+over itself; the files the process holds open stay writable, as on a disk remounted read-only
+under it; the test unmounts it). A tiny run is over before a test polling from outside could
+act; this acts at the same step whatever the machine's load. Python imports ``sitecustomize``
+at start-up."""
 
 import os
 
 if os.environ.get("TVU_TEST_AT"):
     import shutil
     import signal
+    import subprocess
 
     from tiedvsuntied.results.metrics_log import MetricsLog
 
@@ -21,6 +25,10 @@ if os.environ.get("TVU_TEST_AT"):
         if int(step) == int(AT) and "train/loss" in metrics:
             if ACTION.startswith("rm:"):
                 shutil.rmtree(ACTION.removeprefix("rm:"))
+            elif ACTION.startswith("ro:"):
+                folder = ACTION.removeprefix("ro:")
+                subprocess.run(["mount", "--bind", folder, folder], check=True)
+                subprocess.run(["mount", "-o", "remount,bind,ro", folder], check=True)
             else:
                 os.kill(os.getpid(), getattr(signal, ACTION))
 

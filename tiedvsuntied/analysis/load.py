@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis import rows
-from tiedvsuntied.results import bundles, records
+from tiedvsuntied.results import bundles, records, state
 
 
 class ResultsError(ValueError):
@@ -167,8 +167,8 @@ def _load_run_dir(
     """(runs-table row, config, history) of one run directory."""
     summary, config = records.read_summary(run_dir), records.read_config(run_dir)
     metrics = run_dir / "metrics.jsonl"
-    if summary:
-        s = summary.to_dict()
+    if summary:  # the status every tool reports (a killed run is not running)
+        s = summary.to_dict() | {"status": state.run_status(summary, run_dir)}
     else:
         missing = "summary.json missing or unreadable; status from index.json or unknown"
         gone = "listed in index.json but the directory does not exist"
@@ -178,8 +178,11 @@ def _load_run_dir(
         s = {"run_id": run_dir.name, "name": name, "sweep": run_dir.parent.name, "status": status}
     if metrics.exists() and metrics.stat().st_size and not metrics.read_bytes().endswith(b"\n"):
         notes.append(f"{metrics}: skipped unparsable last line (still being written?)")
+    lines, bad = records.metrics_lines(run_dir)
+    if bad:
+        notes.append(f"{metrics}: skipped {len(bad)} unreadable line(s): {bad[:10]}")
     row = {**rows.run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
-    return row, config, rows.history_from_records(records.read_metrics(run_dir))
+    return row, config, rows.history_from_records(lines)
 
 
 def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -> Results:
@@ -194,7 +197,10 @@ def _assemble(loaded: list[tuple[dict, dict, pd.DataFrame]], notes: list[str]) -
         ["sweep", "model", "init_std", "tie", "seed", "run_id"], na_position="last", kind="stable"
     ).reset_index(drop=True)
     history = _history_frame([(r, h) for r, _, h in loaded])
-    return Results(runs, history, notes + check_consistency(runs))
+    gpu = any(
+        str((c.get("derived") or {}).get("device", "")).startswith("cuda") for _, c, _ in loaded
+    )
+    return Results(runs, history, notes + check_consistency(runs, gpu=gpu))
 
 
 def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
@@ -219,8 +225,10 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
 
 
-def check_consistency(runs: pd.DataFrame) -> list[str]:
-    """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs."""
+def check_consistency(runs: pd.DataFrame, gpu: bool = True) -> list[str]:
+    """Human-readable warnings about a runs table: mixed data or vocab sizes, unfinished runs;
+    different MFU peaks only where a run trained on a GPU (``gpu``: a CPU's measured peak is noise
+    of no use, and its MFU is not what the study reads)."""
     notes = []
     for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
         by_value = runs.groupby(col)["sweep"].agg(["size", lambda s: ", ".join(sorted(set(s)))])
@@ -231,7 +239,7 @@ def check_consistency(runs: pd.DataFrame) -> list[str]:
                 f"{'; '.join(parts)}. Losses are only comparable within one {col}: "
                 f"filter with runs[runs.{col} == ...]"
             )
-    if runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
+    if gpu and runs["peak_tflops"].nunique() > 1:  # train/mfu is relative to each run's own peak
         notes.append(
             f"runs used {runs['peak_tflops'].nunique()} different MFU peaks (peak_tflops): "
             "compare train/mfu only within one peak, or pin it with trainer.peak_tflops"

@@ -279,8 +279,8 @@ _WANDB_STATES, _WANDB_FAILED = ("running", "finished"), ("crashed", "failed", "k
 
 def wandb_run_row(run: Any) -> dict[str, Any]:
     """One runs-table row from a W&B run (of ``wandb.Api().runs``): the summary.json values the
-    trainer mirrors (dicts as "params/total"), gaps filled from the last metrics. Crashed, or
-    "running" after W&B saw it stop: failed."""
+    trainer mirrors (dicts as "params/total"), gaps filled from the last metrics. Crashed: failed;
+    "running" after W&B saw it stop: interrupted, as the run's folder says (results.state)."""
     summary = dict(run.summary)
     run_id = summary.get("run_id") or run.id
     values = {"run_id": run_id, "name": run.name, "sweep": run.group, "wandb_run_id": run_id}
@@ -304,5 +304,5 @@ def wandb_run_row(run: Any) -> dict[str, Any]:
     if not values.get("status"):
         values["status"] = wb_state or "unknown"
     elif values["status"] == "running" and wb_state in ("failed", "finished"):
-        values["status"] = "failed"  # W&B says it stopped, but it never recorded an end: it died
+        values["status"] = "interrupted"  # W&B saw it stop, it recorded no end: killed (resumes)
     return run_row(values, dict(run.config), source=run.url or f"wandb:{run_id}")

@@ -118,7 +118,8 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     seeds = table["n_seeds"]
     below = seeds.min() < MIN_INTERVAL_SEEDS
     fig.captions.append(
-        f"tied − untied, paired by seed: mean and {CONFIDENCE:.0%} t-interval over "
+        "sign: tied − untied (> 0: tying costs), paired by seed: mean and "
+        f"{CONFIDENCE:.0%} t-interval over "
         f"n = {style.span(seeds)} seed{'' if seeds.max() == 1 else 's'} per cell"
         + (f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)" if below else "")
         + "; beside it both arms' mean test loss (nats); "
@@ -166,13 +167,20 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
     ax.set_ylabel("validation loss (nats)")
 
 
+def _reversed(row: pd.Series) -> pd.Series:
+    """A paired difference a − b as b − a: the mean, its interval's ends and each seed's."""
+    flipped = {"diff": -row["diff"], "low": -row["high"], "high": -row["low"]}
+    return pd.Series({**row, **flipped, "seed_diffs": [-d for d in row["seed_diffs"]]})
+
+
 def _arm_differences(fig: Figure, ax, cell: pd.DataFrame, colors: dict, ref: str) -> None:
-    """Test loss of the final weights, arm − the reference arm, one column per arm."""
-    table = arms_table(cell, ("final",))
+    """Test loss of the final weights, the tied reference − each arm, one column per arm: the
+    sign of figure 6 (tied − untied, > 0: tying costs), so the untied arm is figure 6's point."""
+    table = arms_table(cell, ("final",))  # arm − reference, as analysis.arms pairs them
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     shown = table.set_index("arm").reindex([a for a in colors if a != ref])
     for x, row in shown.dropna(subset=["diff"]).reset_index().iterrows():
-        _difference(ax, x, row, color=colors[row["arm"]])
+        _difference(ax, x, _reversed(row), color=colors[row["arm"]])
         fig.flagged.append(f"{row['arm']}: {row['method']}")
     labels = [a for a in colors if a != ref and a in set(table["arm"])]
     # long names would overlap: then the colours name the arms, as in the legend
@@ -180,7 +188,11 @@ def _arm_differences(fig: Figure, ax, cell: pd.DataFrame, colors: dict, ref: str
     ax.set_xticks(range(len(labels)), ticks)
     ax.set_xlabel("arm (colour as in the legend)" if len(labels) > 4 else "")
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.set_ylabel(f"test loss, final weights: arm − {ref} (nats)")
+    ax.set_ylabel(f"test loss, final weights: {ref} − arm (nats)")
+    fig.captions.append(
+        f"sign: {ref} − arm, as tied − untied in figure 6 (> 0: the arm beats {ref}; the untied "
+        "arm's point is figure 6's tied − untied)"
+    )
     ax.grid(axis="x", visible=False)
 
 

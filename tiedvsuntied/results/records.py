@@ -8,10 +8,10 @@ The trainer writes through this module and the analysis reads through it; it imp
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -225,16 +225,33 @@ def read_index(sweep_dir: Path) -> dict[str, IndexEntry]:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The lines of ``metrics.jsonl``; a line cut short by a kill is skipped."""
-    try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
+    """The lines of ``metrics.jsonl``, an unreadable one skipped with a warning naming it, but for
+    a last line cut short by a kill (:func:`metrics_lines`), skipped in silence."""
+    out, bad = metrics_lines(run_dir)
+    if bad:
+        path = Path(run_dir) / "metrics.jsonl"
+        logging.getLogger(__name__).warning("%s: unreadable line(s) %s skipped", path, bad)
     return out
+
+
+def metrics_lines(run_dir: Path) -> tuple[list[dict], list[int]]:
+    """``metrics.jsonl``'s records, and the numbers (from 1) of its lines that cannot be read:
+    damage, but for a last line without its newline, cut short by a kill (not counted)."""
+    try:
+        text = (Path(run_dir) / "metrics.jsonl").read_text(errors="replace")
+    except OSError:
+        return [], []
+    lines, out, bad = text.splitlines(), [], []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            out.append(record)
+        elif number < len(lines) or text.endswith("\n"):
+            bad.append(number)
+    return out, bad
 
 
 def read_config(run_dir: Path) -> dict:

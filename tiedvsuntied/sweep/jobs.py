@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
@@ -154,6 +156,27 @@ def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = 
     return check_config(OmegaConf.to_object(cfg), overrides, checked)
 
 
+def check_sweeps_writable(plans: list[Any]) -> None:
+    """A sweep folder that exists must take writes for a command that trains (its runs record
+    their state there): one on a read-only disk (an archive, a mount) is refused before
+    anything starts, naming it. Not a check of the plan's: reading a sweep needs no writes."""
+    for sweep_dir in {Path(plan.cfg.results_dir) / plan.cfg.sweep for plan in plans}:
+        check_writable_folder(sweep_dir)
+
+
+def check_writable_folder(sweep_dir: Path) -> None:
+    if sweep_dir.is_dir() and not os.access(sweep_dir, os.W_OK | os.X_OK):
+        why = "a read-only file system" if read_only(sweep_dir) else "not writable"
+        raise ConfigError(
+            f"sweep folder {sweep_dir} cannot be written ({why}): make it writable, or choose "
+            "another results_dir or sweep"
+        )
+
+
+def read_only(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
 def check_booleans(cfg: DictConfig, overrides: list[str]) -> None:
     """OmegaConf reads 1/0/yes/no/on/off as booleans, which silently turns ``tie=1`` into true:
     a boolean key takes true or false (null where it may)."""
@@ -185,6 +208,23 @@ def one_line(error: BaseException) -> str:
     errors = [error, cause] if isinstance(cause, OmegaConfBaseException) else [error]
     parts = [getattr(error, "override", None), *(str(e).strip().split("\n")[0] for e in errors)]
     return ": ".join(p for p in parts if p) or type(error).__name__
+
+
+def record_planned(todo: list[Job], plans: list[Any]) -> None:
+    """Each job's run in its sweep's ``planned.json`` (results.state), as the multirun starts."""
+    from tiedvsuntied.results.state import record_planned as record
+
+    by_sweep: dict[Path, dict[str, dict]] = {}
+    for job, plan, run_id in zip(todo, plans, run_ids(plans), strict=True):
+        sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
+        by_sweep.setdefault(sweep_dir, {})[run_id] = {
+            "name": run_id.rsplit("-", 1)[0],
+            "model": plan.cfg.model.name,
+            "max_steps": plan.cfg.trainer.max_steps,
+            "overrides": list(job.overrides),
+        }
+    for sweep_dir, planned in by_sweep.items():
+        record(sweep_dir, planned)
 
 
 def run_ids(plans: list[Any]) -> list[str]:

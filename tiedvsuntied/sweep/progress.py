@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from filelock import FileLock, Timeout
 
-from tiedvsuntied.results.records import DONE, RunSummary, Status, read_index, read_summary
+from tiedvsuntied.results.records import DONE, RUN_FILES, read_index, read_summary
+from tiedvsuntied.results.state import damage, read_planned, run_status
 
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
@@ -23,32 +23,6 @@ TABLE |= {"init_val_loss": "init val", "final_val_loss": "final val", "test_loss
 MEANS = {"running": "running (another process)", "interrupted": "interrupted (a rerun resumes)"}
 
 
-def lock_held(run_dir: Path) -> bool:
-    """Whether a process is training this run now (the trainer holds ``<run>/.lock``). A free
-    lock is taken and let go at once: filelock has no way to ask without taking it."""
-    path = Path(run_dir) / ".lock"
-    if not path.exists():
-        return False
-    try:
-        with FileLock(str(path), timeout=0):
-            return False
-    except Timeout:
-        return True
-
-
-def shown_status(summary: RunSummary | None, run_dir: Path) -> str:
-    """A summary says ``running`` both while a process trains the run and after that process
-    was killed (the run's lock tells them apart); a run stopped by a signal is ``failed`` with
-    an error saying ``interrupted``."""
-    if summary is None:
-        return "pending"
-    status = Status(summary.status).value
-    killed = status == "running" and not lock_held(run_dir)
-    if killed or (status == "failed" and (summary.error or "").startswith("interrupted")):
-        return "interrupted"
-    return status
-
-
 def run_row(run_dir: Path, run_id: str | None = None) -> dict:
     """One run's row (ROW): a run not begun is ``pending`` with what is known of it."""
     summary = read_summary(run_dir)
@@ -56,16 +30,48 @@ def run_row(run_dir: Path, run_id: str | None = None) -> dict:
     if summary is not None:
         row |= {k: getattr(summary, k) for k in ROW if k != "status"}
         row["params"] = (summary.params or {}).get("total")
-    row["status"] = shown_status(summary, Path(run_dir))
+    row["status"] = run_status(summary, Path(run_dir))
     return row
 
 
 def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
-    """Every run the sweep directory knows: its index's entries and any run folder with a
-    summary (a run whose index entry was not written yet)."""
-    paths = {sweep_dir / entry.path for entry in read_index(sweep_dir).values()}
+    """Every run the sweep directory knows: its index's entries, any run folder with a summary
+    (a run whose index entry was not written yet) and the jobs its multiruns planned
+    (``planned.json``): ``pending`` until their run begins."""
+    paths = {sweep_dir / Path(entry.path).name for entry in read_index(sweep_dir).values()}
     paths |= {p.parent for p in sweep_dir.glob("*/summary.json")}
-    return pd.DataFrame([run_row(p) for p in sorted(paths)], columns=ROW)
+    rows = [run_row(p) for p in sorted(paths)]
+    known = {p.name for p in paths}
+    for run_id, job in sorted(read_planned(sweep_dir).items()):
+        if run_id not in known:
+            rows.append(
+                dict.fromkeys(ROW)
+                | {k: job.get(k) for k in ("name", "model", "max_steps")}
+                | {"run_id": run_id, "status": "pending", "step": 0}
+            )
+    return pd.DataFrame(rows, columns=ROW)
+
+
+def damaged(sweep_dir: Path) -> list[str]:
+    """One line per run of the sweep whose record is damaged (results.state.damage), naming
+    what is wrong: every run folder the index lists or that holds a run's file."""
+    index = read_index(sweep_dir)
+    folders = {sweep_dir / Path(entry.path).name: run_id for run_id, entry in index.items()}
+    folders |= {p: p.name for p in sweep_dir.iterdir() if is_run_dir(p) and p not in folders}
+    lines = []
+    for folder, run_id in sorted(folders.items()):
+        found = damage(folder) if folder.is_dir() else ["listed in index.json, folder missing"]
+        lines += [f"damaged: {run_id}: {'; '.join(found)}"] if found else []
+    return lines
+
+
+def is_run_dir(path: Path) -> bool:
+    names = (*RUN_FILES, "checkpoints")
+    return (
+        path.is_dir()
+        and not path.name.startswith((".", "_"))
+        and any((path / name).exists() for name in names)
+    )
 
 
 def runs_table(sweep_dir: Path) -> pd.DataFrame:
