@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import QUICK, REPO, compose, stop_after_checkpoint
 
-from tiedvsuntied.bench import VARIANTS, main
+from tiedvsuntied.bench import SHAPES, VARIANTS, main, model_config
 from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.trainer import train
 
@@ -71,6 +71,9 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
         (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: large, medium, micro,"),
         (["--tie", "maybe"], "error: --tie=maybe is invalid: use true, false or true,false"),
         (["--steps", "0"], "error: --steps=0: it must be >= 1"),
+        (["--rounds", "0"], "error: --rounds=0: it must be >= 1"),
+        (["--sizes", "micro:q=3"], "error: --sizes: 'micro:q=3' changes 'q=3'; valid: v=N (vocab"),
+        (["--sizes", "micro:v=big"], "error: --sizes: 'micro:v=big' changes 'v=big'; valid: v=N"),
         (["--nanogpt", "/nowhere"], "error: --nanogpt=/nowhere: no model.py there; give a"),
         (["--peak-tflops", "0"], "error: --peak-tflops=0.0: it must be > 0"),
         (["--variants", "fp64"], "error: --variants: unknown fp64; valid: baseline, fp32, bf16,"),
@@ -87,6 +90,23 @@ def test_a_command_line_the_benchmark_cannot_run_is_one_line_and_exit_2(args, sa
     out, err = capsys.readouterr()
     [line] = err.strip().splitlines()
     assert out == "" and line.startswith(said)
+
+
+def test_a_size_changes_its_presets_shape_and_the_sign_flip_set_is_the_third_editions():
+    micro = model_config("micro")
+    wide = model_config("micro:d=256:l=8:v=8192")
+    assert (wide.n_embd, wide.n_layer, wide.vocab_size) == (256, 8, 8192)
+    assert (wide.n_head, wide.block_size) == (micro.n_head, micro.block_size)  # kept
+    shapes = [model_config(size) for size in SHAPES["sign_flip"]]
+    body = {(c.n_embd, c.n_layer, c.n_head, c.block_size) for c in shapes if c.vocab_size < 8192}
+    assert body == {(micro.n_embd, micro.n_layer, micro.n_head, micro.block_size)}
+    assert sorted(c.vocab_size for c in shapes if c.n_embd == micro.n_embd) == [
+        2**k for k in range(10, 15)
+    ]  # 1k .. 16k
+    assert {(c.n_embd, c.n_layer) for c in shapes if c.n_embd != micro.n_embd} == {
+        (256, 4),
+        (256, 8),
+    }
 
 
 NANOGPT = os.environ.get("NANOGPT_DIR")  # a karpathy/nanoGPT checkout (never vendored here)
