@@ -16,7 +16,8 @@ import pytest
 import torch
 from conftest import QUICK, REPO, compose, stop_after_checkpoint
 
-from tiedvsuntied.bench import SHAPES, VARIANTS, main, model_config
+from tiedvsuntied.bench import NANOGPT as REFERENCE
+from tiedvsuntied.bench import SHAPES, VARIANTS, add_ratios, main, medians, model_config
 from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.trainer import train
 
@@ -107,6 +108,23 @@ def test_a_size_changes_its_presets_shape_and_the_sign_flip_set_is_the_third_edi
         (256, 4),
         (256, 8),
     }
+
+
+def test_the_ratio_to_nanogpt_is_taken_within_each_round_then_its_median_shown():
+    ours, theirs = VARIANTS[2], REFERENCE
+    speeds = {0: (100.0, 50.0), 1: (300.0, 100.0)}  # a slow round, then a fast one
+    rows = [
+        {"size": "micro", "tie": True, "round": r, "flops_per_token": 1.0, "tokens_per_s": speed}
+        | {"variant": v.variant, "impl": v.impl, "precision": v.precision}
+        for r, pair in speeds.items()
+        for v, speed in zip((ours, theirs), pair, strict=True)
+    ]
+    table = medians(add_ratios(rows, {"fp32": 1.0, "bf16": 1.0}))
+    row = table.set_index("variant").loc[ours.variant]
+    within = [a / b for a, b in speeds.values()]  # 2.0 and 3.0
+    assert row.vs_nanogpt == pytest.approx(sum(within) / 2)  # not 200 / 75: across rounds
+    assert row.tokens_per_s == pytest.approx(sum(a for a, _ in speeds.values()) / 2)
+    assert len(table) == 2
 
 
 NANOGPT = os.environ.get("NANOGPT_DIR")  # a karpathy/nanoGPT checkout (never vendored here)

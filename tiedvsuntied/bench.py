@@ -166,7 +166,10 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
     warmup_s, one_step_s = time.perf_counter() - t0, time.perf_counter() - last
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    timer = benchmark.Timer(
+        "step()", globals={"step": step}, num_threads=torch.get_num_threads(), timer=clock
+    )
     timed = timer.blocked_autorange(min_run_time=args.steps * one_step_s)
     peak_mem = (
         torch.cuda.max_memory_allocated()
@@ -214,6 +217,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--shapes", choices=sorted(SHAPES), help="a named set of sizes (not --sizes)")
     p.add_argument("--rounds", type=int, default=1, help="times each configuration, alternating")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="time steps by the wall clock, or by this process's CPU time (tokens per CPU-second: "
+        "steady on a machine other processes load; on CUDA it misses the GPU)",
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps per configuration (about)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (they compile)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -320,7 +330,8 @@ def main(argv=None) -> int:
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
     enable_tf32(device)  # the fp32 rows run with TF32 (measure_one): so does their peak
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter  # the steps' clock
+    peaks = {k: measure_matmul_tflops(device, dt, 1.0, clock) for k, dt in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
     peak = f"fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s"
     sheet = f": {datasheet:.1f} TFLOP/s" if datasheet else ""
@@ -338,6 +349,7 @@ def main(argv=None) -> int:
             "datasheet_bf16_tflops": datasheet,
             "datasheet_source": source,
             "steps": args.steps,
+            "clock": args.clock,
             "warmup": args.warmup,
             "rounds": args.rounds,
             "rows": json.loads(table.to_json(orient="records")),
