@@ -1,6 +1,7 @@
 """The benchmark a user reruns: real training steps in their own processes, a row per size,
 head and variant with MFU against the peak measured in the same run; a command line it cannot
-run is one line and exit code 2."""
+run is one line and exit code 2. And each run's own account of its wall time (summary.json
+``time_s``, ``tokens_per_s``), over a resume too."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import QUICK, REPO, compose, stop_after_checkpoint
 
-from tiedvsuntied.bench import VARIANTS, main
+from tiedvsuntied.bench import NANOGPT as REFERENCE
+from tiedvsuntied.bench import SHAPES, VARIANTS, add_ratios, main, medians, model_config
+from tiedvsuntied.train.clock import PARTS
+from tiedvsuntied.train.trainer import train
 
 NO_CUDA = "CUDA is not available here: use --device=cpu or auto"
 
@@ -67,6 +72,9 @@ def test_a_row_per_size_head_and_variant_with_speed_memory_and_mfu_of_this_run()
         (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: large, medium, micro,"),
         (["--tie", "maybe"], "error: --tie=maybe is invalid: use true, false or true,false"),
         (["--steps", "0"], "error: --steps=0: it must be >= 1"),
+        (["--rounds", "0"], "error: --rounds=0: it must be >= 1"),
+        (["--sizes", "micro:q=3"], "error: --sizes: 'micro:q=3' changes 'q=3'; valid: v=N (vocab"),
+        (["--sizes", "micro:v=big"], "error: --sizes: 'micro:v=big' changes 'v=big'; valid: v=N"),
         (["--nanogpt", "/nowhere"], "error: --nanogpt=/nowhere: no model.py there; give a"),
         (["--peak-tflops", "0"], "error: --peak-tflops=0.0: it must be > 0"),
         (["--variants", "fp64"], "error: --variants: unknown fp64; valid: baseline, fp32, bf16,"),
@@ -83,6 +91,40 @@ def test_a_command_line_the_benchmark_cannot_run_is_one_line_and_exit_2(args, sa
     out, err = capsys.readouterr()
     [line] = err.strip().splitlines()
     assert out == "" and line.startswith(said)
+
+
+def test_a_size_changes_its_presets_shape_and_the_sign_flip_set_is_the_third_editions():
+    micro = model_config("micro")
+    wide = model_config("micro:d=256:l=8:v=8192")
+    assert (wide.n_embd, wide.n_layer, wide.vocab_size) == (256, 8, 8192)
+    assert (wide.n_head, wide.block_size) == (micro.n_head, micro.block_size)  # kept
+    shapes = [model_config(size) for size in SHAPES["sign_flip"]]
+    body = {(c.n_embd, c.n_layer, c.n_head, c.block_size) for c in shapes if c.vocab_size < 8192}
+    assert body == {(micro.n_embd, micro.n_layer, micro.n_head, micro.block_size)}
+    assert sorted(c.vocab_size for c in shapes if c.n_embd == micro.n_embd) == [
+        2**k for k in range(10, 15)
+    ]  # 1k .. 16k
+    assert {(c.n_embd, c.n_layer) for c in shapes if c.n_embd != micro.n_embd} == {
+        (256, 4),
+        (256, 8),
+    }
+
+
+def test_the_ratio_to_nanogpt_is_taken_within_each_round_then_its_median_shown():
+    ours, theirs = VARIANTS[2], REFERENCE
+    speeds = {0: (100.0, 50.0), 1: (300.0, 100.0)}  # a slow round, then a fast one
+    rows = [
+        {"size": "micro", "tie": True, "round": r, "flops_per_token": 1.0, "tokens_per_s": speed}
+        | {"variant": v.variant, "impl": v.impl, "precision": v.precision}
+        for r, pair in speeds.items()
+        for v, speed in zip((ours, theirs), pair, strict=True)
+    ]
+    table = medians(add_ratios(rows, {"fp32": 1.0, "bf16": 1.0}))
+    row = table.set_index("variant").loc[ours.variant]
+    within = [a / b for a, b in speeds.values()]  # 2.0 and 3.0
+    assert row.vs_nanogpt == pytest.approx(sum(within) / 2)  # not 200 / 75: across rounds
+    assert row.tokens_per_s == pytest.approx(sum(a for a, _ in speeds.values()) / 2)
+    assert len(table) == 2
 
 
 NANOGPT = os.environ.get("NANOGPT_DIR")  # a karpathy/nanoGPT checkout (never vendored here)
@@ -105,3 +147,47 @@ def test_nanogpt_is_timed_beside_ours_at_the_same_shape_tied_and_untied():
         assert (r["block_size"], r["vocab_size"], r["batch_size"]) == (block, 50304, batch)
         assert r["tokens_per_s"] > 0 and 0 < r["mfu"] <= 1.5, r  # the margin: as above
     assert untied["params"] - tied["params"] == 50304 * 64  # nanoGPT's head, untied: a copy
+
+
+def _quick_run(results, *extra):
+    over = [*QUICK, f"results_dir={results}", "trainer.ckpt_interval=2", *extra]
+    return train(compose(*over), overrides=over)
+
+
+def test_a_run_records_where_its_wall_time_went(tmp_path):
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and list(s.time_s) == list(PARTS)
+    # every part happened (a checkpoint at step 2, model.pt at the end; probes at each eval)
+    assert all(seconds > 0 for seconds in s.time_s.values()), s.time_s
+    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
+    assert s.tokens_per_s > 0 and s.tokens_per_s == s.tokens / s.time_s["step"]
+
+
+def _interrupted_at_step_2(tmp_path, monkeypatch) -> Path:
+    with monkeypatch.context() as patch:
+        stop_after_checkpoint(patch, 2)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _quick_run(tmp_path)
+    [last] = tmp_path.glob("*/*/checkpoints/last.pt")
+    return last
+
+
+def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
+    last = _interrupted_at_step_2(tmp_path, monkeypatch)
+    before = torch.load(last, weights_only=True)["train_state"]["time_s"]
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    # steps 3 and 4 of this process on top of steps 1 and 2 of the first
+    assert s.time_s["step"] > before["step"] > 0 and s.step == 4
+    assert s.tokens_per_s == s.tokens / s.time_s["step"]
+    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
+
+
+def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):
+    last = _interrupted_at_step_2(tmp_path, monkeypatch)
+    ckpt = torch.load(last, weights_only=True)
+    del ckpt["train_state"]["time_s"]  # as the code before this field wrote it
+    torch.save(ckpt, last)
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0

@@ -2,6 +2,8 @@
 
     python -m tiedvsuntied.bench --sizes micro,mini --steps 10 [--device cuda] [--json]
     python -m tiedvsuntied.bench --device cuda --sizes small --nanogpt ../nanoGPT
+    python -m tiedvsuntied.bench --shapes sign_flip --variants bf16-compiled,nanogpt \
+        --nanogpt ../nanoGPT --rounds 2
 
 Times full training steps (forward, backward, clip, AdamW) of the trainer's own pieces, tied
 and untied, fp32 and bf16, eager and compiled, against a baseline (eager fp32, full-logit
@@ -12,6 +14,11 @@ timed by ``torch.utils.benchmark.Timer.blocked_autorange`` (the median step of i
 On CUDA, MFU is also given against the GPU's datasheet dense bf16 peak (``--peak-tflops``, or
 looked up from the name the GPU reports). ``--nanogpt PATH`` adds nanoGPT's model.py at the same
 shape and batch, at its own best setting (tiedvsuntied/reference.py), tied and untied.
+
+A size may change the preset's shape: ``micro:v=4096`` (the vocabulary; default GPT-2's),
+``micro:d=256:l=8:v=8192`` (``d`` n_embd, ``l`` n_layer, ``h`` n_head); ``--shapes NAME`` times
+a named set (SHAPES). ``--rounds N`` times every configuration N times, in alternating order:
+the ratios to nanoGPT are taken within each round (neighbours in time) and their median shown.
 """
 
 from __future__ import annotations
@@ -64,17 +71,36 @@ VARIANTS = [
     Variant("bf16-compiled-full", "bf16 compiled, full-logit CE", "bf16", True, 0),
 ]
 KEYS = [v.key for v in [*VARIANTS, NANOGPT]]  # what --variants takes
+# --shapes: named sets of sizes. sign_flip: the third edition's ladder (the micro body at V from
+# 1k to 16k, and wider bodies at V = 8192; experiments/sign_flip, conf/experiment/sign_flip*)
+SHAPES = {
+    "sign_flip": [
+        *(f"micro:v={v}" for v in (1024, 2048, 4096, 8192, 16384)),
+        "micro:d=256:l=4:v=8192",
+        "micro:d=256:l=8:v=8192",
+    ],
+}
+SHAPE_KEYS = {"v": "vocab_size", "d": "n_embd", "l": "n_layer", "h": "n_head"}
 
 
 def model_config(size: str, block_size: int = 0):
-    """conf/model/<size>.yaml as a ModelConfig at GPT-2's vocabulary (ValueError naming sizes)."""
+    """conf/model/<name>.yaml as a ModelConfig, at GPT-2's vocabulary unless ``size`` changes
+    it (``name:v=4096:d=256``): a ValueError naming the valid names or keys."""
     from tiedvsuntied.model.config import ModelConfig
 
+    name, *changes = size.split(":")
     found = presets("model")
-    if size not in found:
-        raise ValueError(f"--sizes: unknown size {size!r}; valid: {', '.join(found)}")
-    cfg = ModelConfig(**found[size])
-    return dataclasses.replace(cfg, vocab_size=VOCAB_SIZE, block_size=block_size or cfg.block_size)
+    if name not in found:
+        raise ValueError(f"--sizes: unknown size {name!r}; valid: {', '.join(found)}")
+    shape = {**found[name], "vocab_size": VOCAB_SIZE, "block_size": block_size}
+    for change in changes:
+        key, _, value = change.partition("=")
+        if key not in SHAPE_KEYS or not value.isdigit():
+            keys = ", ".join(f"{k}=N ({v})" for k, v in SHAPE_KEYS.items())
+            raise ValueError(f"--sizes: {size!r} changes {change!r}; valid: {keys}")
+        shape[SHAPE_KEYS[key]] = int(value)
+    shape["block_size"] = shape["block_size"] or found[name]["block_size"]
+    return ModelConfig(**shape)
 
 
 def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, device):
@@ -96,12 +122,13 @@ def build(size: str, tie: bool, variant: Variant, args: argparse.Namespace, devi
         model, optimizer, batches = reference.nanogpt(
             args.nanogpt, config, tie, args.batch_size, device
         )
-        config = dataclasses.replace(config, vocab_size=reference.NANOGPT_VOCAB)
+        config = dataclasses.replace(config, vocab_size=reference.padded(config.vocab_size))
         kwargs = {}
     else:
         model = GPT(config, tie=tie, seed=0).to(device)
         optimizer = build_optimizer(model, OptimConfig())
-        tokens = np.random.default_rng(0).integers(0, VOCAB_SIZE, size=200_000).astype(np.uint16)
+        tokens = np.random.default_rng(0).integers(0, config.vocab_size, size=200_000)
+        tokens = tokens.astype(np.uint16 if config.vocab_size <= 2**16 else np.uint32)
         sampler = BatchSampler(tokens, config.block_size, args.batch_size, seed=0)
         batches = map(sampler.get, itertools.count())  # the trainer's sampler, in the step
         kwargs = {"loss_chunk": variant.loss_chunk, "return_logits": False}
@@ -139,7 +166,10 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
     warmup_s, one_step_s = time.perf_counter() - t0, time.perf_counter() - last
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    timer = benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    timer = benchmark.Timer(
+        "step()", globals={"step": step}, num_threads=torch.get_num_threads(), timer=clock
+    )
     timed = timer.blocked_autorange(min_run_time=args.steps * one_step_s)
     peak_mem = (
         torch.cuda.max_memory_allocated()
@@ -182,7 +212,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--sizes", default="micro,mini", help="comma-separated, of conf/model/*.yaml")
+    p.add_argument(
+        "--sizes", default="micro,mini", help="comma-separated, of conf/model/*.yaml (:v=N ...)"
+    )
+    p.add_argument("--shapes", choices=sorted(SHAPES), help="a named set of sizes (not --sizes)")
+    p.add_argument("--rounds", type=int, default=1, help="times each configuration, alternating")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="time steps by the wall clock, or by this process's CPU time (tokens per CPU-second: "
+        "steady on a machine other processes load; on CUDA it misses the GPU)",
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps per configuration (about)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (they compile)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -204,7 +245,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Va
     from tiedvsuntied.reference import load_nanogpt
     from tiedvsuntied.train.hardware import resolve_device
 
-    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    sizes = SHAPES[args.shapes] if args.shapes else [s.strip() for s in args.sizes.split(",")]
+    sizes = [s for s in sizes if s]
     if not sizes:
         raise ValueError("--sizes is empty: name one or more of conf/model/*.yaml")
     for size in sizes:
@@ -212,7 +254,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[bool], list[Va
     heads = [t.strip().lower() for t in args.tie.split(",")]
     if not set(heads) <= {"true", "false"}:
         raise ValueError(f"--tie={args.tie} is invalid: use true, false or true,false")
-    for key in ("steps", "warmup", "batch_size"):
+    for key in ("steps", "warmup", "batch_size", "rounds"):
         if getattr(args, key) < 1:
             raise ValueError(f"--{key.replace('_', '-')}={getattr(args, key)}: it must be >= 1")
     try:
@@ -251,7 +293,7 @@ def add_ratios(rows: list[dict], peaks: dict, datasheet: float | None = None):
         table["mfu"] = achieved / (table.precision.map(peaks) * 1e12)
         bf16 = table.precision == "bf16"
         table["mfu_datasheet"] = (achieved / (datasheet * 1e12)).where(bf16) if datasheet else None
-        by_model = table.set_index(["size", "tie"])
+        by_model = table.set_index(["size", "tie", "round"])  # ratios within a round
         baseline = by_model[by_model.variant == VARIANTS[0].variant].tokens_per_s
         table["speedup_vs_baseline"] = table.tokens_per_s / by_model.index.map(baseline)
         nanogpt = by_model[by_model.impl == "nanogpt"].tokens_per_s
@@ -288,16 +330,18 @@ def main(argv=None) -> int:
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
     enable_tf32(device)  # the fp32 rows run with TF32 (measure_one): so does their peak
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    peaks = {k: measure_matmul_tflops(device, dtype, seconds=1.0) for k, dtype in dtypes.items()}
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter  # the steps' clock
+    peaks = {k: measure_matmul_tflops(device, dt, 1.0, clock) for k, dt in dtypes.items()}
     datasheet, source = datasheet_peak(device, args.peak_tflops)
     peak = f"fp32 {peaks['fp32']:.3f} TFLOP/s, bf16 {peaks['bf16']:.3f} TFLOP/s"
     sheet = f": {datasheet:.1f} TFLOP/s" if datasheet else ""
     print(f"matmul peak measured on this machine: {peak}; {source}{sheet}", file=out, flush=True)
     rows = []
-    for size, tie, variant in itertools.product(sizes, heads, timed):
-        rows.append(row := run_isolated(size, tie, variant, args))
-        speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
-        print(f"  {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
+    for r, (size, tie) in itertools.product(range(args.rounds), itertools.product(sizes, heads)):
+        for variant in timed[:: -1 if r % 2 else 1]:  # alternating: neither always goes first
+            rows.append(row := {**run_isolated(size, tie, variant, args), "round": r})
+            speed = row.get("error") or f"{row['tokens_per_s']:>10,.0f} tok/s"
+            print(f"  {r} {size} tie={str(tie).lower():5s} {variant.variant:44s} {speed}", file=out)
     table = add_ratios(rows, peaks, datasheet)
     if args.json:
         result = {
@@ -305,13 +349,26 @@ def main(argv=None) -> int:
             "datasheet_bf16_tflops": datasheet,
             "datasheet_source": source,
             "steps": args.steps,
+            "clock": args.clock,
             "warmup": args.warmup,
+            "rounds": args.rounds,
             "rows": json.loads(table.to_json(orient="records")),
         }
         print(json.dumps(result, indent=2))
     else:
-        print("\n" + format_table(table, peaks, datasheet))
+        print("\n" + format_table(medians(table), peaks, datasheet))
     return 1 if "error" in table and table["error"].notna().any() else 0
+
+
+def medians(table):
+    """One row per size, head and variant: the median over rounds of each number (of a ratio,
+    the median of its rounds' ratios); a configuration that failed in a round keeps its error."""
+    if "tokens_per_s" not in table or table["round"].nunique() == 1:
+        return table
+    keys = ["size", "tie", "variant"]
+    numbers = table.select_dtypes("number").columns.drop("round")
+    out = table.groupby(keys, sort=False)[list(numbers)].median().reset_index()
+    return out.merge(table.drop_duplicates(keys).drop(columns=list(numbers)), on=keys)
 
 
 def format_table(table, peaks: dict, datasheet: float | None = None) -> str:

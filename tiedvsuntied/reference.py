@@ -2,8 +2,9 @@
 PATH``): loaded from a karpathy/nanoGPT checkout, never vendored, and timed like our model (the
 same shape, batch and random tokens) at nanoGPT's own best setting (bf16 autocast,
 ``torch.compile``, fused AdamW on CUDA, SDPA's flash attention, no biases, its vocabulary padded
-to 50,304). nanoGPT always ties ``lm_head`` to ``wte``; its untied arm gives the head a copy of
-the matrix, so the two arms differ as ours do: one V x d matrix and its optimizer state."""
+to a multiple of 64: 50,304 for GPT-2's). nanoGPT always ties ``lm_head`` to ``wte``; its untied
+arm gives the head a copy of the matrix, so the two arms differ as ours do: one V x d matrix and
+its optimizer state."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import itertools
 import sys
 from pathlib import Path
 
-NANOGPT_VOCAB = 50304  # nanoGPT's train.py: GPT-2's 50,257 padded to a multiple of 64
+
+def padded(vocab_size: int) -> int:
+    """nanoGPT's vocabulary for ours: padded to a multiple of 64 (train.py: 50,257 -> 50,304)."""
+    return -(-vocab_size // 64) * 64
 
 
 def load_nanogpt(path: str):
@@ -43,7 +47,8 @@ def nanogpt(path: str, config, tie: bool, batch_size: int, device):
 
     module = load_nanogpt(path)
     shape = {k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
-    model = module.GPT(module.GPTConfig(**shape, vocab_size=NANOGPT_VOCAB, dropout=0.0, bias=False))
+    vocab = padded(config.vocab_size)
+    model = module.GPT(module.GPTConfig(**shape, vocab_size=vocab, dropout=0.0, bias=False))
     if not tie:
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     model = model.to(device)
@@ -52,6 +57,6 @@ def nanogpt(path: str, config, tie: bool, batch_size: int, device):
     )
     generator = torch.Generator().manual_seed(0)
     tokens = functools.partial(
-        torch.randint, 0, NANOGPT_VOCAB, (batch_size, config.block_size), generator=generator
+        torch.randint, 0, vocab, (batch_size, config.block_size), generator=generator
     )
     return model, optimizer, ((tokens(), tokens()) for _ in itertools.count())

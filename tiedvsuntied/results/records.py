@@ -121,7 +121,9 @@ class RunSummary:
     compiled: bool | None = None
     started_at: str = field(default_factory=now)
     updated_at: str = field(default_factory=now)
-    wall_time_s: float | None = None
+    wall_time_s: float | None = None  # over the run's processes: the sum of time_s
+    tokens_per_s: float | None = None  # tokens / time_s["step"]: the run's own throughput
+    time_s: dict | None = None  # seconds of wall time per part (train/clock.PARTS)
 
     def to_dict(self) -> dict:
         return jsonable({**dataclasses.asdict(self), "status": Status(self.status)})

@@ -20,7 +20,7 @@ import os
 import pickle
 import textwrap
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -50,6 +50,7 @@ class TrainState:
     best_step: int | None = None
     last_val_loss: float | None = None
     clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
+    time_s: dict = field(default_factory=dict)  # seconds per part of train/clock.PARTS
 
 
 class CheckpointMismatch(ConfigError):

@@ -72,10 +72,12 @@ def validate(run: Run, first: bool = False) -> float:
     if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
         state.best_val_loss, state.best_step = loss, state.step
         if trainer.test_eval:
-            run.checkpoints.save_best(state.step, run.model)
-    scalars, arrays = probe(run.model, run.freq)
-    if run.start_rows is not None:
-        scalars.update(drift(run.model, run.start_rows, run.freq))
+            with run.clock(state, "checkpoint"):
+                run.checkpoints.save_best(state.step, run.model)
+    with run.clock(state, "probes"):
+        scalars, arrays = probe(run.model, run.freq)
+        if run.start_rows is not None:
+            scalars.update(drift(run.model, run.start_rows, run.freq))
     if run.retain is not None:  # the start's own validation split
         scalars["retain/loss"] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
     save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)

@@ -9,6 +9,7 @@ import functools
 import os
 import re
 import tempfile
+import time
 
 import torch
 from filelock import FileLock, Timeout
@@ -67,13 +68,17 @@ def resolve_precision(p: Precision, device: torch.device) -> Precision:
     return Precision.bf16 if fast else Precision.fp32
 
 
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.5) -> float:
+def measure_matmul_tflops(
+    device: torch.device, dtype: torch.dtype, seconds: float = 0.5, clock=time.perf_counter
+) -> float:
     """This machine's dense matmul throughput for ``dtype``: the MFU denominator. Timed by
     ``torch.utils.benchmark`` (which synchronises CUDA) with the threads training uses, on
-    matrices of side 8192 on a GPU (2048 leaves an H100's units partly idle), else 2048."""
+    matrices of side 8192 on a GPU (2048 leaves an H100's units partly idle), else 2048.
+    ``clock=time.process_time``: per CPU-second (the bench's --clock cpu)."""
     from torch.utils import benchmark
 
     n = 8192 if device.type == "cuda" else 2048
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    threads = torch.get_num_threads()
+    timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads, timer=clock)
     return 2 * n**3 / timer.blocked_autorange(min_run_time=seconds).median / 1e12

@@ -24,6 +24,7 @@ from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import RunSummary, find_run_dir
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
+from tiedvsuntied.train.clock import Clock
 from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
 from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_precision
@@ -84,6 +85,7 @@ class Run:
     eval_model: torch.nn.Module | None = None  # compiled or not, never wrapped (rank 0 alone)
     metrics: MetricsLog | None = None
     bar: object = None
+    clock: Clock = dataclasses.field(default_factory=Clock)  # where the wall time goes
 
 
 def build_model(plan: RunPlan, vocab_size: int) -> GPT:

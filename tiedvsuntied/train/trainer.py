@@ -41,6 +41,7 @@ from tiedvsuntied.results.records import (
 )
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
+from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budget, resolved_config
 from tiedvsuntied.train.evaluation import four_decimals, test, validate
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
@@ -122,9 +123,10 @@ def train_and_record(
     """Rank 0: set the run up (a checkpoint that does not fit the code stops it here, before
     any file is changed), write config.yaml, then loop and finish; the status is recorded
     whatever happens, and the metrics log and W&B are always closed."""
-    t0, run = time.time(), None
+    t0, run = time.perf_counter(), None
     try:
         run = build_run(plan, data, record, run_dir)
+        run.clock.since = t0  # the set-up counts as "other"
         config = {**resolved_config(run.cfg), "derived": asdict(run.derived)}
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
         np.save(run_dir / "token_freq.npy", run.freq)
@@ -139,7 +141,7 @@ def train_and_record(
                 record.status, record.error = Status.diverged, str(e)
                 record.diverged_at_step = run.state.step
                 log.warning("[%s] diverged: %s", record.name, e)
-            record.wall_time_s = time.time() - t0
+            record.wall_time_s = sum(run.clock.flush(run.state).values())
             run.metrics.failed = False
             run.metrics.wandb_summary(summary(run).to_dict())
         return summary(run)
@@ -183,6 +185,8 @@ def summary(run: Run) -> RunSummary:
             "clip_frac": s.clipped_steps / s.step if s.step else None,
             **regime(d.params, s.tokens, d.bytes_per_token),
             **bpb(run.record.heldout or {}),
+            "tokens_per_s": s.tokens / s.time_s["step"] if s.time_s.get("step") else None,
+            "time_s": {part: s.time_s.get(part, 0.0) for part in PARTS},
         },
     )
 
@@ -209,12 +213,15 @@ def bpb(heldout: dict) -> dict:
 def finish(run: Run) -> None:
     """Test losses, ``model.pt``, status ``finished``; only the final weights kept."""
     record, state = run.record, run.state
-    run.checkpoints.save_final(run.model, state)  # before the best weights replace them
+    with run.clock(state, "checkpoint"):
+        run.checkpoints.save_final(run.model, state)  # before the best weights replace them
     if run.cfg.trainer.test_eval:
-        test(run)
+        with run.clock(state, "eval"):
+            test(run)
     record.status = Status.finished
     summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
-    run.checkpoints.finish()
+    with run.clock(state, "checkpoint"):
+        run.checkpoints.finish()
     log.info(
         f"[{record.name}] finished: val {state.last_val_loss:.4f} (best {state.best_val_loss:.4f} "
         f"at step {state.best_step}), test {four_decimals(record.test_loss)} (at the best step "
@@ -254,7 +261,8 @@ def run_loop(run: Run) -> None:
     with dist.StopRequest() as stop, run.bar, logging_redirect_tqdm():
         while not schedule.done(state.step):
             t0 = time.perf_counter()
-            loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
+            with run.clock(state, "step"):
+                loss, grad_norm, lr, grad_split = train_step(run, schedule.logs(state.step + 1))
             window.seconds += time.perf_counter() - t0
             window.steps += 1
             run.bar.update(1)
@@ -268,17 +276,20 @@ def run_loop(run: Run) -> None:
                 if not math.isfinite(val_loss):
                     raise Diverged(f"non-finite validation loss at step {state.step}")
             if main and schedule.saves(state.step):
-                run.checkpoints.save(run.model, run.optimizer, state)
+                with run.clock(state, "checkpoint"):
+                    run.checkpoints.save(run.model, run.optimizer, state)
             if dist.any_rank(bool(stop), run.device):  # a signal (even during that save): stop
                 if main:  # this step's last.pt, once
-                    run.checkpoints.save(run.model, run.optimizer, state)
+                    with run.clock(state, "checkpoint"):
+                        run.checkpoints.save(run.model, run.optimizer, state)
                 stop.hand_on()
                 raise KeyboardInterrupt(stop.name or "a signal to another process")
 
 
 def evaluate_now(run: Run, first: bool = False) -> float:
     """Rank 0: the validation loss at this step, then in summary.json (a sweep's watcher)."""
-    loss = validate(run, first)
+    with run.clock(run.state, "eval"):
+        loss = validate(run, first)
     summary(run).write(run.run_dir)
     return loss
 

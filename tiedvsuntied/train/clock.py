@@ -1,0 +1,42 @@
+"""Where a run's wall time goes (summary.json ``time_s``): each second of a process in exactly
+one part, the innermost timed block's (a checkpoint saved during an evaluation is the
+checkpoint's), else ``other``. The seconds add into the TrainState, so a resumed run goes on
+from its checkpoint's (the seconds after an interrupted process's last checkpoint are lost with
+the work they did)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+# step: forward, backward, clip, AdamW (torch.compile's warm-up included); eval: the loss of the
+# fixed windows (validation, test); probes: the embedding probes; checkpoint: the .pt files;
+# other: the rest (set-up, logging, summary writes, untying)
+PARTS = ("step", "eval", "probes", "checkpoint", "other")
+
+
+@dataclass
+class Clock:
+    """This process's clock; ``since`` is when the current part began (time.perf_counter)."""
+
+    since: float = field(default_factory=time.perf_counter)
+    part: str = "other"
+
+    def flush(self, state) -> dict:
+        """Add the current part's seconds to ``state.time_s``; that dict, now up to date."""
+        now = time.perf_counter()
+        state.time_s[self.part] = state.time_s.get(self.part, 0.0) + now - self.since
+        self.since = now
+        return state.time_s
+
+    @contextlib.contextmanager
+    def __call__(self, state, part: str):
+        """Count the block's seconds to ``part`` (but those of a part timed inside it)."""
+        self.flush(state)
+        outer, self.part = self.part, part
+        try:
+            yield
+        finally:
+            self.flush(state)
+            self.part = outer
