@@ -1,0 +1,34 @@
+"""A study's provenance statements come from its runs' records (analysis.provenance)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tiedvsuntied.analysis.provenance import commit_times, statements
+from tiedvsuntied.train.setup import code_version
+
+
+def runs(**columns) -> pd.DataFrame:
+    base = {"model": "micro", "replicate": 0, "seed": [0, 1, 2, 0]}
+    started = ["2026-01-01T10:00:00+0000", "2026-01-01T11:00:00+0000"] * 2
+    return pd.DataFrame({**base, "started_at": started, **columns})
+
+
+def test_recorded_commits_are_counted_with_their_dirty_flag():
+    text = statements(runs(git_commit=["a" * 40] * 3 + ["b" * 40], git_dirty=[False] * 3 + [True]))
+    assert "- 3 runs from commit aaaaaaa (clean)" in text
+    assert "- 1 runs from commit bbbbbbb (with uncommitted changes)" in text
+
+
+def test_unrecorded_runs_are_placed_against_a_claimed_commit():
+    claim = pd.Series({"c" * 40: pd.Timestamp("2026-01-01T10:30:00", tz="UTC")})
+    text = statements(runs(git_commit=[None] * 4), claim)
+    before = sum(t < claim.iloc[0] for t in pd.to_datetime(runs().started_at, utc=True))
+    assert f"2 of them started before it existed, {4 - before} after" in text
+    assert before == 2
+
+
+def test_a_run_records_the_commit_of_this_checkout():
+    head = code_version()["git_commit"]
+    assert head is not None and len(head) == 40  # the tests run in a git checkout
+    assert list(commit_times(".", [head[:7]]).index) == [head]

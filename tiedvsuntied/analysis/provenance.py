@@ -1,0 +1,109 @@
+"""Which code ran a study's runs, from their records, not from memory (DESIGN.md, "Provenance
+from records"): ``python -m tiedvsuntied.analysis.provenance DIR [--claim SHA]`` prints the
+statements a study README quotes.
+
+A run records the commit of the checkout that ran it and whether its tracked files differed
+(``summary.git_commit``, ``git_dirty``). Runs from before that record existed are counted by
+their start time against each commit a README claims ran them (``--claim SHA``): a run that
+started before a commit existed did not run it. Reads only; no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pandas as pd
+
+from tiedvsuntied.analysis.load import load
+
+
+def commit_times(repo: str, shas: list[str]) -> pd.Series:
+    """Commit time (UTC) by sha, from ``git show`` of the checkout at ``repo``."""
+    out = {}
+    for sha in shas:
+        shown = subprocess.run(
+            ["git", "-C", repo, "show", "-s", "--format=%H %ct", sha],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        full, time = shown.stdout.split()
+        out[full] = pd.Timestamp(int(time), unit="s", tz="UTC")
+    return pd.Series(out, dtype="datetime64[ns, UTC]")
+
+
+def recorded(runs: pd.DataFrame) -> list[str]:
+    """One line per (commit, dirty) the runs recorded."""
+    has = runs[runs["git_commit"].notna()] if "git_commit" in runs else runs.iloc[:0]
+    if has.empty:
+        return []
+    lines = []
+    for (sha, dirty), group in has.groupby(["git_commit", "git_dirty"], dropna=False):
+        state = "with uncommitted changes" if dirty is True else "clean"
+        lines.append(
+            f"- {len(group)} runs from commit {sha[:7]} ({state}), started "
+            f"{group.started.min():%Y-%m-%d %H:%M} to {group.started.max():%Y-%m-%d %H:%M} UTC"
+        )
+    return lines
+
+
+def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
+    """Runs without a recorded commit: their count and span, and against each commit a README
+    claims ran them (``claims``: commit time by sha), how many started before it existed."""
+    old = runs[runs["git_commit"].isna()] if "git_commit" in runs else runs
+    if old.empty:
+        return []
+    lines = [
+        f"- {len(old)} runs record no commit (they predate the record), started "
+        f"{old.started.min():%Y-%m-%d %H:%M} to {old.started.max():%Y-%m-%d %H:%M} UTC"
+    ]
+    for sha, time in claims.items():
+        before = int((old["started"] < time).sum())
+        lines.append(
+            f"- commit {sha[:7]} ({time:%Y-%m-%d %H:%M} UTC): {before} of them started before it "
+            f"existed, {len(old) - before} after"
+        )
+    return lines
+
+
+def order(runs: pd.DataFrame) -> list[str]:
+    """The order the runs started in, by model, replicate and seed 0 or not (a study's pieces)."""
+    pieces = runs.assign(seeds=runs["seed"].map(lambda s: "seed 0" if s == 0 else "seeds 1+"))
+    keys = ["model", "replicate", "seeds"]
+    spans = pieces.groupby(keys)["started"].agg(["min", "max", "size"]).sort_values("min")
+    return [
+        f"{i}. {model}, replicate {rep}, {seeds}: {row['size']} runs, "
+        f"{row['min']:%m-%d %H:%M} to {row['max']:%m-%d %H:%M} UTC"
+        for i, ((model, rep, seeds), row) in enumerate(spans.iterrows(), 1)
+    ]
+
+
+def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
+    runs = runs.assign(started=pd.to_datetime(runs["started_at"], utc=True))
+    return "\n".join(
+        [
+            f"Provenance of {len(runs)} runs (generated from their records):",
+            *recorded(runs),
+            *unrecorded(runs, pd.Series() if claims is None else claims),
+            "",
+            "Order in which they started:",
+            *order(runs),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tiedvsuntied.analysis.provenance")
+    parser.add_argument("dirs", nargs="+", help="sweep folders or results bundles")
+    parser.add_argument("--claim", nargs="*", default=[], help="commits a README says ran them")
+    parser.add_argument("--repo", default=".", help="the git checkout that holds those commits")
+    args = parser.parse_args(argv)
+    runs = load(args.dirs).runs
+    print(statements(runs, commit_times(args.repo, args.claim)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
