@@ -11,7 +11,7 @@
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
-# `run.sh all` runs pieces 1 and 3 point by point in HYPOTHESES.md's priority order.
+# `run.sh all [POINT]` runs pieces 1-3 point by point in HYPOTHESES.md's priority order (ORDER).
 # On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,12 +32,12 @@ point() {
     v1024) echo "micro 1024 2.5456" ;;
     v2048) echo "micro 2048 2.9437" ;;
     v4096) echo "micro 4096 3.3047" ;;
-    v8192) echo "micro 8192 BPT8192" ;;
-    v16384) echo "micro 16384 BPT16384" ;;
-    v40960) echo "micro 40960 BPT40960" ;;
-    b64x2) echo "body64x2 8192 BPT8192" ;;
-    b256x4) echo "body256x4 8192 BPT8192" ;;
-    b256x8) echo "body256x8 8192 BPT8192" ;;
+    v8192) echo "micro 8192 3.6258" ;;
+    v16384) echo "micro 16384 3.8908" ;;
+    v40960) echo "micro 40960 4.1324" ;;
+    b64x2) echo "body64x2 8192 3.6258" ;;
+    b256x4) echo "body256x4 8192 3.6258" ;;
+    b256x8) echo "body256x8 8192 3.6258" ;;
     *) echo "unknown point '$1': v1024 v2048 v4096 v8192 v16384 v40960 b64x2 b256x4 b256x8" >&2; exit 2 ;;
   esac
 }
@@ -82,6 +82,19 @@ pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pai
 }
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
 
+ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
+all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
+  for p in ${1:-$ORDER}; do
+    pieces_lr "$p" | parallel2
+    for _ in 1 2; do
+      python "$HERE/choose_lr.py" results/sign_flip > /dev/null
+      pieces_lr_edge | parallel2
+    done
+    python "$HERE/choose_lr.py" results/sign_flip
+    pieces_grid "$p" | parallel2
+  done
+}
+
 restore() {  # the shipped bundle's finished runs into the sweep, where they are not yet
   mkdir -p results/sign_flip
   for run in "$HERE"/results/*/; do
@@ -92,6 +105,7 @@ restore() {  # the shipped bundle's finished runs into the sweep, where they are
 
 case "${1:-}" in
   restore) restore ;;
+  all) all "${2:-}" ;;
   lr) pieces_lr "${2:?point}" | parallel2 ;;
   lr-edge) pieces_lr_edge | parallel2 ;;
   grid) pieces_grid "${2:?point}" | parallel2 ;;
@@ -99,5 +113,5 @@ case "${1:-}" in
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | lr POINT | lr-edge | grid POINT | ends | init02 POINT | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac
