@@ -230,7 +230,10 @@ def check_consistency(runs: pd.DataFrame, gpu: bool = True) -> list[str]:
     different MFU peaks only where a run trained on a GPU (``gpu``: a CPU's measured peak is noise
     of no use, and its MFU is not what the study reads)."""
     notes = []
-    for col, what in (("vocab_size", "vocab sizes"), ("data_id", "data configurations")):
+    checked = [("vocab_size", "vocab sizes"), ("data_id", "data configurations")]
+    if "test_bpb" in runs and runs["test_bpb"].notna().all():  # bits per byte: comparable
+        checked = checked[1:]  # across vocabularies (docs/data.md, "Bits per byte")
+    for col, what in checked:
         by_value = runs.groupby(col)["sweep"].agg(["size", lambda s: ", ".join(sorted(set(s)))])
         if len(by_value) > 1:
             parts = [f"{v} ({n} runs; sweeps {sw})" for v, (n, sw) in by_value.iterrows()]
