@@ -11,6 +11,18 @@ import torch
 
 from tiedvsuntied.data.baselines import window_baselines
 from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
+from tiedvsuntied.results.metrics import (
+    INIT_,
+    RETAIN_LOSS,
+    TEST_BPB,
+    TEST_LOSS,
+    TEST_LOSS_AT_BEST,
+    TEST_PPL,
+    TOKENS,
+    VAL_BPB,
+    VAL_LOSS,
+    VAL_PPL,
+)
 from tiedvsuntied.results.records import atomic_write
 from tiedvsuntied.train.config import Precision
 from tiedvsuntied.train.probes import drift, probe
@@ -62,13 +74,13 @@ def validate(run: Run, first: bool = False) -> float:
     state, trainer = run.state, run.cfg.trainer
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
-    metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
-    metrics["val/bpb"] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
+    metrics = {TOKENS: state.tokens, VAL_LOSS: loss, VAL_PPL: math.exp(min(loss, 700))}
+    metrics[VAL_BPB] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
     if first:
         state.init_val_loss = loss
         for key in ("logit_std", "self_logit", "self_target_frac"):
             setattr(state, f"init_{key}", result[key])
-            metrics[f"init/{key}"] = result[key]
+            metrics[f"{INIT_}{key}"] = result[key]
     if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
         state.best_val_loss, state.best_step = loss, state.step
         if trainer.test_eval:
@@ -79,7 +91,7 @@ def validate(run: Run, first: bool = False) -> float:
         if run.start_rows is not None:
             scalars.update(drift(run.model, run.start_rows, run.freq))
     if run.retain is not None:  # the start's own validation split
-        scalars["retain/loss"] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
+        scalars[RETAIN_LOSS] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
     save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
     if state.step == trainer.max_steps:
         run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
@@ -87,7 +99,7 @@ def validate(run: Run, first: bool = False) -> float:
     state.last_val_loss = loss
     log.info(
         f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-        f"ppl {metrics['val/ppl']:.4g} | tokens {state.tokens:,}"
+        f"ppl {metrics[VAL_PPL]:.4g} | tokens {state.tokens:,}"
     )
     return loss
 
@@ -164,11 +176,11 @@ def test(run: Run) -> None:
         record.test_loss_at_best = record.test_loss if state.best_step == state.step else None
     run.metrics.log(
         {
-            "tokens": state.tokens,
-            "test/loss": record.test_loss,
-            "test/ppl": math.exp(min(record.test_loss, 700)),
-            "test/loss_at_best": record.test_loss_at_best,
-            "test/bpb": record.heldout["test"]["loss_bpb"],
+            TOKENS: state.tokens,
+            TEST_LOSS: record.test_loss,
+            TEST_PPL: math.exp(min(record.test_loss, 700)),
+            TEST_LOSS_AT_BEST: record.test_loss_at_best,
+            TEST_BPB: record.heldout["test"]["loss_bpb"],
         },
         state.step,
     )

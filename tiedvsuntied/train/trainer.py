@@ -29,6 +29,17 @@ from omegaconf import OmegaConf
 from tiedvsuntied.data.batches import iter_eval_batches
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.model.accounting import count_parameters
+from tiedvsuntied.results.metrics import (
+    PARAMS_,
+    TOKENS,
+    TRAIN_CLIP_FRAC,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    TRAIN_LR,
+    TRAIN_LR_,
+    TRAIN_MFU,
+    TRAIN_TOKENS_PER_S,
+)
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import (
     IndexEntry,
@@ -367,7 +378,7 @@ def untie_now(run: Run) -> None:
     if dist.is_main():
         total = f"{params['total']:,}"
         log.info("[%s] untied at step %d: %s parameters", run.record.name, run.state.step, total)
-        run.metrics.log({f"params/{k}": v for k, v in params.items()}, run.state.step)
+        run.metrics.log({f"{PARAMS_}{k}": v for k, v in params.items()}, run.state.step)
 
 
 def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float, split: dict):
@@ -375,20 +386,20 @@ def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float,
     peak = run.derived.peak_tflops * 1e12 * dist.world_size()
     run.metrics.log(
         {
-            "tokens": run.state.tokens,
-            "train/loss": loss,
-            "train/lr": lr,  # the body's; the embedding side's at their own scales:
+            TOKENS: run.state.tokens,
+            TRAIN_LOSS: loss,
+            TRAIN_LR: lr,  # the body's; the embedding side's at their own scales:
             **{
-                f"train/lr_{name}": lr * scale
+                f"{TRAIN_LR_}{name}": lr * scale
                 for name, scale in run.derived.lr_scales.items()
                 if name in EMBEDDING_SIDE
             },
-            "train/tokens_per_s": tokens_per_s,
-            "train/grad_norm": grad_norm,
-            "train/mfu": run.derived.flops_per_token * tokens_per_s / peak,
-            "train/clip_frac": (run.state.clipped_steps - window.clipped) / window.steps,
+            TRAIN_TOKENS_PER_S: tokens_per_s,
+            TRAIN_GRAD_NORM: grad_norm,
+            TRAIN_MFU: run.derived.flops_per_token * tokens_per_s / peak,
+            TRAIN_CLIP_FRAC: (run.state.clipped_steps - window.clipped) / window.steps,
             # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
-            **{f"train/grad_norm_{side}": g.norm().item() for side, g in split.items()},
+            **{f"{TRAIN_GRAD_NORM}_{side}": g.norm().item() for side, g in split.items()},
         },
         run.state.step,
     )
