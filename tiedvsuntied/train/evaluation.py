@@ -1,10 +1,11 @@
-"""Evaluation on the fixed windows, what each evaluation records, and the end of a finished
-run (test losses, the weights it keeps)."""
+"""Evaluation on the fixed windows: what each evaluation measures (the loop in train/trainer.py
+decides what of it is kept, written and logged), and the test losses at the end of a run."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +30,8 @@ from tiedvsuntied.train.probes import drift, probe
 from tiedvsuntied.train.setup import Run
 
 log = logging.getLogger(__name__)
+
+INIT_KEYS = ("logit_std", "self_logit", "self_target_frac")  # step 0: TrainState.init_<key>
 
 
 @torch.no_grad()
@@ -68,40 +71,35 @@ def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
     return {**out, "loss": float(losses.mean()), "windows": losses.astype(np.float32)}
 
 
-def validate(run: Run, first: bool = False) -> float:
-    """The validation loss and probes at this step, into the metrics, probes/ and the loop
-    state. A new best keeps its weights (best.pt) for the test loss at the end."""
-    state, trainer = run.state, run.cfg.trainer
+@dataclass
+class Evaluation:
+    """What one evaluation measured; the loop decides what of it to keep."""
+
+    loss: float  # the validation split's: the mean of ``windows``
+    windows: np.ndarray  # the loss of each fixed validation window
+    metrics: dict  # name (results.metrics) -> value, the loss's first, in the order logged
+    arrays: dict  # the probes' per-token arrays, for probes/step_*.npz
+    init: dict  # first only: logit_std, self_logit, self_target_frac
+    heldout: dict | None  # last only: the validation loss beside the count models'
+
+
+def measure(run: Run, first: bool = False, last: bool = False) -> Evaluation:
+    """The validation loss and the probes at this step (``first``: also the initial logits'
+    statistics; ``last``: also the count models' losses on the same windows). Writes nothing."""
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
-    metrics = {TOKENS: state.tokens, VAL_LOSS: loss, VAL_PPL: math.exp(min(loss, 700))}
+    metrics = {VAL_LOSS: loss, VAL_PPL: math.exp(min(loss, 700))}
     metrics[VAL_BPB] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
-    if first:
-        state.init_val_loss = loss
-        for key in ("logit_std", "self_logit", "self_target_frac"):
-            setattr(state, f"init_{key}", result[key])
-            metrics[f"{INIT_}{key}"] = result[key]
-    if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
-        state.best_val_loss, state.best_step = loss, state.step
-        if trainer.test_eval:
-            with run.clock(state, "checkpoint"):
-                run.checkpoints.save_best(state.step, run.model)
-    with run.clock(state, "probes"):
+    init = {key: result[key] for key in INIT_KEYS} if first else {}
+    metrics.update({f"{INIT_}{key}": value for key, value in init.items()})
+    with run.clock(run.state, "probes"):
         scalars, arrays = probe(run.model, run.freq)
         if run.start_rows is not None:
             scalars.update(drift(run.model, run.start_rows, run.freq))
     if run.retain is not None:  # the start's own validation split
         scalars[RETAIN_LOSS] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
-    save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
-    if state.step == trainer.max_steps:
-        run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
-    run.metrics.log({**metrics, **scalars}, state.step)
-    state.last_val_loss = loss
-    log.info(
-        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-        f"ppl {metrics[VAL_PPL]:.4g} | tokens {state.tokens:,}"
-    )
-    return loss
+    held = heldout(run, "val", result) if last else None
+    return Evaluation(loss, result["windows"], {**metrics, **scalars}, arrays, init, held)
 
 
 def save_arrays(run: Run, step: int, **arrays) -> None:

@@ -39,6 +39,7 @@ from tiedvsuntied.results.metrics import (
     TRAIN_LR_,
     TRAIN_MFU,
     TRAIN_TOKENS_PER_S,
+    VAL_PPL,
 )
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import (
@@ -54,7 +55,7 @@ from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
 from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budget, resolved_config
-from tiedvsuntied.train.evaluation import four_decimals, test, validate
+from tiedvsuntied.train.evaluation import four_decimals, measure, save_arrays, test
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
 from tiedvsuntied.train.setup import Data, Run, build_run, identity
@@ -298,11 +299,34 @@ def run_loop(run: Run) -> None:
 
 
 def evaluate_now(run: Run, first: bool = False) -> float:
-    """Rank 0: the validation loss at this step, then in summary.json (a sweep's watcher)."""
-    with run.clock(run.state, "eval"):
-        loss = validate(run, first)
+    """Rank 0: evaluation measures, the loop decides: a new best keeps its weights (best.pt,
+    for the test loss at the end), the probe arrays go to probes/, the numbers to the metrics
+    and the TrainState, then summary.json (a sweep's watcher reads it)."""
+    state, trainer = run.state, run.cfg.trainer
+    with run.clock(state, "eval"):
+        ev = measure(run, first, last=state.step == trainer.max_steps)
+        if math.isfinite(ev.loss) and (
+            state.best_val_loss is None or ev.loss < state.best_val_loss
+        ):
+            state.best_val_loss, state.best_step = ev.loss, state.step
+            if trainer.test_eval:
+                with run.clock(state, "checkpoint"):
+                    run.checkpoints.save_best(state.step, run.model)
+        if first:
+            state.init_val_loss = ev.loss
+            for key, value in ev.init.items():
+                setattr(state, f"init_{key}", value)
+        save_arrays(run, state.step, val_window_loss=ev.windows, **ev.arrays)
+        if ev.heldout is not None:
+            run.record.heldout = {**(run.record.heldout or {}), "val": ev.heldout}
+        run.metrics.log({TOKENS: state.tokens, **ev.metrics}, state.step)
+        state.last_val_loss = ev.loss
+        log.info(
+            f"[{run.record.name}] step {state.step:>6d} | val loss {ev.loss:.4f} | "
+            f"ppl {ev.metrics[VAL_PPL]:.4g} | tokens {state.tokens:,}"
+        )
     summary(run).write(run.run_dir)
-    return loss
+    return ev.loss
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
