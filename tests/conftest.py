@@ -156,6 +156,15 @@ BYTE_RUN = [
     "trainer.progress=false",
     "trainer.peak_tflops=1",
 ]
+
+# A few steps in bytes, for the fine-tuning study's runs.
+STEPS = [
+    "trainer.max_steps=4",
+    "trainer.eval_interval=2",
+    "trainer.eval_windows=2",
+    "wandb.mode=disabled",
+]
+
 # A few quick steps of any config, for in-process runs.
 QUICK = [  # in bytes (V = 257): a GPT-2 head (V = 50,257) would be most of a nano run's time
     "model=nano",

@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limi
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
   | tee -a "$OUT/gpu.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout 240 $PY -m pytest -m cuda -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/pytest_cuda.txt" \
+  timeout 240 $PY -m pytest -m cuda -p no:cacheprovider tests/e2e/test_cuda.py 2>&1 | tee "$OUT/pytest_cuda.txt" \
     || echo "pytest -m cuda: exit $?" | tee -a "$OUT/pytest_cuda.txt"
 fi
 echo "tests done at $(elapsed) s"

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.analysis.stats import CELL, GROUP_COLUMNS, first_replicates
+from tiedvsuntied.results.metrics import TRAIN_LOSS, VAL_LOSS
 
 ARM_INIT = "inv_sqrt_d"  # the arm every other init std is compared with
 ARM_KEYS = ["data_id", "model", "variant", "tie", "seed"]  # a run and its d^-0.5 arm share these
@@ -21,9 +22,9 @@ EARLY_COLUMNS = [*RUN_KEYS, *RUN_STEPS, *ARM_STEPS]
 
 def dense_steps(run_history: pd.DataFrame) -> int:
     """k such that one run's ``train/loss`` is logged at every step 1..k (0 if not at step 1)."""
-    if "train/loss" not in run_history:
+    if TRAIN_LOSS not in run_history:
         return 0
-    steps = np.unique(run_history.loc[run_history["train/loss"].notna(), "step"].to_numpy())
+    steps = np.unique(run_history.loc[run_history[TRAIN_LOSS].notna(), "step"].to_numpy())
     steps = steps[steps >= 1]
     gaps = np.flatnonzero(steps != np.arange(1, len(steps) + 1))
     return int(gaps[0] if len(gaps) else len(steps))
@@ -32,7 +33,7 @@ def dense_steps(run_history: pd.DataFrame) -> int:
 def dense_metric(*histories: pd.DataFrame) -> str:
     """train/loss where every one of ``histories`` logged it densely, else val/loss."""
     dense = min(dense_steps(h) for h in histories) >= MIN_DENSE_STEPS
-    return "train/loss" if dense else "val/loss"
+    return TRAIN_LOSS if dense else VAL_LOSS
 
 
 def loss_curve(run_history: pd.DataFrame, metric: str) -> pd.Series:

@@ -15,6 +15,13 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.model.config import SHAPE_KEYS, canonical_init_std
+from tiedvsuntied.results.metrics import (
+    INIT_LOGIT_STD,
+    INIT_SELF_LOGIT,
+    TEST_LOSS,
+    TEST_LOSS_AT_BEST,
+    VAL_LOSS,
+)
 from tiedvsuntied.results.records import Role, RunSummary, Status, current
 from tiedvsuntied.train.config import KEYS, VARIANT
 
@@ -290,12 +297,12 @@ def wandb_run_row(run: Any) -> dict[str, Any]:
         if sub and not isinstance(values.get(prefix), Mapping):
             values[prefix] = sub
     for ours, theirs in (
-        ("final_val_loss", "val/loss"),
-        ("test_loss", "test/loss"),
+        ("final_val_loss", VAL_LOSS),
+        ("test_loss", TEST_LOSS),
         ("step", "_step"),
-        ("test_loss_at_best", "test/loss_at_best"),
-        ("init_logit_std", "init/logit_std"),
-        ("init_self_logit", "init/self_logit"),
+        ("test_loss_at_best", TEST_LOSS_AT_BEST),
+        ("init_logit_std", INIT_LOGIT_STD),
+        ("init_self_logit", INIT_SELF_LOGIT),
     ):
         if values.get(ours) is None and summary.get(theirs) is not None:
             values[ours] = summary[theirs]

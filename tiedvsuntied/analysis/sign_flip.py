@@ -19,6 +19,7 @@ from scipy import stats as scipy_stats
 
 from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, holm, match, seed_summary
+from tiedvsuntied.results.metrics import VAL_BPB
 
 SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
 BODY = ["n_layer", "n_head", "n_embd", "block_size"]  # a model body: everything but V
@@ -218,7 +219,7 @@ def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dic
 
 
 # ----------------------------------------------------------------------------- the token axis
-def token_axis(runs: pd.DataFrame, history: pd.DataFrame, metric: str = "val/bpb") -> pd.DataFrame:
+def token_axis(runs: pd.DataFrame, history: pd.DataFrame, metric: str = VAL_BPB) -> pd.DataFrame:
     """tied − untied of ``metric`` at each evaluation, paired by seed: per cell and step the mean
     over seeds with its t-interval, and the mean ``bytes`` (train bytes seen; tokens where a run
     logged no bytes) and ``tokens``."""

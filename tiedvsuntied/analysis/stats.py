@@ -13,6 +13,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from tiedvsuntied.analysis.load import ResultsError
+from tiedvsuntied.results.metrics import VAL_LOSS
 
 CONFIDENCE = 0.95  # of every interval the tables give and the figures draw
 MIN_BAND_SEEDS = 3  # fewer: figures draw each seed, no band (n = 2 t-bands are uninformative)
@@ -139,7 +140,7 @@ def aggregate_runs(runs: pd.DataFrame, value: str = "final_val_loss") -> pd.Data
 
 def aggregate_history(
     history: pd.DataFrame,
-    metric: str = "val/loss",
+    metric: str = VAL_LOSS,
     *,
     by: Sequence[str] = ("model", "tie", "init_std"),
 ) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.presets import presets
 
-# logit vectors: with the control variate, standard error < 0.1% (tests/test_theory.py)
+# logit vectors: with the control variate, standard error < 0.1% (tests/unit/test_theory.py)
 THEORY_DRAWS = 256
 
 

@@ -4,7 +4,7 @@ documents never shape the tokenizer), then run by tiktoken like GPT-2's own enco
 
 Why both libraries: ``tokenizers`` trains (deterministically: the same merges at any thread
 count, and a smaller vocabulary's merges are a prefix of a larger one's, checked in
-tests/test_bpe.py); tiktoken encodes the corpus as it does every other encoding here, so the
+tests/unit/test_bpe.py); tiktoken encodes the corpus as it does every other encoding here, so the
 cache, the bytes per token and the count baselines take one path. Byte-level BPE and GPT-2's
 pre-tokenizing pattern, as GPT-2's vocabulary was made: ids 0-255 are the bytes, 256... the
 merges in the order learned (tiktoken's rank = merge priority), the last id is end-of-text.

@@ -18,6 +18,12 @@ from tiedvsuntied.analysis import theory
 from tiedvsuntied.analysis.early import MIN_DENSE_STEPS, dense_steps
 from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_BAND_SEEDS, aggregate_runs, first_replicates
 from tiedvsuntied.figures import style
+from tiedvsuntied.results.metrics import (
+    TRAIN_GRAD_NORM_IN,
+    TRAIN_GRAD_NORM_OUT,
+    TRAIN_LOSS,
+    VAL_LOSS,
+)
 
 FEW_STEPS = 20  # curves with at most this many logged steps get markers
 # Where tied and untied overlap both stay visible: untied solid and wider below, tied dashed on
@@ -29,7 +35,7 @@ PARAMS_AXES = {
     "params_non_embedding": "parameters (non-embedding)",
 }
 EARLY_EVAL_STEPS = {1, 2, 4}  # evaluated there: trainer.eval_log_steps
-GRAD_KEYS = ("train/grad_norm_in", "train/grad_norm_out")
+GRAD_KEYS = (TRAIN_GRAD_NORM_IN, TRAIN_GRAD_NORM_OUT)
 FEW_SEEDS = f"< {MIN_BAND_SEEDS} seeds: each seed, no CI"  # a legend entry: no band, no bar
 DIAMOND = {"ls": "none", "marker": "D", "mfc": "none", "mec": "black"}  # a predicted loss
 
@@ -48,16 +54,16 @@ def _note_runs_drawn_apart(fig: Figure, runs: pd.DataFrame, logged: set, metric:
 
 def log_spaced(history: pd.DataFrame) -> bool:
     """Whether some run was evaluated at the log-spaced early steps (1, 2, 4, not 3)."""
-    if "val/loss" not in history:
+    if VAL_LOSS not in history:
         return False
-    steps = history.loc[history["val/loss"].notna()].groupby("run_id")["step"]
+    steps = history.loc[history[VAL_LOSS].notna()].groupby("run_id")["step"]
     return any(set(s) >= EARLY_EVAL_STEPS and 3 not in set(s) for _, s in steps)
 
 
 def _dense_train(history: pd.DataFrame) -> pd.DataFrame:
     """train/loss of each run at its steps 1..k logged at every step (analysis.dense_steps)."""
-    k = history["run_id"].map(history.groupby("run_id")[["step", "train/loss"]].apply(dense_steps))
-    return history[history["train/loss"].notna() & (history["step"] <= k) & (k >= MIN_DENSE_STEPS)]
+    k = history["run_id"].map(history.groupby("run_id")[["step", TRAIN_LOSS]].apply(dense_steps))
+    return history[history[TRAIN_LOSS].notna() & (history["step"] <= k) & (k >= MIN_DENSE_STEPS)]
 
 
 def _val_loss_handles(seed_counts: set, ended: set, train: pd.DataFrame) -> list:
@@ -111,15 +117,15 @@ def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> set:
         in_mean = drawn["status"].isin(style.IN_MEAN)
         few = drawn.loc[in_mean, "step"].nunique() <= FEW_STEPS
         line = {"marker": "o" if few else None, "ms": 2.5, "mfc": style.MFC[tie], **TIE_LINE[tie]}
-        agg = style.mean_line(ax, drawn, "val/loss", tie, ["tie"], 0.2, x=x, zorder=2 + tie, **line)
+        agg = style.mean_line(ax, drawn, VAL_LOSS, tie, ["tie"], 0.2, x=x, zorder=2 + tie, **line)
         seed_counts |= set(agg["n"])
         for _, run in drawn[~in_mean].groupby("run_id"):
             end = {"marker": style.STATUS_MARKER.get(run["status"].iloc[0], "x"), "markevery": [-1]}
-            ax.plot(run[x], run["val/loss"], color=color, lw=0.8, ls="--", ms=5, mew=1.2, **end)
+            ax.plot(run[x], run[VAL_LOSS], color=color, lw=0.8, ls="--", ms=5, mew=1.2, **end)
         if len(dense := train[train["tie"] == tie]):
             line = {**TIE_LINE[tie], "lw": 0.6, "alpha": 0.5, "zorder": 1}
-            style.mean_line(ax, dense, "train/loss", tie, ["tie"], x=x, **line)
-    style.plain_log(ax, "y", pd.concat([cell["val/loss"], train["train/loss"]]), ratio=4)
+            style.mean_line(ax, dense, TRAIN_LOSS, tie, ["tie"], x=x, **line)
+    style.plain_log(ax, "y", pd.concat([cell[VAL_LOSS], train[TRAIN_LOSS]]), ratio=4)
     return seed_counts
 
 
@@ -127,14 +133,14 @@ def _val_loss_cell(ax, cell: pd.DataFrame, train: pd.DataFrame, x: str) -> set:
 def fig_val_loss(runs: pd.DataFrame, history: pd.DataFrame, x: str = "auto") -> Figure:
     """Validation loss over training, tied vs untied, a panel per init std and size; ``x`` as
     :func:`x_axis` takes it (docs/figures.md, figure 1)."""
-    metric, (x, log) = "val/loss", x_axis(x, history)
+    metric, (x, log) = VAL_LOSS, x_axis(x, history)
     inits, models = style.init_order(runs), style.model_order(runs)
     fig, axes = style.new_figure(len(models), len(inits), 1.9 if len(inits) > 1 else 2.3)
     logged = history[history[metric].notna()] if metric in history else history.iloc[:0]
     _note_runs_drawn_apart(fig, runs, set(logged["run_id"]), metric)
     if logged.empty:
         return style.nothing_to_draw(fig, f"no {metric} logged yet")
-    train = _dense_train(history) if x == "step" and "train/loss" in history else history.iloc[:0]
+    train = _dense_train(history) if x == "step" and TRAIN_LOSS in history else history.iloc[:0]
     seed_counts = set()
     for (i, model), (j, init) in itertools.product(enumerate(models), enumerate(inits)):
         ax, cell = axes[i, j], runs[(runs["model"] == model) & (runs["setting"] == init)]

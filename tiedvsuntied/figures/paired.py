@@ -16,6 +16,7 @@ from tiedvsuntied.analysis.arms import arms_table, with_arms
 from tiedvsuntied.analysis.stats import CONFIDENCE, MIN_INTERVAL_SEEDS
 from tiedvsuntied.figures import style
 from tiedvsuntied.figures.loss import set_x_axis
+from tiedvsuntied.results.metrics import VAL_LOSS
 
 ARM_COLORS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]  # Okabe-Ito
 SEED_DOT = {"ls": "none", "marker": ".", "color": "#777777", "ms": 4}
@@ -150,16 +151,16 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
     """Validation loss per arm (mean over seeds, t-band from MIN_BAND_SEEDS), each switch marked."""
     for arm, color in colors.items():
         ids = runs.loc[runs["arm"] == arm, "run_id"]
-        logged = history[history["run_id"].isin(ids) & history["val/loss"].notna()]
+        logged = history[history["run_id"].isin(ids) & history[VAL_LOSS].notna()]
         line = {"color": color, "label": arm}
-        style.mean_line(ax, logged.assign(arm=arm), "val/loss", True, ["arm"], 0.2, **line)
+        style.mean_line(ax, logged.assign(arm=arm), VAL_LOSS, True, ["arm"], 0.2, **line)
         steps = history[history["run_id"].isin(ids)].groupby("step")["tokens"].mean().dropna()
         for step in runs.loc[runs["arm"] == arm, "untie_step"].dropna().unique():
             if len(steps):  # the switch need not be a logged step
                 tokens = np.interp(step, steps.index, steps.to_numpy())
                 ax.axvline(tokens, color=color, ls=":", lw=1)
     late = history["run_id"].isin(runs["run_id"]) & (history["step"] >= history["step"].max() / 4)
-    if len(late := history.loc[late, "val/loss"].dropna()):
+    if len(late := history.loc[late, VAL_LOSS].dropna()):
         # the first quarter (from ln V down) would flatten the part where arms differ
         pad = 0.1 * (late.max() - late.min()) + 1e-3
         ax.set_ylim(late.min() - pad, late.max() + pad)

@@ -19,6 +19,13 @@ from tiedvsuntied.analysis.probes import load_stratum_cosines, load_token_probes
 from tiedvsuntied.analysis.stats import PAIR_COLUMNS, first_replicates, match, representative_runs
 from tiedvsuntied.figures import style
 from tiedvsuntied.figures.loss import set_x_axis
+from tiedvsuntied.results.metrics import (
+    DRIFT_EMB_COS_SEEN,
+    DRIFT_EMB_COS_UNSEEN,
+    PROBE_,
+    RETAIN_LOSS,
+    VAL_LOSS,
+)
 
 UNSEEN_X = 0.2  # where tokens that never occur in the training split sit on the log count axis
 
@@ -261,7 +268,7 @@ def _anisotropy_column(axes, h: pd.DataFrame, markers: dict) -> None:
     (solid) and untied output (dashed), each where logged."""
     for row, ax in enumerate(axes):
         for tie, side, ls in ((True, "emb", "-"), (False, "emb", "-"), (False, "head", "--")):
-            key = f"probe/frequent/{side}_{ANISOTROPY[row]}"
+            key = f"{PROBE_}frequent/{side}_{ANISOTROPY[row]}"
             if key in h and len(hs := h[(h["tie"] == tie) & h[key].notna()]):
                 style.mean_line(ax, hs, key, tie, ["model"], 0.15, ls=ls, **markers)
 
@@ -274,7 +281,7 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """The mean cosine between rows of the frequent seen tokens (raw: one common direction shows
     here) and the mean |cosine| after removing their mean row (centred: anisotropy beyond it),
     over training (docs/figures.md, figure 9)."""
-    drift = history.reindex(columns=["run_id", "drift/emb_cos_seen"]).dropna()  # fine-tuning's
+    drift = history.reindex(columns=["run_id", DRIFT_EMB_COS_SEEN]).dropna()  # fine-tuning's
     tuned = runs["run_id"].isin(drift["run_id"])
     inits, models = style.init_order(runs[~tuned]), style.model_order(runs[~tuned])
     fig, axes = style.new_figure(1 + bool(inits), max(len(inits), 1), 1.8, sharex="col")
@@ -283,7 +290,7 @@ def fig_anisotropy(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
         why = "only fine-tuning runs: their embedding drift is figure 7"
         return style.nothing_to_draw(fig, why)
     fig.skipped.append("rare and unseen strata (logged as probe/rare/*, probe/unseen/*)")
-    if "probe/frequent/emb_cos_mean" not in history.columns:
+    if f"{PROBE_}frequent/emb_cos_mean" not in history.columns:
         why = "no stratified probes logged (probe/frequent/emb_cos_mean)"
         return style.nothing_to_draw(fig, why)
     runs = fig.drawn = runs[~tuned]
@@ -324,7 +331,7 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Fine-tuning runs (init_from): retention and embedding drift against the fine-tuning
     validation loss, one run per mode (the lowest seed) (docs/figures.md, figure 7)."""
     fig, axes = style.new_figure(1, 2, 2.8)
-    keys = ("val/loss", "retain/loss", "drift/emb_cos_seen")
+    keys = (VAL_LOSS, RETAIN_LOSS, DRIFT_EMB_COS_SEEN)
     if missing := [k for k in keys if k not in history.columns]:
         return style.nothing_to_draw(fig, f"not fine-tuning runs: no {', '.join(missing)} logged")
     variant = runs["variant"].fillna("").astype(str)  # "finetune.trainable=head, head.untie=copy"
@@ -335,17 +342,17 @@ def fig_finetune(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     style.leave_out(fig, runs.drop(shown.index), "another seed of a mode shown")
     fig.drawn = shown
     for _, r in shown.iterrows():
-        h = history[(history["run_id"] == r["run_id"]) & history["val/loss"].notna()]
+        h = history[(history["run_id"] == r["run_id"]) & history[VAL_LOSS].notna()]
         h = h.sort_values("step")
         color = UNTIE_COLOR.get(r["untie"], "#444444")
         ls, marker = TRAINABLE_STYLE.get(r["trainable"], ("-", "o"))
         kw = {"color": color, "marker": marker, "ms": 3, "lw": 1}
         kw["mfc"] = "white" if r["untie"] == "fresh" else color
-        axes[0, 0].plot(h["val/loss"], h["retain/loss"], ls=ls, **kw)
-        axes[0, 1].plot(h["val/loss"], 1 - h["drift/emb_cos_seen"], ls="-", **kw)
-        if "drift/emb_cos_unseen" in h:
-            unseen = 1 - h["drift/emb_cos_unseen"]
-            axes[0, 1].plot(h["val/loss"], unseen, ls="--", **{**kw, "mfc": "white"})
+        axes[0, 0].plot(h[VAL_LOSS], h[RETAIN_LOSS], ls=ls, **kw)
+        axes[0, 1].plot(h[VAL_LOSS], 1 - h[DRIFT_EMB_COS_SEEN], ls="-", **kw)
+        if DRIFT_EMB_COS_UNSEEN in h:
+            unseen = 1 - h[DRIFT_EMB_COS_UNSEEN]
+            axes[0, 1].plot(h[VAL_LOSS], unseen, ls="--", **{**kw, "mfc": "white"})
     axes[0, 0].set_ylabel("loss on the start's data (nats)")
     axes[0, 1].set_ylabel("embedding drift: 1 − cos(row, step-0 row)")
     axes[0, 1].set_yscale("symlog", linthresh=1e-4)

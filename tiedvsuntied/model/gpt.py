@@ -78,7 +78,7 @@ class Block(nn.Module):
 
 
 # The one table of initial values: init_weights() applies it, docs/model.md shows it and says
-# what each std symbol (a key of check_config's result) means, and tests/test_gpt.py measures
+# what each std symbol (a key of check_config's result) means, and tests/unit/test_gpt.py measures
 # every tensor against that page. Every parameter must match exactly one row, so no init can
 # silently overwrite another.
 INIT_TABLE: tuple[tuple[str, str, str], ...] = (

@@ -9,21 +9,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tiedvsuntied.results.metrics import (
+    PROBE_,
+    TEST_LOSS,
+    TRAIN_CLIP_FRAC,
+    TRAIN_GRAD_NORM,
+    TRAIN_GRAD_NORM_IN,
+    TRAIN_GRAD_NORM_OUT,
+    TRAIN_LOSS,
+    TRAIN_MFU,
+    TRAIN_TOKENS_PER_S,
+    VAL_LOSS,
+    VAL_PPL,
+)
 from tiedvsuntied.results.records import read_config, read_metrics, read_summary
 
 GROUP_BY = ["tie", "init_std", "model.name"]  # W&B's config keys: the resolved config
 # section -> its panels: (title, the metric names, or a prefix ending in "/" for all of them)
 SECTIONS = {
-    "losses": [("loss", ["train/loss", "val/loss", "test/loss"]), ("perplexity", ["val/ppl"])],
+    "losses": [("loss", [TRAIN_LOSS, VAL_LOSS, TEST_LOSS]), ("perplexity", [VAL_PPL])],
     "gradient split": [
         (
             "embedding gradient: lookup (in) vs head (out)",
-            ["train/grad_norm_in", "train/grad_norm_out"],
+            [TRAIN_GRAD_NORM_IN, TRAIN_GRAD_NORM_OUT],
         ),
-        ("gradient norm", ["train/grad_norm", "train/clip_frac"]),
+        ("gradient norm", [TRAIN_GRAD_NORM, TRAIN_CLIP_FRAC]),
     ],
-    "embedding probes": [("probes", ["probe/"])],
-    "throughput": [("tokens per second", ["train/tokens_per_s"]), ("MFU", ["train/mfu"])],
+    "embedding probes": [("probes", [PROBE_])],
+    "throughput": [("tokens per second", [TRAIN_TOKENS_PER_S]), ("MFU", [TRAIN_MFU])],
 }
 
 

@@ -1,22 +1,37 @@
-"""Evaluation on the fixed windows, what each evaluation records, and the end of a finished
-run (test losses, the weights it keeps)."""
+"""Evaluation on the fixed windows: what each evaluation measures (the loop in train/trainer.py
+decides what of it is kept, written and logged), and the test losses at the end of a run."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from tiedvsuntied.data.baselines import window_baselines
 from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
+from tiedvsuntied.results.metrics import (
+    INIT_,
+    RETAIN_LOSS,
+    TEST_BPB,
+    TEST_LOSS,
+    TEST_LOSS_AT_BEST,
+    TEST_PPL,
+    TOKENS,
+    VAL_BPB,
+    VAL_LOSS,
+    VAL_PPL,
+)
 from tiedvsuntied.results.records import atomic_write
 from tiedvsuntied.train.config import Precision
 from tiedvsuntied.train.probes import drift, probe
 from tiedvsuntied.train.setup import Run
 
 log = logging.getLogger(__name__)
+
+INIT_KEYS = ("logit_std", "self_logit", "self_target_frac")  # step 0: TrainState.init_<key>
 
 
 @torch.no_grad()
@@ -56,40 +71,35 @@ def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
     return {**out, "loss": float(losses.mean()), "windows": losses.astype(np.float32)}
 
 
-def validate(run: Run, first: bool = False) -> float:
-    """The validation loss and probes at this step, into the metrics, probes/ and the loop
-    state. A new best keeps its weights (best.pt) for the test loss at the end."""
-    state, trainer = run.state, run.cfg.trainer
+@dataclass
+class Evaluation:
+    """What one evaluation measured; the loop decides what of it to keep."""
+
+    loss: float  # the validation split's: the mean of ``windows``
+    windows: np.ndarray  # the loss of each fixed validation window
+    metrics: dict  # name (results.metrics) -> value, the loss's first, in the order logged
+    arrays: dict  # the probes' per-token arrays, for probes/step_*.npz
+    init: dict  # first only: logit_std, self_logit, self_target_frac
+    heldout: dict | None  # last only: the validation loss beside the count models'
+
+
+def measure(run: Run, first: bool = False, last: bool = False) -> Evaluation:
+    """The validation loss and the probes at this step (``first``: also the initial logits'
+    statistics; ``last``: also the count models' losses on the same windows). Writes nothing."""
     result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
     loss = result["loss"]
-    metrics = {"tokens": state.tokens, "val/loss": loss, "val/ppl": math.exp(min(loss, 700))}
-    metrics["val/bpb"] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
-    if first:
-        state.init_val_loss = loss
-        for key in ("logit_std", "self_logit", "self_target_frac"):
-            setattr(state, f"init_{key}", result[key])
-            metrics[f"init/{key}"] = result[key]
-    if math.isfinite(loss) and (state.best_val_loss is None or loss < state.best_val_loss):
-        state.best_val_loss, state.best_step = loss, state.step
-        if trainer.test_eval:
-            with run.clock(state, "checkpoint"):
-                run.checkpoints.save_best(state.step, run.model)
-    with run.clock(state, "probes"):
+    metrics = {VAL_LOSS: loss, VAL_PPL: math.exp(min(loss, 700))}
+    metrics[VAL_BPB] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
+    init = {key: result[key] for key in INIT_KEYS} if first else {}
+    metrics.update({f"{INIT_}{key}": value for key, value in init.items()})
+    with run.clock(run.state, "probes"):
         scalars, arrays = probe(run.model, run.freq)
         if run.start_rows is not None:
             scalars.update(drift(run.model, run.start_rows, run.freq))
     if run.retain is not None:  # the start's own validation split
-        scalars["retain/loss"] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
-    save_arrays(run, state.step, val_window_loss=result["windows"], **arrays)
-    if state.step == trainer.max_steps:
-        run.record.heldout = {**(run.record.heldout or {}), "val": heldout(run, "val", result)}
-    run.metrics.log({**metrics, **scalars}, state.step)
-    state.last_val_loss = loss
-    log.info(
-        f"[{run.record.name}] step {state.step:>6d} | val loss {loss:.4f} | "
-        f"ppl {metrics['val/ppl']:.4g} | tokens {state.tokens:,}"
-    )
-    return loss
+        scalars[RETAIN_LOSS] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
+    held = heldout(run, "val", result) if last else None
+    return Evaluation(loss, result["windows"], {**metrics, **scalars}, arrays, init, held)
 
 
 def save_arrays(run: Run, step: int, **arrays) -> None:
@@ -164,11 +174,11 @@ def test(run: Run) -> None:
         record.test_loss_at_best = record.test_loss if state.best_step == state.step else None
     run.metrics.log(
         {
-            "tokens": state.tokens,
-            "test/loss": record.test_loss,
-            "test/ppl": math.exp(min(record.test_loss, 700)),
-            "test/loss_at_best": record.test_loss_at_best,
-            "test/bpb": record.heldout["test"]["loss_bpb"],
+            TOKENS: state.tokens,
+            TEST_LOSS: record.test_loss,
+            TEST_PPL: math.exp(min(record.test_loss, 700)),
+            TEST_LOSS_AT_BEST: record.test_loss_at_best,
+            TEST_BPB: record.heldout["test"]["loss_bpb"],
         },
         state.step,
     )

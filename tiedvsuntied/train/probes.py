@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from tiedvsuntied.results.metrics import DRIFT_, PROBE_
+
 STRATA = ("unseen", "rare", "frequent")
 SAMPLE_ROWS = 1024  # rows per stratum for the cosines: the same rows at every evaluation
 SAMPLE_SEED = 0
@@ -75,7 +77,7 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
     head_norm = emb_norm if h is None else torch.linalg.vector_norm(h, dim=1)
     arrays = {"emb_norm": emb_norm, "head_norm": head_norm}
     scalars = {
-        f"probe/{name}_{stat}": getattr(norms, stat)().item()
+        f"{PROBE_}{name}_{stat}": getattr(norms, stat)().item()
         for name, norms in arrays.items()
         for stat in ("mean", "std")
     }
@@ -100,7 +102,7 @@ def probe(model, freq: np.ndarray) -> tuple[dict[str, float], dict[str, np.ndarr
 
 def _probe_stratum(s: str, ids: np.ndarray, e, h, scalars: dict, arrays: dict) -> None:
     ids_t = torch.from_numpy(ids).to(e.device)
-    p = f"probe/{s}/"
+    p = f"{PROBE_}{s}/"
     scalars[p + "emb_norm_mean"] = arrays["emb_norm"][ids_t].mean().item()
     scalars[p + "head_norm_mean"] = arrays["head_norm"][ids_t].mean().item()
     rows = sample_rows(ids)
@@ -134,6 +136,6 @@ def drift(model, start: dict[str, torch.Tensor], freq: np.ndarray) -> dict[str, 
         rel = (w.norm(dim=1) / w0.norm(dim=1) - 1).cpu()
         for name, mask in (("seen", seen), ("unseen", ~seen)):
             if mask.any():
-                out[f"drift/{side}_cos_{name}"] = cos[mask].mean().item()
-                out[f"drift/{side}_norm_{name}"] = rel[mask].mean().item()
+                out[f"{DRIFT_}{side}_cos_{name}"] = cos[mask].mean().item()
+                out[f"{DRIFT_}{side}_norm_{name}"] = rel[mask].mean().item()
     return out

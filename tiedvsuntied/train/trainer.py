@@ -29,6 +29,18 @@ from omegaconf import OmegaConf
 from tiedvsuntied.data.batches import iter_eval_batches
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.model.accounting import count_parameters
+from tiedvsuntied.results.metrics import (
+    PARAMS_,
+    TOKENS,
+    TRAIN_CLIP_FRAC,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    TRAIN_LR,
+    TRAIN_LR_,
+    TRAIN_MFU,
+    TRAIN_TOKENS_PER_S,
+    VAL_PPL,
+)
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import (
     IndexEntry,
@@ -43,7 +55,7 @@ from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
 from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budget, resolved_config
-from tiedvsuntied.train.evaluation import four_decimals, test, validate
+from tiedvsuntied.train.evaluation import four_decimals, measure, save_arrays, test
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
 from tiedvsuntied.train.setup import Data, Run, build_run, identity
@@ -287,11 +299,34 @@ def run_loop(run: Run) -> None:
 
 
 def evaluate_now(run: Run, first: bool = False) -> float:
-    """Rank 0: the validation loss at this step, then in summary.json (a sweep's watcher)."""
-    with run.clock(run.state, "eval"):
-        loss = validate(run, first)
+    """Rank 0: evaluation measures, the loop decides: a new best keeps its weights (best.pt,
+    for the test loss at the end), the probe arrays go to probes/, the numbers to the metrics
+    and the TrainState, then summary.json (a sweep's watcher reads it)."""
+    state, trainer = run.state, run.cfg.trainer
+    with run.clock(state, "eval"):
+        ev = measure(run, first, last=state.step == trainer.max_steps)
+        if math.isfinite(ev.loss) and (
+            state.best_val_loss is None or ev.loss < state.best_val_loss
+        ):
+            state.best_val_loss, state.best_step = ev.loss, state.step
+            if trainer.test_eval:
+                with run.clock(state, "checkpoint"):
+                    run.checkpoints.save_best(state.step, run.model)
+        if first:
+            state.init_val_loss = ev.loss
+            for key, value in ev.init.items():
+                setattr(state, f"init_{key}", value)
+        save_arrays(run, state.step, val_window_loss=ev.windows, **ev.arrays)
+        if ev.heldout is not None:
+            run.record.heldout = {**(run.record.heldout or {}), "val": ev.heldout}
+        run.metrics.log({TOKENS: state.tokens, **ev.metrics}, state.step)
+        state.last_val_loss = ev.loss
+        log.info(
+            f"[{run.record.name}] step {state.step:>6d} | val loss {ev.loss:.4f} | "
+            f"ppl {ev.metrics[VAL_PPL]:.4g} | tokens {state.tokens:,}"
+        )
     summary(run).write(run.run_dir)
-    return loss
+    return ev.loss
 
 
 def train_step(run: Run, log_now: bool) -> tuple[float, float, float, dict | None]:
@@ -367,7 +402,7 @@ def untie_now(run: Run) -> None:
     if dist.is_main():
         total = f"{params['total']:,}"
         log.info("[%s] untied at step %d: %s parameters", run.record.name, run.state.step, total)
-        run.metrics.log({f"params/{k}": v for k, v in params.items()}, run.state.step)
+        run.metrics.log({f"{PARAMS_}{k}": v for k, v in params.items()}, run.state.step)
 
 
 def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float, split: dict):
@@ -375,20 +410,20 @@ def log_step(run: Run, window: Window, loss: float, grad_norm: float, lr: float,
     peak = run.derived.peak_tflops * 1e12 * dist.world_size()
     run.metrics.log(
         {
-            "tokens": run.state.tokens,
-            "train/loss": loss,
-            "train/lr": lr,  # the body's; the embedding side's at their own scales:
+            TOKENS: run.state.tokens,
+            TRAIN_LOSS: loss,
+            TRAIN_LR: lr,  # the body's; the embedding side's at their own scales:
             **{
-                f"train/lr_{name}": lr * scale
+                f"{TRAIN_LR_}{name}": lr * scale
                 for name, scale in run.derived.lr_scales.items()
                 if name in EMBEDDING_SIDE
             },
-            "train/tokens_per_s": tokens_per_s,
-            "train/grad_norm": grad_norm,
-            "train/mfu": run.derived.flops_per_token * tokens_per_s / peak,
-            "train/clip_frac": (run.state.clipped_steps - window.clipped) / window.steps,
+            TRAIN_TOKENS_PER_S: tokens_per_s,
+            TRAIN_GRAD_NORM: grad_norm,
+            TRAIN_MFU: run.derived.flops_per_token * tokens_per_s / peak,
+            TRAIN_CLIP_FRAC: (run.state.clipped_steps - window.clipped) / window.steps,
             # pre-clip, summed over micro-batches of loss / grad_accum: the scale of .grad
-            **{f"train/grad_norm_{side}": g.norm().item() for side, g in split.items()},
+            **{f"{TRAIN_GRAD_NORM}_{side}": g.norm().item() for side, g in split.items()},
         },
         run.state.step,
     )

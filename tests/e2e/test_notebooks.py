@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 BOOKS_FIGURES = ["books_fig1_loss", "books_fig2_contrasts", "books_fig3_lr", "books_fig4_per_book"]

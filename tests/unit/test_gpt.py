@@ -17,7 +17,7 @@ from tiedvsuntied.model.accounting import count_parameters
 from tiedvsuntied.model.config import HeadConfig, ModelConfig, ModelConfigError, Trainable
 from tiedvsuntied.model.gpt import GPT, INIT_TABLE, set_trainable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- tying

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,8 @@ from conftest import (
     CORPUS_OVERRIDES,
     LIBRARY_OVERRIDES,
     REPO,
+    STEPS,
     SWEEP_NAMES,
-    run_cli,
 )
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -63,15 +62,6 @@ def sweep_jobs(*overrides: str) -> list:
     the command checks them before its first job: their RunPlans."""
     with jobs.composed(list(overrides)) as (loader, master):
         return jobs.check_jobs(loader, master, jobs.expand(loader, master))
-
-
-# A few steps in bytes, for the fine-tuning study's runs.
-STEPS = [
-    "trainer.max_steps=4",
-    "trainer.eval_interval=2",
-    "trainer.eval_windows=2",
-    "wandb.mode=disabled",
-]
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
@@ -148,18 +138,3 @@ def test_group_files_name_their_dataclass_and_repeat_none_of_its_defaults(path: 
     }
     assert set(given) <= set(defaults), set(given) - set(defaults)
     assert not {key: value for key, value in given.items() if value == defaults[key]}
-
-
-@pytest.mark.slow
-def test_the_fine_tuning_study_runs_as_two_real_multiruns(tmp_path, session_cache):
-    """finetune_pretrain, then every arm of finetune (untie x trainable) from its run, each job
-    a few steps: the multiruns a user starts, down to the sweep table."""
-    tiny = [*BYTE_RUN, *STEPS, f"results_dir={tmp_path / 'results'}"]
-    env = {"TIEDVSUNTIED_CACHE": str(session_cache)}
-    for experiment in ("finetune_pretrain", "finetune"):
-        proc = run_cli(["-m", f"+experiment={experiment}", *tiny], cwd=tmp_path, env_extra=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    index = json.loads((tmp_path / "results" / "ft" / "index.json").read_text())
-    assert len(index) == 12  # untie (keep, copy, fresh) x trainable (all, head, body, embedding)
-    assert {entry["status"] for entry in index.values()} == {"finished"}
-    assert "Sweep ft:" in proc.stdout and proc.stdout.count("finished") >= 12

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,8 +29,6 @@ from tiedvsuntied.analysis.rows import (
 from tiedvsuntied.analysis.stats import (
     aggregate_runs,
 )
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_runs_table_one_row_per_run_with_summary_values(fake_sweep):
@@ -259,16 +254,3 @@ def test_wandb_without_credentials_fails_clearly(tmp_path, monkeypatch):
         match=r"cannot read W&B project 'someone/proj'.*load_results",
     ):
         load_wandb("someone/proj")
-
-
-@pytest.mark.slow  # a subprocess: a fresh interpreter
-def test_reading_side_loads_no_torch():
-    """Figures and notebooks read results without torch (the reading side imports none)."""
-    code = (
-        "import sys, tiedvsuntied.figures, tiedvsuntied.analysis, tiedvsuntied.results\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]

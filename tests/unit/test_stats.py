@@ -44,9 +44,8 @@ def test_aggregate_t_interval_single_seed_and_labels():
     a, b = out.loc["a"], out.loc["b"]
     sem = np.std([1, 2, 4], ddof=1) / math.sqrt(3)
     assert a["n"] == 3 and a["mean"] == pytest.approx(7 / 3) and a["run_ids"] == ["r1", "r2", "r3"]
-    assert a["ci_high"] - a["mean"] == pytest.approx(
-        4.3027 * sem, rel=1e-4
-    )  # t(0.975, dof=2) from the tables
+    p = 0.975  # Student's t with 2 dof has a closed-form quantile: (2p - 1) / sqrt(2p(1 - p))
+    assert a["ci_high"] - a["mean"] == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)) * sem)
     assert a["ci_label"] == "95% t-CI, n=3"
     assert (
         b["n"] == 1 and b["mean"] == 5.0 and b["ci_label"] == "n=1: no CI"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import BYTE_RUN, at_step, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mount(*args: str) -> subprocess.CompletedProcess:

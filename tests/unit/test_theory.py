@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from fake_results import write_run
+from scipy import integrate, stats
 
 from tiedvsuntied.analysis.load import (
     load_results,
@@ -48,9 +49,12 @@ def test_expected_max_of_normals_against_monte_carlo():
         assert expected_max_normal(n) == pytest.approx(
             draws.mean(), abs=4 * draws.std() / math.sqrt(len(draws))
         )
-    assert expected_max_normal(50257) == pytest.approx(
-        4.2316, abs=1e-4
-    )  # sqrt(2 ln V) = 4.653 is 10% high
+    # At V = 50257, against the other formula, E[M] = int_0^inf (1 - F^n) - int_-inf^0 F^n (F: the
+    # normal cdf), where sqrt(2 ln V) = 4.653 would be 10% high.
+    n = 50257
+    above = integrate.quad(lambda x: -math.expm1(n * stats.norm.logcdf(x)), 0, 12, limit=200)[0]
+    below = integrate.quad(lambda x: math.exp(n * stats.norm.logcdf(x)), -12, 0, limit=200)[0]
+    assert expected_max_normal(n) == pytest.approx(above - below, abs=1e-6)
 
 
 def test_gaussian_curve_is_exact_to_a_tenth_of_a_percent_and_unbiased():
