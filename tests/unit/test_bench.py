@@ -22,7 +22,7 @@ NO_CUDA = "CUDA is not available here: use --device=cpu or auto"
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: large, medium, micro,"),
+        (["--sizes", "huge"], "error: --sizes: unknown size 'huge'; valid: body256x4, body256x8,"),
         (["--tie", "maybe"], "error: --tie=maybe is invalid: use true, false or true,false"),
         (["--steps", "0"], "error: --steps=0: it must be >= 1"),
         (["--rounds", "0"], "error: --rounds=0: it must be >= 1"),

@@ -22,6 +22,7 @@ from tiedvsuntied.analysis.theory import (
     parameter_table,
     tied_initial_loss,
 )
+from tiedvsuntied.presets import presets
 
 
 def test_gaussian_logit_loss_regimes():
@@ -116,22 +117,16 @@ def test_initial_loss_table(fake_sweep):
 def test_parameter_table_counts_every_size():
     """GPT-2 small: 124,439,808 tied, 163,037,184 untied (the published counts)."""
     t = parameter_table().set_index("size")
-    assert list(t.index) == [
-        "nano",
-        "micro",
-        "mini",
-        "small",
-        "medium",
-        "large",
-        "xl",
-    ]  # smallest first
+    assert set(t.index) == set(presets("model"))  # every conf/model/*.yaml
+    assert t["total (tied)"].is_monotonic_increasing  # smallest first
     assert (
         t.loc["small", "total (tied)"] == 124_439_808
         and t.loc["small", "total (untied)"] == 163_037_184
     )
     assert (t["total (untied)"] - t["total (tied)"] == t["head (untied)"]).all()
     assert (t["head (untied)"] == t["embedding (wte)"]).all()
-    assert parameter_table(vocab_size=512).loc[3, "embedding (wte)"] == 512 * 768
+    small = parameter_table(vocab_size=512).set_index("size").loc["small"]
+    assert small["embedding (wte)"] == 512 * 768
 
 
 def test_token_probes_and_offdiag(fake_sweep):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).parents[2] / "experiments"
 STUDIES = sorted(p.parent for p in EXPERIMENTS.glob("*/README.md") if "**Status: " in p.read_text())
 
 
