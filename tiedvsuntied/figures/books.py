@@ -11,7 +11,7 @@ import pandas as pd
 
 from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.sign_flip import SWEEP as SIGN_FLIP
-from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
+from tiedvsuntied.analysis.stats import CONFIDENCE, PAIRED_SIGN, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
 ARMS = {  # label, colour (Okabe-Ito; tied and untied as in every figure), marker, x offset
@@ -183,7 +183,7 @@ def fig_per_book(runs: pd.DataFrame):
     axes[0][0].set_ylabel("tied − untied, init 0.02 (nats/token)")
     spread = books.text_variance(effects)
     fig.captions.append(
-        "Per book: the mean over its evaluation windows. "
+        f"Sign: {PAIRED_SIGN}. Per book: the mean over its evaluation windows. "
         + "; ".join(
             f"{r.model}: sd between books {r.sd_between_books:.3f}, between seed means "
             + (f"{r.sd_between_seed_means:.3f}" if r.seeds > 1 else "none (one seed)")
