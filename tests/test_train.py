@@ -326,3 +326,32 @@ def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_u
     assert logged == [0, 1, 2, 3, 50, 100, 150, 200, 250]
     assert steps("saves", 250, ckpt_interval=100) == [0, 100, 200, 250]
     assert steps("unties", 250, untie_at=0.5) == [125] and steps("unties", 250) == []
+
+
+def test_a_rerun_restores_a_done_runs_lost_config_and_check_stops_naming_it(tmp_path, caplog):
+    """A finished run's config.yaml deleted, then made unreadable: the next run of its command
+    skips it, writes the file again in one logged line, and the sweep's check finds no damage."""
+    from tiedvsuntied.results.state import damage
+    from tiedvsuntied.sweep.progress import damaged
+
+    cfg = compose(*QUICK, "trainer.test_eval=false", f"results_dir={tmp_path}")
+    s = train(cfg)
+    run_dir, sweep = tmp_path / cfg.sweep / s.run_id, tmp_path / cfg.sweep
+    written = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    for harm, phrase in ((Path.unlink, "missing"), (lambda p: p.write_text("a: [b"), "unreadable")):
+        harm(run_dir / "config.yaml")
+        assert damage(run_dir) == [f"config.yaml {phrase}"] and len(damaged(sweep)) == 1
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tiedvsuntied"):
+            assert train(cfg).step == s.step  # skipped, not trained again
+        assert [r.getMessage() for r in caplog.records if "config.yaml" in r.getMessage()] == [
+            f"[{s.name}] config.yaml {phrase}: rewritten from the resolved config and summary.json"
+        ]
+        assert damage(run_dir) == [] and damaged(sweep) == []
+        restored = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        assert {k: v for k, v in restored.items() if k != "derived"} == resolved_config(cfg)
+        assert {k: v for k, v in written.items() if k != "derived"} == resolved_config(cfg)
+        derived, stds = dict(restored["derived"]), "init_std_resolved"  # the summary: emb, head
+        assert derived.pop(stds).items() <= written["derived"][stds].items()
+        assert derived == {k: v for k, v in written["derived"].items() if k in derived}
+        assert derived["vocab_size"] == 257 and len(derived) >= 15
