@@ -5,6 +5,7 @@ behave as the results contract says."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -355,3 +356,27 @@ def test_a_rerun_restores_a_done_runs_lost_config_and_check_stops_naming_it(tmp_
         assert derived.pop(stds).items() <= written["derived"][stds].items()
         assert derived == {k: v for k, v in written["derived"].items() if k in derived}
         assert derived["vocab_size"] == 257 and len(derived) >= 15
+
+
+def test_a_batch_that_cannot_fit_is_refused_up_front_with_the_memory_it_needs(tmp_path):
+    """A batch needing twice the machine's memory (at least): one line naming the key and the
+    memory, before any data is read or a tensor allocated, and nothing written."""
+    import resource
+
+    from tiedvsuntied.train.plan import least_memory
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    one = least_memory(compose(*QUICK, "trainer.batch_size=1"), torch.device("cpu"))["activations"]
+    batch = 2 * total // one
+    cfg = compose(*QUICK, f"trainer.batch_size={batch}", f"results_dir={tmp_path / 'r'}")
+    need = sum(least_memory(cfg, torch.device("cpu")).values())
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConfigError) as err:
+        train(cfg)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # kB on Linux
+    message = str(err.value)
+    assert message.startswith(f"trainer.batch_size={batch} needs at least ") and "\n" not in message
+    assert f"{need / 2**30:.1f} GiB per process" in message and need > total
+    assert f"cpu has {total / 2**30:.1f} GiB" in message
+    assert grown < total / 100 and not (tmp_path / "r").exists()
+    check_config(compose(*QUICK, "trainer.batch_size=64"))  # a batch that fits passes
