@@ -392,3 +392,24 @@ def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path:
     assert set(table["params"]) == {"1,234,567"} and set(table["final val"]) == {5.0}
     # released: the run is no longer trained by anyone
     assert runs_table(sweep).set_index("run")["status"]["held"] == "interrupted (a rerun resumes)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["-m"], []], ids=["multirun", "run"])
+def test_a_job_refused_after_hydra_made_its_folder_leaves_no_folder(mode, tmp_path: Path):
+    """A refusal the command's check cannot see (the Hub dataset is looked for by the job, when
+    it reads its data): one line, exit 2, and neither multirun/<sweep>/<time>/0/ nor outputs/."""
+    given = [
+        *mode,
+        "data.source=hub",
+        "data.path=nobody/no_such_dataset",
+        "data.encoding=bytes",
+        f"results_dir={tmp_path / 'r'}",
+        "wandb.mode=disabled",
+    ]
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    proc = run_cli(given, cwd=tmp_path, env_extra=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: not available offline")
+    made = {p.name for p in tmp_path.iterdir()}
+    assert made <= {"r", "hf"}, made  # no multirun/ or outputs/ (r: the sweep's planned.json)
