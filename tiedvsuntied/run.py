@@ -10,8 +10,10 @@ code 130) and a rerun resumes. Nothing here imports torch or pandas until a job 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -19,6 +21,7 @@ from typing import NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -52,6 +55,25 @@ def unwritable(error: OSError) -> NoReturn:
     raise SystemExit(1) from None
 
 
+def refuse_job(error: BaseException) -> NoReturn:
+    """A job refused before its run was made: the folder Hydra made for its log goes, and the
+    folders above it that this leaves empty (a multirun's: with its multirun.yaml), so that a
+    refused command leaves no folder; then the one line (callbacks.refuse)."""
+    hydra_cfg = HydraConfig.get()
+    job = Path(hydra_cfg.runtime.output_dir)
+    if {p.name for p in job.iterdir()} <= {".hydra", f"{hydra_cfg.job.name}.log"}:
+        shutil.rmtree(job)
+        top = Path(hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else job)
+        if top.is_dir() and {p.name for p in top.iterdir()} <= {"multirun.yaml"}:
+            shutil.rmtree(top)  # no other job of this command made a folder
+        for folder in top.absolute().parents:  # multirun/<sweep>/, multirun/ where now empty
+            if folder == Path.cwd() or not folder.is_relative_to(Path.cwd()):
+                break
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    callbacks.refuse(error)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from tiedvsuntied.data.config import DataUnavailableError
@@ -61,13 +83,15 @@ def main(cfg: DictConfig) -> float | None:
 
     overrides = list(HydraConfig.get().overrides.task)
     dist.adopt_submitit()
-    with callbacks.refusing():  # the job's own checks (callbacks.Check made the command's)
+    try:  # the job's own checks (callbacks.Check made the command's)
         plan = jobs.check_job(cfg, overrides)  # what init_from implies, worked out once
+    except jobs.USER_ERRORS as e:
+        refuse_job(e)
     # From here on a failure is the run's: recorded in its summary; a multirun goes on.
     try:
         summary = train(plan, overrides=overrides)  # the plan is not checked again
     except (DataUnavailableError, ConfigError) as e:  # offline and not cached, a start of
-        callbacks.refuse(e)  # another tokenizer: raised before the run is made
+        refuse_job(e)  # another tokenizer: raised before the run is made
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the run saved a checkpoint first
         interrupted(getattr(e, "step", None))  # None: before the run began
     except OSError as e:  # the results folder stopped taking writes (read-only, full)

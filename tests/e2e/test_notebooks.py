@@ -119,11 +119,17 @@ def nbconvert(clone: Path, notebooks: list[str], env_extra: dict) -> subprocess.
     return subprocess.run(
         [*jupyter, "--output-dir", str(clone / "nb"), *notebooks],
         cwd=clone,
-        env={**env, "PWD": str(clone), **env_extra},
+        env={**env, "PWD": str(clone), "XDG_CACHE_HOME": str(clone.parent / "cache"), **env_extra},
         capture_output=True,
         text=True,
         timeout=1200,
     )
+
+
+def figures(clone: Path) -> list[str]:
+    """What the notebooks wrote where they write by default: the user's cache (XDG_CACHE_HOME,
+    nbconvert's), not the checkout."""
+    return sorted(p.name for p in (clone.parent / "cache" / "tiedvsuntied" / "figures").iterdir())
 
 
 def outputs(path: Path) -> str:
@@ -148,8 +154,15 @@ def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_
     the second edition's reads its own; those that read an unshipped sweep by default (07, 09)
     say what to run first and skip the rest; the command exits 0."""
     clone = fresh_clone(tmp_path)
+    before = {p: p.read_bytes() for p in clone.rglob("*") if p.is_file()}
     proc = nbconvert(clone, sorted(f"notebooks/{p.name}" for p in NOTEBOOKS), {})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    after = {
+        p: p.read_bytes() for p in clone.rglob("*") if p.is_file() and clone / "nb" not in p.parents
+    }
+    assert (
+        after == before
+    )  # the clone's files unchanged, none added (nb/: the command's --output-dir)
     assert sorted(p.name for p in (clone / "nb").glob("*.ipynb")) == sorted(WRITES)
     for path in BUNDLE_NOTEBOOKS:
         said = outputs(clone / "nb" / path.name)
@@ -163,7 +176,7 @@ def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_
     if not third:  # not shipped yet: the notebook says what to run and skips the rest
         said = outputs(clone / "nb" / "11_third_edition.ipynb")
         assert f"skipped: no results at {clone / SIGN_FLIP_BUNDLE.relative_to(REPO)}" in said
-    written = sorted(p.name for p in (clone / "figures").iterdir())
+    written = figures(clone)
     assert written == sorted([*paper, *books, *third])
 
 
@@ -179,7 +192,7 @@ def test_the_third_editions_notebook_draws_a_sign_flip_sweep(tmp_path):
     env = {"TIEDVSUNTIED_SWEEP_DIR": str(sweep), "TIEDVSUNTIED_FORMATS": "png"}
     proc = nbconvert(clone, ["notebooks/11_third_edition.ipynb"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    written = sorted(p.name for p in (clone / "figures").iterdir())
+    written = figures(clone)
     assert written == sorted(f for f in WRITES["11_third_edition.ipynb"] if not f.endswith(".pdf"))
     assert "crossover ρ = " in outputs(clone / "nb" / "11_third_edition.ipynb")
 
@@ -196,7 +209,7 @@ def test_a_relative_sweep_dir_is_read_from_where_the_user_stands(tmp_path):
     for name in ("07_finetune.ipynb", "09_study_axes.ipynb"):
         said = outputs(clone / "nb" / name)
         assert "results bundle (format 1) of sweep tie_x_init" in said, name
-    written = sorted(p.name for p in (clone / "figures").iterdir())
+    written = figures(clone)
     assert written == sorted(expected("09_study_axes.ipynb", NOT_FROM_BUNDLE)), written
     missing = "results/nothing"
     proc = nbconvert(clone, ["notebooks/00_overview.ipynb"], {"TIEDVSUNTIED_SWEEP_DIR": missing})

@@ -45,8 +45,13 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def wandb_inspect(run_dir: Path, *args: str):
-    """Read an offline W&B run back with `wandb leet inspect` (wandb's own reader)."""
-    [wdir] = sorted((run_dir / "wandb").glob("offline-run-*"))
+    """Read an offline W&B run back with `wandb leet inspect` (wandb's own reader): the one of
+    a run folder, or one offline-run-* folder."""
+    [wdir] = (
+        [run_dir]
+        if run_dir.name.startswith("offline-run-")
+        else (sorted((run_dir / "wandb").glob("offline-run-*")))
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", *args, "--json", str(wdir)],
         capture_output=True,
@@ -186,6 +191,20 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
         assert {k: v for k, v in g.items() if k not in timing} == pytest.approx(
             {k: v for k, v in w.items() if k not in timing}, rel=0, abs=1e-6
         ), g["step"]
+    # W&B, read with its own reader: two offline runs of one run id (what `wandb sync` uploads
+    # as one run); the killed one ends without an exit record, the resumed one holds it all
+    killed_wb, resumed_wb = (
+        [json.loads(line) for line in wandb_inspect(w).splitlines()]
+        for w in sorted((sweep / resumed["run_id"] / "wandb").glob("offline-run-*"))
+    )
+    for records in (killed_wb, resumed_wb):
+        assert [r["run"]["run_id"] for r in records if r["type"] == "run"] == [
+            resumed["wandb_run_id"]
+        ]
+    assert [r["type"] for r in killed_wb].count("exit") == 0
+    assert [r["exit"].get("exit_code", 0) for r in resumed_wb if r["type"] == "exit"] == [0]
+    history = [r["history"]["item"]["_step"] for r in resumed_wb if r["type"] == "history"]
+    assert history == sorted({r["step"] for r in want})  # every logged step, once, in order
 
 
 @pytest.mark.slow
@@ -392,3 +411,24 @@ def test_the_sweep_table_says_which_running_runs_another_process_holds(tmp_path:
     assert set(table["params"]) == {"1,234,567"} and set(table["final val"]) == {5.0}
     # released: the run is no longer trained by anyone
     assert runs_table(sweep).set_index("run")["status"]["held"] == "interrupted (a rerun resumes)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["-m"], []], ids=["multirun", "run"])
+def test_a_job_refused_after_hydra_made_its_folder_leaves_no_folder(mode, tmp_path: Path):
+    """A refusal the command's check cannot see (the Hub dataset is looked for by the job, when
+    it reads its data): one line, exit 2, and neither multirun/<sweep>/<time>/0/ nor outputs/."""
+    given = [
+        *mode,
+        "data.source=hub",
+        "data.path=nobody/no_such_dataset",
+        "data.encoding=bytes",
+        f"results_dir={tmp_path / 'r'}",
+        "wandb.mode=disabled",
+    ]
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    proc = run_cli(given, cwd=tmp_path, env_extra=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: not available offline")
+    made = {p.name for p in tmp_path.iterdir()}
+    assert made <= {"r", "hf"}, made  # no multirun/ or outputs/ (r: the sweep's planned.json)

@@ -136,7 +136,8 @@ def test_the_arms_figure_pairs_scheduled_untying_and_the_untied_arm_with_the_tie
         ("untied", by(tie=False, sched=False)),
     ):
         assert table.loc[arm, "seed_diffs"] == pytest.approx(
-            rows["test_loss"].to_numpy() - tied, abs=1e-5
+            tied - rows["test_loss"].to_numpy(),
+            abs=1e-5,  # tied − arm, as tied − untied
         )
     assert table.loc["untied at step 3", "share"] == pytest.approx(
         table.loc["untied at step 3", "diff"] / table.loc["untied", "diff"]

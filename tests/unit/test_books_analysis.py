@@ -211,6 +211,32 @@ def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
     assert not lr.empty and lr.axes[0].get_xscale() == "log"
 
 
+def test_the_lr_figure_marks_an_edge_choice_and_each_caption_gives_its_own_seeds_and_sizes(study):
+    """Untied at 0.02 chose m = 4, the highest run: an arrow and a note; the lr figure draws nano
+    seed 0 alone and says so, the contrasts figure both sizes and the grid's seeds per cell."""
+    from tiedvsuntied.figures import books as figures
+    from tiedvsuntied.figures.style import finish
+
+    runs = drawable(study)
+    choice = books.chosen_lr(study).set_index(["arm", "init_std"])["emb_lr_mult"]
+    grids = {cell: row.dropna().index for cell, row in books.lr_check(study).iterrows()}
+    edges = [c for c, ms in grids.items() if len(ms) > 1 and choice[c] in (ms.min(), ms.max())]
+    assert edges == [("untied", "0.02")]  # the study's one edge choice
+    lr = figures.fig_lr(runs)
+    assert lr.flagged == ["untied, init 0.02: m = 4 is the highest m run"]
+    arrows = [t for ax in lr.axes for t in ax.texts if t.arrow_patch is not None]
+    assert len(arrows) == 1 and arrows[0].axes.get_title() == "init std 0.02"
+    finish(lr, runs)
+    said = " ".join(lr.caption_text.get_text().split())
+    assert said.startswith("nano (d=64), 500 steps") and "n = 1 seed/cell" in said
+    assert "seed 0 alone" in said and "an arrow: the chosen m is its grid's edge" in said
+    contrasts = figures.fig_contrasts(runs)
+    finish(contrasts, runs)
+    said = " ".join(contrasts.caption_text.get_text().split())
+    # the grid: 5 seeds per cell at m = 1; untied at 0.02 chose m = 4, which seed 0 alone ran
+    assert said.startswith("nano (d=64), micro (d=128)") and "n = 1–5 seeds/cell" in said
+
+
 def test_the_figures_skip_runs_that_hold_out_no_documents(study):
     from tiedvsuntied.figures import books as figures
 

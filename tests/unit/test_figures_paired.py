@@ -15,6 +15,7 @@ from fake_results import (
 )
 from matplotlib.colors import to_hex
 
+from tiedvsuntied.analysis.arms import arms_table
 from tiedvsuntied.analysis.early import early_steps, early_summary
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.stats import noise_floor, paired_table
@@ -316,3 +317,32 @@ def test_figures_6_and_10_give_the_tied_untied_pair_one_sign_and_say_it(tmp_path
     assert mean == pytest.approx(pair["diff"]) and pair["diff"] != 0
     (low, high) = sorted(bar.lines[2][0].get_segments()[0][:, 1])
     assert (low, high) == pytest.approx((pair["low"], pair["high"]))
+
+
+def test_table_arms_gives_figure_6s_number_for_the_untied_arm_with_its_sign(tmp_path):
+    """table_arms.md (and arms_table) is tied − arm, as figure 6's tied − untied: the untied arm's
+    row is figure 6's point, the same number with the same sign, and its header says so."""
+    sweep = write_sweep(tmp_path / "s", init_stds=("1.0",), seeds=(0, 1, 2))
+    for seed in (0, 1, 2):  # a third arm, so table_arms.md is written
+        write_run(sweep, tie=True, init_std="1.0", seed=seed, t5_rescale=True, floor_shift=-0.2)
+    results = load_results(sweep)
+    pair = paired_table(results.runs, ("final",)).iloc[0]
+    six = [
+        ln.get_ydata()[0]
+        for ln in lines(fig_paired_difference(results.runs))
+        if ln.get_marker() == "o"
+    ]
+    untied = arms_table(results.runs, ("final",)).set_index("arm").loc["untied"]
+    assert six == pytest.approx([pair["diff"]]) and pair["diff"] != 0
+    assert (untied["diff"], untied["low"], untied["high"]) == pytest.approx(
+        (pair["diff"], pair["low"], pair["high"])
+    )
+    t5 = arms_table(results.runs, ("final",)).set_index("arm").loc["tied (t5 rescale: True)"]
+    tied = results.runs[results.runs["tie"].eq(True) & results.runs["variant"].fillna("").eq("")]
+    assert t5["diff"] > 0 and t5["mean_t"] == pytest.approx(tied["test_loss"].mean())
+    text = (write_tables(tmp_path / "o", results.runs)[0].parent / "table_arms.md").read_text()
+    assert "Sign: tied − arm (> 0: tying costs" in text and "| diff: tied − arm |" in (
+        text.replace("  ", " ").replace("  ", " ")
+    )
+    row = next(ln for ln in text.splitlines() if "| untied " in ln and "| final " in ln)
+    assert f"{pair['diff']:.4f}".rstrip("0") in row

@@ -5,6 +5,7 @@ behave as the results contract says."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -310,3 +311,56 @@ def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_u
     assert logged == [0, 1, 2, 3, 50, 100, 150, 200, 250]
     assert steps("saves", 250, ckpt_interval=100) == [0, 100, 200, 250]
     assert steps("unties", 250, untie_at=0.5) == [125] and steps("unties", 250) == []
+
+
+def test_a_rerun_restores_a_done_runs_lost_config_and_check_stops_naming_it(tmp_path, caplog):
+    """A finished run's config.yaml deleted, then made unreadable: the next run of its command
+    skips it, writes the file again in one logged line, and the sweep's check finds no damage."""
+    from tiedvsuntied.results.state import damage
+    from tiedvsuntied.sweep.progress import damaged
+
+    cfg = compose(*QUICK, "trainer.test_eval=false", f"results_dir={tmp_path}")
+    s = train(cfg)
+    run_dir, sweep = tmp_path / cfg.sweep / s.run_id, tmp_path / cfg.sweep
+    written = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    for harm, phrase in ((Path.unlink, "missing"), (lambda p: p.write_text("a: [b"), "unreadable")):
+        harm(run_dir / "config.yaml")
+        assert damage(run_dir) == [f"config.yaml {phrase}"] and len(damaged(sweep)) == 1
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tiedvsuntied"):
+            assert train(cfg).step == s.step  # skipped, not trained again
+        assert [r.getMessage() for r in caplog.records if "config.yaml" in r.getMessage()] == [
+            f"[{s.name}] config.yaml {phrase}: rewritten from the resolved config and summary.json"
+        ]
+        assert damage(run_dir) == [] and damaged(sweep) == []
+        restored = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        assert {k: v for k, v in restored.items() if k != "derived"} == resolved_config(cfg)
+        assert {k: v for k, v in written.items() if k != "derived"} == resolved_config(cfg)
+        derived, stds = dict(restored["derived"]), "init_std_resolved"  # the summary: emb, head
+        assert derived.pop(stds).items() <= written["derived"][stds].items()
+        assert derived == {k: v for k, v in written["derived"].items() if k in derived}
+        assert derived["vocab_size"] == 257 and len(derived) >= 15
+
+
+def test_a_batch_that_cannot_fit_is_refused_up_front_with_the_memory_it_needs(tmp_path):
+    """A batch needing twice the machine's memory (at least): one line naming the key and the
+    memory, before any data is read or a tensor allocated, and nothing written."""
+    import resource
+
+    from tiedvsuntied.train.plan import least_memory
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    one = least_memory(compose(*QUICK, "trainer.batch_size=1"), torch.device("cpu"))["activations"]
+    batch = 2 * total // one
+    cfg = compose(*QUICK, f"trainer.batch_size={batch}", f"results_dir={tmp_path / 'r'}")
+    need = sum(least_memory(cfg, torch.device("cpu")).values())
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConfigError) as err:
+        train(cfg)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # kB on Linux
+    message = str(err.value)
+    assert message.startswith(f"trainer.batch_size={batch} needs at least ") and "\n" not in message
+    assert f"{need / 2**30:.1f} GiB per process" in message and need > total
+    assert f"cpu has {total / 2**30:.1f} GiB" in message
+    assert grown < total / 100 and not (tmp_path / "r").exists()
+    check_config(compose(*QUICK, "trainer.batch_size=64"))  # a batch that fits passes

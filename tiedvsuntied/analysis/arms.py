@@ -16,6 +16,7 @@ from tiedvsuntied.train.config import NEUTRAL
 
 ARM_KEYS = ["data_id", "model", "init_std", "seed"]  # an arm's run and its tied reference share
 ARM_CELL = ["model", "init_std", "data_id"]
+ARMS_SIGN = "tied − arm (> 0: tying costs, the arm beats the tied one), as tied − untied"
 
 
 def arm_label(run: pd.Series) -> str:
@@ -47,9 +48,10 @@ def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
 
 def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) -> pd.DataFrame:
     """Every arm against the tied arm of the same seed, data, size and init std: mean difference
-    arm − tied with its interval (as in :func:`stats.paired_table`), and for scheduled untying,
-    ``share``: the part of the untied arm's difference that untying at that step reached (1: all
-    of it; NaN without an untied arm)."""
+    tied − arm (ARMS_SIGN: the sign of tied − untied, so the untied arm's row is figure 6's point;
+    mean_t is the tied arm's mean, mean_u the arm's) with its interval (as in
+    :func:`stats.paired_table`), and for scheduled untying, ``share``: the part of the untied
+    arm's difference that untying at that step reached (1: all of it; NaN without an untied arm)."""
     finished, ref = with_arms(runs)
     cols = [*ARM_CELL, "arm", "reference", "point", *stats.INTERVAL_COLUMNS]
     if ref is None:
@@ -57,7 +59,7 @@ def arms_table(runs: pd.DataFrame, points: Sequence[str] = ("final", "best")) ->
     reference, others = finished[finished["arm"] == ref], finished[finished["arm"] != ref]
     rows = []
     for (arm, *cell_key), cell in others.groupby(["arm", *ARM_CELL], sort=True):
-        arm_pairs = stats.match(cell, reference, ARM_KEYS)
+        arm_pairs = stats.match(reference, cell, ARM_KEYS)  # _t: the reference, _u: the arm
         head = {**dict(zip(ARM_CELL, cell_key, strict=True)), "arm": arm, "reference": ref}
         rows += [
             {**head, "point": point, **stats.paired_interval(arm_pairs, point)}

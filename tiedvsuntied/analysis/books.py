@@ -44,11 +44,15 @@ def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- learning rates
+def lr_check_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The lr check's runs (nano, seed 0, replicate 0), with their ``arm``."""
+    check = with_arms(first_replicates(runs))
+    return check[(check["model"] == "nano") & (check["seed"] == 0)]
+
+
 def lr_check(runs: pd.DataFrame) -> pd.DataFrame:
     """Final validation loss of the lr check's runs (nano, seed 0): (arm, init std) x mult."""
-    check = with_arms(first_replicates(runs))
-    check = check[(check["model"] == "nano") & (check["seed"] == 0)]
-    return check.pivot_table(
+    return lr_check_runs(runs).pivot_table(
         index=["arm", "init_std"], columns="emb_lr_mult", values="final_val_loss"
     )
 

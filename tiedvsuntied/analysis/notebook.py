@@ -41,6 +41,18 @@ def notebook_results(
     return load(paths, **kwargs)
 
 
+def figures_dir(out_dir: str = "") -> str:
+    """Where a notebook writes its figures: ``out_dir`` where it is set (OUT_DIR in its
+    parameters cell, or TIEDVSUNTIED_FIGURES_DIR), else a folder of the user's cache, never the
+    checkout: $XDG_CACHE_HOME (or ~/.cache)/tiedvsuntied/figures, said once."""
+    if out_dir:
+        return out_dir
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "tiedvsuntied" / "figures"
+    print(f"figures go to {path} (set OUT_DIR or TIEDVSUNTIED_FIGURES_DIR to choose)")
+    return str(path)
+
+
 def skip_rest_of_notebook(message: str) -> None:
     """Print ``message`` and run no further cell until the parameters cell (the one that reads
     TIEDVSUNTIED_SWEEP_DIR) is run again."""

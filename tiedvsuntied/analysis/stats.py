@@ -40,6 +40,7 @@ class Contrast(NamedTuple):
 
 # Fixed before running (issue 20): the study's headline question and the one contrast its
 # conclusion rests on; every other interval of a table is secondary.
+PAIRED_SIGN = "tied − untied (> 0: tying costs)"  # of every paired difference, figures and tables
 PRIMARY_CONTRAST = Contrast("init_std", ("1.0", "inv_sqrt_d"), "final")
 
 
@@ -323,13 +324,16 @@ def caption(table: pd.DataFrame) -> str:
     return text + "."
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """A table as markdown under its :func:`caption`, the interval as one column."""
+def markdown(table: pd.DataFrame, sign: str = PAIRED_SIGN) -> str:
+    """A table as markdown under its :func:`caption` and ``sign`` (what ``diff`` subtracts from
+    what), the interval as one column, the column ``diff`` headed by the sign's subtraction."""
     shown = table.drop(columns=["seed_diffs"], errors="ignore").copy()
+    shown = shown.rename(columns={"diff": f"diff: {sign.split(' (>')[0]}"})
     shown["interval"] = [
         f"[{lo:+.3f}, {hi:+.3f}]" if pd.notna(lo) else "none"
         for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
     ]
     if "floor" in shown:
         shown["floor"] = shown["floor"].map(lambda f: f"{f:.4f}" if pd.notna(f) else "not measured")
-    return caption(table) + "\n\n" + shown.round(4).to_markdown(index=False)
+    head = f"{caption(table)} Sign: {sign}."
+    return head + "\n\n" + shown.round(4).to_markdown(index=False)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from tiedvsuntied.analysis import books
 from tiedvsuntied.analysis.sign_flip import SWEEP as SIGN_FLIP
-from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_interval
+from tiedvsuntied.analysis.stats import CONFIDENCE, PAIRED_SIGN, first_replicates, seed_interval
 from tiedvsuntied.figures import style
 
 ARMS = {  # label, colour (Okabe-Ito; tied and untied as in every figure), marker, x offset
@@ -110,6 +110,7 @@ def fig_contrasts(runs: pd.DataFrame):
     ax = axes[0][0]
     if table.empty:
         return style.nothing_to_draw(fig, "no contrast has a pair of runs yet")
+    fig.drawn = books.grid(runs)  # the contrasts' runs: each arm at its chosen lr
     for y, row in enumerate(table.itertuples()):
         ax.plot(row.seed_diffs, np.full(len(row.seed_diffs), y), ".", color="#777777", ms=3)
         if np.isfinite(row.low):
@@ -147,16 +148,40 @@ def fig_lr(runs: pd.DataFrame):
             label, color, marker, _ = ARMS[a]
             ax.plot(losses.index, losses.values, label=label, color=color, marker=marker)
             ax.plot(best, losses[best], marker="o", ms=10, mfc="none", color=color)
+            if len(losses) > 1 and best in (losses.index.min(), losses.index.max()):
+                _mark_edge(fig, ax, (a, s, best, losses), color)
         ax.set_xscale("log", base=2)
         ax.set_title(style.init_label(std))
         ax.set_xlabel("embedding-side lr multiplier m")
     axes[0][0].set_ylabel("final validation loss")
     style.legend(fig, None, 4)
+    fig.drawn = books.lr_check_runs(runs)
     fig.captions.append(
         "lr = 1e-3 × (init std / 0.02) × m on wte, lm_head or the tied matrix; the body at "
-        "1e-3. Chosen: the lowest final validation loss (circled), before any grid run."
+        "1e-3. The lr check: nano, seed 0 alone. Chosen: the lowest final validation loss "
+        "(circled), before any grid run"
+        + (
+            "; an arrow: the chosen m is its grid's edge (the best may lie beyond it)."
+            if fig.flagged
+            else "; no chosen m is at its grid's edge."
+        )
     )
     return fig
+
+
+def _mark_edge(fig, ax, choice: tuple, color: str) -> None:
+    """An arrow from the chosen multiplier outward, where it is the first or last one run: the
+    lowest loss may lie beyond the grid (HYPOTHESES.md: one step out)."""
+    arm, std, best, losses = choice
+    outward = -1 if best == losses.index.min() else 1
+    ax.annotate(
+        "",
+        (best * 2 ** (0.6 * outward), losses[best]),
+        (best, losses[best]),
+        arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2},
+    )
+    edge = "lowest" if outward < 0 else "highest"
+    fig.flagged.append(f"{ARMS[arm][0]}, init {std}: m = {best:g} is the {edge} m run")
 
 
 @books_figure("books_fig4_per_book", "second edition: the primary contrast on each held-out book")
@@ -183,7 +208,7 @@ def fig_per_book(runs: pd.DataFrame):
     axes[0][0].set_ylabel("tied − untied, init 0.02 (nats/token)")
     spread = books.text_variance(effects)
     fig.captions.append(
-        "Per book: the mean over its evaluation windows. "
+        f"Sign: {PAIRED_SIGN}. Per book: the mean over its evaluation windows. "
         + "; ".join(
             f"{r.model}: sd between books {r.sd_between_books:.3f}, between seed means "
             + (f"{r.sd_between_seed_means:.3f}" if r.seeds > 1 else "none (one seed)")

@@ -119,7 +119,7 @@ def fig_paired_difference(runs: pd.DataFrame) -> Figure:
     seeds = table["n_seeds"]
     below = seeds.min() < MIN_INTERVAL_SEEDS
     fig.captions.append(
-        "sign: tied − untied (> 0: tying costs), paired by seed: mean and "
+        f"sign: {stats.PAIRED_SIGN}, paired by seed: mean and "
         f"{CONFIDENCE:.0%} t-interval over "
         f"n = {style.span(seeds)} seed{'' if seeds.max() == 1 else 's'} per cell"
         + (f" (below {MIN_INTERVAL_SEEDS} seeds: the mean only)" if below else "")
@@ -168,20 +168,14 @@ def _arm_curves(ax, runs: pd.DataFrame, history: pd.DataFrame, colors: dict) -> 
     ax.set_ylabel("validation loss (nats)")
 
 
-def _reversed(row: pd.Series) -> pd.Series:
-    """A paired difference a − b as b − a: the mean, its interval's ends and each seed's."""
-    flipped = {"diff": -row["diff"], "low": -row["high"], "high": -row["low"]}
-    return pd.Series({**row, **flipped, "seed_diffs": [-d for d in row["seed_diffs"]]})
-
-
 def _arm_differences(fig: Figure, ax, cell: pd.DataFrame, colors: dict, ref: str) -> None:
     """Test loss of the final weights, the tied reference − each arm, one column per arm: the
     sign of figure 6 (tied − untied, > 0: tying costs), so the untied arm is figure 6's point."""
-    table = arms_table(cell, ("final",))  # arm − reference, as analysis.arms pairs them
+    table = arms_table(cell, ("final",))  # reference − arm (ARMS_SIGN), as figure 6
     ax.axhline(0, color=style.REF_COLOR, ls="--", lw=1)
     shown = table.set_index("arm").reindex([a for a in colors if a != ref])
     for x, row in shown.dropna(subset=["diff"]).reset_index().iterrows():
-        _difference(ax, x, _reversed(row), color=colors[row["arm"]])
+        _difference(ax, x, row, color=colors[row["arm"]])
         fig.flagged.append(f"{row['arm']}: {row['method']}")
     labels = [a for a in colors if a != ref and a in set(table["arm"])]
     # long names would overlap: then the colours name the arms, as in the legend
@@ -212,7 +206,7 @@ def _arm_colors(arms: set, ref: str) -> dict:
 )
 def fig_arms(runs: pd.DataFrame, history: pd.DataFrame) -> Figure:
     """Sweeps with more than two arms (untie_at, untied head inits): validation loss per arm,
-    and arm − tied test loss paired by seed, for one cell (docs/figures.md, figure 10)."""
+    and tied − arm test loss paired by seed, for one cell (docs/figures.md, figure 10)."""
     fig, axes = style.new_figure(1, 2, 2.6)
     finished, ref = with_arms(runs)
     style.leave_out(fig, runs[runs["status"] != "finished"], lambda run: run["status"])
@@ -282,6 +276,7 @@ def fig_crossover(runs: pd.DataFrame) -> Figure:
     fig.drawn = runs[plain]
     ax.set_xlabel("embedding share of the tied model's parameters (%)")
     ax.set_ylabel("(tied − untied) / untied test loss (%)")
+    fig.captions.append(f"sign: {stats.PAIRED_SIGN}, as a percentage of the untied mean")
     ax.set_xlim(0, 100)
     style.legend(fig, _interval_handles(table), 1)
     return fig

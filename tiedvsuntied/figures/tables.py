@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tiedvsuntied.analysis.arms import arms_table, best_lr_comparison, interaction_table
+from tiedvsuntied.analysis.arms import ARMS_SIGN, arms_table, best_lr_comparison, interaction_table
 from tiedvsuntied.analysis.early import STEP_COLUMNS, early_steps, early_summary
 from tiedvsuntied.analysis.stats import PRIMARY_CONTRAST, markdown, paired_table
 from tiedvsuntied.analysis.theory import parameter_table
@@ -31,13 +31,16 @@ def interaction_text(runs: pd.DataFrame) -> str:
     first, second = PRIMARY_CONTRAST.levels
     by_init = interaction_table(runs, "init_std", PRIMARY_CONTRAST.levels, ("final", "best"))
     none = f"No cell has finished tied/untied pairs at both init_std={first} and {second}."
-    parts = [f"## Tying x init std\n\n{markdown(by_init) if len(by_init) else none}"]
+    sign = f"(tied − untied at {first}) − (tied − untied at {second})"
+    shown = markdown(by_init, sign) if len(by_init) else none
+    parts = [f"## Tying x init std\n\n{shown}"]
     sizes = style.model_order(runs[runs["status"] == "finished"])
     if len(sizes) > 1:
         by_size = interaction_table(runs, "model", (sizes[-1], sizes[0]), ("final",))
         none = "No seed has pairs at both sizes."
         parts.append(f"## Tying x size ({sizes[-1]} − {sizes[0]})\n\n")
-        parts[-1] += markdown(by_size) if len(by_size) else none
+        sign = f"(tied − untied at {sizes[-1]}) − (tied − untied at {sizes[0]})"
+        parts[-1] += markdown(by_size, sign) if len(by_size) else none
     return "\n\n".join(parts)
 
 
@@ -58,7 +61,7 @@ def write_tables(runs: pd.DataFrame) -> dict[str, str]:
         texts["table_classic.md"] = markdown(classic[classic["lrs"] > 1])
     arms = arms_table(runs)
     if len(arms) and not set(arms["arm"]) <= {"untied"}:  # arms beyond tied, untied (as paired)
-        texts["table_arms.md"] = markdown(arms)
+        texts["table_arms.md"] = markdown(arms, ARMS_SIGN)
     return {name: text + "\n" for name, text in texts.items()}
 
 

@@ -133,6 +133,7 @@ class MetricsLog:
             log.warning("training from step 0: the earlier lines are kept in metrics.jsonl.old")
         kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= (resume_step or 0)]
         atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._replay = kept if resume_step is not None else []  # W&B: the resumed run whole
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by __exit__)
         self.failed = True  # until the run says otherwise
 
@@ -182,6 +183,8 @@ class MetricsLog:
             )
             wandb.teardown()  # the failed start still holds the run id
             self.wandb = start(WandbMode.offline.value)
+        for rec in self._replay:  # one W&B run per run id holds the whole history: a resumed
+            self._mirror(rec)  # run's own offline file too, not only with the killed one's
         mode = self.wandb.settings.mode
         record.wandb_mode = "offline" if mode == "dryrun" else mode
         record.wandb_dir = str(Path(self.wandb.dir).parent)
@@ -189,11 +192,14 @@ class MetricsLog:
     def log(self, metrics: dict, step: int) -> None:
         rec = {"step": int(step), **{k: jsonable(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(rec) + "\n")
+        self._mirror(rec)
+
+    def _mirror(self, rec: dict) -> None:
         if self.wandb is not None:
             try:
-                self.wandb.log({k: v for k, v in rec.items() if k != "step"}, step=int(step))
+                self.wandb.log({k: v for k, v in rec.items() if k != "step"}, step=rec["step"])
             except Exception as e:  # the mirror must never kill the truth
-                log.warning("W&B log failed at step %d: %s", step, scrub(str(e)))
+                log.warning("W&B log failed at step %d: %s", rec["step"], scrub(str(e)))
 
     def wandb_summary(self, values: dict) -> None:
         """Mirror summary.json's values (dicts flattened to ``key/sub``) to the W&B run summary."""

@@ -97,7 +97,7 @@ def damage(run_dir: Path) -> list[str]:
     if summary is None:
         what = "missing" if not (run_dir / "summary.json").exists() else "unreadable"
         found.append(f"summary.json {what}")
-    found += _config_damage(run_dir)
+    found += config_damage(run_dir)
     bad = metrics_lines(run_dir)[1]
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
@@ -109,7 +109,8 @@ def damage(run_dir: Path) -> list[str]:
     return found
 
 
-def _config_damage(run_dir: Path) -> list[str]:
+def config_damage(run_dir: Path) -> list[str]:
+    """['config.yaml missing'] or ['config.yaml unreadable'] ([]: a mapping that reads)."""
     path = run_dir / "config.yaml"
     if not path.exists():
         return ["config.yaml missing"]

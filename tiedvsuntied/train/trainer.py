@@ -51,6 +51,7 @@ from tiedvsuntied.results.records import (
     scrub,
     update_index,
 )
+from tiedvsuntied.results.state import config_damage
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
 from tiedvsuntied.train.clock import PARTS
@@ -58,7 +59,7 @@ from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budg
 from tiedvsuntied.train.evaluation import four_decimals, measure, save_arrays, test
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
-from tiedvsuntied.train.setup import Data, Run, build_run, identity
+from tiedvsuntied.train.setup import Data, Derived, Run, build_run, identity
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +122,27 @@ def lead(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path, overrides
             )
             entry.status = previous.status
             update_index(run_dir.parent, record.run_id, entry)
+            restore_config(plan, previous, run_dir)
             dist.from_main(False)
             return previous
         if previous:
             record.started_at = previous.started_at
         dist.from_main(True)
         return train_and_record(plan, data, record, run_dir, entry)
+
+
+def restore_config(plan: RunPlan, previous: RunSummary, run_dir: Path) -> None:
+    """A done run whose config.yaml is missing or unreadable gets it again: the resolved config
+    (the same run id, so the same config) and, as ``derived``, the copies its summary keeps."""
+    if not (damage := config_damage(run_dir)):
+        return
+    kept = asdict(previous)
+    derived = {f.name: kept[f.name] for f in fields(Derived) if kept.get(f.name) is not None}
+    config = {**resolved_config(plan.cfg), "derived": derived}
+    atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
+    log.warning(
+        "[%s] %s: rewritten from the resolved config and summary.json", previous.name, damage[0]
+    )
 
 
 def train_and_record(
