@@ -197,10 +197,11 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path):
         [json.loads(line) for line in wandb_inspect(w).splitlines()]
         for w in sorted((sweep / resumed["run_id"] / "wandb").glob("offline-run-*"))
     )
-    for records in (killed_wb, resumed_wb):
-        assert [r["run"]["run_id"] for r in records if r["type"] == "run"] == [
-            resumed["wandb_run_id"]
-        ]
+    ids = [[r["run"]["run_id"] for r in wb if r["type"] == "run"] for wb in (killed_wb, resumed_wb)]
+    assert ids[1] == [resumed["wandb_run_id"]]
+    # a kill -9 may land before wandb-core wrote the killed file's run record (a loaded machine):
+    # where it did, it is the same run id
+    assert ids[0] in ([], [resumed["wandb_run_id"]])
     assert [r["type"] for r in killed_wb].count("exit") == 0
     assert [r["exit"].get("exit_code", 0) for r in resumed_wb if r["type"] == "exit"] == [0]
     history = [r["history"]["item"]["_step"] for r in resumed_wb if r["type"] == "history"]
