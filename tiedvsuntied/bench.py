@@ -196,6 +196,26 @@ def measure_one(size: str, tie: bool, variant: Variant, args: argparse.Namespace
     }
 
 
+def profile(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> str:
+    """torch.profiler's table of the ops by self CPU time over ``--steps`` steps, after the
+    warm-up, in this process (shares only: the profiler times by the wall clock)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from tiedvsuntied.train.hardware import resolve_device
+
+    device = resolve_device(args.device)
+    with contextlib.redirect_stdout(sys.stderr):
+        step = build(size, tie, variant, args, device)[0]
+    for _ in range(args.warmup):
+        step().item()
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            step().item()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+
+
 def run_isolated(size: str, tie: bool, variant: Variant, args: argparse.Namespace) -> dict:
     """One configuration in a fresh process: isolated peak memory and compilation."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -237,6 +257,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nanogpt", metavar="PATH", help="also time this nanoGPT checkout's model.py")
     p.add_argument("--peak-tflops", type=float, help="dense bf16 TFLOP/s for MFU (default: by GPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead: torch.profiler's top ops over --steps steps of each configuration",
+    )
     return p.parse_args(argv)
 
 
@@ -327,6 +352,11 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.profile:
+        for size, tie, variant in itertools.product(sizes, heads, timed):
+            table = profile(size, tie, variant, args)
+            print(f"{size} tie={str(tie).lower()} {variant.variant}\n{table}")
+        return 0
     out = sys.stderr if args.json else sys.stdout  # progress; stdout is the JSON's alone
     enable_tf32(device)  # the fp32 rows run with TF32 (measure_one): so does their peak
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -122,3 +122,16 @@ def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monk
     s = _quick_run(tmp_path)
     assert s.status.value == "finished" and s.resumed_from_step == 2
     assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0
+
+
+def test_profile_prints_the_steps_top_ops_for_each_configuration(capsys):
+    args = ["--sizes", "nano:v=512", "--block-size", "32", "--batch-size", "2", "--tie", "true"]
+    assert (
+        main([*args, "--variants", "bf16,fp32", "--profile", "--steps", "1", "--warmup", "1"]) == 0
+    )
+    out = capsys.readouterr().out
+    chosen = [v.variant for v in VARIANTS if v.key in ("bf16", "fp32")]
+    assert [line for line in out.splitlines() if line.startswith("nano:")] == [
+        f"nano:v=512 tie=true {variant}" for variant in chosen
+    ]
+    assert out.count("Self CPU %") == 2 and "aten::mm" in out  # a matmul among the top ops
