@@ -208,6 +208,24 @@ def test_grad_split_untied_is_the_two_gradients(compiled):
     torch.testing.assert_close(split["out"], model.lm_head.weight.grad)
 
 
+def test_grad_split_on_and_off_and_fresh_dicts_do_not_recompile():
+    """The trainer passes a new dict on logging steps and None on the others."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    model = GPT(tiny(), seed=0)
+    compiled = torch.compile(model, backend=counting_backend)
+    x, y = batch(model.config)
+    for step in range(6):
+        compiled(x, y, return_logits=False, grad_split={} if step % 2 else None)[1].backward()
+        if step == 1:
+            after_warmup = len(graphs)  # both variants traced once
+    assert len(graphs) == after_warmup
+
+
 def test_grad_split_changes_no_gradient_and_needs_a_backward():
     on, off = GPT(tiny(), seed=0), GPT(tiny(), seed=0)
     x, y = batch(on.config)
