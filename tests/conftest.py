@@ -389,20 +389,29 @@ def fig_results(tmp_path_factory):
     return load_results(sweep)
 
 
+class Drawn(dict):
+    """Output name -> (files, figure or None), each made from ``results`` into ``dir`` (png) the
+    first time a test asks for it: a unit test pays for the figures it reads, not all of them."""
+
+    def __init__(self, results, out: Path):
+        super().__init__()
+        self.results, self.dir = results, out
+
+    def __missing__(self, name: str):
+        from tiedvsuntied.figures.cli import REGISTRY
+
+        self[name] = REGISTRY[name].write(self.results, self.dir, ["png"])
+        return self[name]
+
+
 @pytest.fixture(scope="session")
 def drawn(fig_results, tmp_path_factory):
-    """Every output of the figure REGISTRY made once from ``fig_results`` (png): ``outputs``
-    (name -> (files, figure or None)), ``dir`` (where they are) and ``rc_kept`` (whether the
-    global matplotlib style is as before)."""
+    """The figure REGISTRY's outputs of ``fig_results``, each drawn once when first asked for:
+    ``outputs`` (a :class:`Drawn`) and ``dir`` (where they are)."""
     from types import SimpleNamespace
 
-    import matplotlib
-
-    from tiedvsuntied.figures.cli import REGISTRY
-
-    out, rc_before = tmp_path_factory.mktemp("drawn"), dict(matplotlib.rcParams)
-    outputs = {name: output.write(fig_results, out, ["png"]) for name, output in REGISTRY.items()}
-    return SimpleNamespace(outputs=outputs, dir=out, rc_kept=dict(matplotlib.rcParams) == rc_before)
+    out = tmp_path_factory.mktemp("drawn")
+    return SimpleNamespace(outputs=Drawn(fig_results, out), dir=out)
 
 
 def check_overrides(overrides: list[str]) -> None:

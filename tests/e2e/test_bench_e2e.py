@@ -8,11 +8,29 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import REPO
+import torch
+from conftest import QUICK, REPO, compose, stop_after_checkpoint
 
 from tiedvsuntied.bench import VARIANTS
+from tiedvsuntied.train.clock import PARTS
+from tiedvsuntied.train.trainer import train
+
+
+def _quick_run(results, *extra):
+    over = [*QUICK, f"results_dir={results}", "trainer.ckpt_interval=2", *extra]
+    return train(compose(*over), overrides=over)
+
+
+def _interrupted_at_step_2(tmp_path, monkeypatch) -> Path:
+    with monkeypatch.context() as patch:
+        stop_after_checkpoint(patch, 2)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _quick_run(tmp_path)
+    [last] = tmp_path.glob("*/*/checkpoints/last.pt")
+    return last
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -77,3 +95,33 @@ def test_nanogpt_is_timed_beside_ours_at_the_same_shape_tied_and_untied():
         assert (r["block_size"], r["vocab_size"], r["batch_size"]) == (block, 50304, batch)
         assert r["tokens_per_s"] > 0 and 0 < r["mfu"] <= 1.5, r  # the margin: as above
     assert untied["params"] - tied["params"] == 50304 * 64  # nanoGPT's head, untied: a copy
+
+
+def test_a_run_records_where_its_wall_time_went(tmp_path):
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and list(s.time_s) == list(PARTS)
+    # every part happened (a checkpoint at step 2, model.pt at the end; probes at each eval)
+    assert all(seconds > 0 for seconds in s.time_s.values()), s.time_s
+    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
+    assert s.tokens_per_s > 0 and s.tokens_per_s == s.tokens / s.time_s["step"]
+
+
+def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
+    last = _interrupted_at_step_2(tmp_path, monkeypatch)
+    before = torch.load(last, weights_only=True)["train_state"]["time_s"]
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    # steps 3 and 4 of this process on top of steps 1 and 2 of the first
+    assert s.time_s["step"] > before["step"] > 0 and s.step == 4
+    assert s.tokens_per_s == s.tokens / s.time_s["step"]
+    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
+
+
+def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):
+    last = _interrupted_at_step_2(tmp_path, monkeypatch)
+    ckpt = torch.load(last, weights_only=True)
+    del ckpt["train_state"]["time_s"]  # as the code before this field wrote it
+    torch.save(ckpt, last)
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0

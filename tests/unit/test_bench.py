@@ -5,16 +5,11 @@ run is one line and exit code 2. And each run's own account of its wall time (su
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import QUICK, compose, stop_after_checkpoint
 
 from tiedvsuntied.bench import NANOGPT as REFERENCE
 from tiedvsuntied.bench import SHAPES, VARIANTS, add_ratios, main, medians, model_config
-from tiedvsuntied.train.clock import PARTS
-from tiedvsuntied.train.trainer import train
 
 NO_CUDA = "CUDA is not available here: use --device=cpu or auto"
 
@@ -78,50 +73,6 @@ def test_the_ratio_to_nanogpt_is_taken_within_each_round_then_its_median_shown()
     assert row.vs_nanogpt == pytest.approx(sum(within) / 2)  # not 200 / 75: across rounds
     assert row.tokens_per_s == pytest.approx(sum(a for a, _ in speeds.values()) / 2)
     assert len(table) == 2
-
-
-def _quick_run(results, *extra):
-    over = [*QUICK, f"results_dir={results}", "trainer.ckpt_interval=2", *extra]
-    return train(compose(*over), overrides=over)
-
-
-def test_a_run_records_where_its_wall_time_went(tmp_path):
-    s = _quick_run(tmp_path)
-    assert s.status.value == "finished" and list(s.time_s) == list(PARTS)
-    # every part happened (a checkpoint at step 2, model.pt at the end; probes at each eval)
-    assert all(seconds > 0 for seconds in s.time_s.values()), s.time_s
-    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
-    assert s.tokens_per_s > 0 and s.tokens_per_s == s.tokens / s.time_s["step"]
-
-
-def _interrupted_at_step_2(tmp_path, monkeypatch) -> Path:
-    with monkeypatch.context() as patch:
-        stop_after_checkpoint(patch, 2)
-        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-            _quick_run(tmp_path)
-    [last] = tmp_path.glob("*/*/checkpoints/last.pt")
-    return last
-
-
-def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
-    last = _interrupted_at_step_2(tmp_path, monkeypatch)
-    before = torch.load(last, weights_only=True)["train_state"]["time_s"]
-    s = _quick_run(tmp_path)
-    assert s.status.value == "finished" and s.resumed_from_step == 2
-    # steps 3 and 4 of this process on top of steps 1 and 2 of the first
-    assert s.time_s["step"] > before["step"] > 0 and s.step == 4
-    assert s.tokens_per_s == s.tokens / s.time_s["step"]
-    assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
-
-
-def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):
-    last = _interrupted_at_step_2(tmp_path, monkeypatch)
-    ckpt = torch.load(last, weights_only=True)
-    del ckpt["train_state"]["time_s"]  # as the code before this field wrote it
-    torch.save(ckpt, last)
-    s = _quick_run(tmp_path)
-    assert s.status.value == "finished" and s.resumed_from_step == 2
-    assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0
 
 
 def test_profile_prints_the_steps_top_ops_for_each_configuration(capsys):

@@ -1,6 +1,6 @@
 """The checkpoint files on their own: a round trip keeps tying and optimizer state; a file cut
 short falls back to the previous one. (A checkpoint that no longer fits the code, and a resume
-end to end: tests/unit/test_train.py.)"""
+end to end: tests/unit/test_train.py, tests/e2e/test_train_e2e.py.)"""
 
 from __future__ import annotations
 

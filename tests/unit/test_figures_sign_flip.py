@@ -3,8 +3,6 @@ gate on other runs, and ``figures --paper`` drawing them from the study's own bu
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 from fake_results import caption_of, lines, texts, write_sweep
@@ -12,7 +10,7 @@ from fake_sign_flip import LADDER, write_sign_flip
 
 from tiedvsuntied.analysis import sign_flip as analysis
 from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.figures import books, cli
+from tiedvsuntied.figures import books
 from tiedvsuntied.figures import sign_flip as figures
 
 
@@ -62,23 +60,3 @@ def test_other_runs_draw_no_map_and_sign_flip_runs_no_books_figure(tmp_path, res
     other = load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",))).runs
     assert figures.fig_map(other).empty == analysis.NOT_SIGN_FLIP
     assert not books.is_books(results.runs)  # they hold out books, but they are not its runs
-
-
-def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, monkeypatch, results):
-    """--paper: the sign_flip bundle's outputs from it alone, the rest from the second
-    edition's bundle (mixing them would mix datasets); without it, one line says so."""
-    write_sweep(tmp_path / cli.PAPER_BUNDLES[0], init_stds=("1.0",))
-    monkeypatch.setattr(cli, "REPO", tmp_path)
-    paper = [*cli.THIRD, "table_params"]
-    args = ["--paper", "--out", str(tmp_path / "o"), "--formats", "png", "--only", ",".join(paper)]
-    assert cli.main(args) == 0
-    assert "sign_flip_fig1_map, sign_flip_fig2_tokens, sign_flip_tables: skipped" in (
-        capsys.readouterr().out
-    )
-    sweep = results.runs["path"].map(lambda p: str(p).rsplit("/", 1)[0]).iloc[0]
-    shutil.copytree(sweep, tmp_path / cli.SIGN_FLIP_BUNDLE)
-    assert cli.main(args) == 0
-    out = capsys.readouterr().out
-    assert "56 runs: 56 finished" in out and "NOT MADE" not in out
-    made = {p.name for p in (tmp_path / "o").iterdir()}
-    assert {"sign_flip_fig1_map.png", "sign_flip_tables.md", "table_params.md"} <= made

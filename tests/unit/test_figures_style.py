@@ -6,19 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from fake_results import (
-    caption_of,
     lines,
     texts,
     write_run,
     write_sweep,
 )
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.analysis.sign_flip import NOT_SIGN_FLIP
 from tiedvsuntied.figures import style
-from tiedvsuntied.figures.books import NOT_BOOKS
 from tiedvsuntied.figures.loss import (
     fig_grad_split,
     fig_initial_loss,
@@ -33,37 +29,6 @@ from tiedvsuntied.figures.style import (
 )
 
 TIED, UNTIED = TIE_COLOR[True].lower(), TIE_COLOR[False].lower()
-
-
-def test_every_figure_draws_and_says_on_the_image_what_it_shows_and_leaves_out(drawn):
-    for name, (files, fig) in drawn.outputs.items():
-        if name.startswith("books_"):  # the second edition's: these runs hold out no documents
-            assert fig.empty == NOT_BOOKS and files == []
-            continue
-        if name.startswith("sign_flip_"):  # the third edition's: these runs are no sign_flip sweep
-            assert fig.empty == NOT_SIGN_FLIP and files == []
-            continue
-        if fig is None:  # tables
-            assert files and all(p.exists() and p.suffix in (".md", ".tex") for p in files)
-            continue
-        if name == "fig7_finetune":  # not fine-tuned: the panels say so, and no file is written
-            assert fig.empty and "not fine-tuning runs: no retain/loss" in texts(fig)
-            assert files == [] and not (drawn.dir / f"{name}.png").exists()
-            continue
-        assert [p.name for p in files] == [f"{name}.png"] and not fig.empty
-        assert any(len(line.get_xdata()) for line in lines(fig)), f"{name} draws nothing"
-        # the caption says what is drawn: sizes, steps, corpus, V, seeds per cell ...
-        caption = caption_of(fig)
-        assert "20 steps" in caption and "input (text)" in caption, (name, caption)
-        assert "V = 512" in caption and "seed" in caption.split("V = 512")[1], (name, caption)
-        # ... and, as a footnote, what is left out (all of it, or how many more the console has)
-        for item in fig.skipped + fig.flagged:
-            assert " ".join(item.split()) in caption or "more (the console lists them)" in caption
-        small = [
-            t.get_text() for t in fig.findobj(Text) if t.get_text().strip() and t.get_fontsize() < 6
-        ]
-        assert not small, f"{name}: text below 6 pt: {small[:3]}"
-    assert drawn.rc_kept  # figures never change the global style
 
 
 def test_caption_counts_seeds_per_cell_and_names_the_corpus(tmp_path):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from tiedvsuntied.analysis.load import (
     load_results,
@@ -140,3 +142,13 @@ def test_old_runs_without_a_replicate_key_are_replicate_0(fake_sweep):
     summary = json.loads(next(fake_sweep.glob("*/summary.json")).read_text())
     summary.pop("replicate")
     assert run_row(summary)["replicate"] == 0
+
+
+def test_docs_name_every_runs_table_column_in_its_order():
+    """docs/figures.md's **runs** paragraph lists RUN_COLUMNS, in order, and nothing else: each
+    column name in backticks (several to a span, comma-separated); a dotted key, a metric name
+    or a value in a note beside it is no column."""
+    text = (REPO / "docs" / "figures.md").read_text()
+    runs = text[text.index("**runs**: one row per run") : text.index("**history**:")]
+    names = [name.strip() for span in re.findall(r"`([^`]*)`", runs) for name in span.split(",")]
+    assert [name for name in names if re.fullmatch(r"[a-z][a-z0-9_]*", name)] == RUN_COLUMNS

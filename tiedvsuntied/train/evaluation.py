@@ -19,7 +19,6 @@ from tiedvsuntied.results.metrics import (
     TEST_LOSS,
     TEST_LOSS_AT_BEST,
     TEST_PPL,
-    TOKENS,
     VAL_BPB,
     VAL_LOSS,
     VAL_PPL,
@@ -114,12 +113,6 @@ def four_decimals(loss: float | None) -> str:
     return "none" if loss is None else f"{loss:.4f}"
 
 
-def measure_test_loss(run: Run, step: int) -> dict:
-    result = evaluate(run, run.eval_model, run.corpus.tokens("test"))
-    save_arrays(run, step, test_window_loss=result["windows"])
-    return result
-
-
 def window_bytes_per_token(run: Run, split: str) -> float:
     """UTF-8 bytes per target token of the split's evaluation windows (end-of-text: 0)."""
     corpus, block_size = run.corpus, run.cfg.model.block_size
@@ -159,26 +152,44 @@ def heldout(run: Run, split: str, result: dict) -> dict:
     return out
 
 
-def test(run: Run) -> None:
+@dataclass
+class TestLosses:
+    """What the test split measured at the end of a run; the loop records it."""
+
+    loss: float  # the final weights': the mean of ``windows``
+    windows: np.ndarray  # the final weights' loss of each fixed test window
+    heldout: dict  # the final weights' beside the count models (:func:`heldout`)
+    at_best: float | None  # the best step's weights' (None: best.pt is not that step's)
+    best_windows: np.ndarray | None  # ... of each window, where best.pt held other weights
+    metrics: dict  # name (results.metrics) -> value, in the order logged
+
+
+def measure_test(run: Run) -> TestLosses:
     """The test loss of the final weights (beside the count models') and of the best ones
-    (early stopping's, from best.pt: the model ends with them), into the record and metrics."""
-    record, state = run.record, run.state
-    result = measure_test_loss(run, state.step)
-    record.test_loss = result["loss"]
-    record.heldout = {**(record.heldout or {}), "test": heldout(run, "test", result)}
+    (early stopping's, from best.pt: the model ends with them). Writes nothing."""
+    state = run.state
+    final = evaluate(run, run.eval_model, run.corpus.tokens("test"))
+    held = heldout(run, "test", final)
     best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
     if best is not None:
         run.model.load_state_dict(best)
-        record.test_loss_at_best = measure_test_loss(run, state.best_step)["loss"]
+        at = evaluate(run, run.eval_model, run.corpus.tokens("test"))
     else:  # the last step is the best, or best.pt is not that step's (a resume diverged from it)
-        record.test_loss_at_best = record.test_loss if state.best_step == state.step else None
-    run.metrics.log(
-        {
-            TOKENS: state.tokens,
-            TEST_LOSS: record.test_loss,
-            TEST_PPL: math.exp(min(record.test_loss, 700)),
-            TEST_LOSS_AT_BEST: record.test_loss_at_best,
-            TEST_BPB: record.heldout["test"]["loss_bpb"],
-        },
-        state.step,
-    )
+        at = final if state.best_step == state.step else {"loss": None}
+    metrics = {
+        TEST_LOSS: final["loss"],
+        TEST_PPL: math.exp(min(final["loss"], 700)),
+        TEST_LOSS_AT_BEST: at["loss"],
+        TEST_BPB: held["loss_bpb"],
+    }
+    windows = at["windows"] if best is not None else None
+    return TestLosses(final["loss"], final["windows"], held, at["loss"], windows, metrics)
+
+
+def bpb(heldout: dict) -> dict:
+    """The last validation and the test loss in bits per byte, where they were measured."""
+    return {
+        f"{split}_bpb": heldout[split].get("loss_bpb")
+        for split in ("val", "test")
+        if split in heldout
+    }

@@ -56,7 +56,7 @@ from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
 from tiedvsuntied.train.clock import PARTS
 from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budget, resolved_config
-from tiedvsuntied.train.evaluation import four_decimals, measure, save_arrays, test
+from tiedvsuntied.train.evaluation import bpb, four_decimals, measure, measure_test, save_arrays
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
 from tiedvsuntied.train.setup import Data, Derived, Run, build_run, identity
@@ -229,23 +229,20 @@ def regime(params: dict, tokens: int, bytes_per_token: float) -> dict:
     }
 
 
-def bpb(heldout: dict) -> dict:
-    """The last validation and the test loss in bits per byte, where they were measured."""
-    return {
-        f"{split}_bpb": heldout[split].get("loss_bpb")
-        for split in ("val", "test")
-        if split in heldout
-    }
-
-
 def finish(run: Run) -> None:
     """Test losses, ``model.pt``, status ``finished``; only the final weights kept."""
     record, state = run.record, run.state
     with run.clock(state, "checkpoint"):
         run.checkpoints.save_final(run.model, state)  # before the best weights replace them
-    if run.cfg.trainer.test_eval:
+    if run.cfg.trainer.test_eval:  # the test losses: measured, then kept, written and logged
         with run.clock(state, "eval"):
-            test(run)
+            t = measure_test(run)
+            save_arrays(run, state.step, test_window_loss=t.windows)
+            if t.best_windows is not None:
+                save_arrays(run, state.best_step, test_window_loss=t.best_windows)
+            record.test_loss, record.test_loss_at_best = t.loss, t.at_best
+            record.heldout = {**(record.heldout or {}), "test": t.heldout}
+            run.metrics.log({TOKENS: state.tokens, **t.metrics}, state.step)
     record.status = Status.finished
     summary(run).write(run.run_dir)  # finished before last.pt goes: a kill between resumes
     with run.clock(state, "checkpoint"):

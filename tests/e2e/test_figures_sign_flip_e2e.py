@@ -1,0 +1,30 @@
+"""The end-to-end tests of tests/unit/test_figures_sign_flip.py: the paper's figures and
+tables drawn from the shipped bundle."""
+
+from __future__ import annotations
+
+import shutil
+
+from fake_results import write_sweep
+
+from tiedvsuntied.figures import cli
+
+
+def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, monkeypatch, results):
+    """--paper: the sign_flip bundle's outputs from it alone, the rest from the second
+    edition's bundle (mixing them would mix datasets); without it, one line says so."""
+    write_sweep(tmp_path / cli.PAPER_BUNDLES[0], init_stds=("1.0",))
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    paper = [*cli.THIRD, "table_params"]
+    args = ["--paper", "--out", str(tmp_path / "o"), "--formats", "png", "--only", ",".join(paper)]
+    assert cli.main(args) == 0
+    assert "sign_flip_fig1_map, sign_flip_fig2_tokens, sign_flip_tables: skipped" in (
+        capsys.readouterr().out
+    )
+    sweep = results.runs["path"].map(lambda p: str(p).rsplit("/", 1)[0]).iloc[0]
+    shutil.copytree(sweep, tmp_path / cli.SIGN_FLIP_BUNDLE)
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "56 runs: 56 finished" in out and "NOT MADE" not in out
+    made = {p.name for p in (tmp_path / "o").iterdir()}
+    assert {"sign_flip_fig1_map.png", "sign_flip_tables.md", "table_params.md"} <= made
