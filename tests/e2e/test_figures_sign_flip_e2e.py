@@ -6,11 +6,12 @@ from __future__ import annotations
 import shutil
 
 from fake_results import write_sweep
+from fake_sign_flip import write_sign_flip
 
 from tiedvsuntied.figures import cli
 
 
-def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, monkeypatch, results):
+def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, monkeypatch):
     """--paper: the sign_flip bundle's outputs from it alone, the rest from the second
     edition's bundle (mixing them would mix datasets); without it, one line says so."""
     write_sweep(tmp_path / cli.PAPER_BUNDLES[0], init_stds=("1.0",))
@@ -21,7 +22,7 @@ def test_paper_draws_the_third_edition_from_its_own_bundle(tmp_path, capsys, mon
     assert "sign_flip_fig1_map, sign_flip_fig2_tokens, sign_flip_tables: skipped" in (
         capsys.readouterr().out
     )
-    sweep = results.runs["path"].map(lambda p: str(p).rsplit("/", 1)[0]).iloc[0]
+    sweep = write_sign_flip(tmp_path / "sf")  # the unit file's fake sweep, made here
     shutil.copytree(sweep, tmp_path / cli.SIGN_FLIP_BUNDLE)
     assert cli.main(args) == 0
     out = capsys.readouterr().out
