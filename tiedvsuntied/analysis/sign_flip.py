@@ -221,11 +221,14 @@ def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dic
 # ----------------------------------------------------------------------------- the token axis
 def token_axis(runs: pd.DataFrame, history: pd.DataFrame, metric: str = VAL_BPB) -> pd.DataFrame:
     """tied − untied of ``metric`` at each evaluation, paired by seed: per cell and step the mean
-    over seeds with its t-interval, and the mean ``bytes`` (train bytes seen; tokens where a run
-    logged no bytes) and ``tokens``."""
+    over seeds with its t-interval, and the mean ``bytes`` (train bytes seen: tokens times the
+    run's ``bytes_per_token``; tokens where neither is known) and ``tokens``."""
     both = pairs(runs)
     if metric not in history or both.empty:
         return pd.DataFrame(columns=[*CELL, "step", "n", "mean", "low", "high", "bytes", "tokens"])
+    if "bytes" not in history and "bytes_per_token" in runs:  # train bytes = tokens x its rate
+        rate = runs.set_index("run_id")["bytes_per_token"]
+        history = history.assign(bytes=history["tokens"] * history["run_id"].map(rate))
     x = [c for c in ("tokens", "bytes") if c in history]
     logged = history.dropna(subset=[metric])[["run_id", "step", metric, *x]]
     tied = both[[*CELL, "seed", "run_id_t", "run_id_u"]].merge(
