@@ -112,10 +112,8 @@ def _metrics(run: FakeRun, floor: float) -> list[dict]:
     """metrics.jsonl: the loss falls from its initial value towards ``floor``."""
     init_loss, lines = run.initial_loss(), []
     for step in range(0, run.last_step + 1):
-        rec = {
-            "step": step,
-            "tokens": step * run.batch_tokens,
-        }  # bytes: the reader's, as the trainer's
+        # tokens only, as the trainer logs them: the reader turns them into bytes
+        rec = {"step": step, "tokens": step * run.batch_tokens}
         progress = (1 + step / 3) ** -0.8
         loss = floor + (init_loss - floor) * progress
         if step % run.log_interval == 0 and step > 0:
