@@ -9,6 +9,7 @@
 #   bash experiments/sign_flip/run.sh grid v1024      # 3. seeds 1-3 of both arms at their lr
 #   bash experiments/sign_flip/run.sh ends            # 4. the ends' arms (tied_in_grad, t5 pair)
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
+#   bash experiments/sign_flip/run.sh mult2d          # untied's own emb x head multipliers (V = 8192)
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3 point by point in HYPOTHESES.md's priority order (ORDER).
@@ -80,6 +81,13 @@ pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pai
     echo "$RUN $(at "$p") seed=0,1,2,3 +arm=t5,emb1_head_dsqrt optim.lr=$lr"
   done
 }
+pieces_mult2d() {  # untied at V = 8192, micro: emb_lr_mult x head_lr_mult in {1, 4, 16}^2 at its lr
+  lr=$(choices | awk '$1 == "micro" && $2 == 8192 && $3 == "untied" && $4 == "inv_sqrt_d" {print $5}')
+  # a sweep of its own (choose_lr.py reads the lr check alone); (4, 4), the shared multiplier, is
+  # the lr check's own run at that lr
+  echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=${lr:?run the lr check of v8192 first} optim.emb_lr_mult=1,16 optim.head_lr_mult=1,4,16"
+  echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=$lr optim.emb_lr_mult=4 optim.head_lr_mult=1,16"
+}
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
 
 ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
@@ -91,6 +99,7 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
       pieces_lr_edge | parallel2
     done
     python "$HERE/choose_lr.py" results/sign_flip
+    [ "$p" != v8192 ] || pieces_mult2d | parallel2  # untied's own multipliers (HYPOTHESES.md)
     pieces_grid "$p" | parallel2
   done
 }
@@ -111,7 +120,8 @@ case "${1:-}" in
   grid) pieces_grid "${2:?point}" | parallel2 ;;
   ends) pieces_ends | parallel2 ;;
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
+  mult2d) pieces_mult2d | parallel2 ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | mult2d | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac
