@@ -10,6 +10,7 @@
 #   bash experiments/sign_flip/run.sh ends            # 4. the ends' arms (tied_in_grad, t5 pair)
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
 #   bash experiments/sign_flip/run.sh mult2d          # untied's own emb x head multipliers (V = 8192)
+#   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3 point by point in HYPOTHESES.md's priority order (ORDER).
@@ -50,6 +51,7 @@ at() {
   echo "model=$model data.vocab_size=$v trainer.max_steps=$steps trainer.eval_interval=$(( (steps + 9) / 10 )) trainer.ckpt_interval=200"
 }
 parallel2() { mkdir -p results; xargs -P 2 -I{} -d '\n' bash -c "{} >> $LOG 2>&1"; }
+serial() { mkdir -p results; xargs -P 1 -I{} -d '\n' bash -c "{} >> $LOG 2>&1"; }  # 2-thread runs
 # lr_choice.tsv as lines "model V arm init_std lr run_next"
 choices() {
   awk -F'\t' 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
@@ -88,6 +90,11 @@ pieces_mult2d() {  # untied at V = 8192, micro: emb_lr_mult x head_lr_mult in {1
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=${lr:?run the lr check of v8192 first} optim.emb_lr_mult=1,16 optim.head_lr_mult=1,4,16"
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=$lr optim.emb_lr_mult=4 optim.head_lr_mult=1,16"
 }
+pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the noise floor
+  for p in v1024 v40960; do
+    pieces_grid "$p" | sed 's/seed=1,2,3/seed=0 replicate=1 trainer.threads=2/'
+  done
+}
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
 
 ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
@@ -121,7 +128,8 @@ case "${1:-}" in
   ends) pieces_ends | parallel2 ;;
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
   mult2d) pieces_mult2d | parallel2 ;;
+  floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | mult2d | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | mult2d | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac
