@@ -10,6 +10,7 @@ import torch
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
+from tiedvsuntied.results.records import RunSummary, fields_of
 from tiedvsuntied.train.checkpoint import Checkpoints, TrainState
 from tiedvsuntied.train.config import OptimConfig
 from tiedvsuntied.train.optim import build_optimizer
@@ -74,3 +75,41 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp
         )
         is None
     )  # nothing usable: the run starts over
+
+
+# The train_state of a last.pt that the code before the record was one class (6ce70e5) wrote:
+# tests/interrupted.py's run (trainer.max_steps=6, optim.grad_clip=0.05), stopped at step 2 (its
+# seconds rounded). A study's runs that code checkpointed are resumed by this one.
+WRITTEN_BEFORE = {
+    "step": 2,
+    "tokens": 512,
+    "init_val_loss": 5.577859878540039,
+    "init_logit_std": 0.16638848185539246,
+    "init_self_logit": 0.7479705810546875,
+    "init_self_target_frac": 0.01171875,
+    "best_val_loss": 5.568151473999023,
+    "best_step": 2,
+    "last_val_loss": 5.568151473999023,
+    "clipped_steps": 2,
+    "time_s": {"other": 0.12, "eval": 0.98, "probes": 0.69, "checkpoint": 0.05, "step": 2.9},
+}
+
+
+def test_an_earlier_codes_checkpoint_restores_into_the_record_and_is_written_back_as_it_was(
+    tmp_path,
+):
+    """The run's record (a RunSummary, whose TrainState part the loop updates) writes a checkpoint's
+    train_state with the keys the earlier code wrote, in their order, and nothing of its other
+    parts; the earlier code's dict restores into it whole."""
+    model, opt = _trained(True)
+    Checkpoints(tmp_path).save(model, opt, TrainState())
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert list(ckpt["train_state"]) == list(WRITTEN_BEFORE)
+    torch.save({**ckpt, "train_state": WRITTEN_BEFORE}, tmp_path / "last.pt")
+    record = RunSummary("r", "n", "s", tie=True, init_std="0.02", model="t", seed=0, vocab_size=97)
+    fresh = tiny_model(True, seed=1)
+    Checkpoints(tmp_path).load(fresh, build_optimizer(fresh, OptimConfig()), record)
+    assert fields_of(record, TrainState) == WRITTEN_BEFORE and record.vocab_size == 97
+    assert record.to_dict()["step"] == 2 and "clipped_steps" not in record.to_dict()
+    Checkpoints(tmp_path).save_final(fresh, record)
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["train_state"] == WRITTEN_BEFORE

@@ -3,9 +3,12 @@ a resume, W&B's mode where there are no credentials or no server, and secrets sc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
+
+from conftest import REPO
 
 from tiedvsuntied.results import metrics_log as M
 from tiedvsuntied.results import records as R
@@ -30,6 +33,23 @@ def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
     R.update_index(tmp_path, "r", R.IndexEntry("n", R.Status.finished, "r"))
     assert R.read_index(tmp_path)["r"].overrides == ["tie=true"]
     assert R.read_index(tmp_path)["r"].status == R.Status.finished
+
+
+def test_the_record_declares_each_field_once_and_reads_a_shipped_summary_back_as_written():
+    """TrainState and Derived are parts of RunSummary: their fields are its fields, none declared
+    again; a shipped summary.json (the newest bundle, all of today's keys) reads back to the same
+    JSON, and the loop's own fields (LOOP_ONLY) are never written."""
+    own = set(R.RunSummary.__annotations__)
+    parts = [{f.name for f in dataclasses.fields(p)} for p in (R.TrainState, R.Derived)]
+    assert not own & parts[0] and not own & parts[1] and not parts[0] & parts[1]
+    assert {f.name for f in dataclasses.fields(R.RunSummary)} == own | parts[0] | parts[1]
+    loop_only = {f.name for f in dataclasses.fields(R.RunSummary) if f.metadata == R.LOOP_ONLY}
+    shipped = sorted((REPO / "experiments" / "sign_flip" / "results").glob("*/summary.json"))
+    assert loop_only and shipped
+    for path in shipped:
+        written = json.loads(path.read_text())
+        back = R.RunSummary.from_dict(written).to_dict()
+        assert {k: back.get(k) for k in written} == written and not loop_only & set(back)
 
 
 def test_metrics_resume_drops_lines_past_the_checkpoint_and_torn_lines(tmp_path):

@@ -4,6 +4,8 @@ behave as the results contract says."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -17,6 +19,7 @@ from omegaconf import OmegaConf
 
 from tiedvsuntied.model.config import HeadConfig
 from tiedvsuntied.results import records as R
+from tiedvsuntied.results.metrics import VAL_LOSS
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,
@@ -190,6 +193,34 @@ def test_a_run_is_named_so_its_path_passes_to_hydra_and_an_old_name_is_found_by_
     assert train(cfg).status == R.Status.finished  # skipped: found, not trained again
     assert R.read_index(tmp_path / cfg.sweep)[old.name].path == old.name
     assert [p.name for p in (tmp_path / cfg.sweep).iterdir() if p.is_dir()] == [old.name]
+
+
+def test_a_runs_files_are_its_records_parts_and_what_follows_from_them(tmp_path):
+    """summary.json is the record less the loop's own fields, config.yaml's ``derived`` its Derived
+    part (in order, with every init std), model.pt's train_state its TrainState part; the summary
+    adds what follows from them (the last validation loss, the clipped part of the steps)."""
+    over = [*QUICK, "optim.grad_clip=0.05", f"results_dir={tmp_path}"]
+    s = train(compose(*over))
+    run_dir = tmp_path / "default" / s.run_id
+    written = json.loads((run_dir / "summary.json").read_text())
+    fields = dataclasses.fields(R.RunSummary)
+    assert set(written) == {f.name for f in fields if f.metadata != R.LOOP_ONLY}
+    derived = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["derived"]
+    assert list(derived) == [f.name for f in dataclasses.fields(R.Derived)]
+    assert {k: derived[k] for k in ("vocab_size", "params", "lr_scales")} == {
+        k: written[k] for k in ("vocab_size", "params", "lr_scales")
+    }
+    assert written["init_std_resolved"] == {
+        k: derived["init_std_resolved"][k] for k in ("emb", "head")
+    }
+    state = torch.load(run_dir / "checkpoints" / "model.pt", weights_only=True)["train_state"]
+    assert list(state) == [f.name for f in dataclasses.fields(R.TrainState)]
+    assert {k: state[k] for k in ("step", "tokens", "best_val_loss")} == {
+        k: written[k] for k in ("step", "tokens", "best_val_loss")
+    }
+    last_val = [m[VAL_LOSS] for m in R.read_metrics(run_dir) if VAL_LOSS in m][-1]
+    assert written["final_val_loss"] == state["last_val_loss"] == last_val
+    assert written["clip_frac"] == state["clipped_steps"] / state["step"] > 0
 
 
 def test_the_schedule_evaluates_the_first_steps_logs_each_early_step_saves_and_unties():

@@ -8,6 +8,7 @@ The trainer writes through this module and the analysis reads through it; it imp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -50,9 +51,71 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+# A part's field that summary.json leaves out: the loop's own (trainer.summary writes what follows)
+LOOP_ONLY = {"summary": False}
+
+
+@dataclass(kw_only=True)
+class TrainState:
+    """The loop's state, a part of the run's record (RunSummary): all that a checkpoint carries
+    besides weights and RNGs (not the test losses: they are taken once, at the end)."""
+
+    step: int = 0
+    tokens: int = 0
+    init_val_loss: float | None = None
+    init_logit_std: float | None = None
+    init_self_logit: float | None = None  # step 0: mean logit of the input token itself
+    init_self_target_frac: float | None = None  # of the val positions, target == input token
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    # the loop's own; summary.json writes final_val_loss and clip_frac (clipped_steps / step)
+    last_val_loss: float | None = field(default=None, metadata=LOOP_ONLY)
+    clipped_steps: int = field(default=0, metadata=LOOP_ONLY)  # steps whose gradient was clipped
+    time_s: dict = field(default_factory=dict)  # seconds of wall time per part (train/clock.PARTS)
+
+
+@dataclass(kw_only=True)
+class Derived:
+    """What the config implies on the machine that trains the run, worked out once at set-up: a
+    part of the run's record, and config.yaml's ``derived`` (in this order). The defaults are a
+    summary's from before a field existed."""
+
+    vocab_size: int = 0
+    params: dict = field(default_factory=dict)  # model.count_parameters and "trainable"
+    flops_per_token: float | None = None
+    init_std_resolved: dict = field(default_factory=dict)  # model.init_stds(); summary: emb, head
+    lr_scales: dict | None = None  # by optimizer group (train.optim; untie_at: + head); None: older
+    device: str | None = None
+    world_size: int = 1  # processes that trained it (torchrun)
+    threads: int | None = None  # torch's CPU threads (compiled CPU runs differ between counts)
+    precision: str | None = None  # bf16: the forward passes under autocast; fp32: none
+    compiled: bool | None = None  # False from the step torch.compile failed on (then eager)
+    peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
+    data_fingerprint: str = ""
+    tokens_per_step: int | None = field(default=None, metadata=LOOP_ONLY)  # the loop's own
+    # the regime (docs/model.md, "The head's share"): rho = V*d / (V*d + non-embedding), the
+    # tied definition and the map's x axis; rho_untied counts the head's V*d twice
+    rho: float | None = None
+    rho_untied: float | None = None
+    non_embedding_params: int | None = None
+    encoding: str | None = None  # data.encoding: gpt2, bytes, bpe (trained on the train split)
+    bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
+    git_commit: str | None = None  # the code that ran the run (its last start), from git
+    git_dirty: bool | None = None  # tracked files differed from git_commit
+
+
+def fields_of(record: TrainState | Derived, cls: type) -> dict:
+    """The fields that the part ``cls`` (TrainState, Derived) declares, of ``record`` (the part, or
+    the RunSummary it is part of), as a new dict in the part's order: a checkpoint's
+    ``train_state``, config.yaml's ``derived``."""
+    return copy.deepcopy({f.name: getattr(record, f.name) for f in dataclasses.fields(cls)})
+
+
 @dataclass
-class RunSummary:
-    """``summary.json``: one run's identity, status and headline numbers."""
+class RunSummary(TrainState, Derived):
+    """``summary.json``: one run's identity, status and headline numbers. The run's one record:
+    its parts TrainState and Derived (their fields are its fields) are updated by the loop and
+    the set-up, and trainer.summary adds what follows from them."""
 
     run_id: str
     name: str
@@ -64,69 +127,42 @@ class RunSummary:
     status: Status = Status.running
     replicate: int = 0  # a second run of one config: the noise floor
     error: str | None = None
-    init_std_resolved: dict = field(default_factory=dict)  # {"emb": float, "head": float}
-    lr_scales: dict | None = None  # by optimizer group (train.optim); None: written before them
     n_layer: int = 0
     n_head: int = 0
     n_embd: int = 0
-    vocab_size: int = 0
     block_size: int = 0
     t5_rescale: bool = False  # head.t5_rescale
     data: str = ""
-    data_fingerprint: str = ""
     max_steps: int = 0
-    params: dict = field(default_factory=dict)  # model.count_parameters
     untie_at: float | None = None  # scheduled untying: the config's head.untie_at
     untie_step: int | None = None  # ... as a step
     params_untied: dict | None = None  # count_parameters after the switch
-    flops_per_token: float | None = None
-    step: int = 0
-    tokens: int = 0
-    init_val_loss: float | None = None
-    init_logit_std: float | None = None
-    init_self_logit: float | None = None  # step 0: mean logit of the input token itself
-    init_self_target_frac: float | None = None  # of the val positions, target == input token
     final_val_loss: float | None = None
-    best_val_loss: float | None = None
-    best_step: int | None = None
     test_loss: float | None = None
     test_loss_at_best: float | None = None  # test split at best_step: early stopping on validation
     heldout: dict | None = None  # {"val"|"test": ...}: beside the count models (evaluation.heldout)
     seen_vocab_frac: float | None = None  # of the vocabulary, the part in the train split
-    # the regime (docs/model.md, "The head's share"): rho = V*d / (V*d + non-embedding), the
-    # tied definition and the map's x axis; rho_untied counts the head's V*d twice
-    rho: float | None = None
-    rho_untied: float | None = None
-    non_embedding_params: int | None = None
     tokens_per_param: float | None = None  # tokens trained / total parameters
     tokens_per_nonemb_param: float | None = None
-    encoding: str | None = None  # data.encoding: gpt2, bytes, bpe (trained on the train split)
-    bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
     train_bytes: float | None = None  # bytes of text trained on: the budget across vocabularies
     val_bpb: float | None = None  # the last validation loss in bits per byte
     test_bpb: float | None = None  # test_loss in bits per byte
-    git_commit: str | None = None  # the code that ran the run (its last start), from git
-    git_dirty: bool | None = None  # tracked files differed from git_commit
     clip_frac: float | None = None  # of the optimizer steps, those whose gradient norm was clipped
-    peak_tflops: float | None = None  # the MFU denominator used (trainer.peak_tflops pins it)
     diverged_at_step: int | None = None
     resumed_from_step: int | None = None
     wandb_run_id: str | None = None
     wandb_mode: str | None = None
     wandb_dir: str | None = None
-    device: str | None = None
-    world_size: int = 1  # processes that trained it (torchrun)
-    threads: int | None = None  # torch's CPU threads (compiled CPU runs differ between counts)
-    precision: str | None = None
-    compiled: bool | None = None
     started_at: str = field(default_factory=now)
     updated_at: str = field(default_factory=now)
     wall_time_s: float | None = None  # over the run's processes: the sum of time_s
     tokens_per_s: float | None = None  # tokens / time_s["step"]: the run's own throughput
-    time_s: dict | None = None  # seconds of wall time per part (train/clock.PARTS)
 
     def to_dict(self) -> dict:
-        return jsonable({**dataclasses.asdict(self), "status": Status(self.status)})
+        """summary.json's keys: every field but the loop's own (LOOP_ONLY)."""
+        fields = dataclasses.fields(self)
+        kept = {f.name: getattr(self, f.name) for f in fields if f.metadata.get("summary", True)}
+        return jsonable(copy.deepcopy({**kept, "status": Status(self.status)}))
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSummary:

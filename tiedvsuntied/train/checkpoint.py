@@ -20,12 +20,18 @@ import os
 import pickle
 import textwrap
 import zipfile
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from tiedvsuntied.results.records import RunSummary, Status, atomic_write, scrub
+from tiedvsuntied.results.records import (
+    RunSummary,
+    Status,
+    TrainState,
+    atomic_write,
+    fields_of,
+    scrub,
+)
 from tiedvsuntied.train.config import ConfigError
 from tiedvsuntied.train.finetune import unreadable
 
@@ -33,24 +39,6 @@ log = logging.getLogger(__name__)
 
 UNREADABLE = (RuntimeError, OSError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
 PARTS = ("model", "optimizer", "train_state", "rng_cpu", "rng_cuda")
-
-
-@dataclass
-class TrainState:
-    """All of the loop that a checkpoint carries besides weights and RNGs (not the test losses:
-    they are taken once, at the end)."""
-
-    step: int = 0
-    tokens: int = 0
-    init_val_loss: float | None = None
-    init_logit_std: float | None = None
-    init_self_logit: float | None = None
-    init_self_target_frac: float | None = None
-    best_val_loss: float | None = None
-    best_step: int | None = None
-    last_val_loss: float | None = None
-    clipped_steps: int = 0  # optimizer steps whose gradient norm was clipped
-    time_s: dict = field(default_factory=dict)  # seconds per part of train/clock.PARTS
 
 
 class CheckpointMismatch(ConfigError):
@@ -74,7 +62,7 @@ def read_checkpoint(path: Path) -> dict | None:
     return ckpt
 
 
-def restore(path: Path, ckpt: dict, model, optimizer, state) -> None:
+def restore(path: Path, ckpt: dict, model, optimizer, state: TrainState) -> None:
     """Load ``ckpt`` into model, optimizer, state and the RNGs, or raise CheckpointMismatch:
     one line naming what does not fit (torch's own message, which names the parameter)."""
     for part, target in (("model", model), ("optimizer", optimizer)):
@@ -134,7 +122,7 @@ class Checkpoints:
             log.warning("no usable checkpoint in %s: training this run from step 0", self.folder)
         return None
 
-    def save(self, model, optimizer, state) -> None:
+    def save(self, model, optimizer, state: TrainState) -> None:
         """``last.pt`` at this step, once (a second copy would rotate the older one out); the
         one it replaces becomes ``prev.pt``."""
         if self.saved_step == state.step:
@@ -142,7 +130,7 @@ class Checkpoints:
         payload = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "train_state": asdict(state),
+            "train_state": fields_of(state, TrainState),  # the loop's part of the run's record
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
@@ -162,8 +150,8 @@ class Checkpoints:
         best = torch.load(path, map_location="cpu", weights_only=True) if path.exists() else {}
         return best["model"] if best.get("step") == step else None
 
-    def save_final(self, model, state) -> None:
-        weights = {"model": model.state_dict(), "train_state": asdict(state)}
+    def save_final(self, model, state: TrainState) -> None:
+        weights = {"model": model.state_dict(), "train_state": fields_of(state, TrainState)}
         atomic_write(self.folder / "model.pt", lambda f: torch.save(weights, f))
 
     def finish(self) -> None:

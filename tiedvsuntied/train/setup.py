@@ -1,5 +1,6 @@
 """Setting a run up on this process: its identity, data order, model, optimizer, the checkpoint
-to resume from, the numbers the config implies (Derived) and the Run the loop reads."""
+to resume from (the record's TrainState), the numbers the config implies (its Derived) and the
+Run the loop reads."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from tiedvsuntied.model.accounting import count_parameters, flops_per_token, hea
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import RunSummary, find_run_dir
+from tiedvsuntied.results.records import Derived, RunSummary, TrainState, find_run_dir
 from tiedvsuntied.train import dist
-from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints, TrainState
+from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.clock import Clock
 from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
@@ -35,47 +36,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Derived:
-    """What the config implies on this machine, worked out once at set-up: config.yaml's
-    ``derived`` (in this order), W&B's config, and the summary's copies."""
-
-    vocab_size: int
-    params: dict  # model.count_parameters and "trainable"
-    flops_per_token: float
-    init_std_resolved: dict  # model.init_stds()
-    lr_scales: dict  # each optimizer group's multiple of the scheduled lr (untie_at: + head)
-    device: str
-    world_size: int
-    threads: int
-    precision: str  # bf16: the forward passes under autocast; fp32: none
-    compiled: bool  # False from the step torch.compile failed on (the run goes on eagerly)
-    peak_tflops: float
-    data_fingerprint: str
-    tokens_per_step: int
-    rho: float  # model.accounting.head_share
-    rho_untied: float
-    non_embedding_params: int
-    encoding: str
-    bytes_per_token: float  # of the train split: tokens -> bytes of text trained on
-    git_commit: str | None  # code_version()
-    git_dirty: bool | None
-
-
-@dataclass
 class Run:
     """One run being trained: what the loop reads and updates."""
 
     cfg: Config
     schedule: Schedule
     run_dir: Path
-    record: RunSummary  # identity and outcome; the rest of the summary is derived and state
-    derived: Derived
+    record: RunSummary  # the run's record: identity, outcome and the two parts below
     model: GPT
     optimizer: torch.optim.Optimizer
     sampler: BatchSampler
     corpus: Corpus
     device: torch.device
-    state: TrainState
     checkpoints: Checkpoints
     freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
     resumed_from: int | None = None
@@ -86,6 +58,16 @@ class Run:
     metrics: MetricsLog | None = None
     bar: object = None
     clock: Clock = dataclasses.field(default_factory=Clock)  # where the wall time goes
+
+    @property
+    def state(self) -> TrainState:
+        """The record's loop part: the fields of TrainState, which a checkpoint carries."""
+        return self.record
+
+    @property
+    def derived(self) -> Derived:
+        """The record's set-up part: the fields of Derived, config.yaml's ``derived``."""
+        return self.record
 
 
 def build_model(plan: RunPlan, vocab_size: int) -> GPT:
@@ -193,43 +175,41 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         **count_parameters(model),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
-    state, schedule = TrainState(), plan.schedule
-    checkpoints = Checkpoints(run_dir / "checkpoints")
-    used = resume_on_every_rank(plan, checkpoints, model, optimizer, state)
+    schedule, checkpoints = plan.schedule, Checkpoints(run_dir / "checkpoints")
+    used = resume_on_every_rank(plan, checkpoints, model, optimizer, record)  # its TrainState
     untied = bool(schedule.untie_step) and not model.tie  # resumed past the switch
     record.params_untied = count_parameters(model) if untied else None
     if not dist.is_main():  # its own dropout stream
-        torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + state.step)
+        torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + record.step)
+    vars(record).update(vars(derive(plan, corpus, model, optimizer, params)))  # its Derived
     run = Run(
         cfg=cfg,
         schedule=schedule,
         run_dir=run_dir,
         record=record,
-        derived=derive(plan, corpus, model, optimizer, params),
         model=model,
         optimizer=optimizer,
         sampler=train_sampler(cfg, corpus),
         corpus=corpus,
         device=device,
-        state=state,
         checkpoints=checkpoints,
         freq=corpus.token_freq("train"),
-        resumed_from=state.step if used else None,
+        resumed_from=record.step if used else None,
         start_rows=rows,
         retain=data.retain,
     )
     if used:
-        log.info("[%s] resuming from step %d (%s)", record.name, state.step, used)
-    d = run.derived
+        log.info("[%s] resuming from step %d (%s)", record.name, record.step, used)
     log.info(
-        f"[{record.name}] {d.params['total']:,} params (non-embedding "
-        f"{d.params['non_embedding']:,}), {device} {d.precision}, "
-        f"{len(corpus.tokens('train')):,} train tokens, peak {d.peak_tflops:.2f} TFLOP/s"
+        f"[{record.name}] {params['total']:,} params (non-embedding "
+        f"{params['non_embedding']:,}), {device} {record.precision}, "
+        f"{len(corpus.tokens('train')):,} train tokens, peak {record.peak_tflops:.2f} TFLOP/s"
     )
     return run
 
 
 def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Derived:
+    """The record's Derived part, worked out on this machine (written once, at set-up)."""
     cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
     precision = resolve_precision(trainer.precision, device)
     dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float32

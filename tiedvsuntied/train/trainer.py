@@ -43,10 +43,12 @@ from tiedvsuntied.results.metrics import (
 )
 from tiedvsuntied.results.metrics_log import MetricsLog
 from tiedvsuntied.results.records import (
+    Derived,
     IndexEntry,
     RunSummary,
     Status,
     atomic_write,
+    fields_of,
     read_summary,
     scrub,
     update_index,
@@ -59,7 +61,7 @@ from tiedvsuntied.train.config import Config, ConfigError, Precision, check_budg
 from tiedvsuntied.train.evaluation import bpb, four_decimals, measure, measure_test, save_arrays
 from tiedvsuntied.train.optim import EMBEDDING_SIDE, lr_at, lr_scales, set_lr, untie
 from tiedvsuntied.train.plan import RunPlan, check_config
-from tiedvsuntied.train.setup import Data, Derived, Run, build_run, identity
+from tiedvsuntied.train.setup import Data, Run, build_run, identity
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,7 @@ def train_and_record(
     try:
         run = build_run(plan, data, record, run_dir)
         run.clock.since = t0  # the set-up counts as "other"
-        config = {**resolved_config(run.cfg), "derived": asdict(run.derived)}
+        config = {**resolved_config(run.cfg), "derived": fields_of(run.record, Derived)}
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
         np.save(run_dir / "token_freq.npy", run.freq)
         summary(run).write(run_dir)
@@ -197,25 +199,20 @@ def train_and_record(
 
 
 def summary(run: Run) -> RunSummary:
-    """summary.json now: identity and outcome (``run.record``), then what Derived and the
-    TrainState hold under the summary's names, and what follows from them."""
-    d, s = run.derived, run.state
-    names = {f.name for f in fields(RunSummary)}
-    values = {k: v for k, v in {**asdict(d), **asdict(s)}.items() if k in names}
+    """summary.json now: the run's record (identity and outcome, its TrainState and Derived
+    parts), with what follows from them."""
+    r = run.record
     return replace(
-        run.record,
-        **{
-            **values,
-            "init_std_resolved": {k: d.init_std_resolved[k] for k in ("emb", "head")},
-            "seen_vocab_frac": float((run.freq > 0).mean()),
-            "resumed_from_step": run.resumed_from,
-            "final_val_loss": s.last_val_loss,
-            "clip_frac": s.clipped_steps / s.step if s.step else None,
-            **regime(d.params, s.tokens, d.bytes_per_token),
-            **bpb(run.record.heldout or {}),
-            "tokens_per_s": s.tokens / s.time_s["step"] if s.time_s.get("step") else None,
-            "time_s": {part: s.time_s.get(part, 0.0) for part in PARTS},
-        },
+        r,
+        init_std_resolved={k: r.init_std_resolved[k] for k in ("emb", "head")},
+        seen_vocab_frac=float((run.freq > 0).mean()),
+        resumed_from_step=run.resumed_from,
+        final_val_loss=r.last_val_loss,
+        clip_frac=r.clipped_steps / r.step if r.step else None,
+        **regime(r.params, r.tokens, r.bytes_per_token),
+        **bpb(r.heldout or {}),
+        tokens_per_s=r.tokens / r.time_s["step"] if r.time_s.get("step") else None,
+        time_s={part: r.time_s.get(part, 0.0) for part in PARTS},
     )
 
 
