@@ -104,24 +104,32 @@ def test_a_run_records_where_its_wall_time_went(tmp_path):
     assert all(seconds > 0 for seconds in s.time_s.values()), s.time_s
     assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
     assert s.tokens_per_s > 0 and s.tokens_per_s == s.tokens / s.time_s["step"]
+    # CPU seconds by the same parts (all the process's threads)
+    assert list(s.cpu_s) == list(PARTS) and s.cpu_s["step"] > 0 and s.cpu_s["eval"] > 0
+    assert s.tokens_per_cpu_s == s.tokens / s.cpu_s["step"]
 
 
 def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
     last = _interrupted_at_step_2(tmp_path, monkeypatch)
-    before = torch.load(last, weights_only=True)["train_state"]["time_s"]
+    state = torch.load(last, weights_only=True)["train_state"]
+    before, cpu_before = state["time_s"], state["cpu_s"]
     s = _quick_run(tmp_path)
     assert s.status.value == "finished" and s.resumed_from_step == 2
     # steps 3 and 4 of this process on top of steps 1 and 2 of the first
     assert s.time_s["step"] > before["step"] > 0 and s.step == 4
     assert s.tokens_per_s == s.tokens / s.time_s["step"]
+    assert s.cpu_s["step"] > cpu_before["step"] > 0
     assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
 
 
 def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):
     last = _interrupted_at_step_2(tmp_path, monkeypatch)
     ckpt = torch.load(last, weights_only=True)
-    del ckpt["train_state"]["time_s"]  # as the code before this field wrote it
+    for key in ("time_s", "cpu_s"):  # as the code before these fields wrote it
+        del ckpt["train_state"][key]
     torch.save(ckpt, last)
     s = _quick_run(tmp_path)
     assert s.status.value == "finished" and s.resumed_from_step == 2
     assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0
+    # the first process's CPU seconds are unknown: no per-CPU-second throughput over a part
+    assert s.cpu_s is None and s.tokens_per_cpu_s is None

@@ -72,6 +72,8 @@ class TrainState:
     last_val_loss: float | None = field(default=None, metadata=LOOP_ONLY)
     clipped_steps: int = field(default=0, metadata=LOOP_ONLY)  # steps whose gradient was clipped
     time_s: dict = field(default_factory=dict)  # seconds of wall time per part (train/clock.PARTS)
+    # ... of its processes' CPU time (all threads; None: resumed from a checkpoint without them)
+    cpu_s: dict | None = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -157,6 +159,7 @@ class RunSummary(TrainState, Derived):
     updated_at: str = field(default_factory=now)
     wall_time_s: float | None = None  # over the run's processes: the sum of time_s
     tokens_per_s: float | None = None  # tokens / time_s["step"]: the run's own throughput
+    tokens_per_cpu_s: float | None = None  # tokens / cpu_s["step"]: bench --clock cpu's measure
 
     def to_dict(self) -> dict:
         """summary.json's keys: every field but the loop's own (LOOP_ONLY)."""

@@ -1,8 +1,10 @@
-"""Where a run's wall time goes (summary.json ``time_s``): each second of a process in exactly
-one part, the innermost timed block's (a checkpoint saved during an evaluation is the
-checkpoint's), else ``other``. The seconds add into the TrainState, so a resumed run goes on
-from its checkpoint's (the seconds after an interrupted process's last checkpoint are lost with
-the work they did)."""
+"""Where a run's time goes (summary.json ``time_s``, wall seconds, and ``cpu_s``, this process's
+CPU seconds): each second of a process in exactly one part, the innermost timed block's (a
+checkpoint saved during an evaluation is the checkpoint's), else ``other``. The seconds add into
+the TrainState, so a resumed run goes on from its checkpoint's (the seconds after an interrupted
+process's last checkpoint are lost with the work they did). CPU seconds because on a shared
+machine the wall clock measures the other processes too: a 1-thread run's tokens per CPU-second
+of ``step`` is what ``bench --clock cpu`` measures of the bare step (docs/speed.md)."""
 
 from __future__ import annotations
 
@@ -18,16 +20,21 @@ PARTS = ("step", "eval", "probes", "checkpoint", "other")
 
 @dataclass
 class Clock:
-    """This process's clock; ``since`` is when the current part began (time.perf_counter)."""
+    """This process's clock; ``since`` is when the current part began (time.perf_counter), and
+    ``cpu_since`` the process's CPU time then (time.process_time: all its threads)."""
 
     since: float = field(default_factory=time.perf_counter)
+    cpu_since: float = field(default_factory=time.process_time)
     part: str = "other"
 
     def flush(self, state) -> dict:
-        """Add the current part's seconds to ``state.time_s``; that dict, now up to date."""
-        now = time.perf_counter()
+        """Add the current part's seconds to ``state.time_s`` and ``state.cpu_s``; the first
+        dict, now up to date."""
+        now, cpu = time.perf_counter(), time.process_time()
         state.time_s[self.part] = state.time_s.get(self.part, 0.0) + now - self.since
-        self.since = now
+        if state.cpu_s is not None:  # None: resumed from a checkpoint that did not count them
+            state.cpu_s[self.part] = state.cpu_s.get(self.part, 0.0) + cpu - self.cpu_since
+        self.since, self.cpu_since = now, cpu
         return state.time_s
 
     @contextlib.contextmanager

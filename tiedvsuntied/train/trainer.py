@@ -153,10 +153,10 @@ def train_and_record(
     """Rank 0: set the run up (a checkpoint that does not fit the code stops it here, before
     any file is changed), write config.yaml, then loop and finish; the status is recorded
     whatever happens, and the metrics log and W&B are always closed."""
-    t0, run = time.perf_counter(), None
+    t0, cpu0, run = time.perf_counter(), time.process_time(), None
     try:
         run = build_run(plan, data, record, run_dir)
-        run.clock.since = t0  # the set-up counts as "other"
+        run.clock.since, run.clock.cpu_since = t0, cpu0  # the set-up counts as "other"
         config = {**resolved_config(run.cfg), "derived": fields_of(run.record, Derived)}
         atomic_write(run_dir / "config.yaml", OmegaConf.to_yaml(config))
         np.save(run_dir / "token_freq.npy", run.freq)
@@ -212,7 +212,9 @@ def summary(run: Run) -> RunSummary:
         **regime(r.params, r.tokens, r.bytes_per_token),
         **bpb(r.heldout or {}),
         tokens_per_s=r.tokens / r.time_s["step"] if r.time_s.get("step") else None,
+        tokens_per_cpu_s=r.tokens / r.cpu_s["step"] if (r.cpu_s or {}).get("step") else None,
         time_s={part: r.time_s.get(part, 0.0) for part in PARTS},
+        cpu_s=None if r.cpu_s is None else {part: r.cpu_s.get(part, 0.0) for part in PARTS},
     )
 
 
