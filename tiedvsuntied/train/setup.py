@@ -73,7 +73,6 @@ class Run:
     model: GPT
     optimizer: torch.optim.Optimizer
     sampler: BatchSampler
-    corpus: Corpus
     device: torch.device
     state: TrainState
     checkpoints: Checkpoints
@@ -209,7 +208,6 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         model=model,
         optimizer=optimizer,
         sampler=train_sampler(cfg, corpus),
-        corpus=corpus,
         device=device,
         state=state,
         checkpoints=checkpoints,
