@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from tiedvsuntied.data.batches import BatchSampler, eval_window_starts, iter_eval_batches
+from tiedvsuntied.data.baselines import fit, score_documents
+from tiedvsuntied.data.batches import (
+    BatchSampler,
+    EvalSet,
+    eval_window_starts,
+    iter_eval_batches,
+)
 from tiedvsuntied.data.config import DataError
 
 
@@ -89,3 +95,29 @@ def test_a_split_shorter_than_one_window_is_named(corpus):
     with pytest.raises(DataError, match=rf"split 'val' has {n} tokens"):
         next(iter_eval_batches(val, block_size=n, batch_size=2, max_windows=4))
     BatchSampler(val, block_size=n - 1, batch_size=2, seed=0).get(0)  # exactly one window fits
+
+
+def test_an_eval_set_holds_the_windows_every_evaluation_reads_and_what_is_known_of_them(corpus):
+    """Worked out once at set-up: the windows iter_eval_batches yields, the bytes of their
+    targets, the count models' scores of those very targets (cached beside the corpus)."""
+    T, n = 64, 10
+    held = EvalSet.of(corpus, "val", T, n)
+    x, y = (
+        torch.cat(b) for b in zip(*iter_eval_batches(corpus.tokens("val"), T, 3, n), strict=True)
+    )
+    windows = torch.from_numpy(held.windows.astype(np.int64))
+    assert windows.shape == (n, T + 1)
+    assert torch.equal(windows[:, :-1], x) and torch.equal(windows[:, 1:], y)
+    # bytes: every byte-level token is one byte of text, end-of-text none
+    assert held.bytes_per_token == (held.windows[:, 1:] != corpus.eot_token).mean()
+    own = score_documents(
+        fit(corpus.tokens("train"), corpus.vocab_size),
+        held.windows.ravel(),
+        np.arange(n) * (T + 1),
+    )
+    for key, ours in held.baselines.items():
+        assert np.array_equal(ours, own["unseen_frac" if key == "unseen" else key])
+    (cached,) = corpus.dir.glob(f"baselines-{corpus.fingerprint}-val-T{T}-w{n}.npz")
+    with np.load(cached) as saved:
+        assert all(np.array_equal(saved[k], v) for k, v in held.baselines.items())
+    assert EvalSet.of(corpus, "val", T, n, baselines=False).baselines is None

@@ -170,24 +170,22 @@ _FITTED: dict[tuple[str, str], CountModels] = {}  # a process fits each corpus o
 _WINDOW_KEYS = ("unigram", "bigram", "unseen")
 
 
-def window_baselines(corpus, split: str, block_size: int, max_windows: int) -> dict:
-    """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation windows of ``split`` (those
-    every run's loss is measured on) of the count models' mean NLL and the unseen share; kept
-    beside the cache entry (``vocab=seen`` renumbers its tokens: the fingerprint is in the name)."""
-    from tiedvsuntied.data.batches import eval_window_starts
+def window_baselines(corpus, split: str, windows: np.ndarray, max_windows: int) -> dict:
+    """``{"unigram", "bigram", "unseen"}``: arrays over the evaluation ``windows`` of ``split``
+    (``data.batches.EvalSet``: those every run's loss is measured on, ``max_windows`` of them at
+    most) of the count models' mean NLL and the unseen share; kept beside the cache entry
+    (``vocab=seen`` renumbers its tokens: the fingerprint is in the name)."""
     from tiedvsuntied.results.records import atomic_write
 
+    block_size = windows.shape[1] - 1
     path = corpus.dir / f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"
     with contextlib.suppress(OSError, ValueError, KeyError), np.load(path) as saved:
         return {key: saved[key] for key in _WINDOW_KEYS}
-    tokens = corpus.tokens(split)
-    starts = eval_window_starts(len(tokens), block_size, max_windows)
-    windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
     fitted = (str(corpus.dir), corpus.fingerprint)
     if fitted not in _FITTED:
         _FITTED[fitted] = fit(corpus.tokens("train"), corpus.vocab_size)
     scores = score_documents(
-        _FITTED[fitted], windows.ravel(), np.arange(len(starts)) * (block_size + 1)
+        _FITTED[fitted], windows.ravel(), np.arange(len(windows)) * (block_size + 1)
     )
     scores["unseen"] = scores.pop("unseen_frac")
     out = {key: scores[key] for key in _WINDOW_KEYS}

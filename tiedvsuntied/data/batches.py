@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tiedvsuntied.data.baselines import window_baselines
 from tiedvsuntied.data.config import DataError
 
 _SAMPLER_STREAM = 0x7E1D_5A3B  # separates the batch stream from any other use of the same seed
@@ -88,3 +89,32 @@ def iter_eval_batches(tokens, block_size: int, batch_size: int, max_windows: int
     starts = eval_window_starts(_check_windows(tokens, block_size), block_size, max_windows)
     for i in range(0, len(starts), batch_size):
         yield _windows(tokens, starts[i : i + batch_size], block_size)
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """A held-out split's fixed evaluation windows and what is known of them before any model
+    sees them: worked out once per run (at set-up), read by every evaluation of it."""
+
+    windows: np.ndarray  # (n, block_size + 1) token ids: inputs [:, :-1], targets [:, 1:]
+    bytes_per_token: float  # UTF-8 bytes per target token (end-of-text: 0)
+    baselines: dict | None  # the count models' per window: data.baselines.window_baselines
+    documents: tuple[np.ndarray, list[str]] | None  # each window's document, their names
+
+    @classmethod
+    def of(cls, corpus, split: str, block_size: int, max_windows: int, baselines: bool = True):
+        """``split``'s windows (:func:`eval_window_starts`); ``baselines``: with the count
+        models' scores (fitted on train, cached beside the corpus)."""
+        tokens = corpus.tokens(split)
+        starts = eval_window_starts(_check_windows(tokens, block_size), block_size, max_windows)
+        windows = np.asarray(tokens[starts[:, None] + np.arange(block_size + 1)])
+        documents = corpus.documents(split)
+        if documents is not None:  # a window belongs to the document it starts in
+            first, names = documents
+            documents = np.searchsorted(first, starts, side="right") - 1, names
+        return cls(
+            windows,
+            float(corpus.token_bytes[windows[:, 1:]].mean()),
+            window_baselines(corpus, split, windows, max_windows) if baselines else None,
+            documents,
+        )

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tiedvsuntied.data.baselines import window_baselines
-from tiedvsuntied.data.batches import eval_window_starts, iter_eval_batches
+from tiedvsuntied.data.batches import EvalSet
 from tiedvsuntied.results.metrics import (
     INIT_,
     RETAIN_LOSS,
@@ -34,19 +33,18 @@ INIT_KEYS = ("logit_std", "self_logit", "self_target_frac")  # step 0: TrainStat
 
 
 @torch.no_grad()
-def evaluate(run: Run, model, tokens, first: bool = False) -> dict:
+def evaluate(run: Run, model, held: EvalSet, first: bool = False) -> dict:
     """The loss of each of the split's fixed windows (the same windows every time, every run:
     paired comparisons and bootstrap intervals over them need that) and their mean. ``first``
     (step 0): also the logits' std and the mean logit of each input token at its own position
     (tied, h·e_x: at a large init std it dominates the initial loss)."""
     trainer, device = run.cfg.trainer, run.device
+    size = trainer.eval_batch_size
     model.eval()
     windows, repeats, out = [], [], {}
-    batches = iter_eval_batches(
-        tokens, run.cfg.model.block_size, trainer.eval_batch_size, trainer.eval_windows
-    )
-    for i, (x, y) in enumerate(batches):
-        x, y = x.to(device), y.to(device)
+    for i in range(0, len(held.windows), size):
+        w = torch.from_numpy(held.windows[i : i + size].astype(np.int64))
+        x, y = (t.contiguous().to(device) for t in (w[:, :-1], w[:, 1:]))
         with torch.autocast(
             device.type, torch.bfloat16, enabled=run.derived.precision == Precision.bf16
         ):
@@ -85,19 +83,20 @@ class Evaluation:
 def measure(run: Run, first: bool = False, last: bool = False) -> Evaluation:
     """The validation loss and the probes at this step (``first``: also the initial logits'
     statistics; ``last``: also the count models' losses on the same windows). Writes nothing."""
-    result = evaluate(run, run.eval_model, run.corpus.tokens("val"), first=first)
+    val = run.eval_sets["val"]
+    result = evaluate(run, run.eval_model, val, first=first)
     loss = result["loss"]
     metrics = {VAL_LOSS: loss, VAL_PPL: math.exp(min(loss, 700))}
-    metrics[VAL_BPB] = bits_per_byte(loss, window_bytes_per_token(run, "val"))
+    metrics[VAL_BPB] = bits_per_byte(loss, val.bytes_per_token)
     init = {key: result[key] for key in INIT_KEYS} if first else {}
     metrics.update({f"{INIT_}{key}": value for key, value in init.items()})
     with run.clock(run.state, "probes"):
         scalars, arrays = probe(run.model, run.freq)
         if run.start_rows is not None:
             scalars.update(drift(run.model, run.start_rows, run.freq))
-    if run.retain is not None:  # the start's own validation split
-        scalars[RETAIN_LOSS] = evaluate(run, run.model, run.retain.tokens("val"))["loss"]
-    held = heldout(run, "val", result) if last else None
+    if "retain" in run.eval_sets:  # the fine-tuning start's own validation split
+        scalars[RETAIN_LOSS] = evaluate(run, run.model, run.eval_sets["retain"])["loss"]
+    held = heldout(val, result) if last else None
     return Evaluation(loss, result["windows"], {**metrics, **scalars}, arrays, init, held)
 
 
@@ -113,35 +112,24 @@ def four_decimals(loss: float | None) -> str:
     return "none" if loss is None else f"{loss:.4f}"
 
 
-def window_bytes_per_token(run: Run, split: str) -> float:
-    """UTF-8 bytes per target token of the split's evaluation windows (end-of-text: 0)."""
-    corpus, block_size = run.corpus, run.cfg.model.block_size
-    starts = eval_window_starts(corpus.n_tokens(split), block_size, run.cfg.trainer.eval_windows)
-    targets = corpus.tokens(split)[starts[:, None] + 1 + np.arange(block_size)]
-    return float(corpus.token_bytes[targets].mean())
-
-
 def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
     """A loss comparable across vocabularies: the windows' nats over ln 2 and their bytes."""
     return nats_per_token / math.log(2) / bytes_per_token
 
 
-def heldout(run: Run, split: str, result: dict) -> dict:
+def heldout(held: EvalSet, result: dict) -> dict:
     """The held-out split's loss beside the count models' (unigram, bigram: fitted on train)
     on the same windows' targets, the share of those targets never seen in training, and the
     same per document (a window belongs to the document it starts in)."""
-    corpus, block_size, n = run.corpus, run.cfg.model.block_size, run.cfg.trainer.eval_windows
-    table = {"loss": result["windows"], **window_baselines(corpus, split, block_size, n)}
+    table = {"loss": result["windows"], **held.baselines}
     out = {key: float(np.mean(values)) for key, values in table.items()}
     out["n_windows"] = len(result["windows"])
-    out["bytes_per_token"] = window_bytes_per_token(run, split)
+    out["bytes_per_token"] = held.bytes_per_token
     for key in ("loss", "unigram", "bigram"):
         out[f"{key}_bpb"] = bits_per_byte(out[key], out["bytes_per_token"])
-    if (documents := corpus.documents(split)) is None:
+    if held.documents is None:
         return out
-    first, names = documents
-    starts = eval_window_starts(corpus.n_tokens(split), block_size, n)
-    which = np.searchsorted(first, starts, side="right") - 1
+    which, names = held.documents
     count = np.bincount(which, minlength=len(names))
     sums = {key: np.bincount(which, values, len(names)) for key, values in table.items()}
     out["documents"] = {
@@ -167,13 +155,13 @@ class TestLosses:
 def measure_test(run: Run) -> TestLosses:
     """The test loss of the final weights (beside the count models') and of the best ones
     (early stopping's, from best.pt: the model ends with them). Writes nothing."""
-    state = run.state
-    final = evaluate(run, run.eval_model, run.corpus.tokens("test"))
-    held = heldout(run, "test", final)
+    state, test = run.state, run.eval_sets["test"]
+    final = evaluate(run, run.eval_model, test)
+    held = heldout(test, final)
     best = None if state.best_step == state.step else run.checkpoints.best_weights(state.best_step)
     if best is not None:
         run.model.load_state_dict(best)
-        at = evaluate(run, run.eval_model, run.corpus.tokens("test"))
+        at = evaluate(run, run.eval_model, test)
     else:  # the last step is the best, or best.pt is not that step's (a resume diverged from it)
         at = final if state.best_step == state.step else {"loss": None}
     metrics = {

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from tiedvsuntied.data.batches import BatchSampler
+from tiedvsuntied.data.batches import BatchSampler, EvalSet
 from tiedvsuntied.data.cache import Corpus, prepare_data
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token, head_share
@@ -46,13 +46,12 @@ class Run:
     model: GPT
     optimizer: torch.optim.Optimizer
     sampler: BatchSampler
-    corpus: Corpus
     device: torch.device
     checkpoints: Checkpoints
     freq: np.ndarray  # token counts of the train split: the probes' vocabulary strata
     resumed_from: int | None = None
     start_rows: dict | None = None  # fine-tuning: E (and H) at step 0, for drift
-    retain: Corpus | None = None  # fine-tuning from a run of this harness: its data (retention)
+    eval_sets: dict[str, EvalSet] = dataclasses.field(default_factory=dict)  # eval_sets()
     step_model: torch.nn.Module | None = None  # compiled or not, in DDP wrapped (compile)
     eval_model: torch.nn.Module | None = None  # compiled or not, never wrapped (rank 0 alone)
     metrics: MetricsLog | None = None
@@ -190,13 +189,12 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         model=model,
         optimizer=optimizer,
         sampler=train_sampler(cfg, corpus),
-        corpus=corpus,
         device=device,
         checkpoints=checkpoints,
         freq=corpus.token_freq("train"),
         resumed_from=record.step if used else None,
         start_rows=rows,
-        retain=data.retain,
+        eval_sets=eval_sets(cfg, data) if dist.is_main() else {},  # rank 0 alone evaluates
     )
     if used:
         log.info("[%s] resuming from step %d (%s)", record.name, record.step, used)
@@ -206,6 +204,19 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         f"{len(corpus.tokens('train')):,} train tokens, peak {record.peak_tflops:.2f} TFLOP/s"
     )
     return run
+
+
+def eval_sets(cfg: Config, data: Data) -> dict[str, EvalSet]:
+    """What every evaluation of the run reads, worked out once: the validation windows, the test
+    windows (trainer.test_eval), each beside the count models', and for a fine-tuning start of
+    this harness its own validation windows (the retention)."""
+    trainer, block_size = cfg.trainer, cfg.model.block_size
+    sets = {"val": EvalSet.of(data.corpus, "val", block_size, trainer.eval_windows)}
+    if trainer.test_eval:
+        sets["test"] = EvalSet.of(data.corpus, "test", block_size, trainer.eval_windows)
+    if data.retain is not None:
+        sets["retain"] = EvalSet.of(data.retain, "val", block_size, trainer.eval_windows, False)
+    return sets
 
 
 def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Derived:
