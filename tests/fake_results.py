@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from tiedvsuntied.results import records as results
-from tiedvsuntied.train.probes import vocab_strata
+from tiedvsuntied.train.evaluation import vocab_strata
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
 SIZES |= {"d64": (2, 2, 64), "d256": (8, 4, 256)}  # the sign-flip ladder's other bodies

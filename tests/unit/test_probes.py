@@ -10,7 +10,7 @@ import torch
 
 from tiedvsuntied.model.config import ModelConfig
 from tiedvsuntied.model.gpt import GPT
-from tiedvsuntied.train.probes import (
+from tiedvsuntied.train.evaluation import (
     MAX_PAIRS,
     SAMPLE_ROWS,
     STRATA,
