@@ -1,5 +1,6 @@
 """Vocabularies trained on the corpus (data.encoding=bpe) and losses comparable across them
-(bits per byte, the head's share rho). The documents are made here (tests/helpers.py), as in test_books."""
+(bits per byte, the head's share rho). The documents are made here (tests/helpers.py), as in
+test_books."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fake_results import write_run
-from fake_sign_flip import CROSSOVER, LADDER, write_point, write_sign_flip
+from fake_sign_flip import CROSSOVER, LADDER, read_only_sign_flip, write_point
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -20,12 +20,12 @@ from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    return write_sign_flip(tmp_path_factory.mktemp("sf"))
+    return read_only_sign_flip(tmp_path_factory)[0]
 
 
 @pytest.fixture(scope="module")
-def results(sweep):
-    return load_results(sweep)
+def results(tmp_path_factory):
+    return read_only_sign_flip(tmp_path_factory)[1]
 
 
 def summaries(sweep) -> pd.DataFrame:
