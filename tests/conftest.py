@@ -33,6 +33,10 @@ if os.environ.get("WANDB_MODE") != "disabled":  # disabled: a machine without wa
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# -n auto runs a worker per core: torch's pool of a thread per core in each has them spin against
+# each other (test_gpt, test_loss, test_accounting: 34 s of CPU, not 8 s, on 2 busy cores).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tiedvsuntied.data.config import DataUnavailableError  # noqa: E402
 from tiedvsuntied.data.sources import load_encoding  # noqa: E402  (after TIKTOKEN_CACHE_DIR is set)

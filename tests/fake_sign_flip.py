@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import yaml
 from fake_results import FakeRun, _params, write_run
@@ -70,3 +71,18 @@ def write_sign_flip(path: Path, *, seeds=(0, 1, 2, 3), ladder=LADDER, **kw) -> P
     ):
         write_point(sweep, model, vocab, seed, tie, **kw)
     return sweep
+
+
+_READ_ONLY: dict[str, tuple[Path, Any]] = {}
+
+
+def read_only_sign_flip(tmp_path_factory) -> tuple[Path, Any]:
+    """The default sweep and its loaded results, made once per test process (xdist worker) for
+    the modules that only read them (test_sign_flip, test_figures_sign_flip): a test that changes
+    them copies them first."""
+    if not _READ_ONLY:
+        from tiedvsuntied.analysis.load import load_results
+
+        sweep = write_sign_flip(tmp_path_factory.mktemp("sf"))
+        _READ_ONLY["sweep"] = (sweep, load_results(sweep))
+    return _READ_ONLY["sweep"]

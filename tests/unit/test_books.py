@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUICK, SHARED_DATA, compose
-from fake_corpus import generated_corpus
+from conftest import SHARED_DATA, compose
+from helpers import books, books_run, write_library
 
 from tiedvsuntied.analysis.books import document_losses
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import eval_window_starts
 from tiedvsuntied.data.cache import prepare_data
-from tiedvsuntied.data.config import DataConfig, DataError
+from tiedvsuntied.data.config import DataError
 from tiedvsuntied.data.sources import text_files
 from tiedvsuntied.train.config import ConfigError, TrainerConfig, check_budget
 from tiedvsuntied.train.trainer import train
@@ -29,20 +29,7 @@ AUTHORS = ["ann", "ann", "bo", "bo", "cy", "dee", "dee", "dee", "eve", "fay", "g
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     """12 documents by 8 authors, and a manifest naming each one's author."""
-    folder = tmp_path_factory.mktemp("library")
-    for i, author in enumerate(AUTHORS):
-        generated_corpus(folder / f"{i:02d}-{author}.txt", n_words=2500 + 500 * i, seed=i)
-    with open(folder / "MANIFEST.tsv", "w", newline="") as f:
-        writer = csv.writer(f, delimiter="\t")
-        writer.writerow(["file", "author"])
-        writer.writerows([f"{i:02d}-{a}.txt", a] for i, a in enumerate(AUTHORS))
-    return folder
-
-
-def books(library: Path, **keys) -> DataConfig:
-    defaults = {"folds": 3, "manifest": str(library / "MANIFEST.tsv"), "group_by": "author"}
-    defaults |= {"files": str(library), "name": "books", "source": "text", "documents": "file"}
-    return DataConfig(split="document", **{**defaults, **keys})
+    return write_library(tmp_path_factory.mktemp("library"), AUTHORS, lambda i: 2500 + 500 * i)
 
 
 def test_documents_are_held_out_whole_by_group_and_each_fold_is_test_once(library):
@@ -103,17 +90,8 @@ def test_more_steps_than_one_pass_is_refused_in_one_line():
 
 
 def test_a_run_reports_the_count_models_on_its_own_windows_per_document(library, tmp_path):
-    overrides = [o for o in QUICK if not o.startswith(("data", "trainer.eval_windows"))]
-    cfg = compose(
-        *overrides,
-        "data=gutenberg",
-        f"data.files={library}",
-        f"data.manifest={library / 'MANIFEST.tsv'}",
-        "data.folds=3",
-        "data.encoding=bytes",
-        "trainer.sampling=once",
-        "trainer.eval_windows=12",
-        f"results_dir={tmp_path}",
+    cfg = books_run(
+        library, tmp_path, "data.encoding=bytes", "trainer.sampling=once", "trainer.eval_windows=12"
     )
     summary = train(cfg)
     corpus = prepare_data(cfg.data)

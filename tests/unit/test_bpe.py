@@ -1,17 +1,16 @@
 """Vocabularies trained on the corpus (data.encoding=bpe) and losses comparable across them
-(bits per byte, the head's share rho). The documents are made here, as in test_books."""
+(bits per byte, the head's share rho). The documents are made here (tests/helpers.py), as in
+test_books."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUICK, compose
-from fake_corpus import generated_corpus
+from helpers import books, books_run, write_library
 
 from tiedvsuntied.data import bpe
 from tiedvsuntied.data.batches import eval_window_starts
@@ -28,25 +27,15 @@ SECRET = "Zyxwvzyxwv"  # a word of the held-out documents alone
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     """Six documents by six authors; every one but the training split's holds SECRET often."""
-    folder = tmp_path_factory.mktemp("bpe_library")
-    for i, author in enumerate(AUTHORS):
-        generated_corpus(folder / f"{i}-{author}.txt", n_words=3000, seed=i)
-    with open(folder / "MANIFEST.tsv", "w", newline="") as f:
-        writer = csv.writer(f, delimiter="\t")
-        writer.writerow(["file", "author"])
-        writer.writerows([f"{i}-{a}.txt", a] for i, a in enumerate(AUTHORS))
-    held_out = books(folder)
+    folder = write_library(tmp_path_factory.mktemp("bpe_library"), AUTHORS, lambda i: 3000)
+    held_out = bpe_books(folder)
     for path in text_files(held_out)["val"] + text_files(held_out)["test"]:
         path.write_text(path.read_text() + f" {SECRET}" * 400 + "\n")
     return folder
 
 
-def books(library: Path, **keys) -> DataConfig:
-    base = {"files": str(library), "name": "books", "source": "text", "documents": "file"}
-    base |= {"split": "document", "folds": 3, "manifest": str(library / "MANIFEST.tsv")}
-    return DataConfig(
-        **{**base, "group_by": "author", "encoding": "bpe", "vocab_size": 600, **keys}
-    )
+def bpe_books(library: Path, **keys) -> DataConfig:
+    return books(library, **{"encoding": "bpe", "vocab_size": 600, **keys})
 
 
 def test_training_is_deterministic_and_a_smaller_vocabulary_is_a_prefix(library):
@@ -78,7 +67,7 @@ def test_tiktoken_runs_the_trained_merges_as_tokenizers_does(library):
 
 
 def test_held_out_documents_never_shape_the_vocabulary(library):
-    corpus = prepare_data(books(library))
+    corpus = prepare_data(bpe_books(library))
     secret = SECRET.encode()
     merged = [corpus.encoding.decode_single_token_bytes(i) for i in range(256, 599)]
     assert not any(len(m) > 2 and m in secret for m in merged)
@@ -86,16 +75,16 @@ def test_held_out_documents_never_shape_the_vocabulary(library):
     assert len(held_out) > 3  # spelled out in pieces: the vocabulary never saw it
     assert (corpus.dir / "tokenizer.json").is_file()
     # another fold trains on other documents, so it is another corpus and tokenizer
-    other = prepare_data(books(library, heldout_fold=1))
+    other = prepare_data(bpe_books(library, heldout_fold=1))
     assert other.fingerprint != corpus.fingerprint
-    assert corpus_fingerprint(books(library)) == corpus.fingerprint  # a plan trains nothing
+    assert corpus_fingerprint(bpe_books(library)) == corpus.fingerprint  # a plan trains nothing
 
 
 def test_a_lost_tokenizer_is_trained_again_to_the_same_tokens(library, tmp_path):
-    first = prepare_data(books(library, cache_dir=str(tmp_path)))
+    first = prepare_data(bpe_books(library, cache_dir=str(tmp_path)))
     tokens = np.array(first.tokens("train"))
     (first.dir / "tokenizer.json").write_text("{cut")
-    again = prepare_data(books(library, cache_dir=str(tmp_path)))
+    again = prepare_data(bpe_books(library, cache_dir=str(tmp_path)))
     assert np.array_equal(np.array(again.tokens("train")), tokens)
     assert json.loads((again.dir / "tokenizer.json").read_text())["n_merges"] == 600 - 257
 
@@ -110,11 +99,11 @@ def test_a_lost_tokenizer_is_trained_again_to_the_same_tokens(library, tmp_path)
 )
 def test_a_bad_vocabulary_is_one_line_naming_the_key(library, keys, message):
     with pytest.raises(DataError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        books(library, **keys)
+        bpe_books(library, **keys)
 
 
 def test_bytes_per_token_counts_the_text_behind_the_tokens(library):
-    corpus = prepare_data(books(library))
+    corpus = prepare_data(bpe_books(library))
     for split in ("train", "test"):
         tokens = np.array(corpus.tokens(split))
         text = corpus.encoding.decode_bytes(tokens[tokens != corpus.eot_token].tolist())
@@ -122,18 +111,8 @@ def test_bytes_per_token_counts_the_text_behind_the_tokens(library):
 
 
 def test_a_run_reports_bits_per_byte_and_its_regime(library, tmp_path):
-    overrides = [o for o in QUICK if not o.startswith(("data", "trainer.eval_windows"))]
-    cfg = compose(
-        *overrides,
-        "data=gutenberg",
-        f"data.files={library}",
-        f"data.manifest={library / 'MANIFEST.tsv'}",
-        "data.folds=3",
-        "data.encoding=bpe",
-        "data.vocab_size=600",
-        "trainer.eval_windows=8",
-        f"results_dir={tmp_path}",
-    )
+    encoding = ["data.encoding=bpe", "data.vocab_size=600"]
+    cfg = books_run(library, tmp_path, *encoding, "trainer.eval_windows=8")
     summary = train(cfg)
     corpus = prepare_data(cfg.data)
     block = cfg.model.block_size

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fake_results import caption_of, lines, texts, write_sweep
-from fake_sign_flip import LADDER, write_sign_flip
+from fake_sign_flip import LADDER, read_only_sign_flip
 
 from tiedvsuntied.analysis import sign_flip as analysis
 from tiedvsuntied.analysis.load import load_results
@@ -16,7 +16,7 @@ from tiedvsuntied.figures import sign_flip as figures
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return load_results(write_sign_flip(tmp_path_factory.mktemp("sf")))
+    return read_only_sign_flip(tmp_path_factory)[1]
 
 
 def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossover(results):

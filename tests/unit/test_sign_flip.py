@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fake_results import write_run
-from fake_sign_flip import CROSSOVER, LADDER, write_point, write_sign_flip
+from fake_sign_flip import CROSSOVER, LADDER, read_only_sign_flip, write_point, write_sign_flip
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -20,12 +20,12 @@ from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    return write_sign_flip(tmp_path_factory.mktemp("sf"))
+    return read_only_sign_flip(tmp_path_factory)[0]
 
 
 @pytest.fixture(scope="module")
-def results(sweep):
-    return load_results(sweep)
+def results(tmp_path_factory):
+    return read_only_sign_flip(tmp_path_factory)[1]
 
 
 def summaries(sweep) -> pd.DataFrame:
@@ -121,15 +121,17 @@ def test_the_crossovers_delta_interval_covers_the_truth_at_its_level(degree):
     assert 0.90 <= covered / 400 <= 0.99
 
 
-def test_a_worse_lr_setting_of_one_arm_is_left_out_of_the_pairs(tmp_path, sweep, results):
+def test_a_worse_lr_setting_of_one_arm_is_left_out_of_the_pairs(tmp_path):
     """Where the lr check ran a second setting, the cell keeps the one of the lower validation
-    loss at its lowest seed, and its pairs stay one per seed."""
+    loss at its lowest seed, and its pairs stay one per seed (the cell and one other, not the
+    whole ladder: 16 runs to write and read twice, not 56)."""
     import shutil
 
-    copy = shutil.copytree(sweep, tmp_path / "sign_flip")
+    sweep = write_sign_flip(tmp_path / "before", ladder=[("micro", 1024), ("micro", 8192)])
+    copy = shutil.copytree(sweep, tmp_path / "after" / "sign_flip")
     write_point(copy, "micro", 1024, seed=0, tie=True, lr=0.01, floor_shift=1.0)
     again = sign_flip.effect_table(load_results(copy).runs)
-    pd.testing.assert_frame_equal(again, sign_flip.effect_table(results.runs))
+    pd.testing.assert_frame_equal(again, sign_flip.effect_table(load_results(sweep).runs))
 
 
 def test_the_token_axis_ends_at_each_cells_final_validation_effect(results, sweep):

@@ -1,0 +1,50 @@
+"""What the tests of documents held out whole (test_books, test_bpe) build alike, not fixtures
+(tests/conftest.py holds those): a library of documents made here with data=gutenberg's
+manifest, its DataConfig, and a quick in-process run on it."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import QUICK, compose
+from fake_corpus import generated_corpus
+
+from tiedvsuntied.data.config import DataConfig
+
+
+def write_library(folder: Path, authors: list[str], n_words: Callable[[int], int]) -> Path:
+    """Document i of ``authors[i]`` ("{i:02d}-{author}.txt", ``n_words(i)`` generated words of
+    seed i) and the MANIFEST.tsv naming each one's author, as data=gutenberg reads them."""
+    names = [f"{i:02d}-{author}.txt" for i, author in enumerate(authors)]
+    for i, name in enumerate(names):
+        generated_corpus(folder / name, n_words=n_words(i), seed=i)
+    with open(folder / "MANIFEST.tsv", "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t")
+        writer.writerow(["file", "author"])
+        writer.writerows(zip(names, authors, strict=True))
+    return folder
+
+
+def books(library: Path, **keys) -> DataConfig:
+    """The library's documents held out whole by author in 3 folds; ``keys`` win."""
+    base = {"files": str(library), "name": "books", "source": "text", "documents": "file"}
+    base |= {"split": "document", "folds": 3, "manifest": str(library / "MANIFEST.tsv")}
+    return DataConfig(**{**base, "group_by": "author", **keys})
+
+
+def books_run(library: Path, results_dir: Path, *overrides: str):
+    """The typed config of a QUICK run (tests/conftest.py) on data=gutenberg over the library's
+    documents in 3 folds, written under ``results_dir``: ``overrides`` name the encoding and the
+    evaluation windows (QUICK's data and trainer.eval_windows are left out for them)."""
+    quick = [o for o in QUICK if not o.startswith(("data", "trainer.eval_windows"))]
+    library_keys = [f"data.files={library}", f"data.manifest={library / 'MANIFEST.tsv'}"]
+    return compose(
+        *quick,
+        "data=gutenberg",
+        *library_keys,
+        "data.folds=3",
+        f"results_dir={results_dir}",
+        *overrides,
+    )
