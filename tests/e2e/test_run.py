@@ -124,24 +124,28 @@ def test_user_command_four_runs_local_and_wandb(tiny_sweep: Path):
         f"step_{s:07d}.npz" for s in evaluated
     ]
 
-    # The W&B mirror, read back with wandb's own tool: same numbers, counts in config.
     for s in (tied, untied):
-        rd = tiny_sweep / s["run_id"]
-        got = json.loads(wandb_inspect(rd, "--summary"))
-        assert got["state"] == "finished" and got["name"] == s["name"]
-        assert got["config"]["tie"] == s["tie"]
-        assert got["config"]["derived"]["params"]["total"] == s["params"]["total"]
-        assert got["summary"]["params/total"] == s["params"]["total"]
-        assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
-        hist = [
-            json.loads(line)["history"]["item"]
-            for line in wandb_inspect(rd).splitlines()
-            if '"type":"history"' in line
-        ]
-        local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
-        wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
-        assert [s for s, _ in wandb_val] == [s for s, _ in local_val] == evaluated
-        assert [v for _, v in wandb_val] == pytest.approx([v for _, v in local_val])
+        assert_wandb_mirrors(tiny_sweep / s["run_id"], s, evaluated)
+
+
+def assert_wandb_mirrors(rd: Path, s: dict, evaluated: list[int]) -> None:
+    """The W&B mirror of run ``rd``, read back with wandb's own tool: the summary's numbers,
+    the counts in its config, the validation losses at the ``evaluated`` steps."""
+    got = json.loads(wandb_inspect(rd, "--summary"))
+    assert got["state"] == "finished" and got["name"] == s["name"]
+    assert got["config"]["tie"] == s["tie"]
+    assert got["config"]["derived"]["params"]["total"] == s["params"]["total"]
+    assert got["summary"]["params/total"] == s["params"]["total"]
+    assert got["summary"]["test/loss"] == pytest.approx(s["test_loss"])
+    hist = [
+        json.loads(line)["history"]["item"]
+        for line in wandb_inspect(rd).splitlines()
+        if '"type":"history"' in line
+    ]
+    local_val = [(r["step"], r["val/loss"]) for r in metrics(rd) if "val/loss" in r]
+    wandb_val = [(h["_step"], h["val/loss"]) for h in hist if "val/loss" in h]
+    assert [s for s, _ in wandb_val] == [s for s, _ in local_val] == evaluated
+    assert [v for _, v in wandb_val] == pytest.approx([v for _, v in local_val])
 
 
 @pytest.mark.slow
