@@ -35,10 +35,14 @@ def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossove
     assert len(curve) == 1 and np.all(np.diff(curve[0].get_ydata()) > 0)  # the fitted slope
 
 
-def test_the_token_axis_draws_one_line_per_ladder_point(results):
+def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(results):
     fig = figures.fig_tokens(results.runs, results.history)
-    per_point = [line for line in lines(fig) if len(line.get_xdata()) == 5]  # five evaluations
-    assert len(per_point) == len(LADDER)
+    # five evaluations: step 0 (the init) is in the caption, the four after it are drawn
+    per_point = [line for line in lines(fig) if len(line.get_xdata()) == 4]
+    assert len(per_point) == len(LADDER) and min(min(line.get_xdata()) for line in per_point) > 0
+    at_init = analysis.token_axis(results.runs, results.history).query("step == 0")
+    assert len(at_init) == len(LADDER)
+    assert f"{at_init['mean'].iloc[0]:+.2f}" in caption_of(fig).split("At step 0")[1]
     assert max(max(line.get_xdata()) for line in per_point) == pytest.approx(
         results.runs["train_bytes"].max()
     )
