@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pandas as pd
 
 from tiedvsuntied.analysis.provenance import commit_times, statements
@@ -32,3 +34,19 @@ def test_a_run_records_the_commit_of_this_checkout():
     head = code_version()["git_commit"]
     assert head is not None and len(head) == 40  # the tests run in a git checkout
     assert list(commit_times(".", [head[:7]]).index) == [head]
+
+
+def test_a_run_is_dirty_when_the_code_differs_not_when_a_study_writes_its_files(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    for path in ("tiedvsuntied/model.py", "conf/config.yaml", "experiments/study/lr_choice.tsv"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("a\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    (tmp_path / "experiments/study/lr_choice.tsv").write_text("a chosen lr\n")
+    assert code_version.__wrapped__(tmp_path)["git_dirty"] is False  # not the process's cache
+    (tmp_path / "conf/config.yaml").write_text("b\n")
+    assert code_version.__wrapped__(tmp_path)["git_dirty"] is True

@@ -103,7 +103,7 @@ class Derived:
     encoding: str | None = None  # data.encoding: gpt2, bytes, bpe (trained on the train split)
     bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
     git_commit: str | None = None  # the code that ran the run (its last start), from git
-    git_dirty: bool | None = None  # tracked files differed from git_commit
+    git_dirty: bool | None = None  # its code (train.setup.CODE_PATHS) differed from git_commit
 
 
 def fields_of(record: TrainState | Derived, cls: type) -> dict:

@@ -249,16 +249,22 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
     )
 
 
+# what decides a run's numbers besides its config: the package, the configs, the dependencies.
+# A study's own files (run.sh, the lr_choice.tsv it writes as it goes) are not the code
+CODE_PATHS = ("tiedvsuntied", "conf", "pyproject.toml")
+CHECKOUT = Path(__file__).resolve().parents[2]  # the top of the package's checkout, if any
+
+
 @functools.cache  # the code a process runs is the code it loaded
-def code_version() -> dict:
-    """The git commit of the package's checkout and whether its tracked files differ from it
-    (untracked files, such as results, do not count); None for both outside a checkout (an
-    installed wheel). A study's provenance is generated from these, not from memory."""
-    where = ["git", "-C", str(Path(__file__).resolve().parent)]
+def code_version(root: Path = CHECKOUT) -> dict:
+    """The git commit of the package's checkout and whether its code (CODE_PATHS, tracked files)
+    differs from it; None for both outside a checkout (an installed wheel). A study's
+    provenance is generated from these, not from memory. ``root``: the checkout's top."""
+    where = ["git", "-C", str(root)]
     try:
         commit = subprocess.run([*where, "rev-parse", "HEAD"], capture_output=True, text=True)
         status = subprocess.run(
-            [*where, "status", "--porcelain", "--untracked-files=no"],
+            [*where, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
             capture_output=True,
             text=True,
         )
