@@ -174,6 +174,7 @@ def _third_edition(run: FakeRun, params: dict, summary: dict) -> dict:
         "encoding": "bpe",
         "git_commit": "0" * 40,
         "git_dirty": False,
+        "starts": [{"step": 0, "at": None, "git_commit": "0" * 40, "git_dirty": False}],
     }
 
 

@@ -6,7 +6,9 @@ Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` b
 per point (body, V) and arm, the final validation loss in bits per byte at each ``optim.lr``
 tried, the best, and ``run_next`` (x2 beyond it) while the best sits at an edge of what ran, so
 that no chosen lr sits at an edge. run.sh's ``lr-edge`` piece runs ``run_next``; then rerun
-this. The test split is never read.
+this. Once an arm's seeds have run at its lr, ``clip_frac`` is their mean and ``clip_rerun``
+says whether it binds on more than 10% of steps (HYPOTHESES.md: such an arm is re-run with the
+clip raised; run.sh's ``clip`` piece). The test split is never read.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from tiedvsuntied.analysis.sign_flip import arm
 
 OUT = Path(__file__).with_name("lr_choice.tsv")
 POINT = ["model", "vocab_size", "arm", "init_std"]
+SEEDS = 4  # an arm's seeds at its lr (HYPOTHESES.md): its clip_frac is judged once all have run
+MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on (HYPOTHESES.md, "Learning rates")
 
 
 def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
-    done = runs[runs["status"].eq("finished") & runs["seed"].eq(0) & runs["replicate"].eq(0)]
+    done = runs[runs["status"].eq("finished") & runs["replicate"].eq(0)]
     done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
-    table = done.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
+    seed0 = done[done["seed"].eq(0)]
+    table = seed0.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
     best = table.idxmin(axis=1)
     tried = table.notna()
     low = [t[t].index.min() for _, t in tried.iterrows()]
@@ -36,7 +41,17 @@ def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
         for b, lo, hi in zip(best, low, high, strict=True)
     ]
     out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
-    return out.assign(lr=best, run_next=run_next).reset_index()
+    out = out.assign(lr=best, run_next=run_next).reset_index()
+    return out.merge(clip_at_lr(done, out), on=POINT, how="left")
+
+
+def clip_at_lr(done: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, the mean clip_frac of its seeds at its chosen lr, and whether it binds on more
+    than MAX_CLIP_FRAC of steps once all SEEDS have run."""
+    at_lr = done.merge(chosen[[*POINT, "lr"]], on=[*POINT, "lr"])
+    clip = at_lr.groupby(POINT).agg(clip_frac=("clip_frac", "mean"), seeds=("seed", "nunique"))
+    rerun = clip["clip_frac"].gt(MAX_CLIP_FRAC) & clip["seeds"].ge(SEEDS)
+    return clip.assign(clip_rerun=rerun).reset_index()
 
 
 def main(argv: list[str]) -> None:

@@ -7,13 +7,15 @@
 #   bash experiments/sign_flip/run.sh lr-edge         # 2. x2 beyond each edge choice; rerun 1's script
 #   (commit lr_choice.tsv)
 #   bash experiments/sign_flip/run.sh grid v1024      # 3. seeds 1-3 of both arms at their lr
+#   bash experiments/sign_flip/run.sh clip v1024      # 3b. an arm whose clip bound on > 10% of
+#                                                     #     steps: seeds 0-3 at grad_clip 4.0
 #   bash experiments/sign_flip/run.sh ends            # 4. the ends' arms (tied_in_grad, t5 pair)
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
 #   bash experiments/sign_flip/run.sh mult2d          # untied's own emb x head multipliers (V = 8192)
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
-# `run.sh all [POINT]` runs pieces 1-3 point by point in HYPOTHESES.md's priority order (ORDER).
+# `run.sh all [POINT]` runs pieces 1-3b point by point in HYPOTHESES.md's priority order (ORDER).
 # On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,6 +59,11 @@ choices() {
   awk -F'\t' 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
     {print $c["model"], $c["vocab_size"], $c["arm"], $c["init_std"], $c["lr"], $c["run_next"]}' "$HERE/lr_choice.tsv"
 }
+# the arms whose clip bound on more than 10% of their seeds' steps: "model V arm init_std lr"
+clip_reruns() {
+  awk -F'\t' 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+    $c["clip_rerun"] == "True" {print $c["model"], $c["vocab_size"], $c["arm"], $c["init_std"], $c["lr"]}' "$HERE/lr_choice.tsv"
+}
 point_of() {  # model V -> point name
   case "$1 $2" in micro\ *) echo "v$2" ;; body64x2\ *) echo b64x2 ;; body256x4\ *) echo b256x4 ;; body256x8\ *) echo b256x8 ;; esac
 }
@@ -74,6 +81,12 @@ pieces_grid() {  # $1: point; both arms at their chosen lr, seeds 1-3
     while read -r _ _ a std lr _; do
       echo "$RUN $(at "$1") seed=1,2,3 +arm=$a optim.lr=$lr"
     done
+}
+pieces_clip() {  # $1: point; an arm whose clip bound on > 10% of steps, again with it raised x2
+  read -r model v _ <<< "$(point "$1")"
+  clip_reruns | awk -v m="$model" -v v="$v" '$1 == m && $2 == v' | while read -r _ _ a std lr; do
+    echo "$RUN $(at "$1") sweep=sign_flip_clip seed=0,1,2,3 +arm=$a init_std=$std optim.lr=$lr optim.grad_clip=4.0"
+  done
 }
 pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pair, at tied's lr
   for p in v1024 v40960; do
@@ -108,6 +121,8 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
     python "$HERE/choose_lr.py" results/sign_flip
     [ "$p" != v8192 ] || pieces_mult2d | parallel2  # untied's own multipliers (HYPOTHESES.md)
     pieces_grid "$p" | parallel2
+    python "$HERE/choose_lr.py" results/sign_flip > /dev/null
+    pieces_clip "$p" | parallel2  # HYPOTHESES.md: an arm whose clip binds on > 10% of steps
   done
 }
 
@@ -125,11 +140,12 @@ case "${1:-}" in
   lr) pieces_lr "${2:?point}" | parallel2 ;;
   lr-edge) pieces_lr_edge | parallel2 ;;
   grid) pieces_grid "${2:?point}" | parallel2 ;;
+  clip) pieces_clip "${2:?point}" | parallel2 ;;
   ends) pieces_ends | parallel2 ;;
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
   mult2d) pieces_mult2d | parallel2 ;;
   floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | ends | init02 POINT | mult2d | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac

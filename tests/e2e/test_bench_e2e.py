@@ -120,12 +120,15 @@ def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
     assert s.tokens_per_s == s.tokens / s.time_s["step"]
     assert s.cpu_s["step"] > cpu_before["step"] > 0
     assert sum(s.time_s.values()) <= s.wall_time_s * (1 + 1e-9)
+    # both processes' code: this checkout's commit, from step 0 and from step 2
+    assert [start["step"] for start in s.starts] == [0, 2]
+    assert {start["git_commit"] for start in s.starts} == {s.git_commit} and len(s.git_commit) == 40
 
 
 def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):
     last = _interrupted_at_step_2(tmp_path, monkeypatch)
     ckpt = torch.load(last, weights_only=True)
-    for key in ("time_s", "cpu_s"):  # as the code before these fields wrote it
+    for key in ("time_s", "cpu_s", "starts"):  # as the code before these fields wrote it
         del ckpt["train_state"][key]
     torch.save(ckpt, last)
     s = _quick_run(tmp_path)
@@ -133,3 +136,5 @@ def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monk
     assert all(s.time_s[part] > 0 for part in PARTS) and s.tokens_per_s > 0
     # the first process's CPU seconds are unknown: no per-CPU-second throughput over a part
     assert s.cpu_s is None and s.tokens_per_cpu_s is None
+    # nor which code ran steps 1-2: recorded as such, not as this process's commit
+    assert [(st["step"], st["git_commit"]) for st in s.starts] == [(0, None), (2, s.git_commit)]

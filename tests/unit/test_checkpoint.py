@@ -104,13 +104,15 @@ def test_an_earlier_codes_checkpoint_restores_into_the_record_and_is_written_bac
     model, opt = _trained(True)
     Checkpoints(tmp_path).save(model, opt, TrainState())
     ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
-    assert list(ckpt["train_state"]) == [*WRITTEN_BEFORE, "cpu_s"]  # cpu_s: added since
+    assert list(ckpt["train_state"]) == [*WRITTEN_BEFORE, "cpu_s", "starts"]  # added since
     torch.save({**ckpt, "train_state": WRITTEN_BEFORE}, tmp_path / "last.pt")
     record = RunSummary("r", "n", "s", tie=True, init_std="0.02", model="t", seed=0, vocab_size=97)
     fresh = tiny_model(True, seed=1)
     Checkpoints(tmp_path).load(fresh, build_optimizer(fresh, OptimConfig()), record)
-    # its processes' CPU seconds were not counted, so the run's are unknown from here on
-    after = {**WRITTEN_BEFORE, "cpu_s": None}
+    # its processes' CPU seconds were not counted, so the run's are unknown from here on; so is
+    # the code of its steps so far
+    unrecorded = {"step": 0, "at": None, "git_commit": None, "git_dirty": None}
+    after = {**WRITTEN_BEFORE, "cpu_s": None, "starts": [unrecorded]}
     assert fields_of(record, TrainState) == after and record.vocab_size == 97
     assert record.to_dict()["step"] == 2 and "clipped_steps" not in record.to_dict()
     Checkpoints(tmp_path).save_final(fresh, record)

@@ -50,3 +50,13 @@ def test_a_run_is_dirty_when_the_code_differs_not_when_a_study_writes_its_files(
     assert code_version.__wrapped__(tmp_path)["git_dirty"] is False  # not the process's cache
     (tmp_path / "conf/config.yaml").write_text("b\n")
     assert code_version.__wrapped__(tmp_path)["git_dirty"] is True
+
+
+def test_runs_resumed_on_other_code_say_which_code_ran_which_steps():
+    starts = ["?@0 " + "c" * 7 + "@555", "?@0 " + "c" * 7 + "@568", "a" * 7 + "@0", None]
+    commits = {"git_commit": ["c" * 40] * 2 + ["a" * 40] * 2, "git_dirty": [False] * 4}
+    text = statements(runs(**commits, code_starts=starts))
+    assert "- 2 runs from commit ccccccc (clean)" in text
+    resumed = "- 2 runs were resumed on other code: unrecorded code from step 0, then commit "
+    assert resumed + "ccccccc from steps 555–568" in text
+    assert text.count("resumed on other code") == 1  # a run of one commit, or none recorded

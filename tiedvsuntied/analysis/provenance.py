@@ -2,8 +2,9 @@
 from records"): ``python -m tiedvsuntied.analysis.provenance DIR [--claim SHA]`` prints the
 statements a study README quotes.
 
-A run records the commit of the checkout that ran it and whether its tracked files differed
-(``summary.git_commit``, ``git_dirty``). Runs from before that record existed are counted by
+A run records the commit of the checkout that ran it and whether its code differed
+(``summary.git_commit``, ``git_dirty``: its last start), and each start's (``summary.starts``:
+a run resumed on other code says so). Runs from before that record existed are counted by
 their start time against each commit a README claims ran them (``--claim SHA``): a run that
 started before a commit existed did not run it. Reads only; no torch.
 """
@@ -43,10 +44,35 @@ def recorded(runs: pd.DataFrame) -> list[str]:
     for (sha, dirty), group in has.groupby(["git_commit", "git_dirty"], dropna=False):
         state = "with uncommitted changes" if dirty is True else "clean"
         lines.append(
-            f"- {len(group)} runs from commit {sha[:7]} ({state}), started "
+            f"- {len(group)} runs from commit {sha[:7]} ({state}), first started "
             f"{group.started.min():%Y-%m-%d %H:%M} to {group.started.max():%Y-%m-%d %H:%M} UTC"
         )
     return lines
+
+
+def resumed(runs: pd.DataFrame) -> list[str]:
+    """Runs whose starts (``code_starts``, "commit@step ...") ran more than one code: per path of
+    commits, how many runs took it and the steps each commit took over at."""
+    by_path: dict[tuple, list[list]] = {}
+    for text in runs["code_starts"].dropna() if "code_starts" in runs else []:
+        starts = [start.rsplit("@", 1) for start in text.split()]
+        path = tuple(dict.fromkeys(sha for sha, _ in starts))
+        if len(path) > 1:
+            by_path.setdefault(path, []).append(starts)
+    return [
+        f"- {len(group)} runs were resumed on other code: "
+        + ", then ".join(_took_over(sha, group) for sha in path)
+        for path, group in by_path.items()
+    ]
+
+
+def _took_over(sha: str, group: list[list]) -> str:
+    """ "commit abc1234 from steps 555–568": a commit of a path and the steps it started at."""
+    steps = [int(step) for starts in group for s, step in starts if s == sha]
+    what = "unrecorded code" if sha == "?" else f"commit {sha.rstrip('*')}"
+    dirty = " (with uncommitted changes)" if sha.endswith("*") else ""
+    span = f"step {steps[0]}" if min(steps) == max(steps) else f"steps {min(steps)}–{max(steps)}"
+    return f"{what}{dirty} from {span}"
 
 
 def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
@@ -86,6 +112,7 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
         [
             f"Provenance of {len(runs)} runs (generated from their records):",
             *recorded(runs),
+            *resumed(runs),
             *unrecorded(runs, pd.Series() if claims is None else claims),
             "",
             "Order in which they started:",

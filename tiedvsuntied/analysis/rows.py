@@ -45,6 +45,7 @@ SIGN_FLIP_COLUMNS = [
     "encoding",
     "git_commit",
     "git_dirty",
+    "code_starts",
 ]
 RUN_COLUMNS = [
     "sweep",
@@ -277,8 +278,20 @@ def run_row(
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
     held = HELDOUT_COLUMNS + HELDOUT_BPB_COLUMNS
     row.update({k: v for k, v in flatten(heldout, "_").items() if k in held})
+    row["code_starts"] = code_starts(filled.get("starts"))
     row["source"], row["path"], row["variant"] = source, None, None
     return row
+
+
+def code_starts(starts: Any) -> str | None:
+    """summary.starts in a table cell: each start as ``commit@step`` ("?": unrecorded, "*": the
+    code differed from the commit), e.g. "?@0 24ac9a5@555"; None for runs from before it."""
+    if not isinstance(starts, list) or not starts:
+        return None
+    return " ".join(
+        f"{(s.get('git_commit') or '?')[:7]}{'*' if s.get('git_dirty') else ''}@{s.get('step')}"
+        for s in starts
+    )
 
 
 _WANDB_STATES, _WANDB_FAILED = ("running", "finished"), ("crashed", "failed", "killed", "preempted")

@@ -74,6 +74,9 @@ class TrainState:
     time_s: dict = field(default_factory=dict)  # seconds of wall time per part (train/clock.PARTS)
     # ... of its processes' CPU time (all threads; None: resumed from a checkpoint without them)
     cpu_s: dict | None = field(default_factory=dict)
+    # each start of the run, resumes too: {"step", "at", "git_commit", "git_dirty"}, so that a
+    # run resumed on other code says which code ran which steps (git_commit None: unrecorded)
+    starts: list = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -75,8 +75,10 @@ def restore(path: Path, ckpt: dict, model, optimizer, state: TrainState) -> None
                 f"changed: resume with the code that wrote it, or delete {path.parent} to train "
                 "from step 0"
             ) from None
-    # a checkpoint from before cpu_s existed: its processes' CPU seconds, so the run's, unknown
-    vars(state).update({"cpu_s": None, **ckpt["train_state"]})
+    # a checkpoint from before cpu_s (starts) existed: its processes' CPU seconds, so the run's,
+    # unknown (the code of its steps so far, unrecorded)
+    unrecorded = [{"step": 0, "at": None, "git_commit": None, "git_dirty": None}]
+    vars(state).update({"cpu_s": None, "starts": unrecorded, **ckpt["train_state"]})
     torch.set_rng_state(ckpt["rng_cpu"])
     if torch.cuda.is_available() and ckpt["rng_cuda"]:
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])

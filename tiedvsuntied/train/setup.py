@@ -22,7 +22,7 @@ from tiedvsuntied.model.accounting import count_parameters, flops_per_token, hea
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import Derived, RunSummary, TrainState, find_run_dir
+from tiedvsuntied.results.records import Derived, RunSummary, TrainState, find_run_dir, now
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.clock import Clock
@@ -181,6 +181,7 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + record.step)
     vars(record).update(vars(derive(plan, corpus, model, optimizer, params)))  # its Derived
+    record.starts.append({"step": record.step, "at": now(), **code_version()})
     run = Run(
         cfg=cfg,
         schedule=schedule,

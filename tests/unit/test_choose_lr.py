@@ -1,0 +1,46 @@
+"""The third edition's lr choice (experiments/sign_flip/choose_lr.py) on its own shipped bundle:
+each arm's clip rule (HYPOTHESES.md: an arm whose clip binds on more than 10% of its seeds'
+steps is re-run with the clip raised), recomputed from the runs' own record files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tiedvsuntied.analysis.load import load_results
+
+STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
+
+
+@pytest.fixture(scope="module")
+def choose_lr():
+    spec = importlib.util.spec_from_file_location("choose_lr", STUDY / "choose_lr.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def records() -> pd.DataFrame:
+    """Each shipped run's summary.json with its config's body lr."""
+    rows = []
+    for run in sorted(p for p in (STUDY / "results").iterdir() if (p / "summary.json").is_file()):
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        rows.append({**json.loads((run / "summary.json").read_text()), "lr": config["optim"]["lr"]})
+    return pd.DataFrame(rows)
+
+
+def test_an_arm_is_rerun_when_its_seeds_clip_on_more_than_a_tenth_of_steps(choose_lr):
+    table = choose_lr.chosen_lr(load_results(STUDY / "results").runs)
+    runs = records().query("status == 'finished' and replicate == 0")
+    assert len(table) >= 4 and table["clip_rerun"].any()  # untied at V = 40,960 (11%)
+    for row in table[table["arm"].isin(["tied", "untied"])].itertuples():
+        point = (runs["model"] == row.model) & (runs["vocab_size"] == row.vocab_size)
+        mine = runs[point & (runs["tie"] == (row.arm == "tied")) & (runs["lr"] == row.lr)]
+        assert row.clip_frac == pytest.approx(mine["clip_frac"].mean()) and row.seeds == len(mine)
+        binds = mine["clip_frac"].mean() > choose_lr.MAX_CLIP_FRAC and len(mine) >= choose_lr.SEEDS
+        assert row.clip_rerun == binds, row
