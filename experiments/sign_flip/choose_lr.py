@@ -5,10 +5,11 @@
 Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` beside this file:
 per point (body, V) and arm, the final validation loss in bits per byte at each ``optim.lr``
 tried, the best, and ``run_next`` (x2 beyond it) while the best sits at an edge of what ran, so
-that no chosen lr sits at an edge. run.sh's ``lr-edge`` piece runs ``run_next``; then rerun
-this. Once an arm's seeds have run at its lr, ``clip_frac`` is their mean and ``clip_rerun``
-says whether it binds on more than 10% of steps (HYPOTHESES.md: such an arm is re-run with the
-clip raised; run.sh's ``clip`` piece). The test split is never read.
+that no chosen lr sits at an edge (none while a seed-0 run of the arm has not finished).
+run.sh's ``lr-edge`` piece runs ``run_next``; then rerun this. Once an arm's seeds have run at
+its lr, ``clip_frac`` is their mean and ``clip_rerun`` says whether it binds on more than 10% of
+steps (HYPOTHESES.md: such an arm is re-run with the clip raised; run.sh's ``clip`` piece). The
+test split is never read.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on (HYPOTHESES.md, "Lea
 
 
 def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
-    done = runs[runs["status"].eq("finished") & runs["replicate"].eq(0)]
-    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    runs = runs[runs["replicate"].eq(0)]
+    runs = runs.assign(arm=[arm(r) for r in runs.to_dict("records")])
+    done = runs[runs["status"].eq("finished")]
     seed0 = done[done["seed"].eq(0)]
     table = seed0.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
     best = table.idxmin(axis=1)
@@ -39,6 +41,11 @@ def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
     run_next = [
         b / 2 if b == lo else b * 2 if b == hi else None
         for b, lo, hi in zip(best, low, high, strict=True)
+    ]
+    # a seed-0 run of the arm not finished yet (killed mid-check): no edge until it has run
+    unfinished = runs[runs["seed"].eq(0) & ~runs["status"].eq("finished")].set_index(POINT).index
+    run_next = [
+        None if key in unfinished else n for key, n in zip(table.index, run_next, strict=True)
     ]
     out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
     out = out.assign(lr=best, run_next=run_next).reset_index()
