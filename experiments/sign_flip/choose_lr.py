@@ -1,11 +1,11 @@
 """Each arm's body lr at each ladder point, from the lr check (HYPOTHESES.md, "Learning rates").
 
-    python experiments/sign_flip/choose_lr.py results/sign_flip
+    python experiments/sign_flip/choose_lr.py results/sign_flip --grid 1e-3,2e-3,4e-3
 
 Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` beside this file:
 per point (body, V) and arm, the final validation loss in bits per byte at each ``optim.lr``
 tried, the best, and ``run_next`` (x2 beyond it) while the best sits at an edge of what ran, so
-that no chosen lr sits at an edge (none while a seed-0 run of the arm has not finished).
+that no chosen lr sits at an edge (none before the first grid, ``--grid``, has run whole).
 run.sh's ``lr-edge`` piece runs ``run_next``; then rerun this. Once an arm's seeds have run at
 its lr, ``clip_frac`` is their mean and ``clip_rerun`` says whether it binds on more than 10% of
 steps (HYPOTHESES.md: such an arm is re-run with the clip raised; run.sh's ``clip`` piece). The
@@ -14,6 +14,7 @@ test split is never read.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -28,24 +29,23 @@ SEEDS = 4  # an arm's seeds at its lr (HYPOTHESES.md): its clip_frac is judged o
 MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on (HYPOTHESES.md, "Learning rates")
 
 
-def chosen_lr(runs: pd.DataFrame) -> pd.DataFrame:
-    runs = runs[runs["replicate"].eq(0)]
-    runs = runs.assign(arm=[arm(r) for r in runs.to_dict("records")])
-    done = runs[runs["status"].eq("finished")]
+def chosen_lr(runs: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
+    """Per arm, seed 0's validation bpb at each lr, the best (``lr``) and ``run_next``; ``grid``:
+    the lr check's first grid, which runs whole before any edge is named."""
+    done = runs[runs["status"].eq("finished") & runs["replicate"].eq(0)]
+    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
     seed0 = done[done["seed"].eq(0)]
     table = seed0.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
     best = table.idxmin(axis=1)
     tried = table.notna()
     low = [t[t].index.min() for _, t in tried.iterrows()]
     high = [t[t].index.max() for _, t in tried.iterrows()]
+    # no edge before the first grid has run whole (a study killed mid-check is restarted with
+    # some of it unfinished); an edge run killed earlier resumes when it is named again
+    whole = tried.reindex(columns=sorted({*grid, *tried.columns}), fill_value=False)[grid]
     run_next = [
-        b / 2 if b == lo else b * 2 if b == hi else None
-        for b, lo, hi in zip(best, low, high, strict=True)
-    ]
-    # a seed-0 run of the arm not finished yet (killed mid-check): no edge until it has run
-    unfinished = runs[runs["seed"].eq(0) & ~runs["status"].eq("finished")].set_index(POINT).index
-    run_next = [
-        None if key in unfinished else n for key, n in zip(table.index, run_next, strict=True)
+        None if not ok else b / 2 if b == lo else b * 2 if b == hi else None
+        for ok, b, lo, hi in zip(whole.all(axis=1), best, low, high, strict=True)
     ]
     out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
     out = out.assign(lr=best, run_next=run_next).reset_index()
@@ -62,11 +62,14 @@ def clip_at_lr(done: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        sys.exit("usage: choose_lr.py SWEEP_DIR (e.g. results/sign_flip)")
-    table = chosen_lr(load_results(argv[0]).runs)
+    parser = argparse.ArgumentParser(prog="choose_lr.py")
+    parser.add_argument("sweep_dir", help="the study's sweep, e.g. results/sign_flip")
+    parser.add_argument("--grid", required=True, help="the lr check's first grid (run.sh's LRS)")
+    args = parser.parse_args(argv)
+    grid = [float(lr) for lr in args.grid.split(",")]
+    table = chosen_lr(load_results(args.sweep_dir).runs, grid)
     if table.empty:
-        sys.exit(f"no finished seed-0 run in {argv[0]}")
+        sys.exit(f"no finished seed-0 run in {args.sweep_dir}")
     table.to_csv(OUT, sep="\t", index=False)
     print(table.round(4).to_string(index=False))
     print(f"written: {OUT}")

@@ -3,7 +3,7 @@
 # skipped, killed ones continue from their last checkpoint. Run it from a checkout left alone:
 #   git worktree add ../tvu-sign-flip && cd ../tvu-sign-flip && (README set-up)
 #   bash experiments/sign_flip/run.sh lr v1024        # 1. the lr check of a point (seed 0)
-#   python experiments/sign_flip/choose_lr.py results/sign_flip
+#   python experiments/sign_flip/choose_lr.py results/sign_flip --grid 1e-3,2e-3,4e-3
 #   bash experiments/sign_flip/run.sh lr-edge         # 2. x2 beyond each edge choice; rerun 1's script
 #   (commit lr_choice.tsv)
 #   bash experiments/sign_flip/run.sh grid v1024      # 3. seeds 1-3 of both arms at their lr
@@ -115,13 +115,13 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
   for p in ${1:-$ORDER}; do
     pieces_lr "$p" | parallel2
     for _ in 1 2; do
-      python "$HERE/choose_lr.py" results/sign_flip > /dev/null
+      python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS" > /dev/null
       pieces_lr_edge | parallel2
     done
-    python "$HERE/choose_lr.py" results/sign_flip
+    python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS"
     [ "$p" != v8192 ] || pieces_mult2d | parallel2  # untied's own multipliers (HYPOTHESES.md)
     pieces_grid "$p" | parallel2
-    python "$HERE/choose_lr.py" results/sign_flip > /dev/null
+    python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS" > /dev/null
     pieces_clip "$p" | parallel2  # HYPOTHESES.md: an arm whose clip binds on > 10% of steps
   done
 }
