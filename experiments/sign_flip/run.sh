@@ -85,7 +85,9 @@ pieces_grid() {  # $1: point; both arms at their chosen lr, seeds 1-3
 pieces_clip() {  # $1: point; an arm whose clip bound on > 10% of steps, again with it raised x2
   read -r model v _ <<< "$(point "$1")"
   clip_reruns | awk -v m="$model" -v v="$v" '$1 == m && $2 == v' | while read -r _ _ a std lr; do
-    echo "$RUN $(at "$1") sweep=sign_flip_clip seed=0,1,2,3 +arm=$a init_std=$std optim.lr=$lr optim.grad_clip=4.0"
+    for seeds in 0,1 2,3; do  # two commands, so that parallel2 keeps both cores busy
+      echo "$RUN $(at "$1") sweep=sign_flip_clip seed=$seeds +arm=$a init_std=$std optim.lr=$lr optim.grad_clip=4.0"
+    done
   done
 }
 pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pair, at tied's lr
