@@ -22,7 +22,8 @@ from tiedvsuntied.results.records import (
     write_json,
 )
 
-PLANNED = "planned.json"  # <sweep>/planned.json: {run_id: {name, model, max_steps, overrides}}
+# <sweep>/planned.json: {run_id: {name, model, vocab_size, max_steps, overrides}}
+PLANNED = "planned.json"
 BUNDLE_MANIFEST = "BUNDLE.json"  # a results bundle keeps no checkpoints (results.bundles)
 
 

@@ -50,6 +50,7 @@ def planned(overrides: list[str]) -> pd.DataFrame:
         sweep_dir = Path(plan.cfg.results_dir) / plan.cfg.sweep
         row = progress.run_row(find_run_dir(sweep_dir, run_id), run_id)
         row |= {"model": plan.cfg.model.name, "max_steps": plan.cfg.trainer.max_steps}
+        row["vocab_size"] = row["vocab_size"] or plan.cfg.data.vocab_size
         c = plan.cfg  # the warnings each job's run will log (0.036 is d^-0.5 at d=768 ...)
         notes = init_std_notes(c.model.n_embd, c.init_std, c.head)
         row |= {"sweep_dir": sweep_dir, "overrides": job.label, "notes": notes}

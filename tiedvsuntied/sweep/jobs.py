@@ -220,6 +220,7 @@ def record_planned(todo: list[Job], plans: list[Any]) -> None:
         by_sweep.setdefault(sweep_dir, {})[run_id] = {
             "name": run_id.rsplit("-", 1)[0],
             "model": plan.cfg.model.name,
+            "vocab_size": plan.cfg.data.vocab_size,  # None: the encoding's own
             "max_steps": plan.cfg.trainer.max_steps,
             "overrides": list(job.overrides),
         }

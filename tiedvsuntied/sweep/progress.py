@@ -15,7 +15,8 @@ from tiedvsuntied.results.state import damage, read_planned, run_status
 # The statuses shown, in the order they are counted. ``interrupted``: a run whose process
 # stopped before its end (killed, Ctrl-C): a rerun resumes it from its last checkpoint.
 SHOWN = ["finished", "diverged", "running", "interrupted", "failed", "pending"]
-ROW = ["run_id", "name", "model", "status", "step", "max_steps", "wall_time_s", "params"]
+ROW = ["run_id", "name", "model", "vocab_size", "status", "step", "max_steps", "wall_time_s"]
+ROW += ["params"]
 ROW += ["init_val_loss", "final_val_loss", "test_loss"]
 # The table at the end of a multirun: its columns, and what a status means there
 TABLE = {"name": "run", "status": "status", "params": "params"}
@@ -46,7 +47,7 @@ def sweep_rows(sweep_dir: Path) -> pd.DataFrame:
         if run_id not in known:
             rows.append(
                 dict.fromkeys(ROW)
-                | {k: job.get(k) for k in ("name", "model", "max_steps")}
+                | {k: job.get(k) for k in ("name", "model", "vocab_size", "max_steps")}
                 | {"run_id": run_id, "status": "pending", "step": 0}
             )
     return pd.DataFrame(rows, columns=ROW)
@@ -91,21 +92,36 @@ def runs_table(sweep_dir: Path) -> pd.DataFrame:
     return table if table["also"].astype(bool).any() else table.drop(columns="also")
 
 
+def size(runs: pd.DataFrame) -> pd.Series:
+    """A run's size for its cost: the model and, where known, the vocabulary ("micro V=4096"):
+    at one body the head's V sets the step's cost (a V-ladder's steps differ 4x)."""
+    named = [
+        f"{model} V={int(v)}" if pd.notna(v) else str(model)
+        for model, v in zip(runs["model"], runs["vocab_size"], strict=True)
+    ]
+    return pd.Series(named, index=runs.index, dtype=object)
+
+
 def rates(sweep_dirs) -> pd.Series:
-    """Seconds per step by model, the median over the finished runs of these sweep directories
-    that recorded their wall time (a model with none has no rate: its cost is unknown)."""
+    """Seconds per step by size (:func:`size`), then by model for a size with no finished run
+    (a job whose V its config leaves to the encoding): the median over the finished runs of
+    these sweep directories that recorded their wall time (no rate: the cost is unknown)."""
     rows = [sweep_rows(d) for d in set(sweep_dirs) if Path(d).is_dir()]
     runs = pd.concat(rows) if rows else pd.DataFrame(columns=ROW)
     done = runs[(runs["status"] == "finished") & (runs["step"] > 0)].dropna(subset="wall_time_s")
-    return (done["wall_time_s"].astype(float) / done["step"]).groupby(done["model"]).median()
+    per_step = done["wall_time_s"].astype(float) / done["step"]
+    by_size = per_step.groupby(size(done)).median()
+    by_model = per_step.groupby(done["model"]).median()
+    return pd.concat([by_size, by_model[~by_model.index.isin(by_size.index)]])
 
 
 def seconds_left(runs: pd.DataFrame, rate: pd.Series) -> pd.Series:
-    """The run time each run still needs (0 when done; NaN when its model has no rate). A
-    resumed run goes on from its last checkpoint, at most a few steps before ``step``."""
+    """The run time each run still needs (0 when done; NaN when its size and model have no
+    rate). A resumed run goes on from its last checkpoint, at most a few steps before ``step``."""
     steps = (runs["max_steps"] - runs["step"]).clip(lower=0)
     steps = steps.where(~runs["status"].isin(DONE), 0)
-    return steps * runs["model"].map(rate).astype(float)
+    per_step = size(runs).map(rate).fillna(runs["model"].map(rate))
+    return steps * per_step.astype(float)
 
 
 def duration(seconds: float) -> str:
@@ -127,7 +143,7 @@ def cost_line(runs: pd.DataFrame, rate: pd.Series) -> str:
     text += f"{duration(known.sum())} of run time for {len(known)}" if len(known) else "cost"
     per = ", ".join(f"{model} {r:.3g} s/step" for model, r in rate.items())
     text += f" (from finished runs: {per})" if per else ""
-    unknown = ", ".join(sorted(set(runs["model"][left.isna()].dropna())))
+    unknown = ", ".join(sorted(set(size(runs)[left.isna()])))
     return text + (f"; unknown for {unknown}: no finished run of that size yet" if unknown else "")
 
 
