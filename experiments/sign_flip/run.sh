@@ -15,7 +15,7 @@
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
-# `run.sh all [POINT]` runs pieces 1-3b point by point in HYPOTHESES.md's priority order (ORDER).
+# `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER).
 # On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -125,6 +125,8 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
     pieces_grid "$p" | parallel2
     python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS" > /dev/null
     pieces_clip "$p" | parallel2  # HYPOTHESES.md: an arm whose clip binds on > 10% of steps
+    # the noise floor, once both ends have their lr: every later effect is read against it
+    [ "$p" != v40960 ] || pieces_floor | serial
   done
 }
 

@@ -31,6 +31,7 @@ def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossove
     assert f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]" in caption
     assert figures.SIGN in caption and "d=64, 2 layers" in caption and "n = 4 seeds/cell" in caption
     assert "V = 1,024, 2,048, 4,096, 8,192, 16,384" in caption and "0 at ρ" in text
+    assert "Noise floor: not measured yet (no replicate pair)." in caption  # none ran again
     curve = [line for line in lines(fig) if len(line.get_xdata()) == 100]
     assert len(curve) == 1 and np.all(np.diff(curve[0].get_ydata()) > 0)  # the fitted slope
 

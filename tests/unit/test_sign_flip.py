@@ -143,3 +143,19 @@ def test_the_token_axis_ends_at_each_cells_final_validation_effect(results, swee
     assert last["mean"] == pytest.approx((tied - untied).mean()) and last["n"] == 4
     assert last["bytes"] == pytest.approx(cell["train_bytes"].mean())
     assert axis.groupby(sign_flip.CELL).size().eq(5).all()  # steps 0, 5, 10, 15, 20
+
+
+def test_a_cells_floor_is_its_replicate_pairs_change_else_the_largest_measured(tmp_path):
+    """Seed 0 of both arms trained again (run.sh's floor piece) at one of two points: that cell's
+    floor is how far its seed-0 difference moved, and the other cell's is the same (the largest
+    measured) until it has its own."""
+    sweep = write_sign_flip(tmp_path, ladder=[("micro", 1024), ("micro", 8192)])
+    for tie in (True, False):
+        write_point(sweep, "micro", 1024, seed=0, tie=tie, replicate=1)
+    table = sign_flip.effect_table(load_results(sweep).runs)
+    written = summaries(sweep)
+    seed0 = written[(written["vocab_size"] == 1024) & (written["seed"] == 0)]
+    diff = {r: seed0[seed0["replicate"] == r].set_index("tie")["test_bpb"] for r in (0, 1)}
+    floor = abs((diff[1][True] - diff[1][False]) - (diff[0][True] - diff[0][False]))
+    assert floor > 0 and table["floor"].to_numpy() == pytest.approx([floor, floor])
+    assert table["n_seeds"].eq(4).all()  # the replicates are no extra seeds

@@ -93,8 +93,16 @@ def fig_map(runs: pd.DataFrame):
         f"OLS of every pair's difference on ln ρ, {CONFIDENCE:.0%} band of the mean; crossover "
         "interval by the delta method.",
         "; ".join(words) + ".",
+        _floor_words(table),
     ]
     return fig
+
+
+def _floor_words(table: pd.DataFrame) -> str:
+    """The caption's noise floor: the largest measured (``effect_table``'s floor column)."""
+    if table["floor"].isna().all():
+        return "Noise floor: not measured yet (no replicate pair)."
+    return f"Noise floor (a replicate pair's change of tied − untied): {table['floor'].max():.4f}."
 
 
 @sign_flip_figure("sign_flip_fig2_tokens", "third edition: tied − untied in bpb along training")
@@ -179,7 +187,9 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
     parts = [
         f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
-        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {len(table)} cells)",
+        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {len(table)} cells; "
+        "floor: how far a cell's seed-0 difference moved when both arms ran again at another "
+        "thread count, at a cell without its own the largest measured, empty before any)",
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
