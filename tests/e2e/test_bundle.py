@@ -147,7 +147,7 @@ def test_every_shipped_run_keeps_its_id_under_todays_schema():
     """A shipped run's config.yaml (written before the head node: untie_at, model.t5_rescale,
     ...) read in today's layout and composed into today's Config hashes to the id it is stored
     under: rerunning an old sweep skips its finished runs, and the paper's bundles stay put."""
-    shipped = sorted(REPO.glob("experiments/*/results/*/config.yaml"))
+    shipped = sorted(REPO.glob("experiments/*/results*/*/config.yaml"))  # results_clip too
     assert len(shipped) > 100
     for path in shipped:
         config, summary = read_config(path.parent), read_summary(path.parent)
