@@ -42,7 +42,7 @@ def chosen_lr(runs: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
     high = [t[t].index.max() for _, t in tried.iterrows()]
     # no edge before the first grid has run whole (a study killed mid-check is restarted with
     # some of it unfinished); an edge run killed earlier resumes when it is named again
-    whole = tried.reindex(columns=sorted({*grid, *tried.columns}), fill_value=False)[grid]
+    whole = tried.reindex(columns=grid, fill_value=False)
     run_next = [
         None if not ok else b / 2 if b == lo else b * 2 if b == hi else None
         for ok, b, lo, hi in zip(whole.all(axis=1), best, low, high, strict=True)

@@ -86,16 +86,16 @@ def pairs(runs: pd.DataFrame) -> pd.DataFrame:
     return both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"], log_rho=np.log(both["rho_t"]))
 
 
-def floors(runs: pd.DataFrame) -> pd.Series:
+def floors(runs: pd.DataFrame, first: pd.DataFrame) -> pd.Series:
     """Per cell, the noise floor of its effect: |tied − untied of a replicate − of replicate 0| at
     the seeds where both arms ran again at their chosen lr (run.sh's floor piece: another thread
-    count), the mean over those seeds; cells without a replicate are absent."""
+    count), the mean over those seeds; cells without a replicate are absent. ``first``: the
+    runs' :func:`pairs` (replicate 0)."""
     done = runs[runs["status"].eq("finished") & runs["sweep"].astype(str).str.startswith(SWEEP)]
     again = done[pd.to_numeric(done["replicate"], errors="coerce").fillna(0) > 0]
     if again.empty:
         return pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=CELL))
     again = again.assign(arm=[arm(r) for r in again.to_dict("records")])
-    first = pairs(runs)
     keys = [*CELL, "seed"]
     repeat = match(*(again[again["arm"] == a] for a in ("tied", "untied")), [*keys, "replicate"])
     repeat = repeat[[*keys, f"{VALUE}_t", f"{VALUE}_u", "lr_t", "lr_u"]]
@@ -161,7 +161,7 @@ def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
     table.insert(table.columns.get_loc("p") + 1, "p_holm", holm(table["p"]))
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
     # the replicate pairs run at the ladder's ends)
-    measured = floors(runs)
+    measured = floors(runs, both)
     own = table.set_index(CELL).index.map(measured.to_dict())
     table["floor"] = pd.Series(own, index=table.index, dtype=float).fillna(measured.max())
     return table.sort_values(["init_std", "rho"]).reset_index(drop=True)
