@@ -19,7 +19,7 @@ def runs(**columns) -> pd.DataFrame:
 def test_recorded_commits_are_counted_with_their_dirty_flag():
     text = statements(runs(git_commit=["a" * 40] * 3 + ["b" * 40], git_dirty=[False] * 3 + [True]))
     assert "- 3 runs from commit aaaaaaa (clean)" in text
-    assert "- 1 runs from commit bbbbbbb (with uncommitted changes)" in text
+    assert "- 1 run from commit bbbbbbb (with uncommitted changes)" in text
 
 
 def test_unrecorded_runs_are_placed_against_a_claimed_commit():

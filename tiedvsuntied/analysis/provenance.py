@@ -35,6 +35,10 @@ def commit_times(repo: str, shas: list[str]) -> pd.Series:
     return pd.Series(out, dtype="datetime64[ns, UTC]")
 
 
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def recorded(runs: pd.DataFrame) -> list[str]:
     """One line per (commit, dirty) the runs recorded."""
     has = runs[runs["git_commit"].notna()] if "git_commit" in runs else runs.iloc[:0]
@@ -44,7 +48,7 @@ def recorded(runs: pd.DataFrame) -> list[str]:
     for (sha, dirty), group in has.groupby(["git_commit", "git_dirty"], dropna=False):
         state = "with uncommitted changes" if dirty is True else "clean"
         lines.append(
-            f"- {len(group)} runs from commit {sha[:7]} ({state}), first started "
+            f"- {_runs(len(group))} from commit {sha[:7]} ({state}), first started "
             f"{group.started.min():%Y-%m-%d %H:%M} to {group.started.max():%Y-%m-%d %H:%M} UTC"
         )
     return lines
@@ -60,7 +64,7 @@ def resumed(runs: pd.DataFrame) -> list[str]:
         if len(path) > 1:
             by_path.setdefault(path, []).append(starts)
     return [
-        f"- {len(group)} runs were resumed on other code: "
+        f"- {_runs(len(group))} {'was' if len(group) == 1 else 'were'} resumed on other code: "
         + ", then ".join(_took_over(sha, group) for sha in path)
         for path, group in by_path.items()
     ]
@@ -82,7 +86,7 @@ def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
     if old.empty:
         return []
     lines = [
-        f"- {len(old)} runs record no commit (they predate the record), started "
+        f"- {_runs(len(old))} record no commit (they predate the record), started "
         f"{old.started.min():%Y-%m-%d %H:%M} to {old.started.max():%Y-%m-%d %H:%M} UTC"
     ]
     for sha, time in claims.items():
@@ -100,7 +104,7 @@ def order(runs: pd.DataFrame) -> list[str]:
     keys = ["model", "replicate", "seeds"]
     spans = pieces.groupby(keys)["started"].agg(["min", "max", "size"]).sort_values("min")
     return [
-        f"{i}. {model}, replicate {rep}, {seeds}: {row['size']} runs, "
+        f"{i}. {model}, replicate {rep}, {seeds}: {_runs(row['size'])}, "
         f"{row['min']:%m-%d %H:%M} to {row['max']:%m-%d %H:%M} UTC"
         for i, ((model, rep, seeds), row) in enumerate(spans.iterrows(), 1)
     ]
@@ -110,7 +114,7 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
     runs = runs.assign(started=pd.to_datetime(runs["started_at"], utc=True))
     return "\n".join(
         [
-            f"Provenance of {len(runs)} runs (generated from their records):",
+            f"Provenance of {_runs(len(runs))} (generated from their records):",
             *recorded(runs),
             *resumed(runs),
             *unrecorded(runs, pd.Series() if claims is None else claims),
