@@ -25,15 +25,18 @@ def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossove
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
     drawn = {label: artist for artist, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    assert set(drawn) == {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")}
+    fit_label = "OLS on ln ρ, 95% band"
+    assert set(drawn) == {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")} | {fit_label}
     cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
     text, caption = texts(fig), caption_of(fig)
-    assert f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]" in caption
+    where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
+    assert where in caption and where in ax.get_title()  # the title, off the points
     assert figures.SIGN in caption and "d=64, 2 layers" in caption and "n = 4 seeds/cell" in caption
     assert "V = 1,024, 2,048, 4,096, 8,192, 16,384" in caption and "0 at ρ" in text
     assert "Noise floor: not measured yet (no replicate pair)." in caption  # none ran again
     curve = [line for line in lines(fig) if len(line.get_xdata()) == 100]
     assert len(curve) == 1 and np.all(np.diff(curve[0].get_ydata()) > 0)  # the fitted slope
+    assert drawn[fit_label] is curve[0]
 
 
 def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(results):

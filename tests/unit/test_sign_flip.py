@@ -99,7 +99,7 @@ def test_a_curve_that_never_crosses_says_none_in_range(results):
     high = sign_flip.pairs(results.runs).query("rho_t > 0.6")
     cross = sign_flip.crossover(sign_flip.fit(high))
     span = f"{high['rho_t'].min():.2f}–{high['rho_t'].max():.2f}"
-    assert np.isnan(cross["rho"]) and cross["note"] == f"none in range (rho {span})"
+    assert np.isnan(cross["rho"]) and cross["note"] == f"none in range (ρ {span})"
     assert sign_flip.crossover(sign_flip.fit(high.query("vocab_size == 8192 and n_embd == 64")))[
         "note"
     ].startswith("no fit")

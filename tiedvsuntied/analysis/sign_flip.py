@@ -217,7 +217,7 @@ def crossover(f: Fit | None) -> dict:
     roots = _roots(f)
     if not roots:
         lo, hi = np.exp(f.log_rho)
-        return none | {"note": f"none in range (rho {lo:.2f}–{hi:.2f})"}
+        return none | {"note": f"none in range (ρ {lo:.2f}–{hi:.2f})"}
     x0 = roots[0]
     slope = sum(k * b * x0 ** (k - 1) for k, b in enumerate(f.result.params) if k)
     gradient = -design(x0, f.degree)[0] / slope

@@ -49,13 +49,13 @@ def _points(ax, cells: pd.DataFrame) -> None:
 def _curve(ax, f, cross: dict) -> str:
     """The fitted curve with its band and the crossover; returns the caption's words for it."""
     if f is None:
-        return f"no fit: {cross['note']}"
+        return cross["note"]
     grid = np.exp(np.linspace(*f.log_rho, 100))
     curve = sign_flip.band(f, grid)
-    ax.plot(curve["rho"], curve["mean"], color="black", lw=1)
+    label = f"OLS on ln ρ, {CONFIDENCE:.0%} band"
+    ax.plot(curve["rho"], curve["mean"], color="black", lw=1, label=label)
     ax.fill_between(curve["rho"], curve["low"], curve["high"], color="black", alpha=0.12, lw=0)
     if np.isnan(cross["rho"]):
-        ax.text(0.03, 0.95, f"crossover: {cross['note']}", transform=ax.transAxes, va="top")
         return f"crossover: {cross['note']}"
     ax.axvline(cross["rho"], color="black", ls="--", lw=0.8)
     ax.axvspan(cross["low"], cross["high"], color="black", alpha=0.08, lw=0)
@@ -78,12 +78,14 @@ def fig_map(runs: pd.DataFrame):
     for ax, std in zip(axes[0], stds, strict=True):
         _points(ax, table[table["init_std"] == std])
         f, cross = fitted.get(std, (None, sign_flip.crossover(None)))
-        words.append(f"{style.init_label(std)}: {_curve(ax, f, cross)}")
+        said = _curve(ax, f, cross)
+        words.append(f"{style.init_label(std)}: {said}")
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_xscale("log")
         style.plain_log(ax, "x", table["rho"])
         ax.set_xlabel("ρ = V·d / (V·d + non-embedding params)")
-        ax.set_title(style.init_label(std))
+        # the crossover in the title: inside the axes it would sit on a point
+        ax.set_title(f"{style.init_label(std)}\n{said}", fontsize=7)
     axes[0][0].set_ylabel("tied − untied (bits/byte)")
     style.legend(fig, None, 3)
     fig.drawn = sign_flip.grid(runs)
@@ -112,7 +114,9 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     seed with its t-band: whether tying's effect closes with training."""
     axis = sign_flip.token_axis(runs, history)
     stds = _init_stds(axis)
-    fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
+    # room beside the panels for the legend's column (one line per ladder point)
+    width = min(7.0, 3.4 * len(stds) + 1.8)
+    fig, axes = style.new_figure(1, len(stds), 2.6, width=width, sharey=True)
     if axis.empty:
         return style.nothing_to_draw(fig, "no paired val/bpb along training (runs before bpb)")
     rhos = sign_flip.effect_table(runs).set_index(sign_flip.CELL)["rho"]
@@ -137,7 +141,7 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
         ax.set_xlabel("train bytes seen")
         ax.set_title(style.init_label(std))
     axes[0][0].set_ylabel("tied − untied, val (bits/byte)")
-    style.legend(fig, None, 3, fontsize=6)
+    style.legend(fig, None, 1, loc="outside right upper", fontsize=6)
     fig.drawn = sign_flip.grid(runs)
     fig.captions.append(
         f"{SIGN.replace('test split', 'validation windows')}. Mean over seeds paired by seed at "

@@ -289,23 +289,28 @@ def plain_log(ax, axis: str = "y", values=None, ratio: float = 1.0, eng: bool = 
     a, (lo, hi) = (ax.yaxis, ax.get_ylim()) if axis == "y" else (ax.xaxis, ax.get_xlim())
     fmt = EngFormatter(sep="") if eng else FuncFormatter(lambda v, _: f"{v:g}")
     a.set_major_formatter(fmt)
+    # which minor ticks get a label: all of them in a span under 3x; under a decade all but
+    # 7 and 9 (0.7, 0.8, 0.9 print on top of each other); up to two decades 2 and 5
+    shown = "23456789" if hi / lo < 3 else "234568" if hi / lo < 10 else "25"
     a.set_minor_formatter(
         NullFormatter()
         if lo <= 0 or hi / lo >= 100
-        else FuncFormatter(lambda v, p: fmt(v, p) if hi / lo < 10 or f"{v:.0e}"[0] in "25" else "")
+        else FuncFormatter(lambda v, p: fmt(v, p) if f"{v:.0e}"[0] in shown else "")
     )
 
 
-def legend(fig: Figure, handles: list | None, ncols: int, **kw) -> None:
-    """One legend above all panels (a suptitle would collide with it); ``handles`` None: the
-    panels' labelled artists, each label once, where it first appears."""
+def legend(
+    fig: Figure, handles: list | None, ncols: int, loc: str = "outside upper center", **kw
+) -> None:
+    """One legend above all panels (a suptitle would collide with it), or at ``loc``;
+    ``handles`` None: the panels' labelled artists, each label once, where it first appears."""
     if handles is None:
         labelled = {}
         for ax in fig.axes:
             for artist, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 labelled.setdefault(label, artist)
         handles = list(labelled.values())
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), ncols), **kw)
+    fig.legend(handles=handles, loc=loc, ncols=min(len(handles), ncols), **kw)
 
 
 def handle(label: str, color: str = "#444444", **kw) -> Line2D:
