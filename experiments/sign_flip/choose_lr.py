@@ -2,10 +2,12 @@
 
     python experiments/sign_flip/choose_lr.py results/sign_flip --grid 1e-3,2e-3,4e-3
 
-Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` beside this file:
+Reads the sweep's finished seed-0 runs (no torch) and writes ``lr_choice.tsv`` beside this file
+(or ``--out``: the GPU slots' sweeps, scripts/gpu/slot.sh):
 per point (body, V) and arm, the final validation loss in bits per byte at each ``optim.lr``
 tried, the best, and ``run_next`` (x2 beyond it) while the best sits at an edge of what ran, so
-that no chosen lr sits at an edge (none before the first grid, ``--grid``, has run whole).
+that no chosen lr sits at an edge (none before the first grid, ``--grid``, has run whole);
+``settled`` once neither holds back the arm's seeds.
 run.sh's ``lr-edge`` piece runs ``run_next``; then rerun this. Once an arm's seeds have run at
 its lr, ``clip_frac`` is their mean and ``clip_rerun`` says whether it binds on more than 10% of
 steps (HYPOTHESES.md: such an arm is re-run with the clip raised; run.sh's ``clip`` piece). The
@@ -47,8 +49,10 @@ def chosen_lr(runs: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
         None if not ok else b / 2 if b == lo else b * 2 if b == hi else None
         for ok, b, lo, hi in zip(whole.all(axis=1), best, low, high, strict=True)
     ]
+    # settled: the first grid ran whole and the best is inside what ran; the seeds may run at it
+    settled = [ok and nxt is None for ok, nxt in zip(whole.all(axis=1), run_next, strict=True)]
     out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
-    out = out.assign(lr=best, run_next=run_next).reset_index()
+    out = out.assign(lr=best, settled=settled, run_next=run_next).reset_index()
     return out.merge(clip_at_lr(done, out), on=POINT, how="left")
 
 
@@ -65,14 +69,15 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="choose_lr.py")
     parser.add_argument("sweep_dir", help="the study's sweep, e.g. results/sign_flip")
     parser.add_argument("--grid", required=True, help="the lr check's first grid (run.sh's LRS)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the table (default {OUT.name})")
     args = parser.parse_args(argv)
     grid = [float(lr) for lr in args.grid.split(",")]
     table = chosen_lr(load_results(args.sweep_dir).runs, grid)
     if table.empty:
         sys.exit(f"no finished seed-0 run in {args.sweep_dir}")
-    table.to_csv(OUT, sep="\t", index=False)
+    table.to_csv(args.out, sep="\t", index=False)
     print(table.round(4).to_string(index=False))
-    print(f"written: {OUT}")
+    print(f"written: {args.out}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if [ ! -d ../shared/data/gutenberg ]; then
+if [ ! -d ../shared/data/gutenberg ] && [ -f .gpu/shared.tar.xz ]; then
   mkdir -p ../shared/data && tar -xJf .gpu/shared.tar.xz -C ../shared/data
 fi
 export TIKTOKEN_CACHE_DIR="$PWD/../shared/data/tiktoken" WANDB_MODE=disabled PYTHONUNBUFFERED=1
@@ -20,3 +20,8 @@ OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 START=$(date +%s)
 elapsed() { echo $(($(date +%s) - START)); }
+mult() {  # the emb_lr_mult the second edition chose for arm $1 at init_std $2 (at nano)
+  awk -F'\t' -v a="$1" -v s="$2" 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+    $c["arm"] == a && $c["init_std"] == s {print $c["emb_lr_mult"]}' \
+    experiments/tie_x_init_books/lr_choice.tsv
+}

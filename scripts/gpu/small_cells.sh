@@ -11,11 +11,6 @@ source "$(dirname "$0")/env.sh"
 BUDGET=${1:?usage: small_cells.sh BUDGET_S [SEEDS] [ARMS]}
 SEEDS=${2:-0,1,2,3,4}
 ARMS=${3:-tied:0.02 untied:0.02 tied:inv_sqrt_d untied:inv_sqrt_d tied:1.0 untied:1.0 t5:1.0 emb1_head_dsqrt:1.0}
-CHOICE=experiments/tie_x_init_books/lr_choice.tsv
-mult() {  # the emb_lr_mult lr_choice.tsv holds for arm $1 at init_std $2
-  awk -F'\t' -v a="$1" -v s="$2" 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
-    $c["arm"] == a && $c["init_std"] == s {print $c["emb_lr_mult"]}' "$CHOICE"
-}
 # Runs a fresh machine has not got: those an earlier call sent back, put in .gpu/ again here.
 mkdir -p results
 [ ! -f .gpu/small_runs.tar.gz ] || tar -xzf .gpu/small_runs.tar.gz -C results --skip-old-files

@@ -52,15 +52,17 @@ def test_an_arm_is_rerun_when_its_seeds_clip_on_more_than_a_tenth_of_steps(choos
         assert row.clip_rerun == binds, row
 
 
-def test_no_edge_is_named_before_the_first_grid_has_run_whole(choose_lr):
+def test_no_edge_is_named_and_no_lr_settled_before_the_first_grid_has_run_whole(choose_lr):
     runs = load_results(STUDY / "results").runs
     tied = (runs["vocab_size"] == 1024) & runs["tie"] & (runs["seed"] == 0)
-    runs = runs[~(tied & (runs["lr"] == 5e-4))]  # as before the check went below 1e-3
     key = ("micro", 1024, "tied", "inv_sqrt_d")
 
-    def run_next(runs):
-        return choose_lr.chosen_lr(runs, GRID).set_index(choose_lr.POINT).loc[key, "run_next"]
+    def row(runs):
+        table = choose_lr.chosen_lr(runs, GRID).set_index(choose_lr.POINT)
+        return table.loc[key, "run_next"], table.loc[key, "settled"]
 
-    assert run_next(runs) == 5e-4  # 1e-3, the best, is the low edge of what ran
+    assert row(runs) == (None, True)  # 5e-4 ran and lost: 1e-3 is inside what ran
+    runs = runs[~(tied & (runs["lr"] == 5e-4))]  # as before the check went below 1e-3
+    assert row(runs) == (5e-4, False)  # 1e-3, the best, is the low edge of what ran
     killed = runs.assign(status=runs["status"].mask(tied & (runs["lr"] == 4e-3), "interrupted"))
-    assert run_next(killed) is None  # the first grid's 4e-3 has not run whole: no edge yet
+    assert row(killed) == (None, False)  # the first grid's 4e-3 has not run whole: no edge yet
