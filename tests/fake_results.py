@@ -201,6 +201,7 @@ def _summary(run: FakeRun, val: list, best_step, test: dict) -> dict:
         "seed": run.seed,
         "replicate": run.replicate,
         "threads": run.threads,
+        "device": "cpu",
         "params": params,
         "flops_per_token": 6.0 * params["total"],
         "step": run.last_step,

@@ -6,6 +6,7 @@ SLOPE * ln(rho / CROSSOVER) nats against its untied partner."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,17 @@ def write_sign_flip(path: Path, *, seeds=(0, 1, 2, 3), ladder=LADDER, **kw) -> P
         (point, seed, tie) for point in ladder for seed in seeds for tie in (True, False)
     ):
         write_point(sweep, model, vocab, seed, tie, **kw)
+    return sweep
+
+
+def write_gpu_sign_flip(path: Path, *, ladder=(("micro", 50257),), **kw) -> Path:
+    """The sweep ``path``/sign_flip_gpu of scripts/gpu/slot.sh's piece a: points on GPT-2's
+    tokenizer (not the ladder's trained BPEs), trained on a GPU."""
+    sweep = write_sign_flip(path, ladder=list(ladder), **kw).rename(Path(path) / "sign_flip_gpu")
+    for summary_path in sweep.glob("*/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        summary |= {"encoding": "gpt2", "device": "cuda:0", "sweep": sweep.name}
+        summary_path.write_text(json.dumps(summary))
     return sweep
 
 

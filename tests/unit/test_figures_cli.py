@@ -121,3 +121,18 @@ def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_pat
     files, fig = REGISTRY["fig4_embedding_geometry"].write(load_results(sweep), tmp_path, ["png"])
     assert fig.empty.startswith("no probe arrays") and files == []
     assert "has no 'emb_norm'" in caption_of(fig)  # the footnote says what is missing
+
+
+def test_paper_draws_the_third_edition_with_the_gpu_slots_bundles_where_shipped(
+    tmp_path, monkeypatch
+):
+    from tiedvsuntied.figures import cli
+
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    for bundle in (*cli.PAPER_BUNDLES, cli.SIGN_FLIP_BUNDLE):
+        (tmp_path / bundle).mkdir(parents=True)
+    only = [*cli.THIRD, "table_params"]
+    assert cli.paper_groups([], only)[0] == ([str(tmp_path / cli.SIGN_FLIP_BUNDLE)], [*cli.THIRD])
+    gpu = tmp_path / cli.SIGN_FLIP_GPU_BUNDLES[0]  # a slot's piece a shipped, piece b not yet
+    gpu.mkdir()
+    assert cli.paper_groups([], only)[0][0] == [str(tmp_path / cli.SIGN_FLIP_BUNDLE), str(gpu)]

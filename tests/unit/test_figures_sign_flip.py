@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fake_results import caption_of, lines, texts, write_sweep
-from fake_sign_flip import LADDER, read_only_sign_flip
+from fake_sign_flip import LADDER, read_only_sign_flip, write_gpu_sign_flip, write_sign_flip
 
 from tiedvsuntied.analysis import sign_flip as analysis
 from tiedvsuntied.analysis.load import load_results
@@ -68,3 +68,16 @@ def test_other_runs_draw_no_map_and_sign_flip_runs_no_books_figure(tmp_path, res
     other = load_results(write_sweep(tmp_path / "sw", init_stds=("1.0",))).runs
     assert figures.fig_map(other).empty == analysis.NOT_SIGN_FLIP
     assert not books.is_books(results.runs)  # they hold out books, but they are not its runs
+
+
+def test_the_map_names_a_point_off_the_ladder_and_edges_a_gpu_point(tmp_path):
+    cpu = write_sign_flip(tmp_path / "cpu", ladder=[("micro", 1024)])
+    both = load_results(cpu, write_gpu_sign_flip(tmp_path / "gpu")).runs
+    fig = figures.fig_map(both)
+    ax = fig.axes[0]
+    drawn = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    off = drawn[figures.WAY_STYLE[analysis.OFF_LADDER][0]]
+    assert off.lines[0].get_markeredgecolor() == figures.GPU_EDGE
+    assert drawn[figures.WAY_STYLE["alone"][0]].lines[0].get_markeredgecolor() != figures.GPU_EDGE
+    assert "d=128, 4 layers, gpt2" in texts(fig)
+    assert "Black-edged: trained on a GPU (1 of 2 cells)" in caption_of(fig)

@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from fake_results import write_run
-from fake_sign_flip import CROSSOVER, LADDER, read_only_sign_flip, write_point, write_sign_flip
+from fake_sign_flip import (
+    CROSSOVER,
+    LADDER,
+    read_only_sign_flip,
+    write_gpu_sign_flip,
+    write_point,
+    write_sign_flip,
+)
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -159,3 +166,22 @@ def test_a_cells_floor_is_its_replicate_pairs_change_else_the_largest_measured(t
     floor = abs((diff[1][True] - diff[1][False]) - (diff[0][True] - diff[0][False]))
     assert floor > 0 and table["floor"].to_numpy() == pytest.approx([floor, floor])
     assert table["n_seeds"].eq(4).all()  # the replicates are no extra seeds
+
+
+def test_a_gpu_point_on_another_tokenizer_stands_apart_and_leaves_the_fit_alone(tmp_path):
+    """scripts/gpu/slot.sh's piece a: micro at GPT-2's vocabulary, trained on a GPU, in a sweep of
+    its own. Its cell is marked (way, encoding, device) and the ladder's ways, Holm and fit are
+    those of the ladder alone."""
+    ladder = [("micro", 1024), ("micro", 8192), ("d64", 8192)]
+    sweep = write_sign_flip(tmp_path / "cpu", ladder=ladder)
+    gpu = write_gpu_sign_flip(tmp_path / "gpu")
+    alone, both = load_results(sweep).runs, load_results(sweep, gpu).runs
+    table = sign_flip.effect_table(both).set_index("vocab_size")
+    assert table.loc[50257, ["way", "encoding", "device"]].tolist() == ["other", "gpt2", "cuda"]
+    assert (table.drop(index=50257)["device"] == "cpu").all()
+    ladder_only = sign_flip.effect_table(alone).set_index("vocab_size")
+    for column in ("way", "p_holm"):  # Holm's family: the ladder's cells alone
+        pd.testing.assert_series_equal(table.drop(index=50257)[column], ladder_only[column])
+    fitted, fitted_alone = (sign_flip.fits(r)["inv_sqrt_d"][0] for r in (both, alone))
+    assert fitted.n_pairs == fitted_alone.n_pairs == 12
+    assert np.allclose(fitted.result.params, fitted_alone.result.params)

@@ -98,6 +98,7 @@ RUN_COLUMNS = [
     "clip_frac",
     "peak_tflops",
     "threads",
+    "device",  # where it trained: cpu, cuda, cuda:N
     "wall_time_s",
     "ln_vocab",
     "wandb_run_id",

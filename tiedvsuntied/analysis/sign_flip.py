@@ -27,6 +27,10 @@ POINT = [*BODY, "vocab_size"]  # a ladder point
 CELL = [*POINT, "init_std"]  # one map cell: its tied and untied runs pair by seed
 VALUE = "test_bpb"  # the effect's unit: bits per byte, comparable across vocabularies
 WAYS = {(True, False): "V", (False, True): "body", (True, True): "both", (False, False): "alone"}
+# the ladder's vocabularies are BPEs trained on each fold (data.encoding=bpe); a point on another
+# (GPT-2's, scripts/gpu/slot.sh's pieces) is drawn beside the ladder, not in its ways or its fit
+LADDER_ENCODING = "bpe"
+OFF_LADDER = "other"
 NOT_SIGN_FLIP = f"no runs of a {SWEEP} sweep (issue 40's map over rho): not the third edition"
 
 
@@ -50,18 +54,20 @@ def arm(run) -> str:
 
 def ladder(runs: pd.DataFrame) -> pd.DataFrame:
     """The finished runs of replicate 0 of the sign_flip sweeps with ``arm``, ``body`` and
-    ``way``: how the point's rho was moved (V: its body has other V's; body: its V has other
-    bodies; both; alone: neither)."""
+    ``way``: how the point's rho was moved among the ladder's points (V: its body has other V's;
+    body: its V has other bodies; both; alone: neither), OFF_LADDER for a point on another
+    tokenizer than the ladder's."""
     done = first_replicates(runs[runs["status"].eq("finished")])
     done = done[done["sweep"].astype(str).str.startswith(SWEEP)]
     done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
     body = [body_label(d, n) for d, n in zip(done["n_embd"], done["n_layer"], strict=True)]
     done = done.assign(body=body)
-    points = done[POINT].drop_duplicates()
+    points = done.loc[done["encoding"].eq(LADDER_ENCODING), POINT].drop_duplicates()
     by_v = points.groupby(BODY)["vocab_size"].transform("nunique") > 1
     by_body = points.groupby("vocab_size")["n_embd"].transform("size") > 1
     ways = [WAYS[(bool(v), bool(b))] for v, b in zip(by_v, by_body, strict=True)]
-    return done.merge(points.assign(way=ways), on=POINT)
+    done = done.merge(points.assign(way=ways), on=POINT, how="left")
+    return done.assign(way=done["way"].fillna(OFF_LADDER))
 
 
 SETTING = ["lr", "emb_lr_mult", "variant"]  # what the lr check varies within one arm
@@ -127,6 +133,8 @@ EFFECT_COLUMNS = [
     "p",
     "p_holm",
     "floor",
+    "encoding",
+    "device",
     "seed_diffs",
 ]
 
@@ -148,17 +156,30 @@ def _cell_row(cell: pd.DataFrame) -> dict:
         "unigram_bpb": mean.get("test_unigram_bpb_t", np.nan),
         "clip_frac_tied": mean.get("clip_frac_t", np.nan),
         "clip_frac_untied": mean.get("clip_frac_u", np.nan),
+        "encoding": first.get("encoding_t"),
+        # where the cell's runs trained: "cpu", "cuda" or both ("cpu+cuda")
+        "device": "+".join(sorted({_device(d) for d in [*cell["device_t"], *cell["device_u"]]})),
         **summary,
     }
 
 
+def _device(name) -> str:
+    """A run's device as the map marks it: "cuda" for any GPU, "cpu" (and unrecorded) else."""
+    return "cuda" if str(name).startswith("cuda") else "cpu"
+
+
 def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per map cell (EFFECT_COLUMNS): tied − untied in bits per byte with its t-interval over
-    seeds and p, p_holm adjusted over the table's cells (one family), sorted by rho."""
+    seeds and p, p_holm adjusted over the ladder's cells (one family; the cells off the ladder
+    another), sorted by rho."""
     both = pairs(runs).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    table.insert(table.columns.get_loc("p") + 1, "p_holm", holm(table["p"]))
+    # two families: the ladder's cells (HYPOTHESES.md's intervals) and the cells beside it
+    family = table["way"].eq(OFF_LADDER)
+    table.insert(
+        table.columns.get_loc("p") + 1, "p_holm", table.groupby(family)["p"].transform(holm)
+    )
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
     # the replicate pairs run at the ladder's ends)
     measured = floors(runs, both)
@@ -233,8 +254,9 @@ def crossover(f: Fit | None) -> dict:
 
 
 def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dict]]:
-    """Per init std: the fitted curve over every pair and its crossover."""
+    """Per init std: the fitted curve over every pair of the ladder's points and its crossover."""
     both = pairs(runs)
+    both = both[both["way_t"] != OFF_LADDER]  # the ladder's own points: one set-up, one tokenizer
     out = {}
     for std, cell in both.groupby("init_std", sort=True):
         f = fit(cell, degree)

@@ -27,8 +27,10 @@ REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
 # The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
 # are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
 PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
-# the third edition (issue 40), the paper's lead: drawn from its own bundle once that is shipped
+# the third edition (issue 40), the paper's lead: drawn from its own bundle once that is shipped,
+# with the GPU slots' bundles where those are (scripts/gpu/slot.sh: more points, marked)
 SIGN_FLIP_BUNDLE = "experiments/sign_flip/results"
+SIGN_FLIP_GPU_BUNDLES = ("experiments/sign_flip/results_gpu", "experiments/sign_flip/results_small")
 THIRD = tuple(sorted(name for name in REGISTRY if name.startswith("sign_flip_")))
 # the paper's figures and tables, in its order: the third edition's (sign_flip_*), the second
 # edition's (books_*, numbered), then the parameter table
@@ -97,7 +99,8 @@ def paper_groups(sweep_dirs: Sequence[str], only: Sequence[str]) -> list | None:
     third = [name for name in only if name in THIRD]
     groups = [(dirs, rest)] if rest else []
     if third and (REPO / SIGN_FLIP_BUNDLE).is_dir():
-        groups.insert(0, ([str(REPO / SIGN_FLIP_BUNDLE)], third))
+        gpu = [str(REPO / b) for b in SIGN_FLIP_GPU_BUNDLES if (REPO / b).is_dir()]
+        groups.insert(0, ([str(REPO / SIGN_FLIP_BUNDLE), *gpu], third))
     elif third:
         print(f"{', '.join(third)}: skipped: no results bundle at {REPO / SIGN_FLIP_BUNDLE} yet")
     return groups

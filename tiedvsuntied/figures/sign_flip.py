@@ -23,7 +23,9 @@ WAY_STYLE = {
     "body": ("ρ moved by the body at a fixed V", "#D55E00", "s"),
     "both": ("a point of both ladders", "#009E73", "D"),
     "alone": ("a point of neither ladder", "#777777", "^"),
+    sign_flip.OFF_LADDER: ("another tokenizer or set-up (not fitted)", "#CC79A7", "v"),
 }
+GPU_EDGE = "black"  # a point whose runs trained on a GPU (scripts/gpu/slot.sh) has this edge
 SIGN = "tied − untied (bits per byte, test split): > 0 = tying costs, < 0 = tying pays"
 PLAIN = {"inv_sqrt_d": "d^-0.5"}  # an init std in a markdown table (no mathtext)
 sign_flip_figure = functools.partial(style.figure, mixed_data=True, needs=NEEDS)
@@ -36,14 +38,18 @@ def _init_stds(table: pd.DataFrame) -> list[str]:
 
 
 def _points(ax, cells: pd.DataFrame) -> None:
-    for way, group in cells.groupby("way"):
+    for (way, gpu), group in cells.groupby(["way", cells["device"].str.contains("cuda")]):
         label, color, marker = WAY_STYLE.get(way, WAY_STYLE["alone"])
         has = group["low"].notna()
         yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
         kw = {"ls": "none", "marker": marker, "color": color, "ms": 5}
+        kw |= {"mec": GPU_EDGE, "mew": 1.2} if gpu else {}
         ax.errorbar(group["rho"][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
                     capsize=2, label=label, **kw)  # fmt: skip
         ax.plot(group["rho"][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
+        if way == sign_flip.OFF_LADDER:  # what it is, beside it: its body and its tokenizer
+            for row in group.itertuples():
+                ax.annotate(f" {row.body}, {row.encoding}", (row.rho, row.diff), fontsize=5)
 
 
 def _curve(ax, f, cross: dict) -> str:
@@ -87,17 +93,26 @@ def fig_map(runs: pd.DataFrame):
         # the crossover in the title: inside the axes it would sit on a point
         ax.set_title(f"{style.init_label(std)}\n{said}", fontsize=7)
     axes[0][0].set_ylabel("tied − untied (bits/byte)")
-    style.legend(fig, None, 3)
+    style.legend(fig, None, 2)
     fig.drawn = sign_flip.grid(runs)
     fig.captions += [
         f"{SIGN}. Bodies: {', '.join(sorted(set(table['body'])))}. Mean and {CONFIDENCE:.0%} "
         "t-interval over seeds' paired differences (each seed its own held-out books); curve: "
-        f"OLS of every pair's difference on ln ρ, {CONFIDENCE:.0%} band of the mean; crossover "
-        "interval by the delta method.",
+        f"OLS of every pair's difference on ln ρ over the ladder's points (vocabularies trained "
+        f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method.",
         "; ".join(words) + ".",
         _floor_words(table),
+        *_device_words(table),
     ]
     return fig
+
+
+def _device_words(table: pd.DataFrame) -> list[str]:
+    """The caption's line for points trained on a GPU, where there are any."""
+    gpu = table[table["device"].str.contains("cuda")]
+    if gpu.empty:
+        return []
+    return [f"Black-edged: trained on a GPU ({len(gpu)} of {len(table)} cells); the rest on CPUs."]
 
 
 def _floor_words(table: pd.DataFrame) -> str:
@@ -161,6 +176,13 @@ def _at_init(at_init: pd.DataFrame, rhos: pd.Series) -> str:
     return f"At step 0 (the init, not drawn): {words}." if gaps else ""
 
 
+def _family(table: pd.DataFrame) -> str:
+    """Holm's families in words: the ladder's cells, and those beside it where there are any."""
+    off = int(table["way"].eq(sign_flip.OFF_LADDER).sum())
+    ladder = f"{len(table) - off} cells of the ladder"
+    return f"{ladder} and, apart, the {off} off it" if off else ladder
+
+
 def _crossover_lines(runs: pd.DataFrame) -> list[str]:
     lines = []
     for std, (f, cross) in sign_flip.fits(runs).items():
@@ -191,7 +213,7 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
     parts = [
         f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
-        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {len(table)} cells; "
+        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {_family(table)}; "
         "floor: how far a cell's seed-0 difference moved when both arms ran again at another "
         "thread count, at a cell without its own the largest measured, empty before any)",
         shown.round(4).to_markdown(index=False),
