@@ -42,7 +42,10 @@ point() {
     b64x2) echo "body64x2 8192 3.6258" ;;
     b256x4) echo "body256x4 8192 3.6258" ;;
     b256x8) echo "body256x8 8192 3.6258" ;;
-    *) echo "unknown point '$1': v1024 v2048 v4096 v8192 v16384 v40960 b64x2 b256x4 b256x8" >&2; exit 2 ;;
+    b384x6) echo "body384x6 8192 3.6258" ;;  # on a GPU: scripts/gpu/slot.sh's piece c
+    b512x8) echo "body512x8 8192 3.6258" ;;
+    b768x12) echo "body768x12 8192 3.6258" ;;
+    *) echo "unknown point '$1': v1024 v2048 v4096 v8192 v16384 v40960 b64x2 b256x4 b256x8 b384x6 b512x8 b768x12" >&2; exit 2 ;;
   esac
 }
 # the overrides of a point: its body and V, and the steps that read BUDGET_BYTES of text,

@@ -10,18 +10,21 @@
 #  3. after each step of a piece, packs into $OUT: the finished runs without checkpoints or
 #     arrays (slot_runs.tar.gz), the bundles (results_gpu/, results_small/), the lr tables, the
 #     figures and slot.tsv (each run's wall time and how many ran at once: how many pay).
-#   scripts/gpu/slot.sh LIMIT_S [PIECES]        PIECES: "a b" unless given, in that order
+#   scripts/gpu/slot.sh LIMIT_S [PIECES]        PIECES: "a b c" unless given, in that order
 #  a  micro at GPT-2's vocabulary (rho 0.89) in the third edition's set-up and its 10 MB of text:
 #     tied and untied at d^-0.5, the lr check 1e-3,2e-3,4e-3 at seed 0 (x2 beyond an edge), then
 #     seeds 1-3 at each arm's lr (sweep sign_flip_gpu)
 #  b  GPT-2 small in the second edition's set-up (tie_x_init_books_small, 16.4 M tokens): tied
 #     and untied at d^-0.5, then at 0.02, each the lr check 3e-4,6e-4,1.2e-3 at seed 0 (x2 beyond
 #     an edge) and seeds 1-4 at each arm's lr (sweep sign_flip_small)
+#  c  the body ladder (V = 8,192) at bodies a CPU cannot train, d=384x6, 512x8, 768x12 (rho 0.23,
+#     0.14, 0.07), in the third edition's set-up, as a (run.sh's points b384x6 ...; sweep
+#     sign_flip_gpu)
 # A dry run on CPU (docs/gpu.md): PY=<venv python> DEVICE=cpu EXTRA_A=... EXTRA_B=... slot.sh 600
 source "$(dirname "$0")/env.sh"
 trap 'echo "slot.sh: line $LINENO: exit $? at $(elapsed) s" >&2' ERR  # no silent stop in a slot
 LIMIT=${1:?usage: slot.sh LIMIT_S [PIECES]}
-PIECES=${2:-a b}
+PIECES=${2:-a b c}
 JOBS=${JOBS:-6}             # micro runs at once in the lr check (16 cores, one GPU)
 JOBS_SEEDS=${JOBS_SEEDS:-3} # and in the seeds: two counts in one call, so slot.tsv shows which pays
 DEADLINE=$((START + LIMIT - 60))  # the last minute packs
@@ -34,8 +37,10 @@ RUN="$PY -m tiedvsuntied.run -m trainer.device=${DEVICE:-cuda} results_dir=$R"
 A="+experiment=sign_flip sweep=sign_flip_gpu model=micro data.encoding=gpt2 data.vocab_size=null"
 A="$A trainer.max_steps=1285 trainer.eval_interval=129 trainer.ckpt_interval=200 trainer.threads=2"
 A="$A ${EXTRA_A:-}"
-B="+experiment=tie_x_init_books_small sweep=sign_flip_small ${EXTRA_B:-}"
+B="+experiment=tie_x_init_books_small sweep=sign_flip_small model=small ${EXTRA_B:-}"
+C="+experiment=sign_flip sweep=sign_flip_gpu trainer.threads=2"  # + run.sh's overrides of a point
 LRS_A=${LRS_A:-1e-3,2e-3,4e-3} LRS_B=${LRS_B:-3e-4,6e-4,1.2e-3}
+D_SQRT="tied:inv_sqrt_d untied:inv_sqrt_d"
 export DEADLINE RUN OUT
 
 # one run: "PIECE ATONCE OVERRIDES..."; not started when the piece's longest run so far would
@@ -58,26 +63,29 @@ one() {
 export -f one
 at_once() { xargs -P "$1" -I{} -d '\n' bash -c "one $2 $1 {}"; }  # stdin: a run's overrides a line
 
-# lr_choice as "arm init_std lr settled run_next" lines, from the sweep's seed-0 runs
-choose() {  # $1 sweep, $2 grid, $3 table name
-  $PY "$HERE/choose_lr.py" "$R/$1" --grid "$2" --out "$OUT/$3" >/dev/null 2>&1 || return 0
-  awk -F'\t' 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
-    {print $c["arm"], $c["init_std"], $c["lr"], $c["settled"], $c["run_next"]}' "$OUT/$3"
+# lr_choice as "arm init_std lr settled run_next" lines of one body, from its sweep's seed-0 runs
+choose() {  # $1 sweep, $2 grid, $3 the model (each piece's bodies differ within a sweep)
+  local table="$OUT/lr_choice_$1.tsv"
+  $PY "$HERE/choose_lr.py" "$R/$1" --grid "$2" --out "$table" >/dev/null 2>&1 || return 0
+  awk -F'\t' -v model="$3" 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+    $c["model"] == model {
+      print $c["arm"], $c["init_std"], $c["lr"], $c["settled"], $c["run_next"]}' "$table"
 }
 # the lr check of arms ($4: "arm:init_std ..."), x2 beyond an edge twice at most, then seeds $5
 # of each arm whose lr is settled (its grid whole, its best inside what ran)
 fair() {  # $1 piece, $2 overrides, $3 grid, $4 arms, $5 seeds, $6 sweep, $7 $8 at once: lr, seeds
-  local cell arm std lr settled next seed
+  local cell arm std lr settled next seed model
+  model=$(grep -oE '(^| )model=[^ ]+' <<<"$2" | tail -1 | cut -d= -f2)  # the last one holds
   for cell in $4; do
     for lr in ${3//,/ }; do echo "$2 seed=0 +arm=${cell%%:*} init_std=${cell#*:} optim.lr=$lr$(emb "$cell")"; done
   done | at_once "$7" "$1"
   for _ in 1 2; do
-    choose "$6" "$3" "lr_choice_$1.tsv" | while read -r arm std lr settled next; do
+    choose "$6" "$3" "$model" | while read -r arm std lr settled next; do
       [[ " $4 " == *" $arm:$std "* && -n "$next" ]] || continue
       echo "$2 seed=0 +arm=$arm init_std=$std optim.lr=$next$(emb "$arm:$std")"
     done | at_once "$7" "$1"
   done
-  choose "$6" "$3" "lr_choice_$1.tsv" | while read -r arm std lr settled next; do
+  choose "$6" "$3" "$model" | while read -r arm std lr settled next; do
     [[ " $4 " == *" $arm:$std "* && $settled == True ]] || continue
     for seed in ${5//,/ }; do  # a process each, so that several run at once
       echo "$2 seed=$seed +arm=$arm init_std=$std optim.lr=$lr$(emb "$arm:$std")"
@@ -121,10 +129,14 @@ pack() {  # what has finished, into $OUT, as it lands
 restore
 for PIECE in $PIECES; do
   case $PIECE in
-    a) fair a "$A" "$LRS_A" "tied:inv_sqrt_d untied:inv_sqrt_d" 1,2,3 sign_flip_gpu "$JOBS" "$JOBS_SEEDS" ;;
-    b) fair b "$B" "$LRS_B" "tied:inv_sqrt_d untied:inv_sqrt_d" 1,2,3,4 sign_flip_small 1 1
+    a) fair a "$A" "$LRS_A" "$D_SQRT" 1,2,3 sign_flip_gpu "$JOBS" "$JOBS_SEEDS" ;;
+    b) fair b "$B" "$LRS_B" "$D_SQRT" 1,2,3,4 sign_flip_small 1 1
        fair b "$B" "$LRS_B" "tied:0.02 untied:0.02" 1,2,3,4 sign_flip_small 1 1 ;;
-    *) echo "unknown piece '$PIECE': a b" >&2; exit 2 ;;
+    c) for point in b384x6 b512x8 b768x12; do
+         fair c "$C $(bash "$HERE/run.sh" at "$point") ${EXTRA_C:-}" "$LRS_A" "$D_SQRT" 1,2,3 \
+           sign_flip_gpu 3 3
+       done ;;
+    *) echo "unknown piece '$PIECE': a b c" >&2; exit 2 ;;
   esac
 done
 pack

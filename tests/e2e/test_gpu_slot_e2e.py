@@ -72,7 +72,9 @@ def first(tmp_path_factory):
 def test_the_lr_check_runs_whole_then_only_settled_arms_get_seeds_and_all_is_packed(first):
     proc, where = first
     runs = finished(where / "results")
-    table = pd.read_csv(where / "out" / "lr_choice_a.tsv", sep="\t").query("model == 'nano'")
+    table = pd.read_csv(where / "out" / "lr_choice_sign_flip_gpu.tsv", sep="\t").query(
+        "model == 'nano'"
+    )
     assert set(table["arm"]) == {"tied", "untied"} and table["settled"].any()
     for row in table.to_dict("records"):
         mine = [s for s in runs.values() if s["tie"] == (row["arm"] == "tied")]

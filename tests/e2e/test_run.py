@@ -295,7 +295,10 @@ def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Pat
 BAD = [
     (["tie=maybe"], "tie"),
     (["tie=1"], "tie=1 is invalid: use true or false"),  # OmegaConf would read it as true
-    (["model=huge"], "model=huge is invalid: use one of body256x4, body256x8, body64x2, large"),
+    (
+        ["model=huge"],
+        "model=huge is invalid: use one of body256x4, body256x8, body384x6, body512x8, body64x2",
+    ),
     (["trainer.max_step=5"], "did you mean trainer.max_steps?"),
     (["trainer.precision=fp8"], "trainer.precision=fp8"),
     (["model.n_head=3"], "n_head"),
