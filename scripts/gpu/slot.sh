@@ -114,7 +114,9 @@ pack() {  # what has finished, into $OUT, as it lands
     [ -f "$summary" ] && grep -q '"status": "finished"' "$summary" || continue
     finished+=("$(dirname "${summary#"$R"/}")")
   done
-  [ ${#finished[@]} -gt 0 ] || return 0
+  # nothing new since the last pack: nothing to do (a bundle and figures cost ~1 min)
+  [ ${#finished[@]} -gt "${PACKED:-0}" ] || return 0
+  PACKED=${#finished[@]}
   tar -czf "$OUT/slot_runs.tar.gz" --exclude=checkpoints --exclude=probes -C "$R" "${finished[@]}"
   for pair in results_gpu:sign_flip_gpu results_small:sign_flip_small; do
     ls "$R/${pair#*:}"/*/summary.json >/dev/null 2>&1 || continue
