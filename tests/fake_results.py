@@ -54,16 +54,22 @@ class FakeRun:
     threads: int | None = None  # torch's CPU threads (summary.threads)
     bytes_per_token: float | None = None  # set: the third edition's fields (rho, bpb, bytes...)
     clip_frac: float | None = None
+    input_grad_scale: float = 1.0  # head.tied_input_grad_scale (the ends' tied_in_grad arm: 4)
+    head_init_std: str | None = None  # an untied head's own std (emb1_head_dsqrt: inv_sqrt_d)
 
     def __post_init__(self):
         self.n_layer, self.n_head, self.n_embd = SIZES[self.model]
         self.name = run_name(self.tie, self.init_std, self.model, self.seed, self.replicate)
         identity = f"{self.name}{self.vocab_size}{self.data_files}{self.t5_rescale}"
         identity += f"{self.max_steps}{self.lr}"
+        if self.input_grad_scale != 1.0 or self.head_init_std:  # the ends' arms: ids of their own
+            identity += f"{self.input_grad_scale}{self.head_init_std}"
         self.run_id = f"{self.name}-{zlib.crc32(identity.encode()):08x}"
         self.run_dir = self.sweep_dir / self.run_id
         self.rng = np.random.default_rng(zlib.crc32(self.run_id.encode()))
         self.std = self.n_embd**-0.5 if self.init_std == "inv_sqrt_d" else float(self.init_std)
+        own = {None: self.std, "inv_sqrt_d": self.n_embd**-0.5}
+        self.head_std = own.get(self.head_init_std, self.head_init_std)
         scale = self.n_embd**-0.5 if self.t5_rescale else 1.0
         self.logit_std = self.std * math.sqrt(self.n_embd) * scale
         self.last_step = {
@@ -191,7 +197,7 @@ def _summary(run: FakeRun, val: list, best_step, test: dict) -> dict:
         ),
         "tie": run.tie,
         "init_std": run.init_std if run.init_std == "inv_sqrt_d" else float(run.init_std),
-        "init_std_resolved": {"emb": run.std, "head": run.std},
+        "init_std_resolved": {"emb": run.std, "head": run.head_std},
         "model": run.model,
         "n_layer": run.n_layer,
         "n_embd": run.n_embd,
@@ -240,6 +246,7 @@ def _config(run: FakeRun) -> dict:
             "vocab_size": run.vocab_size,
             "t5_rescale": run.t5_rescale,
         },
+        "head": {"tied_input_grad_scale": run.input_grad_scale},
         "data": {
             "name": "text",
             "files": [run.data_files],

@@ -52,7 +52,7 @@ def write_point(sweep: Path, model: str, vocab: int, seed: int, tie: bool, **kw)
     run_dir = write_run(
         sweep,
         tie=tie,
-        init_std="inv_sqrt_d",
+        init_std=kw.pop("init_std", "inv_sqrt_d"),
         model=model,
         seed=seed,
         vocab_size=vocab,
@@ -72,6 +72,28 @@ def write_sign_flip(path: Path, *, seeds=(0, 1, 2, 3), ladder=LADDER, **kw) -> P
     ):
         write_point(sweep, model, vocab, seed, tie, **kw)
     return sweep
+
+
+# the ends' arms (run.sh's ends piece) as write_point's keywords, and the shift of each arm's
+# floor in nats (tied_input_grad: the remedy helps by 0.05 against tied)
+END_ARMS = {
+    "tied_input_grad": ({"tie": True, "input_grad_scale": 4.0}, -0.05),
+    "t5": ({"tie": True, "init_std": "1.0", "t5_rescale": True}, 0.0),
+    "emb1_head_dsqrt": ({"tie": False, "init_std": "1.0", "head_init_std": "inv_sqrt_d"}, 0.0),
+}
+
+
+def write_ends(sweep: Path, model: str, vocab: int, seeds=(0, 1, 2, 3)) -> dict[str, list[Path]]:
+    """The ends' arms at one point (tied and untied are write_sign_flip's): arm -> run dirs."""
+    out: dict[str, list[Path]] = {}
+    for name, (keys, shift) in END_ARMS.items():
+        tied_shift = (
+            designed_effect(model, vocab) - TIED_SHIFT if name == "tied_input_grad" else 0.0
+        )
+        for seed in seeds:
+            run = write_point(sweep, model, vocab, seed, floor_shift=tied_shift + shift, **keys)
+            out.setdefault(name, []).append(run)
+    return out
 
 
 def write_gpu_sign_flip(path: Path, *, ladder=(("micro", 50257),), **kw) -> Path:

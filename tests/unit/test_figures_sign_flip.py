@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fake_results import caption_of, lines, texts, write_sweep
-from fake_sign_flip import LADDER, read_only_sign_flip, write_gpu_sign_flip, write_sign_flip
+from fake_sign_flip import (
+    LADDER,
+    read_only_sign_flip,
+    write_ends,
+    write_gpu_sign_flip,
+    write_sign_flip,
+)
 
 from tiedvsuntied.analysis import sign_flip as analysis
 from tiedvsuntied.analysis.load import load_results
@@ -81,3 +87,15 @@ def test_the_map_names_a_point_off_the_ladder_and_edges_a_gpu_point(tmp_path):
     assert drawn[figures.WAY_STYLE["alone"][0]].lines[0].get_markeredgecolor() != figures.GPU_EDGE
     assert "d=128, 4 layers, gpt2" in texts(fig)
     assert "Black-edged: trained on a GPU (1 of 2 cells)" in caption_of(fig)
+
+
+def test_the_tables_give_the_ends_contrasts_in_the_ladders_holm_family(tmp_path):
+    sweep = write_sign_flip(tmp_path / "sw", ladder=[("micro", 1024), ("micro", 8192)])
+    write_ends(sweep, "micro", 1024)
+    runs = load_results(sweep).runs
+    (path,) = figures.write_sign_flip_tables(tmp_path, runs)
+    text = path.read_text()
+    assert "Holm over the 2 cells of the ladder and the 2 contrasts of the ends' arms" in text
+    ends = text.split("## The ends' arms")[1]
+    for row in analysis.ends_table(runs).itertuples():
+        assert row.contrast in ends and str(round(row.diff, 4)) in ends

@@ -13,6 +13,7 @@ from fake_sign_flip import (
     CROSSOVER,
     LADDER,
     read_only_sign_flip,
+    write_ends,
     write_gpu_sign_flip,
     write_point,
     write_sign_flip,
@@ -185,3 +186,29 @@ def test_a_gpu_point_on_another_tokenizer_stands_apart_and_leaves_the_fit_alone(
     fitted, fitted_alone = (sign_flip.fits(r)["inv_sqrt_d"][0] for r in (both, alone))
     assert fitted.n_pairs == fitted_alone.n_pairs == 12
     assert np.allclose(fitted.result.params, fitted_alone.result.params)
+
+
+def test_the_ends_contrasts_pair_by_seed_and_share_the_ladders_holm_family(tmp_path):
+    """HYPOTHESES.md's H7 (tied_input_grad − tied) and H8 (emb1_head_dsqrt − t5) at one end: each
+    the t-interval of its seeds' paired test bpb, Holm over the ladder's cells and these two
+    together; the ends' arms change no tied − untied cell."""
+    sweep = write_sign_flip(tmp_path, ladder=[("micro", 1024), ("micro", 8192)])
+    before = sign_flip.effect_table(load_results(sweep).runs)
+    arms = write_ends(sweep, "micro", 1024)
+    runs = load_results(sweep).runs
+    ends, cells = sign_flip.ends_table(runs), sign_flip.effect_table(runs)
+    test_bpb = summaries(sweep).set_index("run_id")["test_bpb"]
+    ladder = {t: summaries(sweep).query(f"vocab_size == 1024 and tie == {t}") for t in (True,)}
+    tied = ladder[True][~ladder[True]["run_id"].isin([p.name for v in arms.values() for p in v])]
+    tied = tied[tied["init_std"] == "inv_sqrt_d"].sort_values("seed")["test_bpb"].to_numpy()
+    for first, second in sign_flip.ENDS:
+        row = ends.set_index("contrast").loc[f"{first} − {second}"]
+        mine = test_bpb[[p.name for p in arms[first]]].to_numpy()
+        other = tied if second == "tied" else test_bpb[[p.name for p in arms[second]]].to_numpy()
+        diffs = mine - other
+        low, high = stats.t.interval(0.95, 3, diffs.mean(), stats.sem(diffs))
+        assert row["n_seeds"] == 4 and (row["diff"] < 0 or second != "tied")  # the remedy helps
+        assert row[["diff", "low", "high"]].tolist() == pytest.approx([diffs.mean(), low, high])
+    family = multipletests([*cells["p"], *ends["p"]], method="holm")[1]
+    assert [*cells["p_holm"], *ends["p_holm"]] == pytest.approx(family)
+    pd.testing.assert_frame_equal(cells.drop(columns="p_holm"), before.drop(columns="p_holm"))

@@ -170,22 +170,67 @@ def _device(name) -> str:
 
 def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per map cell (EFFECT_COLUMNS): tied − untied in bits per byte with its t-interval over
-    seeds and p, p_holm adjusted over the ladder's cells (one family; the cells off the ladder
-    another), sorted by rho."""
+    seeds and p, p_holm adjusted over the ladder's cells and the ends' contrasts (HYPOTHESES.md's
+    one family; the cells off the ladder another), sorted by rho."""
     both = pairs(runs).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    # two families: the ladder's cells (HYPOTHESES.md's intervals) and the cells beside it
-    family = table["way"].eq(OFF_LADDER)
-    table.insert(
-        table.columns.get_loc("p") + 1, "p_holm", table.groupby(family)["p"].transform(holm)
-    )
+    adjusted = _holm_families(table, _ends(runs))[0]
+    table.insert(table.columns.get_loc("p") + 1, "p_holm", adjusted)
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
     # the replicate pairs run at the ladder's ends)
     measured = floors(runs, both)
     own = table.set_index(CELL).index.map(measured.to_dict())
     table["floor"] = pd.Series(own, index=table.index, dtype=float).fillna(measured.max())
     return table.sort_values(["init_std", "rho"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- the ends' arms
+# HYPOTHESES.md's contrasts at the V-ladder's two ends, first − second (< 0: the first is better):
+# H7, the remedy (tied with its lookup-side gradient x4) against tied; H8, untied embedding 1.0 /
+# head d^-0.5 against T5's tied 1.0 with its rescale
+ENDS = (("tied_input_grad", "tied"), ("emb1_head_dsqrt", "t5"))  # arm() names
+ENDS_COLUMNS = [*CELL, "contrast", "rho", "bpb_first", "bpb_second", "n_seeds", "diff", "low",
+                "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
+
+
+def _ends(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each ENDS contrast per cell where both arms ran: paired by seed, t over the seeds."""
+    chosen, rows = grid(runs), []
+    for first, second in ENDS:
+        both = match(*(chosen[chosen["arm"] == a] for a in (first, second)), [*CELL, "seed"])
+        both = both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"])
+        for key, cell in both.groupby(CELL, sort=True):
+            rows.append(
+                {
+                    **dict(zip(CELL, key, strict=True)),
+                    "contrast": f"{first} − {second}",
+                    "rho": cell["rho_t"].mean(),
+                    "bpb_first": cell[f"{VALUE}_t"].mean(),
+                    "bpb_second": cell[f"{VALUE}_u"].mean(),
+                    **seed_summary(cell.set_index("seed")["diff"], "paired differences"),
+                }
+            )
+    return pd.DataFrame(rows, columns=[c for c in ENDS_COLUMNS if c != "p_holm"])
+
+
+def _holm_families(cells: pd.DataFrame, ends: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Holm's p of the map's cells and of the ends' contrasts: the ladder's cells and the ends'
+    contrasts are one family (HYPOTHESES.md), the cells off the ladder another."""
+    ladder = ~cells["way"].eq(OFF_LADDER)
+    family = holm(pd.concat([cells.loc[ladder, "p"], ends["p"]], ignore_index=True))
+    adjusted = holm(cells["p"].where(~ladder))
+    adjusted[ladder.to_numpy()] = family.iloc[: int(ladder.sum())].to_numpy()
+    return adjusted, family.iloc[int(ladder.sum()) :].reset_index(drop=True)
+
+
+def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """ENDS_COLUMNS per contrast and cell: first − second in test bits per byte, its t-interval
+    over seeds, p and Holm's p in :func:`effect_table`'s family."""
+    ends = _ends(runs)
+    cells = effect_table(runs)  # for its cells' raw p: the family is adjusted again here
+    ends.insert(ends.columns.get_loc("p") + 1, "p_holm", _holm_families(cells, ends)[1])
+    return ends.sort_values(["contrast", "rho"]).reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- the fitted curve

@@ -176,11 +176,29 @@ def _at_init(at_init: pd.DataFrame, rhos: pd.Series) -> str:
     return f"At step 0 (the init, not drawn): {words}." if gaps else ""
 
 
-def _family(table: pd.DataFrame) -> str:
-    """Holm's families in words: the ladder's cells, and those beside it where there are any."""
+def _family(table: pd.DataFrame, n_ends: int) -> str:
+    """Holm's families in words: the ladder's cells with the ends' contrasts, and the cells
+    beside the ladder where there are any."""
     off = int(table["way"].eq(sign_flip.OFF_LADDER).sum())
     ladder = f"{len(table) - off} cells of the ladder"
-    return f"{ladder} and, apart, the {off} off it" if off else ladder
+    ladder += f" and the {n_ends} contrasts of the ends' arms" if n_ends else ""
+    return f"{ladder}; apart, the {off} off it" if off else ladder
+
+
+def _ends_part(runs: pd.DataFrame) -> list[str]:
+    """The tables' section for the ends' arms (HYPOTHESES.md's H7, H8), once any have run."""
+    ends = sign_flip.ends_table(runs)
+    if ends.empty:
+        return []
+    shown = p_text(
+        ends.drop(columns=["n_head", "block_size", "seed_diffs", "method"], errors="ignore")
+    )
+    return [
+        "## The ends' arms (H7: tied_input_grad − tied; H8: emb1_head_dsqrt − t5; < 0: the "
+        f"first is better; {CONFIDENCE:.0%} t over seeds' paired differences; p_holm in the "
+        "family above)",
+        shown.round(4).to_markdown(index=False),
+    ]
 
 
 def _crossover_lines(runs: pd.DataFrame) -> list[str]:
@@ -210,14 +228,16 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
         f"[{lo:+.4f}, {hi:+.4f}]" if pd.notna(lo) else "none"
         for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
     ]
+    family = _family(table, len(sign_flip.ends_table(runs)))
     parts = [
         f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
-        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {_family(table)}; "
+        f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {family}; "
         "floor: how far a cell's seed-0 difference moved when both arms ran again at another "
         "thread count, at a cell without its own the largest measured, empty before any)",
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
+        *_ends_part(runs),
     ]
     return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
