@@ -172,17 +172,24 @@ def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per map cell (EFFECT_COLUMNS): tied − untied in bits per byte with its t-interval over
     seeds and p, p_holm adjusted over the ladder's cells and the ends' contrasts (HYPOTHESES.md's
     one family; the cells off the ladder another), sorted by rho."""
+    return effect_tables(runs)[0]
+
+
+def effect_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`effect_table` and :func:`ends_table`, made together: their p_holm is one family."""
     both = pairs(runs).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    adjusted = _holm_families(table, _ends(runs))[0]
-    table.insert(table.columns.get_loc("p") + 1, "p_holm", adjusted)
+    ends = _ends(runs)
+    for part, adjusted in zip((table, ends), _holm_families(table, ends), strict=True):
+        part.insert(part.columns.get_loc("p") + 1, "p_holm", adjusted.to_numpy())
+    ends = ends.sort_values(["contrast", "rho"]).reset_index(drop=True)
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
     # the replicate pairs run at the ladder's ends)
     measured = floors(runs, both)
     own = table.set_index(CELL).index.map(measured.to_dict())
     table["floor"] = pd.Series(own, index=table.index, dtype=float).fillna(measured.max())
-    return table.sort_values(["init_std", "rho"]).reset_index(drop=True)
+    return table.sort_values(["init_std", "rho"]).reset_index(drop=True), ends
 
 
 # ----------------------------------------------------------------------------- the ends' arms
@@ -227,10 +234,7 @@ def _holm_families(cells: pd.DataFrame, ends: pd.DataFrame) -> tuple[pd.Series, 
 def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
     """ENDS_COLUMNS per contrast and cell: first − second in test bits per byte, its t-interval
     over seeds, p and Holm's p in :func:`effect_table`'s family."""
-    ends = _ends(runs)
-    cells = effect_table(runs)  # for its cells' raw p: the family is adjusted again here
-    ends.insert(ends.columns.get_loc("p") + 1, "p_holm", _holm_families(cells, ends)[1])
-    return ends.sort_values(["contrast", "rho"]).reset_index(drop=True)
+    return effect_tables(runs)[1]
 
 
 # ----------------------------------------------------------------------------- the fitted curve

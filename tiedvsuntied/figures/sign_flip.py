@@ -185,9 +185,9 @@ def _family(table: pd.DataFrame, n_ends: int) -> str:
     return f"{ladder}; apart, the {off} off it" if off else ladder
 
 
-def _ends_part(runs: pd.DataFrame) -> list[str]:
-    """The tables' section for the ends' arms (HYPOTHESES.md's H7, H8), once any have run."""
-    ends = sign_flip.ends_table(runs)
+def _ends_part(ends: pd.DataFrame) -> list[str]:
+    """The tables' section for the ends' arms (``ends_table``: HYPOTHESES.md's H7, H8), once any
+    have run."""
     if ends.empty:
         return []
     shown = p_text(
@@ -221,14 +221,15 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
     """``sign_flip_tables.md``: per ladder point and init std its shape, budget, each arm's test
     bits per byte beside the count models', clip_frac per arm, the effect with its interval, p
     and Holm's p; then the fitted crossover per init std."""
-    table = sign_flip.effect_table(runs).drop(columns=["seed_diffs", "method"], errors="ignore")
+    table, ends = sign_flip.effect_tables(runs)
+    table = table.drop(columns=["seed_diffs", "method"], errors="ignore")
     shown = p_text(table.drop(columns=["n_head", "block_size"]))
     shown["non_embedding_params"] = shown["non_embedding_params"].round().astype("Int64")
     shown["interval"] = [
         f"[{lo:+.4f}, {hi:+.4f}]" if pd.notna(lo) else "none"
         for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
     ]
-    family = _family(table, len(sign_flip.ends_table(runs)))
+    family = _family(table, len(ends))
     parts = [
         f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
@@ -238,6 +239,6 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
-        *_ends_part(runs),
+        *_ends_part(ends),
     ]
     return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
