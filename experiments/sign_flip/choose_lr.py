@@ -29,6 +29,9 @@ OUT = Path(__file__).with_name("lr_choice.tsv")
 POINT = ["model", "vocab_size", "arm", "init_std"]
 SEEDS = 4  # an arm's seeds at its lr (HYPOTHESES.md): its clip_frac is judged once all have run
 MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on (HYPOTHESES.md, "Learning rates")
+# the arms with an lr check; the ends' arms run at tied's lr (run.sh's ends piece), and a row of
+# theirs here would send run.sh's grid piece an arm name Hydra does not know
+CHECKED_ARMS = ("tied", "untied")
 
 
 def chosen_lr(runs: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
@@ -36,6 +39,7 @@ def chosen_lr(runs: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
     the lr check's first grid, which runs whole before any edge is named."""
     done = runs[runs["status"].eq("finished") & runs["replicate"].eq(0)]
     done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    done = done[done["arm"].isin(CHECKED_ARMS)]
     seed0 = done[done["seed"].eq(0)]
     table = seed0.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
     best = table.idxmin(axis=1)

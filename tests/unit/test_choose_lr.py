@@ -46,7 +46,9 @@ def test_an_arm_is_rerun_when_its_seeds_clip_on_more_than_a_tenth_of_steps(choos
     table = choose_lr.chosen_lr(load_results(STUDY / "results").runs, GRID)
     runs = records().query("status == 'finished' and replicate == 0 and input_grad_scale == 1")
     assert len(table) >= 4 and table["clip_rerun"].any()  # untied at V = 40,960 (11%)
-    for row in table[table["arm"].isin(["tied", "untied"])].itertuples():
+    # the bundle holds the ends' remedy arm, run at tied's lr with no lr check of its own
+    assert set(table["arm"]) == set(choose_lr.CHECKED_ARMS)
+    for row in table.itertuples():
         point = (runs["model"] == row.model) & (runs["vocab_size"] == row.vocab_size)
         mine = runs[point & (runs["tie"] == (row.arm == "tied")) & (runs["lr"] == row.lr)]
         assert row.clip_frac == pytest.approx(mine["clip_frac"].mean()) and row.seeds == len(mine)
