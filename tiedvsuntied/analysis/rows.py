@@ -92,6 +92,7 @@ RUN_COLUMNS = [
     "test_loss_at_best",
     "lr",
     "emb_lr_mult",
+    "head_lr_mult",
     "heldout_fold",
     *HELDOUT_COLUMNS,
     "seen_vocab_frac",
@@ -132,7 +133,7 @@ FLOAT_COLUMNS = [
     c
     for c in RUN_COLUMNS
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
-] + ["ln_vocab", "lr", "emb_lr_mult", *HELDOUT_COLUMNS, *HELDOUT_BPB_COLUMNS]
+] + ["ln_vocab", "lr", "emb_lr_mult", "head_lr_mult", *HELDOUT_COLUMNS, *HELDOUT_BPB_COLUMNS]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {status.value: rank for rank, status in enumerate(Status)}  # then "unknown"
 
@@ -275,6 +276,9 @@ def run_row(
     row["data_id"] = _data_id(filled, data, row["vocab_size"]) or row["data_id"]
     optim = config["optim"] if isinstance(config.get("optim"), Mapping) else {}
     row["lr"], row["emb_lr_mult"] = optim.get("lr"), optim.get("emb_lr_mult")
+    # an untied head's multiplier as the optimizer reads it (null: emb_lr_mult); a tied run has none
+    head = row["emb_lr_mult"] if optim.get("head_lr_mult") is None else optim["head_lr_mult"]
+    row["head_lr_mult"] = head if row["tie"] is False else None
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
     held = HELDOUT_COLUMNS + HELDOUT_BPB_COLUMNS
