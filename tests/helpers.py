@@ -12,6 +12,7 @@ from conftest import QUICK, compose
 from fake_corpus import generated_corpus
 
 from tiedvsuntied.data.config import DataConfig
+from tiedvsuntied.sweep import jobs
 
 
 def write_library(folder: Path, authors: list[str], n_words: Callable[[int], int]) -> Path:
@@ -48,3 +49,11 @@ def books_run(library: Path, results_dir: Path, *overrides: str):
         f"results_dir={results_dir}",
         *overrides,
     )
+
+
+def sweep_jobs(*overrides: str) -> list:
+    """The jobs of ``-m *overrides`` (Hydra's basic sweeper expands the experiment's sweep
+    params, the command line wins), each composed as the launcher composes it and checked, as
+    the command checks them before its first job: their RunPlans."""
+    with jobs.composed(list(overrides)) as (loader, master):
+        return jobs.check_jobs(loader, master, jobs.expand(loader, master))

@@ -1,18 +1,20 @@
-"""Untied's own embedding and head multipliers (HYPOTHESES.md, "Learning rates"): at V = 8,192,
-micro, seed 0, untied at its chosen lr with ``emb_lr_mult`` x ``head_lr_mult`` in {1, 4, 16}^2.
+"""Each arm's own embedding and head multipliers at V = 8,192, micro, seed 0, at the arm's chosen
+lr (HYPOTHESES.md, "Learning rates"): untied over ``emb_lr_mult`` x ``head_lr_mult`` in
+{1, 4, 16}^2, and tied over its one matrix's ``tied_lr_mult`` in {1, 4, 16} (an addition made
+after untied's grid put its best pair at (4, 1): a fair check gives tied the same chance).
 
     python experiments/sign_flip/mult2d.py results/sign_flip_mult2d results/sign_flip
 
 (4, 4), the one shared multiplier every other run uses, is the lr check's own run, in the study's
-sweep; run.sh's ``mult2d`` piece runs the other eight in a sweep of their own. Writes
-``mult2d.tsv`` beside this file (or ``--out``): each pair's final validation bits per byte and
-how far it is ahead of the shared pair; prints the grid and the rule's verdict.
+sweep; run.sh's ``mult2d`` pieces run the others in a sweep of their own. Writes ``mult2d.tsv``
+beside this file (or ``--out``): each arm's final validation bits per byte per multiplier pair
+and how far it is ahead of the shared pair; prints the grids and the rule's verdict per arm.
 
-The rule: untied moves to its best pair at every point, both reported, when that pair is ahead of
+The rule: an arm moves to its best pair at every point, both reported, when that pair is ahead of
 the shared one by more than the seed sd, read here as the sd over seeds of tied - untied's paired
 validation bpb at this point, each arm at its chosen lr (``lr_choice.tsv``): the paired sd of
-HYPOTHESES.md's power calculation. So the verdict waits for the point's seeds. The test split is
-never read.
+HYPOTHESES.md's power calculation. So the verdict waits for the point's seeds; ``at_edge`` says
+whether the best pair sits at an edge of what ran. The test split is never read.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tiedvsuntied.analysis.load import load_results
 HERE = Path(__file__).parent
 POINT = {"model": "micro", "vocab_size": 8192}
 MULTS = [1.0, 4.0, 16.0]  # emb_lr_mult and head_lr_mult each (HYPOTHESES.md)
-SHARED = (4.0, 4.0)  # the study's optim.emb_lr_mult, which an untied head shares by default
+SHARED = (4.0, 4.0)  # the study's optim.emb_lr_mult, which the head shares by default
 SEEDS = 4  # the point's seeds, of which the seed sd is taken
 
 
@@ -39,39 +41,45 @@ def at_point(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[done & mine & runs["init_std"].eq("inv_sqrt_d")]
 
 
-def grid(runs: pd.DataFrame, lr: float) -> pd.DataFrame:
-    """Seed 0's validation bpb of untied at ``lr``: emb_lr_mult rows x head_lr_mult columns."""
-    untied = at_point(runs).query("not tie and seed == 0 and lr == @lr")
-    table = untied.pivot_table(
+def grid(runs: pd.DataFrame, lr: float, tie: bool = False) -> pd.DataFrame:
+    """Seed 0's validation bpb of an arm at ``lr``: emb_lr_mult rows x head_lr_mult columns (the
+    output matrix's multiplier: tied's one matrix has the one row of the study's emb_lr_mult)."""
+    arm = at_point(runs).query("tie == @tie and seed == 0 and lr == @lr")
+    table = arm.pivot_table(
         index="emb_lr_mult", columns="head_lr_mult", values="val_bpb", aggfunc="min"
     )
-    return table.reindex(index=MULTS, columns=MULTS)
+    return table.reindex(index=[SHARED[0]] if tie else MULTS, columns=MULTS)
 
 
 def seed_sd(runs: pd.DataFrame, lrs: dict[bool, float]) -> tuple[float, int]:
     """The sd over seeds of tied - untied's validation bpb, each arm at its chosen lr (``lrs``:
     tie -> lr) and the shared multiplier, and how many seeds it pairs."""
     runs = at_point(runs)
-    shared = runs["tie"] | runs["head_lr_mult"].eq(runs["emb_lr_mult"])
-    arms = runs[shared & runs["emb_lr_mult"].eq(SHARED[0]) & runs["lr"].eq(runs["tie"].map(lrs))]
+    shared = runs["emb_lr_mult"].eq(SHARED[0]) & runs["head_lr_mult"].eq(SHARED[1])
+    arms = runs[shared & runs["lr"].eq(runs["tie"].map(lrs))]
     wide = arms.pivot_table(index="seed", columns="tie", values="val_bpb", aggfunc="min")
     diff = (wide.get(True) - wide.get(False)).dropna() if len(wide.columns) == 2 else pd.Series()
     return float(diff.std()), len(diff)
 
 
 def verdict(table: pd.DataFrame, sd: float, seeds: int) -> dict:
-    """The best pair, its gain over the shared one, and whether untied moves to it; None where
-    the grid or the seeds are not all in yet."""
-    best = table.stack().idxmin() if table.notna().any().any() else (None, None)
-    gain = table.loc[SHARED] - table.loc[best] if best[0] is not None else float("nan")
+    """The best pair, its gain over the shared one, whether it sits at an edge of what ran, and
+    whether the arm moves to it; None where the grid or the seeds are not all in yet."""
+    if not table.notna().any().any():
+        return {"best": None, "gain_over_shared": float("nan"), "at_edge": None, "moves": None}
+    best = tuple(float(m) for m in table.stack().idxmin())
+    ran = table.stack().index
+    edges = [{min(v), max(v)} for v in (ran.get_level_values(0), ran.get_level_values(1))]
+    at_edge = any(b in e and len(e) > 1 for b, e in zip(best, edges, strict=True))
+    gain = table.loc[SHARED] - table.loc[best]
     ready = table.notna().all().all() and seeds >= SEEDS
     return {
-        "best_emb_lr_mult": best[0],
-        "best_head_lr_mult": best[1],
+        "best": best,
         "gain_over_shared": gain,
         "seed_sd": sd,
         "seeds": seeds,
-        "untied_moves": bool(gain > sd) if ready else None,
+        "at_edge": at_edge,
+        "moves": bool(gain > sd) if ready else None,
     }
 
 
@@ -88,16 +96,21 @@ def main(argv: list[str]) -> None:
     if set(lrs) != {True, False}:
         sys.exit("mult2d.py: lr_choice.tsv has no tied and untied lr at V = 8,192 yet")
     runs = load_results(*args.sweep_dirs).runs
-    table = grid(runs, lrs[False])
-    rule = verdict(table, *seed_sd(runs, lrs))
-    print(f"untied at lr {lrs[False]:g}, seed 0: validation bpb, emb_lr_mult x head_lr_mult")
-    print(table.round(4).to_string())
-    print(
-        ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rule.items())
-    )
-    out = table.stack(future_stack=True).rename("val_bpb").reset_index()
-    out = out.assign(ahead_of_shared=table.loc[SHARED] - out["val_bpb"])
-    out.to_csv(args.out, sep="\t", index=False)
+    sd, seeds = seed_sd(runs, lrs)
+    rows = []
+    for tie, name in ((False, "untied"), (True, "tied")):
+        table = grid(runs, lrs[tie], tie)
+        rule = verdict(table, sd, seeds)
+        print(f"{name} at lr {lrs[tie]:g}, seed 0: validation bpb, emb_lr_mult x head_lr_mult")
+        print(table.round(4).to_string())
+        print(
+            ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rule.items()
+            )
+        )
+        long = table.stack(future_stack=True).rename("val_bpb").reset_index()
+        rows.append(long.assign(arm=name, ahead_of_shared=table.loc[SHARED] - long["val_bpb"]))
+    pd.concat(rows).to_csv(args.out, sep="\t", index=False)
     print(f"written: {args.out}")
 
 

@@ -101,12 +101,16 @@ pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pai
     echo "$RUN $(at "$p") seed=0,1,2,3 +arm=t5,emb1_head_dsqrt optim.lr=$lr"
   done
 }
-pieces_mult2d() {  # untied at V = 8192, micro: emb_lr_mult x head_lr_mult in {1, 4, 16}^2 at its lr
+pieces_mult2d() {  # at V = 8192, micro, each arm at its lr: untied's emb_lr_mult x head_lr_mult in {1, 4, 16}^2, tied's tied_lr_mult
   lr=$(choices | awk '$1 == "micro" && $2 == 8192 && $3 == "untied" && $4 == "inv_sqrt_d" {print $5}')
   # a sweep of its own (choose_lr.py reads the lr check alone); (4, 4), the shared multiplier, is
   # the lr check's own run at that lr
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=${lr:?run the lr check of v8192 first} optim.emb_lr_mult=1,16 optim.head_lr_mult=1,4,16"
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=untied optim.lr=$lr optim.emb_lr_mult=4 optim.head_lr_mult=1,16"
+  # tied's one matrix over the same multipliers at its lr: added once untied's grid put its best
+  # at (4, 1), so that tied gets the same chance (mult2d.py reads both)
+  lr=$(choices | awk '$1 == "micro" && $2 == 8192 && $3 == "tied" && $4 == "inv_sqrt_d" {print $5}')
+  echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=tied optim.lr=${lr:?run the lr check of v8192 first} optim.tied_lr_mult=1,16"
 }
 pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the noise floor
   for p in v1024 v40960; do

@@ -20,12 +20,12 @@ from conftest import (
     STEPS,
     SWEEP_NAMES,
 )
+from helpers import sweep_jobs
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied.results import records as results
-from tiedvsuntied.sweep import jobs
 from tiedvsuntied.train.config import ConfigError
 from tiedvsuntied.train.plan import check_config, least_memory
 from tiedvsuntied.train.trainer import train
@@ -56,14 +56,6 @@ def checked(overrides: list[str]):
     config = OmegaConf.to_object(composed(*overrides))
     check_config(config, overrides)
     return config
-
-
-def sweep_jobs(*overrides: str) -> list:
-    """The jobs of ``-m *overrides`` (Hydra's basic sweeper expands the experiment's sweep
-    params, the command line wins), each composed as the launcher composes it and checked, as
-    the command checks them before its first job: their RunPlans."""
-    with jobs.composed(list(overrides)) as (loader, master):
-        return jobs.check_jobs(loader, master, jobs.expand(loader, master))
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)

@@ -276,9 +276,10 @@ def run_row(
     row["data_id"] = _data_id(filled, data, row["vocab_size"]) or row["data_id"]
     optim = config["optim"] if isinstance(config.get("optim"), Mapping) else {}
     row["lr"], row["emb_lr_mult"] = optim.get("lr"), optim.get("emb_lr_mult")
-    # an untied head's multiplier as the optimizer reads it (null: emb_lr_mult); a tied run has none
-    head = row["emb_lr_mult"] if optim.get("head_lr_mult") is None else optim["head_lr_mult"]
-    row["head_lr_mult"] = head if row["tie"] is False else None
+    # the output matrix's multiplier as the optimizer reads it (train.optim.group_lr_scales): an
+    # untied head's head_lr_mult, the tied matrix's tied_lr_mult; null: emb_lr_mult
+    own = optim.get("tied_lr_mult" if row["tie"] else "head_lr_mult")
+    row["head_lr_mult"] = row["emb_lr_mult"] if own is None else own
     row["heldout_fold"] = data.get("heldout_fold") if data.get("split") == "document" else None
     heldout = summary.get("heldout") if isinstance(summary.get("heldout"), Mapping) else {}
     held = HELDOUT_COLUMNS + HELDOUT_BPB_COLUMNS

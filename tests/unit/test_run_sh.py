@@ -1,0 +1,57 @@
+"""Every command the third edition's run.sh prints (each piece at each point, from the shipped
+lr_choice.tsv) is a multirun whose every job composes and passes the checks a run makes before
+its first job: a piece can never hand Hydra an arm or key it does not know hours into a study."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+from conftest import LIBRARY_OVERRIDES, REPO
+from helpers import sweep_jobs
+
+RUN_SH = REPO / "experiments" / "sign_flip" / "run.sh"
+PREFIX = shlex.split("python -m tiedvsuntied.run -m")
+POINTS = re.search(r"unknown point '\$1': ([^\"]+)\"", RUN_SH.read_text())[1].split()
+# the pieces and whether they take a point (run.sh's usage line)
+PIECES = {"lr": True, "lr-edge": False, "grid": True, "clip": True, "ends": False}
+PIECES |= {"init02": True, "mult2d": False, "floor": False}
+
+
+def printed(piece: str, *point: str) -> list[list[str]]:
+    """The overrides of each command ``run.sh print PIECE [POINT]`` prints."""
+    out = subprocess.run(
+        ["bash", str(RUN_SH), "print", piece, *point], capture_output=True, text=True, check=True
+    ).stdout
+    commands = [shlex.split(line) for line in out.splitlines() if line.strip()]
+    assert all(c[: len(PREFIX)] == PREFIX for c in commands), out
+    return [c[len(PREFIX) :] for c in commands]
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for piece, takes_point in PIECES.items():
+        for point in POINTS if takes_point else [None]:
+            label = piece if point is None else f"{piece} {point}"
+            found += [(label, c) for c in printed(piece, *([point] if point else []))]
+    return found
+
+
+CASES = commands()
+
+
+def test_the_pieces_print_a_command_for_every_point_and_arm():
+    labels = [label for label, _ in CASES]
+    assert {f"lr {p}" for p in POINTS} <= set(labels)
+    assert labels.count("ends") == 4 and labels.count("mult2d") == 3
+
+
+@pytest.mark.parametrize(
+    "label, overrides", CASES, ids=[f"{x}-{i}" for i, (x, _) in enumerate(CASES)]
+)
+def test_every_printed_command_composes_and_passes_the_checks(label, overrides, tmp_path):
+    corpus = [o for o in LIBRARY_OVERRIDES if o != "data.encoding=bytes"]  # its trained BPE
+    plans = sweep_jobs(*overrides, *corpus, f"results_dir={tmp_path}")
+    assert plans and all(plan.cfg.sweep.startswith("sign_flip") for plan in plans)
