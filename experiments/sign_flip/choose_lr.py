@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.analysis.sign_flip import arm
 
 OUT = Path(__file__).with_name("lr_choice.tsv")
@@ -76,7 +76,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, default=OUT, help=f"the table (default {OUT.name})")
     args = parser.parse_args(argv)
     grid = [float(lr) for lr in args.grid.split(",")]
-    table = chosen_lr(load_results(args.sweep_dir).runs, grid)
+    try:
+        runs = load_results(args.sweep_dir).runs
+    except ResultsError as err:
+        sys.exit(f"choose_lr.py: {err}")
+    table = chosen_lr(runs, grid)
     if table.empty:
         sys.exit(f"no finished seed-0 run in {args.sweep_dir}")
     table.to_csv(args.out, sep="\t", index=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.analysis.load import ResultsError, load_results
 
 HERE = Path(__file__).parent
 POINT = {"model": "micro", "vocab_size": 8192}
@@ -43,12 +43,14 @@ def at_point(runs: pd.DataFrame) -> pd.DataFrame:
 
 def grid(runs: pd.DataFrame, lr: float, tie: bool = False) -> pd.DataFrame:
     """Seed 0's validation bpb of an arm at ``lr``: emb_lr_mult rows x head_lr_mult columns (the
-    output matrix's multiplier: tied's one matrix has the one row of the study's emb_lr_mult)."""
+    output matrix's multiplier: tied's one matrix has the one row of the study's emb_lr_mult),
+    over the first grid and any multiplier beyond its edges that ran."""
     arm = at_point(runs).query("tie == @tie and seed == 0 and lr == @lr")
     table = arm.pivot_table(
         index="emb_lr_mult", columns="head_lr_mult", values="val_bpb", aggfunc="min"
     )
-    return table.reindex(index=[SHARED[0]] if tie else MULTS, columns=MULTS)
+    rows = [SHARED[0]] if tie else sorted({*MULTS, *table.index})
+    return table.reindex(index=rows, columns=sorted({*MULTS, *table.columns}))
 
 
 def seed_sd(runs: pd.DataFrame, lrs: dict[bool, float]) -> tuple[float, int]:
@@ -63,30 +65,47 @@ def seed_sd(runs: pd.DataFrame, lrs: dict[bool, float]) -> tuple[float, int]:
 
 
 def verdict(table: pd.DataFrame, sd: float, seeds: int) -> dict:
-    """The best pair, its gain over the shared one, whether it sits at an edge of what ran, and
-    whether the arm moves to it; None where the grid or the seeds are not all in yet."""
-    if not table.notna().any().any():
-        return {"best": None, "gain_over_shared": float("nan"), "at_edge": None, "moves": None}
-    best = tuple(float(m) for m in table.stack().idxmin())
-    ran = table.stack().index
-    edges = [{min(v), max(v)} for v in (ran.get_level_values(0), ran.get_level_values(1))]
-    at_edge = any(b in e and len(e) > 1 for b, e in zip(best, edges, strict=True))
-    gain = table.loc[SHARED] - table.loc[best]
-    ready = table.notna().all().all() and seeds >= SEEDS
+    """The best pair, its gain over the shared one, ``run_next`` (x2 beyond each of its
+    multipliers at an edge of what ran, once the first grid has run whole), and whether the arm
+    moves to it: None until the first grid, the edges and the point's seeds are all in."""
+    ran = table.stack()
+    if ran.empty:
+        return {"best": None, "gain_over_shared": float("nan"), "run_next": [], "moves": None}
+    best = tuple(float(m) for m in ran.idxmin())
+    first = table.reindex(index=[m for m in MULTS if m in table.index], columns=MULTS)
+    whole = first.notna().all().all()
+    run_next = beyond_edges(ran.index, best) if whole else []
+    gain = table.loc[SHARED] - ran[best]
+    ready = whole and not run_next and seeds >= SEEDS
     return {
         "best": best,
         "gain_over_shared": gain,
         "seed_sd": sd,
         "seeds": seeds,
-        "at_edge": at_edge,
+        "run_next": run_next,
         "moves": bool(gain > sd) if ready else None,
     }
+
+
+def beyond_edges(ran: pd.MultiIndex, best: tuple[float, float]) -> list[tuple[float, float]]:
+    """x2 beyond each multiplier of ``best`` that sits at an edge of what ran (a multiplier that
+    ran at one value has no edge), the other kept: the lr check's rule for the multipliers."""
+    out = []
+    for level, value in enumerate(best):
+        values = ran.get_level_values(level)
+        step = 0.5 if value == values.min() else 2.0 if value == values.max() else None
+        if values.nunique() > 1 and step:
+            out.append(tuple(value * step if i == level else m for i, m in enumerate(best)))
+    return out
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="mult2d.py")
     parser.add_argument("sweep_dirs", nargs="+", help="results/sign_flip_mult2d results/sign_flip")
     parser.add_argument("--out", type=Path, default=HERE / "mult2d.tsv")
+    parser.add_argument(
+        "--run-next", action="store_true", help="print 'arm emb head' per run beyond an edge"
+    )
     args = parser.parse_args(argv)
     choice = pd.read_csv(HERE / "lr_choice.tsv", sep="\t").query(
         "model == @POINT['model'] and vocab_size == @POINT['vocab_size'] "
@@ -95,22 +114,36 @@ def main(argv: list[str]) -> None:
     lrs = {arm == "tied": lr for arm, lr in zip(choice["arm"], choice["lr"], strict=True)}
     if set(lrs) != {True, False}:
         sys.exit("mult2d.py: lr_choice.tsv has no tied and untied lr at V = 8,192 yet")
-    runs = load_results(*args.sweep_dirs).runs
+    try:
+        runs = load_results(*args.sweep_dirs).runs
+    except ResultsError as err:
+        sys.exit(f"mult2d.py: {err}")
     sd, seeds = seed_sd(runs, lrs)
-    rows = []
-    for tie, name in ((False, "untied"), (True, "tied")):
-        table = grid(runs, lrs[tie], tie)
-        rule = verdict(table, sd, seeds)
-        print(f"{name} at lr {lrs[tie]:g}, seed 0: validation bpb, emb_lr_mult x head_lr_mult")
+    tables = {name: grid(runs, lrs[tie], tie) for tie, name in ((False, "untied"), (True, "tied"))}
+    rules = {name: verdict(table, sd, seeds) for name, table in tables.items()}
+    if args.run_next:
+        for name, rule in rules.items():
+            for emb, head in rule["run_next"]:
+                print(f"{name} {emb:g} {head:g}")
+        return
+    for name, table in tables.items():
+        print(f"{name} at lr {lrs[name == 'tied']:g}, seed 0: validation bpb, emb x head mult")
         print(table.round(4).to_string())
         print(
             ", ".join(
-                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rule.items()
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in rules[name].items()
             )
         )
-        long = table.stack(future_stack=True).rename("val_bpb").reset_index()
-        rows.append(long.assign(arm=name, ahead_of_shared=table.loc[SHARED] - long["val_bpb"]))
-    pd.concat(rows).to_csv(args.out, sep="\t", index=False)
+    long = {
+        name: t.stack(future_stack=True).rename("val_bpb").reset_index()
+        for name, t in tables.items()
+    }
+    out = pd.concat(
+        d.assign(arm=name, ahead_of_shared=tables[name].loc[SHARED] - d["val_bpb"])
+        for name, d in long.items()
+    )
+    out.to_csv(args.out, sep="\t", index=False)
     print(f"written: {args.out}")
 
 

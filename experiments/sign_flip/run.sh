@@ -11,7 +11,8 @@
 #                                                     #     steps: seeds 0-3 at grad_clip 4.0
 #   bash experiments/sign_flip/run.sh ends            # 4. the ends' arms (tied_in_grad, t5 pair)
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
-#   bash experiments/sign_flip/run.sh mult2d          # untied's own emb x head multipliers (V = 8192)
+#   bash experiments/sign_flip/run.sh mult2d          # each arm's own emb x head multipliers (V = 8192)
+#   bash experiments/sign_flip/run.sh mult2d-edge     # x2 beyond an edge of mult2d's best (mult2d.py)
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
@@ -112,6 +113,15 @@ pieces_mult2d() {  # at V = 8192, micro, each arm at its lr: untied's emb_lr_mul
   lr=$(choices | awk '$1 == "micro" && $2 == 8192 && $3 == "tied" && $4 == "inv_sqrt_d" {print $5}')
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=tied optim.lr=${lr:?run the lr check of v8192 first} optim.tied_lr_mult=1,16"
 }
+pieces_mult2d_edge() {  # x2 beyond a multiplier of an arm's best pair at an edge (mult2d.py)
+  # shellcheck disable=SC2086  # MULT2D_DIRS: the sweeps it reads (the tests: the bundles)
+  python "$HERE/mult2d.py" ${MULT2D_DIRS:-results/sign_flip_mult2d results/sign_flip} --run-next |
+    while read -r a e h; do
+      lr=$(choices | awk -v a="$a" '$1 == "micro" && $2 == 8192 && $3 == a && $4 == "inv_sqrt_d" {print $5}')
+      if [ "$a" = tied ]; then mults="optim.tied_lr_mult=$h"; else mults="optim.emb_lr_mult=$e optim.head_lr_mult=$h"; fi
+      echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=$a optim.lr=$lr $mults"
+    done
+}
 pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the noise floor
   for p in v1024 v40960; do
     pieces_grid "$p" | sed 's/seed=1,2,3/seed=0 replicate=1 trainer.threads=2/'
@@ -128,7 +138,10 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
       pieces_lr_edge | parallel2
     done
     python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS"
-    [ "$p" != v8192 ] || pieces_mult2d | parallel2  # untied's own multipliers (HYPOTHESES.md)
+    if [ "$p" = v8192 ]; then  # each arm's own multipliers (HYPOTHESES.md), x2 beyond an edge
+      pieces_mult2d | parallel2
+      for _ in 1 2; do pieces_mult2d_edge | parallel2; done
+    fi
     pieces_grid "$p" | parallel2
     python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS" > /dev/null
     pieces_clip "$p" | parallel2  # HYPOTHESES.md: an arm whose clip binds on > 10% of steps
@@ -155,8 +168,9 @@ case "${1:-}" in
   ends) pieces_ends | parallel2 ;;
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
   mult2d) pieces_mult2d | parallel2 ;;
+  mult2d-edge) pieces_mult2d_edge | parallel2 ;;
   floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ its first job: a piece can never hand Hydra an arm or key it does not know hours
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -12,19 +13,24 @@ import pytest
 from conftest import LIBRARY_OVERRIDES, REPO
 from helpers import sweep_jobs
 
-RUN_SH = REPO / "experiments" / "sign_flip" / "run.sh"
+STUDY = REPO / "experiments" / "sign_flip"
+RUN_SH = STUDY / "run.sh"
 PREFIX = shlex.split("python -m tiedvsuntied.run -m")
 POINTS = re.search(r"unknown point '\$1': ([^\"]+)\"", RUN_SH.read_text())[1].split()
 # the pieces and whether they take a point (run.sh's usage line)
 PIECES = {"lr": True, "lr-edge": False, "grid": True, "clip": True, "ends": False}
-PIECES |= {"init02": True, "mult2d": False, "floor": False}
+PIECES |= {"init02": True, "mult2d": False, "mult2d-edge": False, "floor": False}
+# mult2d-edge reads the multiplier grid's sweeps: here the shipped bundles
+ENV = {**os.environ, "MULT2D_DIRS": f"{STUDY / 'results_mult2d'} {STUDY / 'results'}"}
 
 
 def printed(piece: str, *point: str) -> list[list[str]]:
     """The overrides of each command ``run.sh print PIECE [POINT]`` prints."""
     out = subprocess.run(
-        ["bash", str(RUN_SH), "print", piece, *point], capture_output=True, text=True, check=True
-    ).stdout
+        ["bash", str(RUN_SH), "print", piece, *point], capture_output=True, text=True, env=ENV
+    )
+    assert out.returncode == 0, out.stderr
+    out = out.stdout
     commands = [shlex.split(line) for line in out.splitlines() if line.strip()]
     assert all(c[: len(PREFIX)] == PREFIX for c in commands), out
     return [c[len(PREFIX) :] for c in commands]
