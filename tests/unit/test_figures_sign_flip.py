@@ -25,7 +25,7 @@ def results(tmp_path_factory):
     return read_only_sign_flip(tmp_path_factory)[1]
 
 
-def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossover(results):
+def test_the_map_draws_each_point_by_how_rho_moved_the_fit_its_crossover_and_primary(results):
     fig = figures.fig_map(results.runs)
     assert fig.empty is None
     ax = fig.axes[0]
@@ -36,7 +36,9 @@ def test_the_map_draws_each_point_by_how_rho_moved_with_the_fit_and_its_crossove
     cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
     text, caption = texts(fig), caption_of(fig)
     where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
-    assert where in caption and where in ax.get_title()  # the title, off the points
+    assert where in ax.get_title()  # the title, off the points
+    primary = analysis.primary_table(results.runs).iloc[0]
+    assert f"mean {primary['diff']:+.4f} [{primary['low']:+.4f}, {primary['high']:+.4f}]" in caption
     assert figures.SIGN in caption and "d=64, 2 layers" in caption and "n = 4 seeds/cell" in caption
     assert "V = 1,024, 2,048, 4,096, 8,192, 16,384" in caption and "0 at ρ" in text
     assert "Noise floor: not measured yet (no replicate pair)." in caption  # none ran again
@@ -89,13 +91,17 @@ def test_the_map_names_a_point_off_the_ladder_and_edges_a_gpu_point(tmp_path):
     assert "Black-edged: trained on a GPU (1 of 2 cells)" in caption_of(fig)
 
 
-def test_the_tables_give_the_ends_contrasts_in_the_ladders_holm_family(tmp_path):
+def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_family(tmp_path):
     sweep = write_sign_flip(tmp_path / "sw", ladder=[("micro", 1024), ("micro", 8192)])
     write_ends(sweep, "micro", 1024)
     runs = load_results(sweep).runs
     (path,) = figures.write_sign_flip_tables(tmp_path, runs)
     text = path.read_text()
-    assert "Holm over the 2 cells of the ladder and the 2 contrasts of the ends' arms" in text
+    family = "2 cells of the ladder with an interval, the 2 contrasts of the ends' arms and the "
+    assert f"Holm over the {family}primary contrast" in text
+    primary = text.split("## The primary contrast")[1].split("##")[0]
+    seeds = analysis.primary_table(runs)["seed_diffs"].iloc[0]
+    assert len(seeds) == 4 and all(f"{d:+.4f}" in primary for d in seeds)
     ends = text.split("## The ends' arms")[1]
     for row in analysis.ends_table(runs).itertuples():
         assert row.contrast in ends and str(round(row.diff, 4)) in ends

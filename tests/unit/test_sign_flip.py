@@ -81,11 +81,27 @@ def test_each_cell_is_the_t_interval_of_its_seeds_paired_bpb_with_holm(results, 
     ci = stats.ttest_1samp(diffs, 0).confidence_interval(0.95)
     assert (row["diff"], row["low"], row["high"]) == pytest.approx((diffs.mean(), *ci))
     assert row["p"] == pytest.approx(stats.ttest_1samp(diffs, 0).pvalue)
-    assert table["p_holm"].to_numpy() == pytest.approx(multipletests(table["p"], method="holm")[1])
+    family = [*table["p"], *sign_flip.primary_table(results.runs)["p"]]  # HYPOTHESES.md's
+    assert table["p_holm"].tolist() == pytest.approx(multipletests(family, method="holm")[1][:-1])
     assert row["bpb_tied"] == pytest.approx(tied.mean())
     assert row["rho"] == pytest.approx(cell["rho"].iloc[0])
     assert table["clip_frac_tied"].to_numpy() == pytest.approx(np.full(len(table), 0.02))
     assert table["rho"].is_monotonic_increasing
+
+
+def test_the_primary_is_the_t_interval_of_each_seeds_slope_along_the_v_ladder(results, sweep):
+    """HYPOTHESES.md's primary contrast: per seed, the least-squares slope of tied − untied test
+    bpb on ln rho over the micro body's V points (not the body-ladder's), t over the seeds."""
+    primary = sign_flip.primary_table(results.runs).iloc[0]
+    written = summaries(sweep).query("n_embd == 128 and init_std == 'inv_sqrt_d'")
+    wide = written.pivot_table(index=["seed", "rho"], columns="tie", values="test_bpb")
+    diffs = (wide[True] - wide[False]).reset_index()
+    slopes = [np.polyfit(np.log(d["rho"]), d[0], 1)[0] for _, d in diffs.groupby("seed")]
+    low, high = stats.t.interval(0.95, len(slopes) - 1, np.mean(slopes), stats.sem(slopes))
+    micro = [v for model, v in LADDER if model == "micro"]
+    assert primary["points"] == len(micro) and primary["n_seeds"] == 4
+    assert primary[["diff", "low", "high"]].tolist() == pytest.approx([np.mean(slopes), low, high])
+    assert primary["low"] > 0  # the fake's effect grows with rho
 
 
 def test_the_fitted_crossover_lies_where_the_cells_change_sign(results):
@@ -209,6 +225,7 @@ def test_the_ends_contrasts_pair_by_seed_and_share_the_ladders_holm_family(tmp_p
         low, high = stats.t.interval(0.95, 3, diffs.mean(), stats.sem(diffs))
         assert row["n_seeds"] == 4 and (row["diff"] < 0 or second != "tied")  # the remedy helps
         assert row[["diff", "low", "high"]].tolist() == pytest.approx([diffs.mean(), low, high])
-    family = multipletests([*cells["p"], *ends["p"]], method="holm")[1]
-    assert [*cells["p_holm"], *ends["p_holm"]] == pytest.approx(family)
+    primary = sign_flip.primary_table(runs)
+    family = multipletests([*cells["p"], *ends["p"], *primary["p"]], method="holm")[1]
+    assert [*cells["p_holm"], *ends["p_holm"], *primary["p_holm"]] == pytest.approx(family)
     pd.testing.assert_frame_equal(cells.drop(columns="p_holm"), before.drop(columns="p_holm"))

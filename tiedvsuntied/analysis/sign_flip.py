@@ -175,13 +175,23 @@ def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
     return effect_tables(runs)[0]
 
 
-def effect_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`effect_table` and :func:`ends_table`, made together: their p_holm is one family."""
+class Effects(NamedTuple):
+    """The map's cells, the ends' contrasts and the primary contrast: one Holm family."""
+
+    cells: pd.DataFrame  # EFFECT_COLUMNS
+    ends: pd.DataFrame  # ENDS_COLUMNS
+    primary: pd.DataFrame  # PRIMARY_COLUMNS
+
+
+def effect_tables(runs: pd.DataFrame) -> Effects:
+    """:func:`effect_table`, :func:`ends_table` and :func:`primary_table`, made together: their
+    p_holm is one family (HYPOTHESES.md's intervals)."""
     both = pairs(runs).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    ends = _ends(runs)
-    for part, adjusted in zip((table, ends), _holm_families(table, ends), strict=True):
+    ends, primary = _ends(runs), _primary(both)
+    parts = (table, ends, primary)
+    for part, adjusted in zip(parts, _holm_families(*parts), strict=True):
         part.insert(part.columns.get_loc("p") + 1, "p_holm", adjusted.to_numpy())
     ends = ends.sort_values(["contrast", "rho"]).reset_index(drop=True)
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
@@ -189,7 +199,7 @@ def effect_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     measured = floors(runs, both)
     own = table.set_index(CELL).index.map(measured.to_dict())
     table["floor"] = pd.Series(own, index=table.index, dtype=float).fillna(measured.max())
-    return table.sort_values(["init_std", "rho"]).reset_index(drop=True), ends
+    return Effects(table.sort_values(["init_std", "rho"]).reset_index(drop=True), ends, primary)
 
 
 # ----------------------------------------------------------------------------- the ends' arms
@@ -221,20 +231,67 @@ def _ends(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[c for c in ENDS_COLUMNS if c != "p_holm"])
 
 
-def _holm_families(cells: pd.DataFrame, ends: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """Holm's p of the map's cells and of the ends' contrasts: the ladder's cells and the ends'
-    contrasts are one family (HYPOTHESES.md), the cells off the ladder another."""
+def _holm_families(cells: pd.DataFrame, *others: pd.DataFrame) -> list[pd.Series]:
+    """Holm's p of the map's cells and of each of ``others`` (the ends' contrasts, the primary):
+    the ladder's cells and the others are one family (HYPOTHESES.md), the cells off the ladder
+    another."""
     ladder = ~cells["way"].eq(OFF_LADDER)
-    family = holm(pd.concat([cells.loc[ladder, "p"], ends["p"]], ignore_index=True))
+    family = holm(pd.concat([cells.loc[ladder, "p"], *(t["p"] for t in others)], ignore_index=True))
     adjusted = holm(cells["p"].where(~ladder))
     adjusted[ladder.to_numpy()] = family.iloc[: int(ladder.sum())].to_numpy()
-    return adjusted, family.iloc[int(ladder.sum()) :].reset_index(drop=True)
+    out, start = [adjusted], int(ladder.sum())
+    for t in others:
+        out.append(family.iloc[start : start + len(t)].reset_index(drop=True))
+        start += len(t)
+    return out
 
 
 def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
     """ENDS_COLUMNS per contrast and cell: first − second in test bits per byte, its t-interval
     over seeds, p and Holm's p in :func:`effect_table`'s family."""
-    return effect_tables(runs)[1]
+    return effect_tables(runs).ends
+
+
+# ----------------------------------------------------------------------------- the primary
+# HYPOTHESES.md's primary contrast: per seed, the least-squares slope of tied − untied test bpb
+# on ln rho over the V-ladder's points (one body, V moved), at d^-0.5; the t-interval over the
+# seeds' slopes
+PRIMARY_INIT = "inv_sqrt_d"
+PRIMARY_COLUMNS = ["init_std", "body", "points", "rho_low", "rho_high", "n_seeds", "diff", "low",
+                   "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
+
+
+def _primary(both: pd.DataFrame) -> pd.DataFrame:
+    """The primary contrast from the cells' pairs (``both``, :func:`pairs` with ``way``): each
+    seed's slope over the V-ladder points that every seed ran (a point some seeds lack yet
+    leaves the slope, so that every seed's slope spans the same points)."""
+    v_ladder = both[both["way"].isin([WAYS[(True, False)], WAYS[(True, True)]])]
+    v_ladder = v_ladder[v_ladder["init_std"].eq(PRIMARY_INIT)]
+    if not v_ladder.empty:  # the body whose V moved the most: micro's
+        body = v_ladder.groupby("body_t")["vocab_size"].nunique().idxmax()
+        v_ladder = v_ladder[v_ladder["body_t"].eq(body)]
+    wide = v_ladder.pivot_table(index="seed", columns="log_rho", values="diff").dropna(axis=1)
+    rows = []
+    if wide.shape[1] >= 2:
+        x = wide.columns.to_numpy(dtype=float)
+        slopes = pd.Series(np.polyfit(x, wide.to_numpy().T, 1)[0], index=wide.index)
+        rows.append(
+            {
+                "init_std": PRIMARY_INIT,
+                "body": v_ladder["body_t"].iloc[0],
+                "points": wide.shape[1],
+                "rho_low": float(np.exp(x.min())),
+                "rho_high": float(np.exp(x.max())),
+                **seed_summary(slopes, "slopes on ln ρ"),
+            }
+        )
+    return pd.DataFrame(rows, columns=[c for c in PRIMARY_COLUMNS if c != "p_holm"])
+
+
+def primary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """PRIMARY_COLUMNS: the primary contrast (``diff``: the mean of the seeds' slopes, bpb per
+    unit of ln rho), its t-interval, p and Holm's p in :func:`effect_table`'s family."""
+    return effect_tables(runs).primary
 
 
 # ----------------------------------------------------------------------------- the fitted curve

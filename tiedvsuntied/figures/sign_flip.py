@@ -75,17 +75,16 @@ def fig_map(runs: pd.DataFrame):
     """Per init std: each ladder point's tied − untied (test bits per byte, mean and t-interval
     over seeds) against rho (log axis), marked by how rho was moved; the OLS fit in ln rho over
     every pair with its band; the crossover with its delta-method interval, or 'none in range'."""
-    table, fitted = sign_flip.effect_table(runs), sign_flip.fits(runs)
+    effects, fitted = sign_flip.effect_tables(runs), sign_flip.fits(runs)
+    table = effects.cells
     stds = _init_stds(table)
     fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
     if table.empty:
         return style.nothing_to_draw(fig, "no tied/untied pair at any ladder point yet")
-    words = []
     for ax, std in zip(axes[0], stds, strict=True):
         _points(ax, table[table["init_std"] == std])
         f, cross = fitted.get(std, (None, sign_flip.crossover(None)))
         said = _curve(ax, f, cross)
-        words.append(f"{style.init_label(std)}: {said}")
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_xscale("log")
         style.plain_log(ax, "x", table["rho"])
@@ -100,11 +99,25 @@ def fig_map(runs: pd.DataFrame):
         "t-interval over seeds' paired differences (each seed its own held-out books); curve: "
         f"OLS of every pair's difference on ln ρ over the ladder's points (vocabularies trained "
         f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method.",
-        "; ".join(words) + ".",
+        *_primary_words(effects.primary),
         _floor_words(table),
         *_device_words(table),
     ]
     return fig
+
+
+def _primary_words(primary: pd.DataFrame) -> list[str]:
+    """The caption's line for HYPOTHESES.md's primary contrast, once it has an interval."""
+    if primary.empty or primary["low"].isna().all():
+        return []
+    row = primary.iloc[0]
+    return [
+        f"Primary contrast (committed before the runs): the seeds' slopes of tied − untied on "
+        f"ln ρ along the V-ladder ({row['body']}, {int(row['points'])} points, ρ "
+        f"{row['rho_low']:.2f}–{row['rho_high']:.2f}), mean {row['diff']:+.4f} "
+        f"[{row['low']:+.4f}, {row['high']:+.4f}] bpb per unit of ln ρ, {CONFIDENCE:.0%} t over "
+        f"{int(row['n_seeds'])} seeds, Holm p {row['p_holm']:.3f}."
+    ]
 
 
 def _device_words(table: pd.DataFrame) -> list[str]:
@@ -176,13 +189,32 @@ def _at_init(at_init: pd.DataFrame, rhos: pd.Series) -> str:
     return f"At step 0 (the init, not drawn): {words}." if gaps else ""
 
 
-def _family(table: pd.DataFrame, n_ends: int) -> str:
-    """Holm's families in words: the ladder's cells with the ends' contrasts, and the cells
-    beside the ladder where there are any."""
-    off = int(table["way"].eq(sign_flip.OFF_LADDER).sum())
-    ladder = f"{len(table) - off} cells of the ladder"
-    ladder += f" and the {n_ends} contrasts of the ends' arms" if n_ends else ""
+def _family(effects: sign_flip.Effects) -> str:
+    """Holm's families in words: the ladder's cells with the ends' contrasts and the primary,
+    and the cells beside the ladder where there are any."""
+    table, n_ends = effects.cells, len(effects.ends)
+    off_ladder = table["way"].eq(sign_flip.OFF_LADDER)
+    off, tested = int(off_ladder.sum()), int(table.loc[~off_ladder, "p"].notna().sum())
+    members = [f"{tested} cells of the ladder with an interval"]
+    members += [f"the {n_ends} contrast{'s' * (n_ends != 1)} of the ends' arms"] if n_ends else []
+    members += ["the primary contrast"] if len(effects.primary) else []
+    ladder = ", ".join(members[:-1]) + f" and {members[-1]}" if len(members) > 1 else members[0]
     return f"{ladder}; apart, the {off} off it" if off else ladder
+
+
+def _primary_part(primary: pd.DataFrame) -> list[str]:
+    """The tables' first section: HYPOTHESES.md's primary contrast, once two V points have run."""
+    if primary.empty:
+        return []
+    shown = p_text(primary.drop(columns=["seed_diffs", "method"], errors="ignore"))
+    return [
+        "## The primary contrast (HYPOTHESES.md: per seed, the least-squares slope of tied − "
+        "untied test bpb on ln ρ over the V-ladder's points that every seed ran, at d^-0.5; "
+        f"diff: the mean slope, bpb per unit of ln ρ; {CONFIDENCE:.0%} t over the seeds' slopes; "
+        "p_holm in the family below)",
+        shown.round(4).to_markdown(index=False),
+        "Per seed: " + ", ".join(f"{d:+.4f}" for d in primary["seed_diffs"].iloc[0]) + ".",
+    ]
 
 
 def _ends_part(ends: pd.DataFrame) -> list[str]:
@@ -221,17 +253,18 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
     """``sign_flip_tables.md``: per ladder point and init std its shape, budget, each arm's test
     bits per byte beside the count models', clip_frac per arm, the effect with its interval, p
     and Holm's p; then the fitted crossover per init std."""
-    table, ends = sign_flip.effect_tables(runs)
-    table = table.drop(columns=["seed_diffs", "method"], errors="ignore")
+    effects = sign_flip.effect_tables(runs)
+    table = effects.cells.drop(columns=["seed_diffs", "method"], errors="ignore")
     shown = p_text(table.drop(columns=["n_head", "block_size"]))
     shown["non_embedding_params"] = shown["non_embedding_params"].round().astype("Int64")
     shown["interval"] = [
         f"[{lo:+.4f}, {hi:+.4f}]" if pd.notna(lo) else "none"
         for lo, hi in zip(shown.pop("low"), shown.pop("high"), strict=True)
     ]
-    family = _family(table, len(ends))
+    family = _family(effects)
     parts = [
         f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
+        *_primary_part(effects.primary),
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
         f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {family}; "
         "floor: how far a cell's seed-0 difference moved when both arms ran again at another "
@@ -239,6 +272,6 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
-        *_ends_part(ends),
+        *_ends_part(effects.ends),
     ]
     return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
