@@ -106,6 +106,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--run-next", action="store_true", help="print 'arm emb head' per run beyond an edge"
     )
+    parser.add_argument(
+        "--moves", action="store_true", help="print 'arm emb head' per arm the rule moves"
+    )
     args = parser.parse_args(argv)
     choice = pd.read_csv(HERE / "lr_choice.tsv", sep="\t").query(
         "model == @POINT['model'] and vocab_size == @POINT['vocab_size'] "
@@ -121,9 +124,10 @@ def main(argv: list[str]) -> None:
     sd, seeds = seed_sd(runs, lrs)
     tables = {name: grid(runs, lrs[tie], tie) for tie, name in ((False, "untied"), (True, "tied"))}
     rules = {name: verdict(table, sd, seeds) for name, table in tables.items()}
-    if args.run_next:
+    if args.run_next or args.moves:
         for name, rule in rules.items():
-            for emb, head in rule["run_next"]:
+            pairs = rule["run_next"] if args.run_next else [rule["best"]] * bool(rule["moves"])
+            for emb, head in pairs:
                 print(f"{name} {emb:g} {head:g}")
         return
     for name, table in tables.items():

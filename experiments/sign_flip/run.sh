@@ -13,10 +13,12 @@
 #   bash experiments/sign_flip/run.sh init02 v1024    # 5. GPT-2's 0.02 pair (lr check + seeds)
 #   bash experiments/sign_flip/run.sh mult2d          # each arm's own emb x head multipliers (V = 8192)
 #   bash experiments/sign_flip/run.sh mult2d-edge     # x2 beyond an edge of mult2d's best (mult2d.py)
+#   bash experiments/sign_flip/run.sh own v1024       # an arm mult2d.py's rule moved, at its own pair
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
-# `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER).
+# `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER),
+# then the own piece at each point.
 # On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -113,14 +115,27 @@ pieces_mult2d() {  # at V = 8192, micro, each arm at its lr: untied's emb_lr_mul
   lr=$(choices | awk '$1 == "micro" && $2 == 8192 && $3 == "tied" && $4 == "inv_sqrt_d" {print $5}')
   echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=tied optim.lr=${lr:?run the lr check of v8192 first} optim.tied_lr_mult=1,16"
 }
+# "arm emb head" lines of mult2d.py (MULT2D_DIRS: the sweeps it reads; the tests: the bundles)
+mult2d_says() {
+  # shellcheck disable=SC2086
+  python "$HERE/mult2d.py" ${MULT2D_DIRS:-results/sign_flip_mult2d results/sign_flip} "$1"
+}
+mults() {  # arm emb head -> its multiplier overrides (tied: its one matrix's)
+  if [ "$1" = tied ]; then echo "optim.tied_lr_mult=$3"; else echo "optim.emb_lr_mult=$2 optim.head_lr_mult=$3"; fi
+}
 pieces_mult2d_edge() {  # x2 beyond a multiplier of an arm's best pair at an edge (mult2d.py)
-  # shellcheck disable=SC2086  # MULT2D_DIRS: the sweeps it reads (the tests: the bundles)
-  python "$HERE/mult2d.py" ${MULT2D_DIRS:-results/sign_flip_mult2d results/sign_flip} --run-next |
-    while read -r a e h; do
-      lr=$(choices | awk -v a="$a" '$1 == "micro" && $2 == 8192 && $3 == a && $4 == "inv_sqrt_d" {print $5}')
-      if [ "$a" = tied ]; then mults="optim.tied_lr_mult=$h"; else mults="optim.emb_lr_mult=$e optim.head_lr_mult=$h"; fi
-      echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=$a optim.lr=$lr $mults"
-    done
+  mult2d_says --run-next | while read -r a e h; do
+    lr=$(choices | awk -v a="$a" '$1 == "micro" && $2 == 8192 && $3 == a && $4 == "inv_sqrt_d" {print $5}')
+    echo "$RUN $(at v8192) sweep=sign_flip_mult2d seed=0 +arm=$a optim.lr=$lr $(mults "$a" "$e" "$h")"
+  done
+}
+pieces_own() {  # $1: point; an arm mult2d.py's rule moved, at its own multipliers: seeds 0-3 at its lr
+  read -r model v _ <<< "$(point "$1")"
+  mult2d_says --moves | while read -r a e h; do
+    lr=$(choices | awk -v m="$model" -v v="$v" -v a="$a" '$1 == m && $2 == v && $3 == a && $4 == "inv_sqrt_d" {print $5}')
+    [ -n "$lr" ] || continue  # the point's lr check has not chosen it yet
+    echo "$RUN $(at "$1") seed=0,1,2,3 +arm=$a optim.lr=$lr $(mults "$a" "$e" "$h")"
+  done
 }
 pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the noise floor
   for p in v1024 v40960; do
@@ -148,6 +163,8 @@ all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
     # the noise floor, once both ends have their lr: every later effect is read against it
     [ "$p" != v40960 ] || pieces_floor | serial
   done
+  # HYPOTHESES.md: an arm whose own multipliers won at V = 8192 runs at them at every point too
+  for p in ${1:-$ORDER}; do pieces_own "$p" | parallel2; done
 }
 
 restore() {  # the shipped bundle's finished runs into the sweep, where they are not yet
@@ -169,8 +186,9 @@ case "${1:-}" in
   init02) pieces_init02 "${2:?point}" | parallel2 ;;
   mult2d) pieces_mult2d | parallel2 ;;
   mult2d-edge) pieces_mult2d_edge | parallel2 ;;
+  own) pieces_own "${2:?point}" | parallel2 ;;
   floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | own POINT | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac

@@ -97,11 +97,12 @@ def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_
     runs = load_results(sweep).runs
     (path,) = figures.write_sign_flip_tables(tmp_path, runs)
     text = path.read_text()
-    family = "2 cells of the ladder with an interval, the 2 contrasts of the ends' arms and the "
-    assert f"Holm over the {family}primary contrast" in text
+    family = "2 cells of the ladder with an interval, 2 contrasts of the ends' arms and 1 contrast"
+    assert f"Holm over the {family} of the primary slope" in text
     primary = text.split("## The primary contrast")[1].split("##")[0]
     seeds = analysis.primary_table(runs)["seed_diffs"].iloc[0]
     assert len(seeds) == 4 and all(f"{d:+.4f}" in primary for d in seeds)
+    assert "own multipliers" not in text  # no arm moved
     ends = text.split("## The ends' arms")[1]
     for row in analysis.ends_table(runs).itertuples():
         assert row.contrast in ends and str(round(row.diff, 4)) in ends

@@ -19,8 +19,8 @@ PREFIX = shlex.split("python -m tiedvsuntied.run -m")
 POINTS = re.search(r"unknown point '\$1': ([^\"]+)\"", RUN_SH.read_text())[1].split()
 # the pieces and whether they take a point (run.sh's usage line)
 PIECES = {"lr": True, "lr-edge": False, "grid": True, "clip": True, "ends": False}
-PIECES |= {"init02": True, "mult2d": False, "mult2d-edge": False, "floor": False}
-# mult2d-edge reads the multiplier grid's sweeps: here the shipped bundles
+PIECES |= {"init02": True, "mult2d": False, "mult2d-edge": False, "own": True, "floor": False}
+# mult2d-edge and own read the multiplier grid's sweeps: here the shipped bundles
 ENV = {**os.environ, "MULT2D_DIRS": f"{STUDY / 'results_mult2d'} {STUDY / 'results'}"}
 
 

@@ -15,6 +15,7 @@ from fake_sign_flip import (
     read_only_sign_flip,
     write_ends,
     write_gpu_sign_flip,
+    write_own,
     write_point,
     write_sign_flip,
 )
@@ -229,3 +230,30 @@ def test_the_ends_contrasts_pair_by_seed_and_share_the_ladders_holm_family(tmp_p
     family = multipletests([*cells["p"], *ends["p"], *primary["p"]], method="holm")[1]
     assert [*cells["p_holm"], *ends["p_holm"], *primary["p_holm"]] == pytest.approx(family)
     pd.testing.assert_frame_equal(cells.drop(columns="p_holm"), before.drop(columns="p_holm"))
+
+
+def test_an_arm_at_its_own_multipliers_is_reported_beside_the_shared_one(tmp_path):
+    """HYPOTHESES.md's multiplier rule: untied at its own multipliers at every point, both
+    reported: tied − untied_own per point and its slope, in the one Holm family; the committed
+    cells and primary unchanged."""
+    ladder = [("micro", 1024), ("micro", 4096), ("micro", 8192)]
+    sweep = write_sign_flip(tmp_path, ladder=ladder)
+    before = sign_flip.effect_tables(load_results(sweep).runs)
+    own = {v: write_own(sweep, model, v) for model, v in ladder}
+    after = sign_flip.effect_tables(load_results(sweep).runs)
+    written = summaries(sweep).set_index("run_id")["test_bpb"]
+    for v, runs in own.items():
+        row = after.own[after.own["vocab_size"] == v].iloc[0]
+        cell = before.cells[before.cells["vocab_size"] == v].iloc[0]
+        mine = written[[r.name for r in runs]].mean()  # seeds 0-3 in order
+        assert row["contrast"] == "tied − untied_own" and row["n_seeds"] == 4
+        assert row["diff"] == pytest.approx(cell["bpb_tied"] - mine)
+        assert row["diff"] > cell["diff"]  # untied is better at its own multipliers
+    pd.testing.assert_frame_equal(
+        after.cells.drop(columns="p_holm"), before.cells.drop(columns="p_holm")
+    )
+    assert after.primary["contrast"].tolist() == ["tied − untied", "tied − untied_own"]
+    assert after.primary.iloc[0]["diff"] == pytest.approx(before.primary.iloc[0]["diff"])
+    family = [*after.cells["p"], *after.own["p"], *after.primary["p"]]
+    held = [*after.cells["p_holm"], *after.own["p_holm"], *after.primary["p_holm"]]
+    assert held == pytest.approx(multipletests(family, method="holm")[1])

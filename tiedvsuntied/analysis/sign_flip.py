@@ -44,12 +44,16 @@ def body_label(n_embd, n_layer) -> str:
 
 
 def arm(run) -> str:
-    """books.arm, and tied with its input-side gradient scaled (head.tied_input_grad_scale) as
-    an arm of its own."""
+    """books.arm, with two arms of their own: tied with its input-side gradient scaled
+    (head.tied_input_grad_scale), and an arm at its own multipliers, ``<arm>_own`` (its output
+    matrix at another multiplier than its embedding: mult2d.py's rule moved it there)."""
     variant = run.get("variant")
     if isinstance(variant, str) and "tied_input_grad_scale" in variant:
         return "tied_input_grad"
-    return books.arm(run)
+    name = books.arm(run)
+    head, emb = run.get("head_lr_mult"), run.get("emb_lr_mult")
+    own = name in ("tied", "untied") and pd.notna(head) and pd.notna(emb) and head != emb
+    return f"{name}_own" if own else name
 
 
 def ladder(runs: pd.DataFrame) -> pd.DataFrame:
@@ -84,10 +88,11 @@ def grid(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.merge(chosen, on=[*keys, "setting"])
 
 
-def pairs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tied and untied runs of :func:`grid` matched on (cell, seed), suffixed _t and _u."""
+def pairs(runs: pd.DataFrame, arms: tuple[str, str] = ("tied", "untied")) -> pd.DataFrame:
+    """Tied and untied runs of :func:`grid` (or ``arms``' two) matched on (cell, seed),
+    suffixed _t and _u."""
     chosen = grid(runs)
-    tied, untied = (chosen[chosen["arm"] == a] for a in ("tied", "untied"))
+    tied, untied = (chosen[chosen["arm"] == a] for a in arms)
     both = match(tied, untied, [*CELL, "seed"])
     return both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"], log_rho=np.log(both["rho_t"]))
 
@@ -176,10 +181,12 @@ def effect_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 class Effects(NamedTuple):
-    """The map's cells, the ends' contrasts and the primary contrast: one Holm family."""
+    """The map's cells, the ends' contrasts, the arms at their own multipliers' contrasts and the
+    primary contrast: one Holm family."""
 
     cells: pd.DataFrame  # EFFECT_COLUMNS
     ends: pd.DataFrame  # ENDS_COLUMNS
+    own: pd.DataFrame  # ENDS_COLUMNS, the OWN contrasts
     primary: pd.DataFrame  # PRIMARY_COLUMNS
 
 
@@ -189,17 +196,20 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
     both = pairs(runs).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    ends, primary = _ends(runs), _primary(both)
-    parts = (table, ends, primary)
+    ends, own = _contrasts(runs, ENDS), _contrasts(runs, OWN)
+    moved = [pairs(runs, arms).rename(columns={"way_t": "way"}) for arms in OWN]
+    primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True)
+    parts = (table, ends, own, primary)
     for part, adjusted in zip(parts, _holm_families(*parts), strict=True):
         part.insert(part.columns.get_loc("p") + 1, "p_holm", adjusted.to_numpy())
-    ends = ends.sort_values(["contrast", "rho"]).reset_index(drop=True)
+    ends, own = (t.sort_values(["contrast", "rho"]).reset_index(drop=True) for t in (ends, own))
     # a cell's own floor where its seed 0 ran again, else the largest measured (HYPOTHESES.md:
     # the replicate pairs run at the ladder's ends)
     measured = floors(runs, both)
-    own = table.set_index(CELL).index.map(measured.to_dict())
-    table["floor"] = pd.Series(own, index=table.index, dtype=float).fillna(measured.max())
-    return Effects(table.sort_values(["init_std", "rho"]).reset_index(drop=True), ends, primary)
+    at_cell = table.set_index(CELL).index.map(measured.to_dict())
+    table["floor"] = pd.Series(at_cell, index=table.index, dtype=float).fillna(measured.max())
+    table = table.sort_values(["init_std", "rho"]).reset_index(drop=True)
+    return Effects(table, ends, own, primary)
 
 
 # ----------------------------------------------------------------------------- the ends' arms
@@ -207,14 +217,17 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
 # H7, the remedy (tied with its lookup-side gradient x4) against tied; H8, untied embedding 1.0 /
 # head d^-0.5 against T5's tied 1.0 with its rescale
 ENDS = (("tied_input_grad", "tied"), ("emb1_head_dsqrt", "t5"))  # arm() names
+# HYPOTHESES.md's multiplier rule: an arm whose own multipliers beat the shared one by more than
+# the seed sd (mult2d.py) runs at them at every point too, and both are reported
+OWN = (("tied", "untied_own"), ("tied_own", "untied"), ("tied_own", "untied_own"))
 ENDS_COLUMNS = [*CELL, "contrast", "rho", "bpb_first", "bpb_second", "n_seeds", "diff", "low",
                 "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
 
-def _ends(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each ENDS contrast per cell where both arms ran: paired by seed, t over the seeds."""
+def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """Each contrast (ENDS, OWN) per cell where both arms ran: paired by seed, t over seeds."""
     chosen, rows = grid(runs), []
-    for first, second in ENDS:
+    for first, second in contrasts:
         both = match(*(chosen[chosen["arm"] == a] for a in (first, second)), [*CELL, "seed"])
         both = both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"])
         for key, cell in both.groupby(CELL, sort=True):
@@ -257,14 +270,15 @@ def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
 # on ln rho over the V-ladder's points (one body, V moved), at d^-0.5; the t-interval over the
 # seeds' slopes
 PRIMARY_INIT = "inv_sqrt_d"
-PRIMARY_COLUMNS = ["init_std", "body", "points", "rho_low", "rho_high", "n_seeds", "diff", "low",
-                   "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
+PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_high", "n_seeds",
+                   "diff", "low", "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
 
 def _primary(both: pd.DataFrame) -> pd.DataFrame:
     """The primary contrast from the cells' pairs (``both``, :func:`pairs` with ``way``): each
     seed's slope over the V-ladder points that every seed ran (a point some seeds lack yet
-    leaves the slope, so that every seed's slope spans the same points)."""
+    leaves the slope, so that every seed's slope spans the same points). Of OWN's pairs: the
+    same slope with an arm at its own multipliers."""
     v_ladder = both[both["way"].isin([WAYS[(True, False)], WAYS[(True, True)]])]
     v_ladder = v_ladder[v_ladder["init_std"].eq(PRIMARY_INIT)]
     if not v_ladder.empty:  # the body whose V moved the most: micro's
@@ -277,6 +291,7 @@ def _primary(both: pd.DataFrame) -> pd.DataFrame:
         slopes = pd.Series(np.polyfit(x, wide.to_numpy().T, 1)[0], index=wide.index)
         rows.append(
             {
+                "contrast": f"{v_ladder['arm_t'].iloc[0]} − {v_ladder['arm_u'].iloc[0]}",
                 "init_std": PRIMARY_INIT,
                 "body": v_ladder["body_t"].iloc[0],
                 "points": wide.shape[1],

@@ -108,9 +108,10 @@ def fig_map(runs: pd.DataFrame):
 
 def _primary_words(primary: pd.DataFrame) -> list[str]:
     """The caption's line for HYPOTHESES.md's primary contrast, once it has an interval."""
-    if primary.empty or primary["low"].isna().all():
+    committed = primary[primary["contrast"].eq("tied − untied")]
+    if committed.empty or committed["low"].isna().all():
         return []
-    row = primary.iloc[0]
+    row = committed.iloc[0]
     return [
         f"Primary contrast (committed before the runs): the seeds' slopes of tied − untied on "
         f"ln ρ along the V-ladder ({row['body']}, {int(row['points'])} points, ρ "
@@ -190,14 +191,18 @@ def _at_init(at_init: pd.DataFrame, rhos: pd.Series) -> str:
 
 
 def _family(effects: sign_flip.Effects) -> str:
-    """Holm's families in words: the ladder's cells with the ends' contrasts and the primary,
-    and the cells beside the ladder where there are any."""
-    table, n_ends = effects.cells, len(effects.ends)
+    """Holm's families in words: the ladder's cells with the other contrasts (the ends' arms,
+    arms at their own multipliers, the primary), and the cells beside the ladder if any."""
+    table = effects.cells
     off_ladder = table["way"].eq(sign_flip.OFF_LADDER)
     off, tested = int(off_ladder.sum()), int(table.loc[~off_ladder, "p"].notna().sum())
+    counts = {
+        "of the ends' arms": len(effects.ends),
+        "of arms at their own multipliers": len(effects.own),
+        "of the primary slope": len(effects.primary),
+    }
     members = [f"{tested} cells of the ladder with an interval"]
-    members += [f"the {n_ends} contrast{'s' * (n_ends != 1)} of the ends' arms"] if n_ends else []
-    members += ["the primary contrast"] if len(effects.primary) else []
+    members += [f"{n} contrast{'s' * (n != 1)} {what}" for what, n in counts.items() if n]
     ladder = ", ".join(members[:-1]) + f" and {members[-1]}" if len(members) > 1 else members[0]
     return f"{ladder}; apart, the {off} off it" if off else ladder
 
@@ -213,22 +218,32 @@ def _primary_part(primary: pd.DataFrame) -> list[str]:
         f"diff: the mean slope, bpb per unit of ln ρ; {CONFIDENCE:.0%} t over the seeds' slopes; "
         "p_holm in the family below)",
         shown.round(4).to_markdown(index=False),
-        "Per seed: " + ", ".join(f"{d:+.4f}" for d in primary["seed_diffs"].iloc[0]) + ".",
+        *(
+            f"Per seed, {row.contrast}: " + ", ".join(f"{d:+.4f}" for d in row.seed_diffs) + "."
+            for row in primary.itertuples()
+        ),
     ]
 
 
-def _ends_part(ends: pd.DataFrame) -> list[str]:
-    """The tables' section for the ends' arms (``ends_table``: HYPOTHESES.md's H7, H8), once any
-    have run."""
-    if ends.empty:
+ENDS_TITLE = "The ends' arms (H7: tied_input_grad − tied; H8: emb1_head_dsqrt − t5"
+OWN_TITLE = (
+    "Arms at their own multipliers (HYPOTHESES.md's rule, experiments/sign_flip/mult2d.py: "
+    "an arm whose own emb x head multipliers beat the shared one by more than the seed sd at "
+    "V = 8,192 runs at them at every point too; `_own`"
+)
+
+
+def _contrasts_part(contrasts: pd.DataFrame, title: str) -> list[str]:
+    """The tables' section for the ends' arms (``ends_table``: HYPOTHESES.md's H7, H8) or the
+    arms at their own multipliers, once any have run."""
+    if contrasts.empty:
         return []
     shown = p_text(
-        ends.drop(columns=["n_head", "block_size", "seed_diffs", "method"], errors="ignore")
+        contrasts.drop(columns=["n_head", "block_size", "seed_diffs", "method"], errors="ignore")
     )
     return [
-        "## The ends' arms (H7: tied_input_grad − tied; H8: emb1_head_dsqrt − t5; < 0: the "
-        f"first is better; {CONFIDENCE:.0%} t over seeds' paired differences; p_holm in the "
-        "family above)",
+        f"## {title}; < 0: the first is better; {CONFIDENCE:.0%} t over seeds' paired "
+        "differences; p_holm in the family above)",
         shown.round(4).to_markdown(index=False),
     ]
 
@@ -272,6 +287,7 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
-        *_ends_part(effects.ends),
+        *_contrasts_part(effects.ends, ENDS_TITLE),
+        *_contrasts_part(effects.own, OWN_TITLE),
     ]
     return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
