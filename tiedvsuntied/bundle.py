@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
 from tiedvsuntied.results.records import (
+    BUNDLED_METRICS,
     DONE,
     RUN_FILES,
     IndexEntry,
@@ -37,8 +39,8 @@ from tiedvsuntied.results.records import (
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")
 CELL = ["model", "tie", "init_std", "variant"]
 KEPT = (
-    "summary.json, config.yaml, metrics.jsonl whole; per-window val/test losses at the best "
-    "and last step"
+    "summary.json, config.yaml, metrics.jsonl whole (gzipped); per-window val/test losses at "
+    "the best and last step"
 )
 KEPT_ARRAYS = (
     "; for the lowest-seed run of each (model, tie, init std, variant): per-token norms and "
@@ -63,10 +65,12 @@ def reduced_probe(path: Path, windows: bool, arrays: bool) -> dict[str, np.ndarr
 
 
 def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
-    """One run directory into the bundle, reduced."""
+    """One run directory into the bundle, reduced; metrics.jsonl gzipped (BUNDLED_METRICS)."""
     src = Path(run["path"])
     for name in [*RUN_FILES, *(["token_freq.npy"] if full else [])]:
-        if (src / name).is_file():
+        if name == "metrics.jsonl":
+            copy_metrics(src, dest)
+        elif (src / name).is_file():
             shutil.copy2(src / name, dest / name)
     steps = {int(p.stem.removeprefix("step_")): p for p in (src / "probes").glob("step_*.npz")}
     points = {int(s) for s in (run["best_step"], run["step"]) if pd.notna(s)}
@@ -76,6 +80,16 @@ def copy_run(run: pd.Series, dest: Path, full: bool) -> None:
         if kept:
             target = dest / "probes" / steps[step].name
             atomic_write(target, lambda f, kept=kept: np.savez_compressed(f, **kept))
+
+
+def copy_metrics(src: Path, dest: Path) -> None:
+    """``src``'s metrics.jsonl as ``dest``'s BUNDLED_METRICS, gzipped without a timestamp (an
+    unchanged run bundles byte-equal); a bundle's own BUNDLED_METRICS as it is."""
+    if (src / "metrics.jsonl").is_file():
+        data = gzip.compress((src / "metrics.jsonl").read_bytes(), compresslevel=9, mtime=0)
+        atomic_write(dest / BUNDLED_METRICS, data)
+    elif (src / BUNDLED_METRICS).is_file():
+        shutil.copy2(src / BUNDLED_METRICS, dest / BUNDLED_METRICS)
 
 
 def commit_of_code() -> str | None:

@@ -67,6 +67,11 @@ def test_a_bundle_reads_back_as_its_sweep(tiny_sweep, bundled):
         bundle.history[metrics].reset_index(drop=True),
     )
     assert any("results bundle (format 1) of sweep tiny" in n for n in bundle.notes)
+    # each run's metrics.jsonl travels gzipped, a fraction of its size, and reads back the same
+    for run in sweep.runs["run_id"]:
+        plain, packed = tiny_sweep / run / "metrics.jsonl", bundled / run / "metrics.jsonl.gz"
+        assert not (bundled / run / "metrics.jsonl").exists()
+        assert packed.stat().st_size < plain.stat().st_size / 2
     for (_, a), (_, b) in zip(sweep.runs.iterrows(), bundle.runs.iterrows(), strict=True):
         for split, step in (("test", "best_step"), ("val", "step")):
             np.testing.assert_array_equal(
@@ -138,6 +143,14 @@ def test_without_arrays_a_bundle_keeps_window_losses_and_no_per_token_probes(tin
     assert not list((tmp_path / "lean").rglob("token_freq.npy"))
     assert all(len(window_losses(run, "test", "best_step")) for _, run in runs.iterrows())
     assert "per-token" not in read_manifest(tmp_path / "lean")["kept"]
+
+
+def test_the_shipped_bundles_stay_under_30_mb_together():
+    """Issue 40: all bundles together stay at or under 30 MB (gzipped metrics make room)."""
+    bundles = [d for d in REPO.glob("experiments/*/results*") if (d / "BUNDLE.json").is_file()]
+    size = sum(p.stat().st_size for d in bundles for p in d.rglob("*") if p.is_file())
+    assert len(bundles) >= 3 and size <= 30e6, f"{size / 1e6:.1f} MB in {len(bundles)} bundles"
+    assert not list(REPO.glob("experiments/*/results*/*/metrics.jsonl"))  # each one gzipped
 
 
 # ---------------------------------------------------------------------------- run identity

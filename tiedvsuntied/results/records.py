@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gzip
 import hashlib
 import json
 import logging
@@ -45,6 +46,9 @@ class Status(str, Enum):
 
 DONE = [s.value for s in Status if s.done]  # as the runs tables spell a status
 RUN_FILES = ("summary.json", "config.yaml", "metrics.jsonl")  # a run's record (beside probes/)
+# a results bundle's copy of metrics.jsonl, gzipped (bundle.py): bundles are committed, and its
+# lines, the bulk of a run's record, shrink about tenfold
+BUNDLED_METRICS = "metrics.jsonl.gz"
 
 
 def now() -> str:
@@ -279,11 +283,16 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def metrics_lines(run_dir: Path) -> tuple[list[dict], list[int]]:
-    """``metrics.jsonl``'s records, and the numbers (from 1) of its lines that cannot be read:
-    damage, but for a last line without its newline, cut short by a kill (not counted)."""
+    """``metrics.jsonl``'s records (a bundle's BUNDLED_METRICS where there is no plain one), and
+    the numbers (from 1) of its lines that cannot be read: damage, but for a last line without
+    its newline, cut short by a kill (not counted)."""
+    plain, bundled = Path(run_dir) / "metrics.jsonl", Path(run_dir) / BUNDLED_METRICS
     try:
-        text = (Path(run_dir) / "metrics.jsonl").read_text(errors="replace")
-    except OSError:
+        if plain.exists() or not bundled.exists():
+            text = plain.read_text(errors="replace")
+        else:
+            text = gzip.decompress(bundled.read_bytes()).decode(errors="replace")
+    except (OSError, EOFError):  # EOFError: a gzip cut short
         return [], []
     lines, out, bad = text.splitlines(), [], []
     for number, line in enumerate(lines, 1):
