@@ -198,7 +198,8 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
     ends, own = _contrasts(runs, ENDS), _contrasts(runs, OWN)
     moved = [pairs(runs, arms).rename(columns={"way_t": "way"}) for arms in OWN]
-    primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True)
+    # infer_objects: an empty part (no arm moved yet) would leave the numbers as objects
+    primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True).infer_objects()
     parts = (table, ends, own, primary)
     for part, adjusted in zip(parts, _holm_families(*parts), strict=True):
         part.insert(part.columns.get_loc("p") + 1, "p_holm", adjusted.to_numpy())
