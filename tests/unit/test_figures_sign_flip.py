@@ -11,6 +11,7 @@ from fake_sign_flip import (
     read_only_sign_flip,
     write_ends,
     write_gpu_sign_flip,
+    write_own,
     write_sign_flip,
 )
 
@@ -106,3 +107,19 @@ def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_
     ends = text.split("## The ends' arms")[1]
     for row in analysis.ends_table(runs).itertuples():
         assert row.contrast in ends and str(round(row.diff, 4)) in ends
+
+
+def test_the_map_draws_an_arm_at_its_own_multipliers_beside_each_cell(tmp_path):
+    ladder = [("micro", 1024), ("micro", 8192)]
+    sweep = write_sign_flip(tmp_path / "sw", ladder=ladder)
+    for model, v in ladder:
+        write_own(sweep, model, v)
+    runs = load_results(sweep).runs
+    fig = figures.fig_map(runs)
+    drawn = dict(zip(*reversed(fig.axes[0].get_legend_handles_labels()), strict=True))
+    own = analysis.effect_tables(runs).own
+    (bars,) = [a for label, a in drawn.items() if label.startswith("tied − untied_own")]
+    x, y = bars.lines[0].get_data()
+    assert list(y) == pytest.approx(own.sort_values("rho")["diff"].tolist())
+    assert list(x) == pytest.approx((own.sort_values("rho")["rho"] * figures.OWN_NUDGE).tolist())
+    assert "Grey crosses: an arm at its own multipliers" in caption_of(fig)

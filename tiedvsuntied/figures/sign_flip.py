@@ -52,6 +52,18 @@ def _points(ax, cells: pd.DataFrame) -> None:
                 ax.annotate(f" {row.body}, {row.encoding}", (row.rho, row.diff), fontsize=5)
 
 
+OWN_STYLE = {"ls": "none", "marker": "P", "color": "#555555", "ms": 5, "capsize": 2}
+OWN_NUDGE = 1.04  # drawn a little right of the point's own marker, so that neither hides
+
+
+def _own_points(ax, own: pd.DataFrame) -> None:
+    """The OWN contrasts (an arm at its own multipliers, HYPOTHESES.md's rule) beside the cells."""
+    for contrast, group in own[own["low"].notna()].groupby("contrast"):
+        yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
+        label = f"{contrast} (own multipliers: mult2d.py's rule)"
+        ax.errorbar(group["rho"] * OWN_NUDGE, group["diff"], yerr=yerr, label=label, **OWN_STYLE)
+
+
 def _curve(ax, f, cross: dict) -> str:
     """The fitted curve with its band and the crossover; returns the caption's words for it."""
     if f is None:
@@ -83,6 +95,7 @@ def fig_map(runs: pd.DataFrame):
         return style.nothing_to_draw(fig, "no tied/untied pair at any ladder point yet")
     for ax, std in zip(axes[0], stds, strict=True):
         _points(ax, table[table["init_std"] == std])
+        _own_points(ax, effects.own[effects.own["init_std"] == std])
         f, cross = fitted.get(std, (None, sign_flip.crossover(None)))
         said = _curve(ax, f, cross)
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
@@ -100,6 +113,7 @@ def fig_map(runs: pd.DataFrame):
         f"OLS of every pair's difference on ln ρ over the ladder's points (vocabularies trained "
         f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method.",
         *_primary_words(effects.primary),
+        *_own_words(effects.own),
         _floor_words(table),
         *_device_words(table),
     ]
@@ -118,6 +132,16 @@ def _primary_words(primary: pd.DataFrame) -> list[str]:
         f"{row['rho_low']:.2f}–{row['rho_high']:.2f}), mean {row['diff']:+.4f} "
         f"[{row['low']:+.4f}, {row['high']:+.4f}] bpb per unit of ln ρ, {CONFIDENCE:.0%} t over "
         f"{int(row['n_seeds'])} seeds, Holm p {row['p_holm']:.3f}."
+    ]
+
+
+def _own_words(own: pd.DataFrame) -> list[str]:
+    """The caption's line for the arms at their own multipliers, once any has an interval."""
+    if not own["low"].notna().any():
+        return []
+    return [
+        "Grey crosses: an arm at its own multipliers (HYPOTHESES.md's rule, mult2d.py), drawn a "
+        "little right of its point and not fitted."
     ]
 
 
