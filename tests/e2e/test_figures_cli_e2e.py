@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import tiedvsuntied.figures.cli  # noqa: F401  (imports every family: REGISTRY whole, as the CLI)
 from tiedvsuntied.figures.style import (
     REGISTRY,
 )
