@@ -101,7 +101,9 @@ pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pai
     read -r model v _ <<< "$(point "$p")"
     lr=$(choices | awk -v m="$model" -v v="$v" '$1 == m && $2 == v && $3 == "tied" && $4 == "inv_sqrt_d" {print $5}')
     echo "$RUN $(at "$p") seed=0,1,2,3 +arm=tied_in_grad optim.lr=${lr:?run the lr check of $p first}"
-    echo "$RUN $(at "$p") seed=0,1,2,3 +arm=t5,emb1_head_dsqrt optim.lr=$lr"
+    # init_std on the command line: the experiment's sweep params put +arm before +experiment,
+    # whose init_std (d^-0.5) would win over the arm's 1.0 (test_run_sh checks every arm's keys)
+    echo "$RUN $(at "$p") seed=0,1,2,3 +arm=t5,emb1_head_dsqrt init_std=1.0 optim.lr=$lr"
   done
 }
 pieces_mult2d() {  # at V = 8192, micro, each arm at its lr: untied's emb_lr_mult x head_lr_mult in {1, 4, 16}^2, tied's tied_lr_mult

@@ -4,14 +4,18 @@ its first job: a piece can never hand Hydra an arm or key it does not know hours
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
 import subprocess
 
+import pandas as pd
 import pytest
+import yaml
 from conftest import LIBRARY_OVERRIDES, REPO
-from helpers import sweep_jobs
+
+from tiedvsuntied.sweep import jobs
 
 STUDY = REPO / "experiments" / "sign_flip"
 RUN_SH = STUDY / "run.sh"
@@ -58,6 +62,22 @@ def test_the_pieces_print_a_command_for_every_point_and_arm():
     "label, overrides", CASES, ids=[f"{x}-{i}" for i, (x, _) in enumerate(CASES)]
 )
 def test_every_printed_command_composes_and_passes_the_checks(label, overrides, tmp_path):
+    """... and every job keeps what its +arm sets: the experiment's sweep params put +arm
+    before +experiment, so a key both set takes the experiment's value unless the command
+    gives it (the T5 pair's init_std once ran at the experiment's d^-0.5)."""
     corpus = [o for o in LIBRARY_OVERRIDES if o != "data.encoding=bytes"]  # its trained BPE
-    plans = sweep_jobs(*overrides, *corpus, f"results_dir={tmp_path}")
+    with jobs.composed([*overrides, *corpus, f"results_dir={tmp_path}"]) as (loader, master):
+        todo = jobs.expand(loader, master)
+        plans = jobs.check_jobs(loader, master, todo)
     assert plans and all(plan.cfg.sweep.startswith("sign_flip") for plan in plans)
+    for job, plan in zip(todo, plans, strict=True):
+        (arm,) = [o.split("=", 1)[1] for o in job.overrides if o.startswith("+arm=")]
+        for key, value in arm_keys(arm).items():
+            got = functools.reduce(getattr, key.split("."), plan.cfg)
+            assert str(got) == str(value) or got == value, (job.label, key, got, value)
+
+
+def arm_keys(arm: str) -> dict:
+    """What conf/arm/ARM.yaml sets, as dotted keys."""
+    text = (REPO / "conf" / "arm" / f"{arm}.yaml").read_text()
+    return pd.json_normalize(yaml.safe_load(text)).to_dict("records")[0]

@@ -11,6 +11,7 @@ import pytest
 from fake_results import write_run
 from fake_sign_flip import (
     CROSSOVER,
+    END_ARMS,
     LADDER,
     read_only_sign_flip,
     write_ends,
@@ -218,7 +219,7 @@ def test_the_ends_contrasts_pair_by_seed_and_share_the_ladders_holm_family(tmp_p
     ladder = {t: summaries(sweep).query(f"vocab_size == 1024 and tie == {t}") for t in (True,)}
     tied = ladder[True][~ladder[True]["run_id"].isin([p.name for v in arms.values() for p in v])]
     tied = tied[tied["init_std"] == "inv_sqrt_d"].sort_values("seed")["test_bpb"].to_numpy()
-    for first, second in sign_flip.ENDS:
+    for first, second, _ in sign_flip.ENDS:
         row = ends.set_index("contrast").loc[f"{first} − {second}"]
         mine = test_bpb[[p.name for p in arms[first]]].to_numpy()
         other = tied if second == "tied" else test_bpb[[p.name for p in arms[second]]].to_numpy()
@@ -230,6 +231,15 @@ def test_the_ends_contrasts_pair_by_seed_and_share_the_ladders_holm_family(tmp_p
     family = multipletests([*cells["p"], *ends["p"], *primary["p"]], method="holm")[1]
     assert [*cells["p_holm"], *ends["p_holm"], *primary["p_holm"]] == pytest.approx(family)
     pd.testing.assert_frame_equal(cells.drop(columns="p_holm"), before.drop(columns="p_holm"))
+    # the T5 pair at another init std than H8's 1.0 (as a sweep whose experiment's init_std won
+    # over the arm's composed them) is another question: in no contrast
+    for seed in range(4):
+        write_point(sweep, "micro", 1024, seed, True, t5_rescale=True, floor_shift=0.3)
+        emb1 = write_point(sweep, "micro", 1024, seed, **END_ARMS["emb1_head_dsqrt"][0], lr=1e-3)
+        summary = json.loads((emb1 / "summary.json").read_text())  # its init_std "unused"
+        (emb1 / "summary.json").write_text(json.dumps(summary | {"init_std": "inv_sqrt_d"}))
+    again = sign_flip.ends_table(load_results(sweep).runs)
+    pd.testing.assert_frame_equal(again.drop(columns="p_holm"), ends.drop(columns="p_holm"))
 
 
 def test_an_arm_at_its_own_multipliers_is_reported_beside_the_shared_one(tmp_path):

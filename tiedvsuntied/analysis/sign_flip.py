@@ -26,6 +26,7 @@ BODY = ["n_layer", "n_head", "n_embd", "block_size"]  # a model body: everything
 POINT = [*BODY, "vocab_size"]  # a ladder point
 CELL = [*POINT, "init_std"]  # one map cell: its tied and untied runs pair by seed
 VALUE = "test_bpb"  # the effect's unit: bits per byte, comparable across vocabularies
+PRIMARY_INIT = "inv_sqrt_d"  # the init std of the primary contrast and the ladder's first arm
 WAYS = {(True, False): "V", (False, True): "body", (True, True): "both", (False, False): "alone"}
 # the ladder's vocabularies are BPEs trained on each fold (data.encoding=bpe); a point on another
 # (GPT-2's, scripts/gpu/slot.sh's pieces) is drawn beside the ladder, not in its ways or its fit
@@ -197,7 +198,7 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
     ends, own = _contrasts(runs, ENDS), _contrasts(runs, OWN)
-    moved = [pairs(runs, arms).rename(columns={"way_t": "way"}) for arms in OWN]
+    moved = [pairs(runs, arms[:2]).rename(columns={"way_t": "way"}) for arms in OWN]
     # infer_objects: an empty part (no arm moved yet) would leave the numbers as objects
     primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True).infer_objects()
     parts = (table, ends, own, primary)
@@ -216,20 +217,30 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
 # ----------------------------------------------------------------------------- the ends' arms
 # HYPOTHESES.md's contrasts at the V-ladder's two ends, first − second (< 0: the first is better):
 # H7, the remedy (tied with its lookup-side gradient x4) against tied; H8, untied embedding 1.0 /
-# head d^-0.5 against T5's tied 1.0 with its rescale
-ENDS = (("tied_input_grad", "tied"), ("emb1_head_dsqrt", "t5"))  # arm() names
+# head d^-0.5 against T5's tied 1.0 with its rescale. (first, second, the init std the contrast
+# is defined at: a run of these arms at another init std is another question, in no contrast)
+ENDS = (("tied_input_grad", "tied", "inv_sqrt_d"), ("emb1_head_dsqrt", "t5", "1.0"))
 # HYPOTHESES.md's multiplier rule: an arm whose own multipliers beat the shared one by more than
 # the seed sd (mult2d.py) runs at them at every point too, and both are reported
-OWN = (("tied", "untied_own"), ("tied_own", "untied"), ("tied_own", "untied_own"))
+OWN = tuple(
+    (first, second, PRIMARY_INIT)
+    for first, second in (
+        ("tied", "untied_own"),
+        ("tied_own", "untied"),
+        ("tied_own", "untied_own"),
+    )
+)
 ENDS_COLUMNS = [*CELL, "contrast", "rho", "bpb_first", "bpb_second", "n_seeds", "diff", "low",
                 "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
 
-def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str]]) -> pd.DataFrame:
-    """Each contrast (ENDS, OWN) per cell where both arms ran: paired by seed, t over seeds."""
+def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) -> pd.DataFrame:
+    """Each contrast (ENDS, OWN) per cell of its init std where both arms ran: paired by seed,
+    t over seeds."""
     chosen, rows = grid(runs), []
-    for first, second in contrasts:
-        both = match(*(chosen[chosen["arm"] == a] for a in (first, second)), [*CELL, "seed"])
+    for first, second, std in contrasts:
+        at = chosen[chosen["init_std"] == std]
+        both = match(*(at[at["arm"] == a] for a in (first, second)), [*CELL, "seed"])
         both = both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"])
         for key, cell in both.groupby(CELL, sort=True):
             rows.append(
@@ -270,7 +281,6 @@ def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
 # HYPOTHESES.md's primary contrast: per seed, the least-squares slope of tied − untied test bpb
 # on ln rho over the V-ladder's points (one body, V moved), at d^-0.5; the t-interval over the
 # seeds' slopes
-PRIMARY_INIT = "inv_sqrt_d"
 PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_high", "n_seeds",
                    "diff", "low", "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
