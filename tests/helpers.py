@@ -5,6 +5,7 @@ manifest, its DataConfig, and a quick in-process run on it."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,3 +58,11 @@ def sweep_jobs(*overrides: str) -> list:
     the command checks them before its first job: their RunPlans."""
     with jobs.composed(list(overrides)) as (loader, master):
         return jobs.check_jobs(loader, master, jobs.expand(loader, master))
+
+
+def script_module(path: Path):
+    """A study's script (experiments/<study>/<name>.py, no package) imported as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

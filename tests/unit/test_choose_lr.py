@@ -4,7 +4,6 @@ steps is re-run with the clip raised), recomputed from the runs' own record file
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from helpers import script_module
 
 from tiedvsuntied.analysis.load import load_results
 
@@ -25,10 +25,7 @@ GRID = [
 
 @pytest.fixture(scope="module")
 def choose_lr():
-    spec = importlib.util.spec_from_file_location("choose_lr", STUDY / "choose_lr.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(STUDY / "choose_lr.py")
 
 
 def records() -> pd.DataFrame:

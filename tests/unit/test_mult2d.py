@@ -4,13 +4,13 @@ record files; the rule waits until the grid and the point's seeds are all in."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from helpers import script_module
 
 from tiedvsuntied.analysis.load import load_results
 
@@ -20,10 +20,7 @@ BUNDLES = [STUDY / "results_mult2d", STUDY / "results"]
 
 @pytest.fixture(scope="module")
 def mult2d():
-    spec = importlib.util.spec_from_file_location("mult2d", STUDY / "mult2d.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(STUDY / "mult2d.py")
 
 
 def seed0_at_8192(tie: bool, lr: float) -> dict[tuple[float, float], float]:
