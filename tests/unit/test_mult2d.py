@@ -33,7 +33,8 @@ def seed0_at_8192(tie: bool, lr: float) -> dict[tuple[float, float], float]:
         optim = config["optim"]
         if (summary["tie"], summary["seed"], summary.get("replicate", 0)) != (tie, 0, 0):
             continue
-        if (summary["vocab_size"], optim["lr"], summary["status"]) != (8192, lr, "finished"):
+        point = (summary["model"], summary["vocab_size"], optim["lr"], summary["status"])
+        if point != ("micro", 8192, lr, "finished"):  # not the body ladder's V = 8,192 points
             continue
         if config["head"].get("tied_input_grad_scale", 1.0) != 1.0:
             continue  # the ends' remedy arm
