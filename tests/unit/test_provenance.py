@@ -7,11 +7,19 @@ import subprocess
 import pandas as pd
 
 from tiedvsuntied.analysis.provenance import commit_times, statements
+from tiedvsuntied.analysis.rows import run_row
 from tiedvsuntied.train.setup import code_version
 
 
 def runs(**columns) -> pd.DataFrame:
-    base = {"model": "micro", "replicate": 0, "seed": [0, 1, 2, 0]}
+    base = {
+        "sweep": "s",
+        "model": "micro",
+        "vocab_size": 1024,
+        "replicate": 0,
+        "seed": [0, 1, 2, 0],
+    }
+    base |= {"wall_time_s": 60.0, "threads": 1, "cpu_time_s": 50.0}  # the runs table's costs
     started = ["2026-01-01T10:00:00+0000", "2026-01-01T11:00:00+0000"] * 2
     return pd.DataFrame({**base, "started_at": started, **columns})
 
@@ -60,3 +68,29 @@ def test_runs_resumed_on_other_code_say_which_code_ran_which_steps():
     resumed = "- 2 runs were resumed on other code: unrecorded code from step 0, then commit "
     assert resumed + "ccccccc from steps 555–568" in text
     assert text.count("resumed on other code") == 1  # a run of one commit, or none recorded
+
+
+def test_costs_are_summed_from_each_runs_wall_time_threads_and_cpu_seconds():
+    def summary(i, threads, cpu_s, model="micro"):
+        started = f"2026-01-01T1{i}:00:00+0000"
+        return {"run_id": f"r{i}", "sweep": "s", "model": model, "vocab_size": 1024}, {
+            "wall_time_s": 3600.0,
+            "threads": threads,
+            "cpu_s": cpu_s,
+            "started_at": started,
+        }
+
+    parts = [
+        summary(1, 2, {"step": 5400.0, "eval": 1800.0}),
+        summary(2, 1, None),  # resumed from a checkpoint that did not count its CPU seconds
+        summary(3, 1, {"step": 1800.0}, model="body64x2"),
+    ]
+    runs = pd.DataFrame([run_row({**ids, **values}) for ids, values in parts])
+    assert runs["cpu_time_s"].isna().tolist() == [False, True, False]
+    text = statements(runs)
+    micro = "- s, micro, V = 1,024: 2 runs, 2.0 h of wall time, 3.0 core-hours, 2.0 CPU hours"
+    assert micro + " over the 1 that counted theirs" in text
+    body = "- s, body64x2, V = 1,024: 1 run, 1.0 h of wall time, 1.0 core-hours, 0.5 CPU hours"
+    assert body in text
+    assert "- all: 3 runs, 3.0 h of wall time, 4.0 core-hours, 2.5 CPU hours over the 2" in text
+    assert text.index(micro) < text.index(body)  # in the order they started

@@ -110,6 +110,29 @@ def order(runs: pd.DataFrame) -> list[str]:
     ]
 
 
+def costs(runs: pd.DataFrame) -> list[str]:
+    """What the runs cost, per sweep, model and V in the order they started, and in all: wall
+    hours, core-hours (wall × threads: an upper bound where the machine was shared) and CPU hours
+    (``cpu_s``, the processes' own, over the runs that counted every start)."""
+    runs = runs.assign(core_s=runs["wall_time_s"] * runs["threads"].fillna(1))
+    groups = runs.groupby(["sweep", "model", "vocab_size"], dropna=False, sort=False)
+    lines = []
+    for sweep, model, v in groups["started"].min().sort_values().index:
+        vocab = "?" if pd.isna(v) else f"{int(v):,}"
+        lines.append(_cost(f"{sweep}, {model}, V = {vocab}", groups.get_group((sweep, model, v))))
+    return [*lines, _cost("all", runs)]
+
+
+def _cost(what: str, runs: pd.DataFrame) -> str:
+    hours = runs[["wall_time_s", "core_s", "cpu_time_s"]].sum() / 3600
+    counted = int(runs["cpu_time_s"].notna().sum())
+    cpu = f"{hours.cpu_time_s:.1f} CPU hours over the {counted} that counted theirs"
+    return (
+        f"- {what}: {_runs(len(runs))}, {hours.wall_time_s:.1f} h of wall time, "
+        f"{hours.core_s:.1f} core-hours, {cpu if counted else 'no CPU seconds recorded'}"
+    )
+
+
 def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
     runs = runs.assign(started=pd.to_datetime(runs["started_at"], utc=True))
     return "\n".join(
@@ -121,6 +144,10 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
             "",
             "Order in which they started:",
             *order(runs),
+            "",
+            "What they cost (wall time × threads: core-hours, an upper bound on a shared machine;"
+            " CPU hours: the processes' own, where every start counted them):",
+            *costs(runs),
         ]
     )
 

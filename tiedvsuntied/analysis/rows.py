@@ -101,6 +101,7 @@ RUN_COLUMNS = [
     "threads",
     "device",  # where it trained: cpu, cuda, cuda:N
     "wall_time_s",
+    "cpu_time_s",
     "ln_vocab",
     "wandb_run_id",
     "wandb_mode",
@@ -133,7 +134,15 @@ FLOAT_COLUMNS = [
     c
     for c in RUN_COLUMNS
     if _TYPES.get(c) in (float, float | None) or c.startswith("init_std_resolved_")
-] + ["ln_vocab", "lr", "emb_lr_mult", "head_lr_mult", *HELDOUT_COLUMNS, *HELDOUT_BPB_COLUMNS]
+] + [
+    "cpu_time_s",
+    "ln_vocab",
+    "lr",
+    "emb_lr_mult",
+    "head_lr_mult",
+    *HELDOUT_COLUMNS,
+    *HELDOUT_BPB_COLUMNS,
+]
 # When one run is found twice (several sweeps, a run dir and its sweep), the best record wins.
 STATUS_RANK = {status.value: rank for rank, status in enumerate(Status)}  # then "unknown"
 
@@ -285,6 +294,8 @@ def run_row(
     held = HELDOUT_COLUMNS + HELDOUT_BPB_COLUMNS
     row.update({k: v for k, v in flatten(heldout, "_").items() if k in held})
     row["code_starts"] = code_starts(filled.get("starts"))
+    cpu = filled.get("cpu_s")  # None or missing: a start it did not count (no total)
+    row["cpu_time_s"] = sum(cpu.values()) if isinstance(cpu, Mapping) and cpu else None
     row["source"], row["path"], row["variant"] = source, None, None
     return row
 
