@@ -16,6 +16,7 @@ from fake_sign_flip import (
 )
 
 from tiedvsuntied.analysis import sign_flip as analysis
+from tiedvsuntied.analysis import sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.figures import books
 from tiedvsuntied.figures import sign_flip as figures
@@ -34,7 +35,7 @@ def test_the_map_draws_each_point_by_how_rho_moved_the_fit_its_crossover_and_pri
     drawn = {label: artist for artist, label in zip(*ax.get_legend_handles_labels(), strict=True)}
     fit_label = "OLS on ln ρ, 95% band"
     assert set(drawn) == {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")} | {fit_label}
-    cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
+    cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"][1]
     text, caption = texts(fig), caption_of(fig)
     where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
     assert where in ax.get_title()  # the title, off the points
@@ -53,7 +54,7 @@ def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(resu
     # five evaluations: step 0 (the init) is in the caption, the four after it are drawn
     per_point = [line for line in lines(fig) if len(line.get_xdata()) == 4]
     assert len(per_point) == len(LADDER) and min(min(line.get_xdata()) for line in per_point) > 0
-    at_init = analysis.token_axis(results.runs, results.history).query("step == 0")
+    at_init = sign_flip_tokens.token_axis(results.runs, results.history).query("step == 0")
     assert len(at_init) == len(LADDER)
     assert f"{at_init['mean'].iloc[0]:+.2f}" in caption_of(fig).split("At step 0")[1]
     assert max(max(line.get_xdata()) for line in per_point) == pytest.approx(
@@ -69,7 +70,7 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
         assert f"| {column}" in text or f" {column} |" in text
     for row in table.itertuples():
         assert f"[{row.low:+.4f}, {row.high:+.4f}]" in text
-    cross = analysis.fits(results.runs)["inv_sqrt_d"][1]
+    cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"][1]
     assert f"crossover ρ = {cross['rho']:.3f} [{cross['low']:.3f}" in text
 
 

@@ -23,7 +23,7 @@ from fake_sign_flip import (
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tiedvsuntied.analysis import sign_flip
+from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
 
@@ -110,25 +110,25 @@ def test_the_fitted_crossover_lies_where_the_cells_change_sign(results):
     """The cells' means change sign between two neighbouring rho; the fitted crossover and the
     designed one (fake_sign_flip.CROSSOVER) lie in the span of the points around them."""
     table = sign_flip.effect_table(results.runs)
-    f, cross = sign_flip.fits(results.runs)["inv_sqrt_d"]
+    f, cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"]
     negative, positive = table[table["diff"] < 0], table[table["diff"] > 0]
     assert negative["rho"].max() < positive["rho"].min()  # one sign change along rho
     assert negative["rho"].min() < CROSSOVER < positive["rho"].max()
     assert negative["rho"].min() < cross["low"] < cross["rho"] < cross["high"]
     assert cross["high"] < positive["rho"].max() and cross["note"] == ""
-    curve = sign_flip.band(f, [cross["rho"]])
+    curve = sign_flip_curve.band(f, [cross["rho"]])
     assert curve["mean"].iloc[0] == pytest.approx(0, abs=1e-9)
     assert curve["low"].iloc[0] < 0 < curve["high"].iloc[0]
 
 
 def test_a_curve_that_never_crosses_says_none_in_range(results):
     high = sign_flip.pairs(results.runs).query("rho_t > 0.6")
-    cross = sign_flip.crossover(sign_flip.fit(high))
+    cross = sign_flip_curve.crossover(sign_flip_curve.fit(high))
     span = f"{high['rho_t'].min():.2f}–{high['rho_t'].max():.2f}"
     assert np.isnan(cross["rho"]) and cross["note"] == f"none in range (ρ {span})"
-    assert sign_flip.crossover(sign_flip.fit(high.query("vocab_size == 8192 and n_embd == 64")))[
-        "note"
-    ].startswith("no fit")
+    assert sign_flip_curve.crossover(
+        sign_flip_curve.fit(high.query("vocab_size == 8192 and n_embd == 64"))
+    )["note"].startswith("no fit")
 
 
 @pytest.mark.parametrize("degree", [1, 2])
@@ -142,7 +142,7 @@ def test_the_crossovers_delta_interval_covers_the_truth_at_its_level(degree):
     covered = 0
     for _ in range(400):
         data = pd.DataFrame({"log_rho": x, "diff": truth + rng.normal(0, 0.03, len(x))})
-        cross = sign_flip.crossover(sign_flip.fit(data, degree))
+        cross = sign_flip_curve.crossover(sign_flip_curve.fit(data, degree))
         covered += cross["low"] <= 0.4 <= cross["high"]
     assert 0.90 <= covered / 400 <= 0.99
 
@@ -161,7 +161,7 @@ def test_a_worse_lr_setting_of_one_arm_is_left_out_of_the_pairs(tmp_path):
 
 
 def test_the_token_axis_ends_at_each_cells_final_validation_effect(results, sweep):
-    axis = sign_flip.token_axis(results.runs, results.history)
+    axis = sign_flip_tokens.token_axis(results.runs, results.history)
     written = summaries(sweep)
     cell = written[(written["n_embd"] == 256)]
     tied, untied = (cell[cell["tie"] == t].set_index("seed")["val_bpb"] for t in (True, False))
@@ -201,7 +201,7 @@ def test_a_gpu_point_on_another_tokenizer_stands_apart_and_leaves_the_fit_alone(
     ladder_only = sign_flip.effect_table(alone).set_index("vocab_size")
     for column in ("way", "p_holm"):  # Holm's family: the ladder's cells alone
         pd.testing.assert_series_equal(table.drop(index=50257)[column], ladder_only[column])
-    fitted, fitted_alone = (sign_flip.fits(r)["inv_sqrt_d"][0] for r in (both, alone))
+    fitted, fitted_alone = (sign_flip_curve.fits(r)["inv_sqrt_d"][0] for r in (both, alone))
     assert fitted.n_pairs == fitted_alone.n_pairs == 12
     assert np.allclose(fitted.result.params, fitted_alone.result.params)
 

@@ -14,12 +14,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
-from scipy import stats as scipy_stats
 
 from tiedvsuntied.analysis import books
-from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, holm, match, seed_summary
-from tiedvsuntied.results.metrics import VAL_BPB
+from tiedvsuntied.analysis.stats import first_replicates, holm, match, seed_summary
 
 SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
 BODY = ["n_layer", "n_head", "n_embd", "block_size"]  # a model body: everything but V
@@ -318,114 +315,3 @@ def primary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """PRIMARY_COLUMNS: the primary contrast (``diff``: the mean of the seeds' slopes, bpb per
     unit of ln rho), its t-interval, p and Holm's p in :func:`effect_table`'s family."""
     return effect_tables(runs).primary
-
-
-# ----------------------------------------------------------------------------- the fitted curve
-class Fit(NamedTuple):
-    """tied − untied against ln rho: an OLS polynomial fitted to every pair's difference."""
-
-    result: object  # statsmodels' RegressionResults
-    degree: int
-    log_rho: tuple[float, float]  # the range of the points: the fit says nothing outside it
-    n_pairs: int
-
-
-def design(log_rho, degree: int) -> np.ndarray:
-    return np.vander(np.atleast_1d(np.asarray(log_rho, dtype=float)), degree + 1, increasing=True)
-
-
-def fit(pairs_of_cell: pd.DataFrame, degree: int = 1) -> Fit | None:
-    """OLS of each pair's difference on (1, ln rho[, ln² rho]); None with too few points (the
-    points need more distinct rho than coefficients, and one degree of freedom left over)."""
-    data = pairs_of_cell.dropna(subset=["diff", "log_rho"])
-    if data["log_rho"].nunique() <= degree or len(data) <= degree + 1:
-        return None
-    result = sm.OLS(data["diff"].to_numpy(), design(data["log_rho"], degree)).fit()
-    span = (float(data["log_rho"].min()), float(data["log_rho"].max()))
-    return Fit(result, degree, span, len(data))
-
-
-def band(f: Fit, rho: Sequence[float]) -> pd.DataFrame:
-    """The fitted effect at ``rho`` with its CONFIDENCE band (of the mean curve)."""
-    x = np.log(np.asarray(rho, dtype=float))
-    prediction = f.result.get_prediction(design(x, f.degree))
-    low, high = prediction.conf_int(alpha=1 - CONFIDENCE).T
-    return pd.DataFrame({"rho": rho, "mean": prediction.predicted_mean, "low": low, "high": high})
-
-
-def _roots(f: Fit) -> list[float]:
-    """The real roots of the fitted polynomial inside the points' range of ln rho."""
-    coefs = np.asarray(f.result.params)[::-1]  # numpy's roots: highest power first
-    low, high = f.log_rho
-    return sorted(r.real for r in np.roots(coefs) if abs(r.imag) < 1e-12 and low <= r.real <= high)
-
-
-def crossover(f: Fit | None) -> dict:
-    """Where the fitted curve crosses 0 inside the points' range: rho with a CONFIDENCE interval
-    by the delta method (d x0 / d beta = −(1, x0, x0²) / f'(x0), t with the fit's residual
-    degrees of freedom), or ``note`` saying there is none in range (or no fit)."""
-    none = {"rho": np.nan, "low": np.nan, "high": np.nan, "note": ""}
-    if f is None:
-        return none | {"note": "no fit (too few ladder points)"}
-    roots = _roots(f)
-    if not roots:
-        lo, hi = np.exp(f.log_rho)
-        return none | {"note": f"none in range (ρ {lo:.2f}–{hi:.2f})"}
-    x0 = roots[0]
-    slope = sum(k * b * x0 ** (k - 1) for k, b in enumerate(f.result.params) if k)
-    gradient = -design(x0, f.degree)[0] / slope
-    se = float(np.sqrt(gradient @ np.asarray(f.result.cov_params()) @ gradient))
-    t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, f.result.df_resid)
-    note = f"{len(roots)} crossings in range: the first" if len(roots) > 1 else ""
-    return {
-        "rho": np.exp(x0),
-        "low": np.exp(x0 - t * se),
-        "high": np.exp(x0 + t * se),
-        "note": note,
-    }
-
-
-def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dict]]:
-    """Per init std: the fitted curve over every pair of the ladder's points and its crossover."""
-    both = pairs(runs)
-    both = both[both["way_t"] != OFF_LADDER]  # the ladder's own points: one set-up, one tokenizer
-    out = {}
-    for std, cell in both.groupby("init_std", sort=True):
-        f = fit(cell, degree)
-        out[std] = (f, crossover(f))
-    return out
-
-
-# ----------------------------------------------------------------------------- the token axis
-def token_axis(runs: pd.DataFrame, history: pd.DataFrame, metric: str = VAL_BPB) -> pd.DataFrame:
-    """tied − untied of ``metric`` at each evaluation, paired by seed: per cell and step the mean
-    over seeds with its t-interval, and the mean ``bytes`` (train bytes seen: tokens times the
-    run's ``bytes_per_token``; tokens where neither is known) and ``tokens``."""
-    both = pairs(runs)
-    if metric not in history or both.empty:
-        return pd.DataFrame(columns=[*CELL, "step", "n", "mean", "low", "high", "bytes", "tokens"])
-    if "bytes" not in history and "bytes_per_token" in runs:  # train bytes = tokens x its rate
-        rate = runs.set_index("run_id")["bytes_per_token"]
-        history = history.assign(bytes=history["tokens"] * history["run_id"].map(rate))
-    x = [c for c in ("tokens", "bytes") if c in history]
-    logged = history.dropna(subset=[metric])[["run_id", "step", metric, *x]]
-    tied = both[[*CELL, "seed", "run_id_t", "run_id_u"]].merge(
-        logged, left_on="run_id_t", right_on="run_id"
-    )
-    untied = logged.rename(columns={"run_id": "run_id_u", metric: "untied"})
-    paired = tied.merge(untied[["run_id_u", "step", "untied"]], on=["run_id_u", "step"])
-    paired = paired.assign(diff=paired[metric] - paired["untied"])
-    return _over_seeds(paired, x)
-
-
-def _over_seeds(paired: pd.DataFrame, x: list[str]) -> pd.DataFrame:
-    rows = []
-    for key, group in paired.groupby([*CELL, "step"], sort=True):
-        summary = seed_summary(group["diff"])
-        where = {c: group[c].mean() for c in x}
-        rows.append({**dict(zip([*CELL, "step"], key, strict=True)), **where, **summary})
-    out = pd.DataFrame(rows).rename(columns={"n_seeds": "n", "diff": "mean"})
-    if "bytes" not in out:
-        out["bytes"] = np.nan
-    out["bytes"] = out["bytes"].fillna(out.get("tokens"))
-    return out

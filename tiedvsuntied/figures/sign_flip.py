@@ -1,6 +1,6 @@
 """The third edition's figures and tables (issue 40, experiments/sign_flip): the map of tying's
 effect over the head's share rho, the effect along training, and the tables, from the numbers
-of :mod:`tiedvsuntied.analysis.sign_flip`."""
+of :mod:`tiedvsuntied.analysis.sign_flip` and its curve and token axis."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.ticker import EngFormatter
 
-from tiedvsuntied.analysis import sign_flip
+from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import style
 from tiedvsuntied.figures.books import p_text
@@ -69,7 +69,7 @@ def _curve(ax, f, cross: dict) -> str:
     if f is None:
         return cross["note"]
     grid = np.exp(np.linspace(*f.log_rho, 100))
-    curve = sign_flip.band(f, grid)
+    curve = sign_flip_curve.band(f, grid)
     label = f"OLS on ln ρ, {CONFIDENCE:.0%} band"
     ax.plot(curve["rho"], curve["mean"], color="black", lw=1, label=label)
     ax.fill_between(curve["rho"], curve["low"], curve["high"], color="black", alpha=0.12, lw=0)
@@ -87,7 +87,7 @@ def fig_map(runs: pd.DataFrame):
     """Per init std: each ladder point's tied − untied (test bits per byte, mean and t-interval
     over seeds) against rho (log axis), marked by how rho was moved; the OLS fit in ln rho over
     every pair with its band; the crossover with its delta-method interval, or 'none in range'."""
-    effects, fitted = sign_flip.effect_tables(runs), sign_flip.fits(runs)
+    effects, fitted = sign_flip.effect_tables(runs), sign_flip_curve.fits(runs)
     table = effects.cells
     stds = _init_stds(table)
     fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
@@ -96,7 +96,7 @@ def fig_map(runs: pd.DataFrame):
     for ax, std in zip(axes[0], stds, strict=True):
         _points(ax, table[table["init_std"] == std])
         _own_points(ax, effects.own[effects.own["init_std"] == std])
-        f, cross = fitted.get(std, (None, sign_flip.crossover(None)))
+        f, cross = fitted.get(std, (None, sign_flip_curve.crossover(None)))
         said = _curve(ax, f, cross)
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_xscale("log")
@@ -165,7 +165,7 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     """Per init std: tied − untied of the validation bits per byte at each evaluation against
     the train bytes seen, one line per ladder point (coloured by rho), mean over seeds paired by
     seed with its t-band: whether tying's effect closes with training."""
-    axis = sign_flip.token_axis(runs, history)
+    axis = sign_flip_tokens.token_axis(runs, history)
     stds = _init_stds(axis)
     # room beside the panels for the legend's column (one line per ladder point)
     width = min(7.0, 3.4 * len(stds) + 1.8)
@@ -274,7 +274,7 @@ def _contrasts_part(contrasts: pd.DataFrame, title: str) -> list[str]:
 
 def _crossover_lines(runs: pd.DataFrame) -> list[str]:
     lines = []
-    for std, (f, cross) in sign_flip.fits(runs).items():
+    for std, (f, cross) in sign_flip_curve.fits(runs).items():
         if np.isnan(cross["rho"]):
             lines.append(f"- init {PLAIN.get(std, std)}: {cross['note']}")
             continue
