@@ -63,7 +63,7 @@ def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(resu
 
 
 def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):
-    (path,) = figures.write_sign_flip_tables(tmp_path, results.runs)
+    (path,) = figures.write_sign_flip_tables(tmp_path, results.runs, results.history)
     text = path.read_text()
     table = analysis.effect_table(results.runs)
     for column in ("rho_untied", "bytes_per_token", "bigram_bpb", "clip_frac_untied", "p_holm"):
@@ -72,6 +72,10 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
         assert f"[{row.low:+.4f}, {row.high:+.4f}]" in text
     cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"][1]
     assert f"crossover ρ = {cross['rho']:.3f} [{cross['low']:.3f}" in text
+    h5 = text.split("## H5")[1].split("##")[0]  # a row per other body, with its fit beside it
+    assert h5.count("| d=") == 2 and " fit |" in h5 and "| in_range" in h5
+    h6 = text.split("## H6")[1]  # a row per cell: its gap at mid-training and at the end
+    assert h6.count("| inv_sqrt_d |") == len(table) and " gap_mid |" in h6
 
 
 def test_other_runs_draw_no_map_and_sign_flip_runs_no_books_figure(tmp_path, results):
@@ -96,8 +100,9 @@ def test_the_map_names_a_point_off_the_ladder_and_edges_a_gpu_point(tmp_path):
 def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_family(tmp_path):
     sweep = write_sign_flip(tmp_path / "sw", ladder=[("micro", 1024), ("micro", 8192)])
     write_ends(sweep, "micro", 1024)
-    runs = load_results(sweep).runs
-    (path,) = figures.write_sign_flip_tables(tmp_path, runs)
+    results = load_results(sweep)
+    runs = results.runs
+    (path,) = figures.write_sign_flip_tables(tmp_path, runs, results.history)
     text = path.read_text()
     family = "2 cells of the ladder with an interval, 2 contrasts of the ends' arms and 1 contrast"
     assert f"Holm over the {family} of the primary slope" in text

@@ -13,6 +13,8 @@ from fake_sign_flip import (
     CROSSOVER,
     END_ARMS,
     LADDER,
+    TIED_SHIFT,
+    designed_effect,
     read_only_sign_flip,
     write_ends,
     write_gpu_sign_flip,
@@ -26,6 +28,7 @@ from statsmodels.stats.multitest import multipletests
 from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
+from tiedvsuntied.results.metrics import VAL_BPB
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +172,50 @@ def test_the_token_axis_ends_at_each_cells_final_validation_effect(results, swee
     assert last["mean"] == pytest.approx((tied - untied).mean()) and last["n"] == 4
     assert last["bytes"] == pytest.approx(cell["train_bytes"].mean())
     assert axis.groupby(sign_flip.CELL).size().eq(5).all()  # steps 0, 5, 10, 15, 20
+
+
+def test_h5_holds_each_other_body_against_the_v_ladders_own_fit(results):
+    """The fit is the V-ladder's alone (micro, recomputed with np.polyfit); a cell's ``off`` is
+    its mean − that fit at its rho; a rho beyond the V-ladder's is flagged, not hidden."""
+    both = sign_flip.pairs(results.runs)
+    micro = both[both["n_embd"].eq(128)]
+    line = np.polyfit(micro["log_rho"], micro["diff"], 1)
+    table = sign_flip_curve.body_against_v(results.runs).set_index("n_embd")
+    assert sorted(table.index) == [64, 256]  # the bodies other than the V-ladder's
+    assert table["fit"].to_numpy() == pytest.approx(np.polyval(line, np.log(table["rho"])))
+    assert table["off"].to_numpy() == pytest.approx((table["diff"] - table["fit"]).to_numpy())
+    in_range = table["rho"].between(micro["rho_t"].min(), micro["rho_t"].max())
+    assert table["in_range"].tolist() == in_range.tolist()
+    assert (table["off_low"] < table["off"]).all() and (table["off"] < table["off_high"]).all()
+
+
+def test_h5_flags_a_body_whose_effect_is_not_the_v_ladders_at_its_rho(tmp_path):
+    """A body whose tied runs lose 0.5 nats more than their rho predicts: outside the band, and
+    its interval of cell − fit excludes 0."""
+    sweep = write_sign_flip(tmp_path, ladder=[("micro", v) for v in (1024, 4096, 8192, 16384)])
+    for seed, tie in ((seed, tie) for seed in range(4) for tie in (True, False)):
+        shift = designed_effect("d256", 8192) - TIED_SHIFT + 0.5 if tie else 0.0
+        write_point(sweep, "d256", 8192, seed, tie, floor_shift=shift)
+    (row,) = sign_flip_curve.body_against_v(load_results(sweep).runs).itertuples()
+    assert row.n_seeds == 4 and row.in_range and not row.inside
+    assert 0 < row.off_low < row.off
+
+
+def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results):
+    """Recomputed from the history: per seed tied − untied validation bpb at the middle
+    evaluation (step 10 of 20) and the last, and the change between them."""
+    table = sign_flip_tokens.gap_change(results.runs, results.history)
+    row = table[table["n_embd"].eq(256)].iloc[0]
+    assert (row.step_mid, row.step_end) == (10, 20)
+    bpb = results.history.set_index(["run_id", "step"])[VAL_BPB]
+    cell = sign_flip.pairs(results.runs).query("n_embd == 256").sort_values("seed")
+    runs = list(zip(cell.run_id_t, cell.run_id_u, strict=True))
+    mid, end = (np.array([bpb[t, step] - bpb[u, step] for t, u in runs]) for step in (10, 20))
+    assert [row.gap_mid, row.gap_end] == pytest.approx([mid.mean(), end.mean()])
+    assert row.seed_diffs == pytest.approx((end - mid).tolist())
+    assert row["diff"] == pytest.approx((end - mid).mean())
+    assert row["low"] < row["diff"] < row["high"]
+    assert len(table) == len(LADDER)
 
 
 def test_a_cells_floor_is_its_replicate_pairs_change_else_the_largest_measured(tmp_path):

@@ -282,16 +282,23 @@ PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_hig
                    "diff", "low", "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
 
+def on_v_ladder(both: pd.DataFrame) -> pd.DataFrame:
+    """The pairs (:func:`pairs` with ``way``) of the V-ladder at d^-0.5: the body whose V moved
+    the most (micro's), at every V it ran."""
+    v_ladder = both[both["way"].isin([WAYS[(True, False)], WAYS[(True, True)]])]
+    v_ladder = v_ladder[v_ladder["init_std"].eq(PRIMARY_INIT)]
+    if v_ladder.empty:
+        return v_ladder
+    body = v_ladder.groupby("body_t")["vocab_size"].nunique().idxmax()
+    return v_ladder[v_ladder["body_t"].eq(body)]
+
+
 def _primary(both: pd.DataFrame) -> pd.DataFrame:
     """The primary contrast from the cells' pairs (``both``, :func:`pairs` with ``way``): each
     seed's slope over the V-ladder points that every seed ran (a point some seeds lack yet
     leaves the slope, so that every seed's slope spans the same points). Of OWN's pairs: the
     same slope with an arm at its own multipliers."""
-    v_ladder = both[both["way"].isin([WAYS[(True, False)], WAYS[(True, True)]])]
-    v_ladder = v_ladder[v_ladder["init_std"].eq(PRIMARY_INIT)]
-    if not v_ladder.empty:  # the body whose V moved the most: micro's
-        body = v_ladder.groupby("body_t")["vocab_size"].nunique().idxmax()
-        v_ladder = v_ladder[v_ladder["body_t"].eq(body)]
+    v_ladder = on_v_ladder(both)
     wide = v_ladder.pivot_table(index="seed", columns="log_rho", values="diff").dropna(axis=1)
     rows = []
     if wide.shape[1] >= 2:

@@ -12,8 +12,8 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats as scipy_stats
 
-from tiedvsuntied.analysis.sign_flip import OFF_LADDER, pairs
-from tiedvsuntied.analysis.stats import CONFIDENCE
+from tiedvsuntied.analysis.sign_flip import OFF_LADDER, POINT, PRIMARY_INIT, on_v_ladder, pairs
+from tiedvsuntied.analysis.stats import CONFIDENCE, seed_summary
 
 
 class Fit(NamedTuple):
@@ -89,3 +89,52 @@ def fits(runs: pd.DataFrame, degree: int = 1) -> dict[str, tuple[Fit | None, dic
         f = fit(cell, degree)
         out[std] = (f, crossover(f))
     return out
+
+
+# ----------------------------------------------------------------------------- H5: rho, not V
+H5_COLUMNS = [
+    *["n_layer", "n_embd", "vocab_size", "body", "rho", "n_seeds", "diff", "low", "high"],
+    *["fit", "fit_low", "fit_high", "inside", "off", "off_low", "off_high", "in_range"],
+]
+
+
+def body_against_v(runs: pd.DataFrame) -> pd.DataFrame:
+    """HYPOTHESES.md's H5 (rho, not V): each d^-0.5 cell of another body than the V-ladder's
+    beside the V-ladder's own fit (OLS on ln rho over its pairs) at the cell's rho. ``inside``:
+    the cell's mean lies in the fit's CONFIDENCE band (H5 as committed); ``off``: the cell's mean
+    − the fit, with a t-interval of both standard errors at the cell's seeds − 1 degrees of
+    freedom; ``in_range``: the cell's rho lies inside the V-ladder's (else the fit extrapolates)."""
+    both = pairs(runs).rename(columns={"way_t": "way"})
+    v_ladder = on_v_ladder(both)
+    f = fit(v_ladder)
+    if f is None:
+        return pd.DataFrame(columns=H5_COLUMNS)
+    others = both[both["init_std"].eq(PRIMARY_INIT) & both["way"].isin(["body", "both"])]
+    others = others[~others["body_t"].isin(v_ladder["body_t"])]
+    rows = [_against(f, cell) for _, cell in others.groupby(POINT, sort=True)]
+    return pd.DataFrame(rows, columns=H5_COLUMNS).sort_values("rho", ignore_index=True)
+
+
+def _against(f: Fit, cell: pd.DataFrame) -> dict:
+    """One cell of H5's table (:func:`body_against_v`)."""
+    rho, first = float(cell["rho_t"].mean()), cell.iloc[0]
+    own = seed_summary(cell.set_index("seed")["diff"])
+    at = f.result.get_prediction(design(np.log(rho), f.degree))
+    fit_low, fit_high = at.conf_int(alpha=1 - CONFIDENCE)[0]
+    fitted, n = float(at.predicted_mean[0]), own["n_seeds"]
+    t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) if n > 1 else np.nan
+    half = t * np.hypot((own["high"] - own["diff"]) / t, at.se_mean[0])
+    return {
+        **{c: first[c] for c in ["n_layer", "n_embd", "vocab_size"]},
+        "body": first["body_t"],
+        "rho": rho,
+        **{k: own[k] for k in ("n_seeds", "diff", "low", "high")},
+        "fit": fitted,
+        "fit_low": fit_low,
+        "fit_high": fit_high,
+        "inside": bool(fit_low <= own["diff"] <= fit_high),
+        "off": own["diff"] - fitted,
+        "off_low": own["diff"] - fitted - half,
+        "off_high": own["diff"] - fitted + half,
+        "in_range": bool(f.log_rho[0] <= np.log(rho) <= f.log_rho[1]),
+    }

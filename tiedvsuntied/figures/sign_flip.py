@@ -287,11 +287,41 @@ def _crossover_lines(runs: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _h5_part(runs: pd.DataFrame) -> list[str]:
+    """HYPOTHESES.md's H5: the body ladder's cells beside the V-ladder's own fit at their rho."""
+    table = sign_flip_curve.body_against_v(runs)
+    if table.empty:
+        return []
+    return [
+        "## H5, ρ and not V: the cells of other bodies against the V-ladder's own fit (OLS of "
+        f"tied − untied on ln ρ over the V-ladder's pairs at d^-0.5; fit: its value at the cell's "
+        f"ρ, {CONFIDENCE:.0%} band; inside: the cell's mean lies in the band; off: cell − fit, "
+        f"{CONFIDENCE:.0%} t of both standard errors over the cell's seeds − 1 degrees of "
+        "freedom; in_range: the cell's ρ lies in the V-ladder's)",
+        table.round(4).to_markdown(index=False),
+    ]
+
+
+def _h6_part(runs: pd.DataFrame, history: pd.DataFrame) -> list[str]:
+    """HYPOTHESES.md's H6: per cell, the gap in validation bpb at mid-training and at the end."""
+    table = sign_flip_tokens.gap_change(runs, history)
+    if table.empty:
+        return []
+    shown = p_text(table.drop(columns=["n_head", "block_size", "seed_diffs"]))
+    return [
+        "## H6, the token axis: tied − untied in validation bpb at the evaluation nearest the "
+        "middle of training and at the last, means over seeds; diff: per seed end − middle "
+        f"(< 0: the gap closes), {CONFIDENCE:.0%} t over seeds, unadjusted (not in the family)",
+        shown.round(4).to_markdown(index=False),
+    ]
+
+
 @style.table("sign_flip_tables", "third edition: the map's cells, crossover (md)", needs=NEEDS)
-def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
+def write_sign_flip_tables(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, str]:
     """``sign_flip_tables.md``: per ladder point and init std its shape, budget, each arm's test
     bits per byte beside the count models', clip_frac per arm, the effect with its interval, p
-    and Holm's p; then the fitted crossover per init std."""
+    and Holm's p; then the fitted crossover per init std, the body ladder against the V-ladder's
+    fit (H5), the ends' and own-multiplier contrasts, and the gap along training (H6)."""
     effects = sign_flip.effect_tables(runs)
     table = effects.cells.drop(columns=["seed_diffs", "method"], errors="ignore")
     shown = p_text(table.drop(columns=["n_head", "block_size"]))
@@ -311,7 +341,9 @@ def write_sign_flip_tables(runs: pd.DataFrame) -> dict[str, str]:
         shown.round(4).to_markdown(index=False),
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
+        *_h5_part(runs),
         *_contrasts_part(effects.ends, ENDS_TITLE),
         *_contrasts_part(effects.own, OWN_TITLE),
+        *_h6_part(runs, history),
     ]
     return {"sign_flip_tables.md": "\n\n".join(parts) + "\n"}
