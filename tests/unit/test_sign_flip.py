@@ -94,6 +94,25 @@ def test_each_cell_is_the_t_interval_of_its_seeds_paired_bpb_with_holm(results, 
     assert table["rho"].is_monotonic_increasing
 
 
+def test_each_cell_counts_its_runs_below_their_own_bigram(results, sweep):
+    """H9: per arm, the runs whose test bpb ends below the bigram of their own training split."""
+    written = summaries(sweep)
+    bigram = written["heldout"].map(lambda h: h["test"]["bigram_bpb"])
+    below = (
+        (written["test_bpb"] < bigram)
+        .groupby([written["n_embd"], written["vocab_size"], written["tie"]])
+        .sum()
+    )
+    table = sign_flip.effect_table(results.runs)
+    for row in table.itertuples():
+        counts = (row.below_bigram_tied, row.below_bigram_untied)
+        assert counts == (
+            below[row.n_embd, row.vocab_size, True],
+            below[row.n_embd, row.vocab_size, False],
+        )
+    assert 0 < below.sum() < len(written)  # the fake's runs fall on both sides: a real count
+
+
 def test_the_primary_is_the_t_interval_of_each_seeds_slope_along_the_v_ladder(results, sweep):
     """HYPOTHESES.md's primary contrast: per seed, the least-squares slope of tied − untied test
     bpb on ln rho over the micro body's V points (not the body-ladder's), t over the seeds."""

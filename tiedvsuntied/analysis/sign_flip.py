@@ -127,6 +127,8 @@ EFFECT_COLUMNS = [
     "bpb_untied",
     "bigram_bpb",
     "unigram_bpb",
+    "below_bigram_tied",
+    "below_bigram_untied",
     "clip_frac_tied",
     "clip_frac_untied",
     "n_seeds",
@@ -157,6 +159,9 @@ def _cell_row(cell: pd.DataFrame) -> dict:
         "bpb_untied": mean.get(f"{VALUE}_u", np.nan),
         "bigram_bpb": mean.get("test_bigram_bpb_t", np.nan),
         "unigram_bpb": mean.get("test_unigram_bpb_t", np.nan),
+        # H9: how many of the cell's runs end below the bigram fitted on their own training split
+        "below_bigram_tied": int((cell[f"{VALUE}_t"] < cell["test_bigram_bpb_t"]).sum()),
+        "below_bigram_untied": int((cell[f"{VALUE}_u"] < cell["test_bigram_bpb_u"]).sum()),
         "clip_frac_tied": mean.get("clip_frac_t", np.nan),
         "clip_frac_untied": mean.get("clip_frac_u", np.nan),
         "encoding": first.get("encoding_t"),
