@@ -64,7 +64,8 @@ def test_no_edge_is_named_and_no_lr_settled_before_the_first_grid_has_run_whole(
 
     def row(runs):
         table = choose_lr.chosen_lr(runs, GRID).set_index(choose_lr.POINT)
-        return table.loc[key, "run_next"], table.loc[key, "settled"]
+        run_next = table.loc[key, "run_next"]  # NaN, not None, once another row names an edge
+        return (None if pd.isna(run_next) else run_next), table.loc[key, "settled"]
 
     assert row(runs) == (None, True)  # 5e-4 ran and lost: 1e-3 is inside what ran
     runs = runs[~(tied & (runs["lr"] == 5e-4))]  # as before the check went below 1e-3
