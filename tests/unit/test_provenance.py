@@ -94,3 +94,14 @@ def test_costs_are_summed_from_each_runs_wall_time_threads_and_cpu_seconds():
     assert body in text
     assert "- all: 3 runs, 3.0 h of wall time, 4.0 core-hours, 2.5 CPU hours over the 2" in text
     assert text.index(micro) < text.index(body)  # in the order they started
+
+
+def test_the_pieces_are_listed_in_the_order_they_first_started_each_sweep_apart():
+    started = [f"2026-01-01T{h}:00:00+0000" for h in (10, 12, 11, 13)]
+    text = statements(runs(sweep=["s", "s", "grid", "s"], seed=[0, 1, 0, 0], started_at=started))
+    order = text.split("Order in which they started:\n")[1].split("\n\n")[0].splitlines()
+    assert order == [
+        "1. s, micro, replicate 0, seed 0: 2 runs, 01-01 10:00 to 01-01 13:00 UTC",
+        "2. grid, micro, replicate 0, seed 0: 1 run, 01-01 11:00 to 01-01 11:00 UTC",
+        "3. s, micro, replicate 0, seeds 1+: 1 run, 01-01 12:00 to 01-01 12:00 UTC",
+    ]

@@ -99,14 +99,15 @@ def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
 
 
 def order(runs: pd.DataFrame) -> list[str]:
-    """The order the runs started in, by model, replicate and seed 0 or not (a study's pieces)."""
+    """The order the runs started in, by sweep, model, replicate and seed 0 or not (a study's
+    pieces: its lr check, its seeds, a sweep of its own such as a multiplier grid)."""
     pieces = runs.assign(seeds=runs["seed"].map(lambda s: "seed 0" if s == 0 else "seeds 1+"))
-    keys = ["model", "replicate", "seeds"]
+    keys = ["sweep", "model", "replicate", "seeds"]
     spans = pieces.groupby(keys)["started"].agg(["min", "max", "size"]).sort_values("min")
     return [
-        f"{i}. {model}, replicate {rep}, {seeds}: {_runs(row['size'])}, "
+        f"{i}. {sweep}, {model}, replicate {rep}, {seeds}: {_runs(row['size'])}, "
         f"{row['min']:%m-%d %H:%M} to {row['max']:%m-%d %H:%M} UTC"
-        for i, ((model, rep, seeds), row) in enumerate(spans.iterrows(), 1)
+        for i, ((sweep, model, rep, seeds), row) in enumerate(spans.iterrows(), 1)
     ]
 
 
