@@ -147,10 +147,11 @@ pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the n
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
 
 ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
-all() {  # per point: the lr check, x2 beyond an edge (twice at most), the seeds
+EDGE_STEPS=4  # x2 beyond an edge at most this often per point (HYPOTHESES.md: while at an edge)
+all() {  # per point: the lr check, x2 beyond an edge while its best sits there, the seeds
   for p in ${1:-$ORDER}; do
     pieces_lr "$p" | parallel2
-    for _ in 1 2; do
+    for _ in $(seq "$EDGE_STEPS"); do  # a step with no edge named runs nothing
       python "$HERE/choose_lr.py" results/sign_flip --grid "$LRS" > /dev/null
       pieces_lr_edge | parallel2
     done
