@@ -123,7 +123,7 @@ def _against(f: Fit, cell: pd.DataFrame) -> dict:
     fit_low, fit_high = at.conf_int(alpha=1 - CONFIDENCE)[0]
     fitted, n = float(at.predicted_mean[0]), own["n_seeds"]
     t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) if n > 1 else np.nan
-    half = t * np.hypot((own["high"] - own["diff"]) / t, at.se_mean[0])
+    half = t * np.hypot(cell["diff"].sem(), at.se_mean[0])  # the cell's and the fit's se
     return {
         **{c: first[c] for c in ["n_layer", "n_embd", "vocab_size"]},
         "body": first["body_t"],
