@@ -60,6 +60,9 @@ def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(resu
     assert max(max(line.get_xdata()) for line in per_point) == pytest.approx(
         results.runs["train_bytes"].max()
     )
+    # the two ladders read apart: the bodies at V = 8,192 other than micro's are dashed
+    dashed = {line.get_label() for line in per_point if line.get_linestyle() == "--"}
+    assert len(dashed) == 2 and all("V=8,192" in label and "d=128" not in label for label in dashed)
 
 
 def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):

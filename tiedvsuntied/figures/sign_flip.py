@@ -172,7 +172,8 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     fig, axes = style.new_figure(1, len(stds), 2.6, width=width, sharey=True)
     if axis.empty:
         return style.nothing_to_draw(fig, "no paired val/bpb along training (runs before bpb)")
-    rhos = sign_flip.effect_table(runs).set_index(sign_flip.CELL)["rho"]
+    cells = sign_flip.effect_table(runs).set_index(sign_flip.CELL)
+    rhos, ways = cells["rho"], cells["way"]
     # step 0 is the init (tied's self-logit puts it up to ~1.5 bpb above untied): off the scale
     # of what training does to the gap, so it is stated in the caption, not drawn
     at_init = axis[axis["step"] == 0]
@@ -186,7 +187,9 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
             color = cmap((np.log(rho) - norm[0]) / ((norm[1] - norm[0]) or 1))
             body = sign_flip.body_label(line["n_embd"].iloc[0], key[0])
             label = f"ρ={rho:.2f} ({body}, V={key[4]:,})"
-            ax.plot(line["bytes"], line["mean"], color=color, lw=1, label=label)
+            # dashed: rho moved by the body at a fixed V, so the two ladders read apart
+            ls = "--" if ways.get(key) == "body" else "-"
+            ax.plot(line["bytes"], line["mean"], color=color, lw=1, ls=ls, label=label)
             band = line[line["n"] >= style.MIN_BAND_SEEDS]
             ax.fill_between(band["bytes"], band["low"], band["high"], color=color, alpha=0.15, lw=0)
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
@@ -198,8 +201,8 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     fig.drawn = sign_flip.grid(runs)
     fig.captions.append(
         f"{SIGN.replace('test split', 'validation windows')}. Mean over seeds paired by seed at "
-        f"each evaluation, {CONFIDENCE:.0%} t-band where {style.MIN_BAND_SEEDS}+ seeds. "
-        f"{_at_init(at_init, rhos)}"
+        f"each evaluation, {CONFIDENCE:.0%} t-band where {style.MIN_BAND_SEEDS}+ seeds; dashed: "
+        f"ρ moved by the body at a fixed V. {_at_init(at_init, rhos)}"
     )
     return fig
 
