@@ -34,7 +34,10 @@ def test_the_map_draws_each_point_by_how_rho_moved_the_fit_its_crossover_and_pri
     assert ax.get_xscale() == "log"
     drawn = {label: artist for artist, label in zip(*ax.get_legend_handles_labels(), strict=True)}
     fit_label = "OLS on ln ρ, 95% band"
-    assert set(drawn) == {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")} | {fit_label}
+    ladders = {f"{way}-ladder's own OLS (exploratory)" for way in ("V", "body")}
+    ways = {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")}
+    assert set(drawn) == ways | {fit_label} | ladders
+    assert all(drawn[label].get_linestyle() == "--" for label in ladders)
     cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"][1]
     text, caption = texts(fig), caption_of(fig)
     where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
@@ -77,6 +80,8 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
     assert f"crossover ρ = {cross['rho']:.3f} [{cross['low']:.3f}" in text
     h5 = text.split("## H5")[1].split("##")[0]  # a row per other body, with its fit beside it
     assert h5.count("| d=") == 2 and " fit |" in h5 and "| in_range" in h5
+    slopes = text.split("## Exploratory")[1].split("##")[0]  # each ladder's own slope, apart
+    assert "outside Holm's family" in slopes and "| body − V " in slopes
     h6 = text.split("## H6")[1]  # a row per cell: its gap at mid-training and at the end
     assert h6.count("| inv_sqrt_d |") == len(table) and " gap_mid |" in h6
 

@@ -220,6 +220,27 @@ def test_h5_flags_a_body_whose_effect_is_not_the_v_ladders_at_its_rho(tmp_path):
     assert 0 < row.off_low < row.off
 
 
+def test_each_ladders_own_slope_is_a_per_seed_fit_and_their_gap_is_paired_by_seed(results):
+    """Exploratory: the V-ladder's slopes (micro) and the body ladder's (the bodies at V = 8,192,
+    micro's among them), recomputed with np.polyfit; where rho alone sets the effect, as in the
+    fake, their per-seed difference holds 0."""
+    both = sign_flip.pairs(results.runs)
+
+    def slopes(points: pd.DataFrame) -> pd.Series:
+        return points.groupby("seed").apply(lambda d: np.polyfit(d["log_rho"], d["diff"], 1)[0])
+
+    v, body = slopes(both[both["n_embd"].eq(128)]), slopes(both[both["vocab_size"].eq(8192)])
+    table = sign_flip_curve.ladder_slopes(results.runs).set_index("ladder")
+    assert table.loc["V", "seed_diffs"] == pytest.approx(v.tolist())
+    assert table.loc["body", "seed_diffs"] == pytest.approx(body.tolist())
+    assert table.loc["body", "points"] == 3 and table.loc["body", "held"] == "V = 8,192"
+    gap = table.loc["body − V"]
+    assert gap["seed_diffs"] == pytest.approx((body - v).tolist())
+    assert gap["low"] < 0 < gap["high"]
+    fitted = sign_flip_curve.ladder_fits(results.runs)
+    assert fitted["body"].n_pairs == 3 * 4 and fitted["V"].result.params[1] > 0
+
+
 def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results):
     """Recomputed from the history: per seed tied − untied validation bpb at the middle
     evaluation (step 10 of 20) and the last, and the change between them."""

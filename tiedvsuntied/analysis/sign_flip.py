@@ -298,23 +298,42 @@ def on_v_ladder(both: pd.DataFrame) -> pd.DataFrame:
     return v_ladder[v_ladder["body_t"].eq(body)]
 
 
+def on_body_ladder(both: pd.DataFrame) -> pd.DataFrame:
+    """The pairs (:func:`pairs` with ``way``) of the body ladder at d^-0.5: the V at which the
+    body moved the most (8,192's), every body that ran at it."""
+    ladder = both[both["way"].isin([WAYS[(False, True)], WAYS[(True, True)]])]
+    ladder = ladder[ladder["init_std"].eq(PRIMARY_INIT)]
+    if ladder.empty:
+        return ladder
+    vocab = ladder.groupby("vocab_size")["body_t"].nunique().idxmax()
+    return ladder[ladder["vocab_size"].eq(vocab)]
+
+
+def seed_slopes(ladder: pd.DataFrame) -> tuple[pd.Series, np.ndarray]:
+    """Each seed's least-squares slope of ``diff`` on ln rho over the ladder's points that every
+    seed ran (a point some seeds lack yet leaves the slope, so that every seed's slope spans the
+    same points), and those points' ln rho; no slopes below two such points."""
+    wide = ladder.pivot_table(index="seed", columns="log_rho", values="diff").dropna(axis=1)
+    x = wide.columns.to_numpy(dtype=float)
+    if wide.shape[1] < 2:
+        return pd.Series(dtype=float), x
+    return pd.Series(np.polyfit(x, wide.to_numpy().T, 1)[0], index=wide.index), x
+
+
 def _primary(both: pd.DataFrame) -> pd.DataFrame:
     """The primary contrast from the cells' pairs (``both``, :func:`pairs` with ``way``): each
-    seed's slope over the V-ladder points that every seed ran (a point some seeds lack yet
-    leaves the slope, so that every seed's slope spans the same points). Of OWN's pairs: the
-    same slope with an arm at its own multipliers."""
+    seed's slope over the V-ladder (:func:`seed_slopes`). Of OWN's pairs: the same slope with
+    an arm at its own multipliers."""
     v_ladder = on_v_ladder(both)
-    wide = v_ladder.pivot_table(index="seed", columns="log_rho", values="diff").dropna(axis=1)
+    slopes, x = seed_slopes(v_ladder)
     rows = []
-    if wide.shape[1] >= 2:
-        x = wide.columns.to_numpy(dtype=float)
-        slopes = pd.Series(np.polyfit(x, wide.to_numpy().T, 1)[0], index=wide.index)
+    if len(slopes):
         rows.append(
             {
                 "contrast": f"{v_ladder['arm_t'].iloc[0]} − {v_ladder['arm_u'].iloc[0]}",
                 "init_std": PRIMARY_INIT,
                 "body": v_ladder["body_t"].iloc[0],
-                "points": wide.shape[1],
+                "points": len(x),
                 "rho_low": float(np.exp(x.min())),
                 "rho_high": float(np.exp(x.max())),
                 **seed_summary(slopes, "slopes on ln ρ"),

@@ -12,7 +12,15 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats as scipy_stats
 
-from tiedvsuntied.analysis.sign_flip import OFF_LADDER, POINT, PRIMARY_INIT, on_v_ladder, pairs
+from tiedvsuntied.analysis.sign_flip import (
+    OFF_LADDER,
+    POINT,
+    PRIMARY_INIT,
+    on_body_ladder,
+    on_v_ladder,
+    pairs,
+    seed_slopes,
+)
 from tiedvsuntied.analysis.stats import CONFIDENCE, seed_summary
 
 
@@ -138,3 +146,36 @@ def _against(f: Fit, cell: pd.DataFrame) -> dict:
         "off_high": own["diff"] - fitted + half,
         "in_range": bool(f.log_rho[0] <= np.log(rho) <= f.log_rho[1]),
     }
+
+
+# ------------------------------------------------- exploratory: each ladder's own slope (not H5)
+SLOPE_COLUMNS = ["ladder", "held", "points", "rho_low", "rho_high", "n_seeds", "diff", "low",
+                 "high", "p", "seed_diffs"]  # fmt: skip
+
+
+def ladder_fits(runs: pd.DataFrame) -> dict[str, Fit | None]:
+    """The OLS fit on ln rho over each ladder's own pairs at d^-0.5 (``V``: micro's vocabularies;
+    ``body``: the bodies at V = 8,192), to draw beside the committed fit over them all."""
+    both = pairs(runs).rename(columns={"way_t": "way"})
+    return {"V": fit(on_v_ladder(both)), "body": fit(on_body_ladder(both))}
+
+
+def ladder_slopes(runs: pd.DataFrame) -> pd.DataFrame:
+    """Exploratory, not committed in HYPOTHESES.md: each seed's slope of tied − untied on ln rho
+    along the V-ladder and along the body ladder (:func:`sign_flip.seed_slopes`), and per seed
+    their difference, body − V (0 where rho alone sets the effect: H5 asked of the slopes).
+    t over seeds, unadjusted and outside Holm's family."""
+    both = pairs(runs).rename(columns={"way_t": "way"})
+    ladders = {"V": on_v_ladder(both), "body": on_body_ladder(both)}
+    slopes, rows = {}, []
+    for name, ladder in ladders.items():
+        slopes[name], x = seed_slopes(ladder)
+        if not len(slopes[name]):
+            continue
+        held = ladder["body_t"].iloc[0] if name == "V" else f"V = {ladder['vocab_size'].iloc[0]:,}"
+        span = {"points": len(x), "rho_low": np.exp(x.min()), "rho_high": np.exp(x.max())}
+        rows.append({"ladder": name, "held": held, **span, **seed_summary(slopes[name])})
+    if all(len(s) for s in slopes.values()):
+        gap = (slopes["body"] - slopes["V"]).dropna()
+        rows.append({"ladder": "body − V", "held": "per seed", **seed_summary(gap)})
+    return pd.DataFrame(rows, columns=SLOPE_COLUMNS)

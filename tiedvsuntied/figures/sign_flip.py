@@ -82,6 +82,21 @@ def _curve(ax, f, cross: dict) -> str:
     return f"crossover {where}" + (f" ({cross['note']})" if cross["note"] else "")
 
 
+LADDER_LINE = {"ls": (0, (4, 2)), "lw": 0.9}  # each ladder's own fit: dashed, in its colour
+
+
+def _ladder_lines(ax, runs: pd.DataFrame) -> None:
+    """Each ladder's own OLS line on ln rho (exploratory; the committed fit pools them), drawn
+    over its points' range in the colour of its markers, where it has two points or more."""
+    for way, f in sign_flip_curve.ladder_fits(runs).items():
+        if f is None:
+            continue
+        grid = np.exp(np.linspace(*f.log_rho, 50))
+        label = f"{way}-ladder's own OLS (exploratory)"
+        mean = sign_flip_curve.band(f, grid)["mean"]
+        ax.plot(grid, mean, color=WAY_STYLE[way][1], label=label, **LADDER_LINE)
+
+
 @sign_flip_figure("sign_flip_fig1_map", "third edition: tied − untied in bits per byte against rho")
 def fig_map(runs: pd.DataFrame):
     """Per init std: each ladder point's tied − untied (test bits per byte, mean and t-interval
@@ -98,6 +113,8 @@ def fig_map(runs: pd.DataFrame):
         _own_points(ax, effects.own[effects.own["init_std"] == std])
         f, cross = fitted.get(std, (None, sign_flip_curve.crossover(None)))
         said = _curve(ax, f, cross)
+        if std == sign_flip.PRIMARY_INIT:  # the ladders are d^-0.5's
+            _ladder_lines(ax, runs)
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_xscale("log")
         style.plain_log(ax, "x", table["rho"])
@@ -111,7 +128,8 @@ def fig_map(runs: pd.DataFrame):
         f"{SIGN}. Bodies: {', '.join(sorted(set(table['body'])))}. Mean and {CONFIDENCE:.0%} "
         "t-interval over seeds' paired differences (each seed its own held-out books); curve: "
         f"OLS of every pair's difference on ln ρ over the ladder's points (vocabularies trained "
-        f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method.",
+        f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method; "
+        "dashed: each ladder's own OLS line (exploratory, not committed).",
         *_primary_words(effects.primary),
         *_own_words(effects.own),
         _floor_words(table),
@@ -305,6 +323,21 @@ def _h5_part(runs: pd.DataFrame) -> list[str]:
     ]
 
 
+def _slopes_part(runs: pd.DataFrame) -> list[str]:
+    """Exploratory: each ladder's own slope on ln rho and their difference, per seed."""
+    table = sign_flip_curve.ladder_slopes(runs)
+    if table.empty:
+        return []
+    return [
+        "## Exploratory, not committed: each ladder's own slope (per seed, the least-squares "
+        "slope of tied − untied test bpb on ln ρ over the ladder's points that every seed ran, "
+        "at d^-0.5; diff: the mean, bpb per unit of ln ρ; body − V: per seed the body ladder's "
+        f"slope less the V-ladder's, 0 where ρ alone sets the effect; {CONFIDENCE:.0%} t over "
+        "seeds, unadjusted, outside Holm's family)",
+        p_text(table.drop(columns="seed_diffs")).round(4).to_markdown(index=False),
+    ]
+
+
 def _h6_part(runs: pd.DataFrame, history: pd.DataFrame) -> list[str]:
     """HYPOTHESES.md's H6: per cell, the gap in validation bpb at mid-training and at the end."""
     table = sign_flip_tokens.gap_change(runs, history)
@@ -345,6 +378,7 @@ def write_sign_flip_tables(runs: pd.DataFrame, history: pd.DataFrame) -> dict[st
         "## Where the fitted curve crosses 0",
         *_crossover_lines(runs),
         *_h5_part(runs),
+        *_slopes_part(runs),
         *_contrasts_part(effects.ends, ENDS_TITLE),
         *_contrasts_part(effects.own, OWN_TITLE),
         *_h6_part(runs, history),
