@@ -16,7 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 BOOKS_FIGURES = ["books_fig1_loss", "books_fig2_contrasts", "books_fig3_lr", "books_fig4_per_book"]
-SIGN_FLIP_FIGURES = ["sign_flip_fig1_map", "sign_flip_fig2_tokens"]
+SIGN_FLIP_FIGURES = [
+    "sign_flip_fig1_map",
+    "sign_flip_fig2_tokens",
+    "sign_flip_fig3_tokens_per_param",
+]
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {
     "00_overview.ipynb": ["runs.csv"],

@@ -68,6 +68,24 @@ def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(resu
     assert len(dashed) == 2 and all("V=8,192" in label and "d=128" not in label for label in dashed)
 
 
+def test_the_exploratory_axis_draws_the_cells_at_their_tokens_per_param_with_each_ladders_line(
+    results,
+):
+    fig = figures.fig_tokens_per_param(results.runs)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and "tokens per parameter" in ax.get_xlabel()
+    drawn = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    ladders = [drawn[f"{way}-ladder's own OLS (exploratory)"] for way in ("V", "body")]
+    cells = analysis.effect_table(results.runs)
+    for line, ladder in zip(
+        ladders, (cells[cells["n_embd"].eq(128)], cells[cells["vocab_size"].eq(8192)]), strict=True
+    ):
+        assert min(line.get_xdata()) == pytest.approx(ladder["tokens_per_param"].min())
+        assert max(line.get_xdata()) == pytest.approx(ladder["tokens_per_param"].max())
+    gap = sign_flip_curve.ladder_slopes(results.runs, "tokens_per_param").iloc[-1]
+    assert f"body − V {gap['diff']:+.4f} [{gap['low']:+.4f}, {gap['high']:+.4f}]" in caption_of(fig)
+
+
 def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):
     (path,) = figures.write_sign_flip_tables(tmp_path, results.runs, results.history)
     text = path.read_text()
@@ -81,7 +99,7 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
     h5 = text.split("## H5")[1].split("##")[0]  # a row per other body, with its fit beside it
     assert h5.count("| d=") == 2 and " fit |" in h5 and "| in_range" in h5
     slopes = text.split("## Exploratory")[1].split("##")[0]  # each ladder's own slope, apart
-    assert "outside Holm's family" in slopes and "| body − V " in slopes
+    assert "outside Holm's family" in slopes and slopes.count("| body − V ") == 2  # both axes
     h6 = text.split("## H6")[1]  # a row per cell: its gap at mid-training and at the end
     assert h6.count("| inv_sqrt_d |") == len(table) and " gap_mid |" in h6
 

@@ -220,25 +220,37 @@ def test_h5_flags_a_body_whose_effect_is_not_the_v_ladders_at_its_rho(tmp_path):
     assert 0 < row.off_low < row.off
 
 
-def test_each_ladders_own_slope_is_a_per_seed_fit_and_their_gap_is_paired_by_seed(results):
-    """Exploratory: the V-ladder's slopes (micro) and the body ladder's (the bodies at V = 8,192,
-    micro's among them), recomputed with np.polyfit; where rho alone sets the effect, as in the
-    fake, their per-seed difference holds 0."""
+@pytest.mark.parametrize("on", list(sign_flip_curve.AXES))
+def test_each_ladders_own_slope_is_a_per_seed_fit_and_their_gap_is_paired_by_seed(results, on):
+    """Exploratory: on the log of rho or of tokens per parameter, the V-ladder's slopes (micro)
+    and the body ladder's (the bodies at V = 8,192, micro's among them), recomputed with
+    np.polyfit, and their per-seed difference."""
     both = sign_flip.pairs(results.runs)
 
     def slopes(points: pd.DataFrame) -> pd.Series:
-        return points.groupby("seed").apply(lambda d: np.polyfit(d["log_rho"], d["diff"], 1)[0])
+        return points.groupby("seed").apply(
+            lambda d: np.polyfit(np.log(d[f"{on}_t"]), d["diff"], 1)[0]
+        )
 
     v, body = slopes(both[both["n_embd"].eq(128)]), slopes(both[both["vocab_size"].eq(8192)])
-    table = sign_flip_curve.ladder_slopes(results.runs).set_index("ladder")
+    table = sign_flip_curve.ladder_slopes(results.runs, on).set_index("ladder")
     assert table.loc["V", "seed_diffs"] == pytest.approx(v.tolist())
     assert table.loc["body", "seed_diffs"] == pytest.approx(body.tolist())
     assert table.loc["body", "points"] == 3 and table.loc["body", "held"] == "V = 8,192"
     gap = table.loc["body − V"]
     assert gap["seed_diffs"] == pytest.approx((body - v).tolist())
+    assert (table["axis"] == on).all()
+    fitted = sign_flip_curve.ladder_fits(results.runs, on)
+    assert fitted["body"].n_pairs == 3 * 4
+    assert np.exp(fitted["V"].log_rho[1]) == pytest.approx(
+        both.loc[both["n_embd"].eq(128), f"{on}_t"].max()
+    )
+
+
+def test_where_rho_alone_sets_the_effect_the_ladders_slopes_on_it_agree(results):
+    """The fake's effect is a line in ln rho alone: the ladders' per-seed gap holds 0 on rho."""
+    gap = sign_flip_curve.ladder_slopes(results.runs, "rho").set_index("ladder").loc["body − V"]
     assert gap["low"] < 0 < gap["high"]
-    fitted = sign_flip_curve.ladder_fits(results.runs)
-    assert fitted["body"].n_pairs == 3 * 4 and fitted["V"].result.params[1] > 0
 
 
 def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results):

@@ -309,11 +309,11 @@ def on_body_ladder(both: pd.DataFrame) -> pd.DataFrame:
     return ladder[ladder["vocab_size"].eq(vocab)]
 
 
-def seed_slopes(ladder: pd.DataFrame) -> tuple[pd.Series, np.ndarray]:
-    """Each seed's least-squares slope of ``diff`` on ln rho over the ladder's points that every
-    seed ran (a point some seeds lack yet leaves the slope, so that every seed's slope spans the
-    same points), and those points' ln rho; no slopes below two such points."""
-    wide = ladder.pivot_table(index="seed", columns="log_rho", values="diff").dropna(axis=1)
+def seed_slopes(ladder: pd.DataFrame, x: str = "log_rho") -> tuple[pd.Series, np.ndarray]:
+    """Each seed's least-squares slope of ``diff`` on ``x`` (ln rho) over the ladder's points
+    that every seed ran (a point some seeds lack yet leaves the slope, so that every seed's slope
+    spans the same points), and those points' ``x``; no slopes below two such points."""
+    wide = ladder.pivot_table(index="seed", columns=x, values="diff").dropna(axis=1)
     x = wide.columns.to_numpy(dtype=float)
     if wide.shape[1] < 2:
         return pd.Series(dtype=float), x

@@ -149,33 +149,44 @@ def _against(f: Fit, cell: pd.DataFrame) -> dict:
 
 
 # ------------------------------------------------- exploratory: each ladder's own slope (not H5)
-SLOPE_COLUMNS = ["ladder", "held", "points", "rho_low", "rho_high", "n_seeds", "diff", "low",
-                 "high", "p", "seed_diffs"]  # fmt: skip
+# what a ladder's points may be read against: each pair's tied-model value, on a log axis
+AXES = {"rho": "ρ", "tokens_per_param": "tokens per parameter"}
+SLOPE_COLUMNS = ["axis", "ladder", "held", "points", "low_end", "high_end", "n_seeds", "diff",
+                 "low", "high", "p", "seed_diffs"]  # fmt: skip
 
 
-def ladder_fits(runs: pd.DataFrame) -> dict[str, Fit | None]:
-    """The OLS fit on ln rho over each ladder's own pairs at d^-0.5 (``V``: micro's vocabularies;
-    ``body``: the bodies at V = 8,192), to draw beside the committed fit over them all."""
+def _ladders(runs: pd.DataFrame, on: str) -> dict[str, pd.DataFrame]:
+    """Each ladder's pairs at d^-0.5 (``V``: micro's vocabularies; ``body``: the bodies at
+    V = 8,192), with ``log_x``, the log of ``on`` (a key of AXES)."""
     both = pairs(runs).rename(columns={"way_t": "way"})
-    return {"V": fit(on_v_ladder(both)), "body": fit(on_body_ladder(both))}
+    both = both.assign(log_x=np.log(both[f"{on}_t"]))
+    return {"V": on_v_ladder(both), "body": on_body_ladder(both)}
 
 
-def ladder_slopes(runs: pd.DataFrame) -> pd.DataFrame:
-    """Exploratory, not committed in HYPOTHESES.md: each seed's slope of tied − untied on ln rho
-    along the V-ladder and along the body ladder (:func:`sign_flip.seed_slopes`), and per seed
-    their difference, body − V (0 where rho alone sets the effect: H5 asked of the slopes).
-    t over seeds, unadjusted and outside Holm's family."""
-    both = pairs(runs).rename(columns={"way_t": "way"})
-    ladders = {"V": on_v_ladder(both), "body": on_body_ladder(both)}
+def ladder_fits(runs: pd.DataFrame, on: str = "rho") -> dict[str, Fit | None]:
+    """Each ladder's own OLS fit on the log of ``on`` (a key of AXES), to draw beside the
+    committed fit over them all; its ``log_rho`` span is then that axis's."""
+    ladders = _ladders(runs, on)
+    return {name: fit(ladder.assign(log_rho=ladder["log_x"])) for name, ladder in ladders.items()}
+
+
+def ladder_slopes(runs: pd.DataFrame, on: str = "rho") -> pd.DataFrame:
+    """Exploratory, not committed in HYPOTHESES.md: each seed's slope of tied − untied on the log
+    of ``on`` (a key of AXES) along the V-ladder and along the body ladder
+    (:func:`sign_flip.seed_slopes`), and per seed their difference, body − V (0 where that axis
+    alone sets the effect; on rho: H5 asked of the slopes). t over seeds, unadjusted, outside
+    Holm's family."""
     slopes, rows = {}, []
-    for name, ladder in ladders.items():
-        slopes[name], x = seed_slopes(ladder)
+    for name, ladder in _ladders(runs, on).items():
+        slopes[name], x = seed_slopes(ladder, "log_x")
         if not len(slopes[name]):
             continue
         held = ladder["body_t"].iloc[0] if name == "V" else f"V = {ladder['vocab_size'].iloc[0]:,}"
-        span = {"points": len(x), "rho_low": np.exp(x.min()), "rho_high": np.exp(x.max())}
-        rows.append({"ladder": name, "held": held, **span, **seed_summary(slopes[name])})
+        span = {"points": len(x), "low_end": np.exp(x.min()), "high_end": np.exp(x.max())}
+        rows.append(
+            {"axis": on, "ladder": name, "held": held, **span, **seed_summary(slopes[name])}
+        )
     if all(len(s) for s in slopes.values()):
         gap = (slopes["body"] - slopes["V"]).dropna()
-        rows.append({"ladder": "body − V", "held": "per seed", **seed_summary(gap)})
+        rows.append({"axis": on, "ladder": "body − V", "held": "per seed", **seed_summary(gap)})
     return pd.DataFrame(rows, columns=SLOPE_COLUMNS)

@@ -37,19 +37,20 @@ def _init_stds(table: pd.DataFrame) -> list[str]:
     return stds or ["inv_sqrt_d"]
 
 
-def _points(ax, cells: pd.DataFrame) -> None:
+def _points(ax, cells: pd.DataFrame, x: str = "rho") -> None:
+    """Each cell's mean and t-interval at its ``x``, marked by how its rho was moved."""
     for (way, gpu), group in cells.groupby(["way", cells["device"].str.contains("cuda")]):
         label, color, marker = WAY_STYLE.get(way, WAY_STYLE["alone"])
         has = group["low"].notna()
         yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
         kw = {"ls": "none", "marker": marker, "color": color, "ms": 5}
         kw |= {"mec": GPU_EDGE, "mew": 1.2} if gpu else {}
-        ax.errorbar(group["rho"][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
+        ax.errorbar(group[x][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
                     capsize=2, label=label, **kw)  # fmt: skip
-        ax.plot(group["rho"][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
+        ax.plot(group[x][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
         if way == sign_flip.OFF_LADDER:  # what it is, beside it: its body and its tokenizer
             for row in group.itertuples():
-                ax.annotate(f" {row.body}, {row.encoding}", (row.rho, row.diff), fontsize=5)
+                ax.annotate(f" {row.body}, {row.encoding}", (getattr(row, x), row.diff), fontsize=5)
 
 
 OWN_STYLE = {"ls": "none", "marker": "P", "color": "#555555", "ms": 5, "capsize": 2}
@@ -85,10 +86,10 @@ def _curve(ax, f, cross: dict) -> str:
 LADDER_LINE = {"ls": (0, (4, 2)), "lw": 0.9}  # each ladder's own fit: dashed, in its colour
 
 
-def _ladder_lines(ax, runs: pd.DataFrame) -> None:
-    """Each ladder's own OLS line on ln rho (exploratory; the committed fit pools them), drawn
-    over its points' range in the colour of its markers, where it has two points or more."""
-    for way, f in sign_flip_curve.ladder_fits(runs).items():
+def _ladder_lines(ax, runs: pd.DataFrame, on: str = "rho") -> None:
+    """Each ladder's own OLS line on the log of ``on`` (exploratory; the committed fit pools
+    them), over its points' range in the colour of its markers, where it has two points or more."""
+    for way, f in sign_flip_curve.ladder_fits(runs, on).items():
         if f is None:
             continue
         grid = np.exp(np.linspace(*f.log_rho, 50))
@@ -134,6 +135,46 @@ def fig_map(runs: pd.DataFrame):
         *_own_words(effects.own),
         _floor_words(table),
         *_device_words(table),
+    ]
+    return fig
+
+
+@sign_flip_figure(
+    "sign_flip_fig3_tokens_per_param", "third edition (exploratory): the effect per token/param"
+)
+def fig_tokens_per_param(runs: pd.DataFrame):
+    """Exploratory, not committed: the map's d^-0.5 cells against tokens per parameter (log),
+    marked by how rho was moved, with each ladder's own OLS line: whether the two ladders, which
+    run opposite ways on rho, share this axis. Each ladder's per-seed slopes in the caption."""
+    table = sign_flip.effect_tables(runs).cells
+    table = table[table["init_std"].eq(sign_flip.PRIMARY_INIT)]
+    fig, axes = style.new_figure(1, 1, 2.6)
+    if table.empty:
+        return style.nothing_to_draw(fig, "no tied/untied pair at d^-0.5 yet")
+    ax = axes[0][0]
+    _points(ax, table, x="tokens_per_param")
+    _ladder_lines(ax, runs, on="tokens_per_param")
+    ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+    ax.set_xscale("log")
+    style.plain_log(ax, "x", table["tokens_per_param"])
+    ax.set_xlabel("training tokens per parameter (tied model)")
+    ax.set_ylabel("tied − untied (bits/byte)")
+    ax.set_title(f"{style.init_label(sign_flip.PRIMARY_INIT)}, exploratory", fontsize=7)
+    style.legend(fig, None, 2)
+    fig.drawn = sign_flip.grid(runs)
+    slopes = sign_flip_curve.ladder_slopes(runs, "tokens_per_param")
+    said = [
+        f"{row.ladder} {row.diff:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
+        for row in slopes.itertuples()
+        if pd.notna(row.low)
+    ]
+    fig.captions += [
+        f"{SIGN}. Exploratory, not committed in HYPOTHESES.md: the map's cells against tokens "
+        f"per parameter; mean and {CONFIDENCE:.0%} t-interval over seeds' paired differences; "
+        "dashed: each ladder's own OLS line. Every run reads 10 MB of text, so tokens per "
+        "parameter falls as the model's parameters grow: this figure cannot tell the two apart.",
+        "Per-seed slopes on ln tokens per parameter, bpb per unit, 95% t over seeds, "
+        f"unadjusted: {'; '.join(said) or 'none yet'}.",
     ]
     return fig
 
@@ -325,15 +366,16 @@ def _h5_part(runs: pd.DataFrame) -> list[str]:
 
 def _slopes_part(runs: pd.DataFrame) -> list[str]:
     """Exploratory: each ladder's own slope on ln rho and their difference, per seed."""
-    table = sign_flip_curve.ladder_slopes(runs)
+    table = pd.concat([sign_flip_curve.ladder_slopes(runs, on) for on in sign_flip_curve.AXES])
     if table.empty:
         return []
     return [
         "## Exploratory, not committed: each ladder's own slope (per seed, the least-squares "
-        "slope of tied − untied test bpb on ln ρ over the ladder's points that every seed ran, "
-        "at d^-0.5; diff: the mean, bpb per unit of ln ρ; body − V: per seed the body ladder's "
-        f"slope less the V-ladder's, 0 where ρ alone sets the effect; {CONFIDENCE:.0%} t over "
-        "seeds, unadjusted, outside Holm's family)",
+        "slope of tied − untied test bpb on the log of the axis, ρ or tokens per parameter, over "
+        "the ladder's points that every seed ran, at d^-0.5; diff: the mean, bpb per unit of "
+        "the log; low_end, high_end: the axis's range; body − V: per seed the body ladder's "
+        f"slope less the V-ladder's, 0 where that axis alone sets the effect; {CONFIDENCE:.0%} "
+        "t over seeds, unadjusted, outside Holm's family)",
         p_text(table.drop(columns="seed_diffs")).round(4).to_markdown(index=False),
     ]
 
