@@ -99,7 +99,7 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
     h5 = text.split("## H5")[1].split("##")[0]  # a row per other body, with its fit beside it
     assert h5.count("| d=") == 2 and " fit |" in h5 and "| in_range" in h5
     slopes = text.split("## Exploratory")[1].split("##")[0]  # each ladder's own slope, apart
-    assert "outside Holm's family" in slopes and slopes.count("| body − V ") == 2  # both axes
+    assert "outside Holm's family" in slopes and slopes.count("| body − V ") == 3  # each axis
     h6 = text.split("## H6")[1]  # a row per cell: its gap at mid-training and at the end
     assert h6.count("| inv_sqrt_d |") == len(table) and " gap_mid |" in h6
 

@@ -371,7 +371,8 @@ def _slopes_part(runs: pd.DataFrame) -> list[str]:
         return []
     return [
         "## Exploratory, not committed: each ladder's own slope (per seed, the least-squares "
-        "slope of tied − untied test bpb on the log of the axis, ρ or tokens per parameter, over "
+        "slope of tied − untied test bpb on the log of the axis (ρ, tokens per parameter, the tied "
+        "model's parameters) over "
         "the ladder's points that every seed ran, at d^-0.5; diff: the mean, bpb per unit of "
         "the log; low_end, high_end: the axis's range; body − V: per seed the body ladder's "
         f"slope less the V-ladder's, 0 where that axis alone sets the effect; {CONFIDENCE:.0%} "
