@@ -287,26 +287,26 @@ PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_hig
                    "diff", "low", "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
 
 
+def _on_ladder(both: pd.DataFrame, way: str, held: str, moved: str) -> pd.DataFrame:
+    """The pairs of one ladder at d^-0.5: its ``way``'s points and those of both ladders, at the
+    value of ``held`` under which ``moved`` took the most values."""
+    ladder = both[both["way"].isin([way, WAYS[(True, True)]]) & both["init_std"].eq(PRIMARY_INIT)]
+    if ladder.empty:
+        return ladder
+    at = ladder.groupby(held)[moved].nunique().idxmax()
+    return ladder[ladder[held].eq(at)]
+
+
 def on_v_ladder(both: pd.DataFrame) -> pd.DataFrame:
     """The pairs (:func:`pairs` with ``way``) of the V-ladder at d^-0.5: the body whose V moved
     the most (micro's), at every V it ran."""
-    v_ladder = both[both["way"].isin([WAYS[(True, False)], WAYS[(True, True)]])]
-    v_ladder = v_ladder[v_ladder["init_std"].eq(PRIMARY_INIT)]
-    if v_ladder.empty:
-        return v_ladder
-    body = v_ladder.groupby("body_t")["vocab_size"].nunique().idxmax()
-    return v_ladder[v_ladder["body_t"].eq(body)]
+    return _on_ladder(both, WAYS[(True, False)], held="body_t", moved="vocab_size")
 
 
 def on_body_ladder(both: pd.DataFrame) -> pd.DataFrame:
     """The pairs (:func:`pairs` with ``way``) of the body ladder at d^-0.5: the V at which the
     body moved the most (8,192's), every body that ran at it."""
-    ladder = both[both["way"].isin([WAYS[(False, True)], WAYS[(True, True)]])]
-    ladder = ladder[ladder["init_std"].eq(PRIMARY_INIT)]
-    if ladder.empty:
-        return ladder
-    vocab = ladder.groupby("vocab_size")["body_t"].nunique().idxmax()
-    return ladder[ladder["vocab_size"].eq(vocab)]
+    return _on_ladder(both, WAYS[(False, True)], held="vocab_size", moved="body_t")
 
 
 def seed_slopes(ladder: pd.DataFrame, x: str = "log_rho") -> tuple[pd.Series, np.ndarray]:
