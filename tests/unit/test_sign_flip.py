@@ -4,6 +4,7 @@ whose tying effect is designed to change sign at a known rho; the runs table's n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ from fake_sign_flip import (
     write_point,
     write_sign_flip,
 )
+from helpers import script_module
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -29,6 +31,8 @@ from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
 from tiedvsuntied.results.metrics import VAL_BPB
+
+STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +255,33 @@ def test_where_rho_alone_sets_the_effect_the_ladders_slopes_on_it_agree(results)
     """The fake's effect is a line in ln rho alone: the ladders' per-seed gap holds 0 on rho."""
     gap = sign_flip_curve.ladder_slopes(results.runs, "rho").set_index("ladder").loc["body − V"]
     assert gap["low"] < 0 < gap["high"]
+
+
+def test_a_held_out_point_is_predicted_by_each_ladders_line_made_without_it(results):
+    """Exploratory (experiments/sign_flip/held_out.py): with d256 held out, each ladder's line
+    on each axis is np.polyfit over the other points' pairs, read at d256's value on that axis,
+    and ``off`` is d256's mean effect − that."""
+    both = sign_flip.pairs(results.runs)
+    cell, rest = both[both["n_embd"].eq(256)], both[~both["n_embd"].eq(256)]
+    ladders = {"V": rest[rest["n_embd"].eq(128)], "body": rest[rest["vocab_size"].eq(8192)]}
+    table = sign_flip_curve.held_out(results.runs, 256, 8, 8192)
+    assert len(table) == len(sign_flip_curve.AXES) * len(ladders)
+    for row in table.itertuples():
+        points, at = ladders[row.ladder], cell[f"{row.axis}_t"].iloc[0]
+        line = np.polyfit(np.log(points[f"{row.axis}_t"]), points["diff"], 1)
+        assert row.at == pytest.approx(at) and row.fit == pytest.approx(
+            np.polyval(line, np.log(at))
+        )
+        assert row.n_seeds == 4 and row.off == pytest.approx(cell["diff"].mean() - row.fit)
+
+
+def test_the_held_out_script_prints_every_reading_and_names_the_points_that_ran(sweep, capsys):
+    held_out = script_module(STUDY / "held_out.py")
+    text = held_out.main([str(sweep), "--point", "256,8,8192"])
+    assert text in capsys.readouterr().out
+    assert len(text.splitlines()) == 2 + len(sign_flip_curve.AXES) * 2  # header, rule, rows
+    with pytest.raises(SystemExit, match=r"no runs at .*'n_embd': 512.* ran: \[\(64, 2, 8192\)"):
+        held_out.main([str(sweep), "--point", "512,4,8192"])
 
 
 def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results):

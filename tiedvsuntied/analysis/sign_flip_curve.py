@@ -123,11 +123,12 @@ def body_against_v(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=H5_COLUMNS).sort_values("rho", ignore_index=True)
 
 
-def _against(f: Fit, cell: pd.DataFrame) -> dict:
-    """One cell of H5's table (:func:`body_against_v`)."""
-    rho, first = float(cell["rho_t"].mean()), cell.iloc[0]
+def _against(f: Fit, cell: pd.DataFrame, on: str = "rho") -> dict:
+    """One cell of H5's table (:func:`body_against_v`): the cell beside ``f`` at the cell's value
+    of ``on`` (a key of AXES; ``f`` was fitted on its log)."""
+    x, first = float(cell[f"{on}_t"].mean()), cell.iloc[0]
     own = seed_summary(cell.set_index("seed")["diff"])
-    at = f.result.get_prediction(design(np.log(rho), f.degree))
+    at = f.result.get_prediction(design(np.log(x), f.degree))
     fit_low, fit_high = at.conf_int(alpha=1 - CONFIDENCE)[0]
     fitted, n = float(at.predicted_mean[0]), own["n_seeds"]
     t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) if n > 1 else np.nan
@@ -135,7 +136,7 @@ def _against(f: Fit, cell: pd.DataFrame) -> dict:
     return {
         **{c: first[c] for c in ["n_layer", "n_embd", "vocab_size"]},
         "body": first["body_t"],
-        "rho": rho,
+        on: x,
         **{k: own[k] for k in ("n_seeds", "diff", "low", "high")},
         "fit": fitted,
         "fit_low": fit_low,
@@ -144,7 +145,7 @@ def _against(f: Fit, cell: pd.DataFrame) -> dict:
         "off": own["diff"] - fitted,
         "off_low": own["diff"] - fitted - half,
         "off_high": own["diff"] - fitted + half,
-        "in_range": bool(f.log_rho[0] <= np.log(rho) <= f.log_rho[1]),
+        "in_range": bool(f.log_rho[0] <= np.log(x) <= f.log_rho[1]),
     }
 
 
@@ -190,3 +191,29 @@ def ladder_slopes(runs: pd.DataFrame, on: str = "rho") -> pd.DataFrame:
         gap = (slopes["body"] - slopes["V"]).dropna()
         rows.append({"axis": on, "ladder": "body − V", "held": "per seed", **seed_summary(gap)})
     return pd.DataFrame(rows, columns=SLOPE_COLUMNS)
+
+
+HELD_OUT_COLUMNS = ["axis", "ladder", "at", *H5_COLUMNS[H5_COLUMNS.index("n_seeds") :]]
+
+
+def held_out(runs: pd.DataFrame, n_embd: int, n_layer: int, vocab_size: int) -> pd.DataFrame:
+    """Exploratory: one ladder point predicted from all the others, by each ladder's own fit
+    (:func:`ladder_fits`) on each axis of AXES, beside what the point's own seeds measured (H5's
+    columns, :func:`_against`; no seeds yet: NaN). A reading whose prediction ``off``'s interval
+    excludes 0 is contradicted by the point."""
+    where = {"n_embd": n_embd, "n_layer": n_layer, "vocab_size": vocab_size}
+    mask = np.logical_and.reduce([runs[k].eq(v) for k, v in where.items()])
+    if not mask.any():
+        points = sorted({tuple(map(int, p)) for p in runs[list(where)].dropna().to_numpy()})
+        raise ValueError(f"no runs at {where}; (n_embd, n_layer, vocab_size) ran: {points}")
+    cell = pairs(runs[mask])
+    cell = cell[cell["init_std"].eq(PRIMARY_INIT)]
+    if cell.empty:
+        raise ValueError(f"no tied/untied pair at {where}: nothing to hold out")
+    rows = []
+    for on in AXES:
+        for name, f in ladder_fits(runs[~mask], on).items():
+            if f is not None:
+                row = _against(f, cell, on)
+                rows.append({"axis": on, "ladder": name, "at": row.pop(on), **row})
+    return pd.DataFrame(rows, columns=HELD_OUT_COLUMNS)
