@@ -28,10 +28,13 @@ def score(models, tokens):
 
 def reference_nll(train, held_out, vocab, discount=0.75):
     """Mean unigram and bigram NLL of held_out[1:], written out with dicts and loops, directly
-    from the formulas (independent of the vectorised code)."""
-    train, held_out = [int(t) for t in train], [int(t) for t in held_out]
-    unigram = Counter(train)
-    pairs = Counter(zip(train[:-1], train[1:], strict=True))
+    from the formulas (independent of the vectorised code); ``train``: a stream, or a list of
+    rows (stretches of text: no pair crosses from one to the next)."""
+    rows = [[int(t) for t in row] for row in (train if isinstance(train, list) else [train])]
+    held_out = [int(t) for t in held_out]
+    unigram = Counter(t for row in rows for t in row)
+    n_train = sum(map(len, rows))
+    pairs = Counter(pair for row in rows for pair in zip(row[:-1], row[1:], strict=True))
     context = Counter(v for v, _ in pairs.elements())
     followers = Counter(v for v, _ in pairs)
     preceders = Counter(w for _, w in pairs)
@@ -48,7 +51,7 @@ def reference_nll(train, held_out, vocab, discount=0.75):
 
     uni, bi = [], []
     for v, w in zip(held_out[:-1], held_out[1:], strict=True):
-        uni.append(-math.log((unigram[w] + 1) / (len(train) + vocab)))
+        uni.append(-math.log((unigram[w] + 1) / (n_train + vocab)))
         bi.append(-math.log(p_bigram(v, w)))
     return sum(uni) / len(uni), sum(bi) / len(bi)
 
@@ -84,12 +87,19 @@ def _random_tokens():
     return train, rng.integers(0, 40, size=500, dtype=np.uint32), 40
 
 
+def _rows():
+    """The stretches of text a run read: windows of one stream, in no order, some adjacent."""
+    train, held_out, vocab = _random_tokens()
+    starts = np.array([2000, 0, 64, 640, 128])  # 0 and 64, 64 and 128 share their edge token
+    return train[starts[:, None] + np.arange(65)], held_out, vocab
+
+
 @pytest.mark.parametrize("discount", [0.75, 0.3, 1.0])
-@pytest.mark.parametrize("tokens", [lambda: (TRAIN, HELD_OUT, V), _random_tokens])
+@pytest.mark.parametrize("tokens", [lambda: (TRAIN, HELD_OUT, V), _random_tokens, _rows])
 def test_values_match_a_loop_implementation_to_1e_12(tokens, discount):
     train, held_out, vocab = tokens()
     got = score(fit(train, vocab, discount=discount), held_out)
-    uni, bi = reference_nll(train, held_out, vocab, discount)
+    uni, bi = reference_nll(list(train) if train.ndim == 2 else train, held_out, vocab, discount)
     assert got["unigram"] == pytest.approx(uni, abs=1e-12)
     assert got["bigram"] == pytest.approx(bi, abs=1e-12)
     assert got["n_tokens"] == len(held_out) - 1
@@ -138,8 +148,10 @@ def test_any_integer_array_gives_the_same_numbers_and_is_left_untouched(dtype, t
         (lambda: fit(np.array([0, 1, 6]), V), r"outside \[0, 6\)"),
         (lambda: fit(np.array([0, -1, 2]), V), r"outside \[0, 6\)"),
         (lambda: fit(np.array([0]), V), "at least 2"),
-        (lambda: fit(np.zeros((2, 2), dtype=int), V), "1-D integer"),
-        (lambda: fit(np.array([0.0, 1.0]), V), "1-D integer"),
+        (lambda: fit(np.zeros((2, 2, 2), dtype=int), V), "1-D or 2-D integer"),
+        (lambda: fit(np.zeros((2, 1), dtype=int), V), "at least 2"),
+        (lambda: fit(np.array([0.0, 1.0]), V), "1-D or 2-D integer"),
+        (lambda: score(fit(TRAIN, V), np.zeros((2, 2), dtype=int)), "1-D integer"),
         (lambda: fit(TRAIN, V, discount=0), r"discount must be in \(0, 1\]"),
         (lambda: fit(TRAIN, V, discount=1.5), r"discount must be in \(0, 1\]"),
         (lambda: score(fit(TRAIN, V), np.array([3, 7])), r"outside \[0, 6\)"),

@@ -70,6 +70,16 @@ def test_once_takes_every_training_window_at_most_once_in_a_seeded_order():
         sampler.get(steps, 1)  # step 7 ends at window 64
 
 
+@pytest.mark.parametrize("once", [True, False])
+def test_the_text_a_run_read_is_every_window_its_steps_took_in_order(corpus, once):
+    sampler = BatchSampler(corpus.tokens("train"), 16, 3, seed=2, once=once, grad_accum=2)
+    rows = sampler.read(5)
+    windows = [sampler.get(step, micro) for step in range(5) for micro in range(2)]
+    assert rows.shape == (5 * 2 * 3, 17)
+    np.testing.assert_array_equal(rows[:, :-1], torch.cat([x for x, _ in windows]).numpy())
+    np.testing.assert_array_equal(rows[:, 1:], torch.cat([y for _, y in windows]).numpy())
+
+
 def test_eval_windows_are_fixed_evenly_spaced_and_non_overlapping(corpus):
     val = corpus.tokens("val")
     n, T = len(val), 128

@@ -29,13 +29,19 @@ class CountModels:
     continuation: np.ndarray  # p_cont(w), float64 [V]
 
 
-def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) -> np.ndarray:
-    """A 1-D integer array of at least ``min_len`` tokens, all in [0, V); else a DataError."""
+def _check_tokens(
+    tokens: np.ndarray, vocab_size: int, what: str, min_len: int, ndim=(1,)
+) -> np.ndarray:
+    """An integer array of ``ndim`` dimensions (a stream, or rows of stretches of one) whose last
+    axis holds at least ``min_len`` tokens, all in [0, V); else a DataError."""
     tokens = np.asarray(tokens)
-    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
-        raise DataError(f"{what} must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
-    if len(tokens) < min_len:
-        raise DataError(f"{what} needs at least {min_len} tokens, got {len(tokens)}")
+    shape = " or ".join(f"{n}-D" for n in ndim)
+    if tokens.ndim not in ndim or not np.issubdtype(tokens.dtype, np.integer):
+        raise DataError(
+            f"{what} must be a {shape} integer array, got {tokens.dtype} {tokens.shape}"
+        )
+    if tokens.shape[-1] < min_len or not tokens.size:
+        raise DataError(f"{what} needs at least {min_len} tokens, got {tokens.shape[-1]}")
     low, high = int(tokens.min()), int(tokens.max())
     if low < 0 or high >= vocab_size:
         raise DataError(f"{what} has tokens outside [0, {vocab_size}): min {low}, max {high}")
@@ -44,37 +50,42 @@ def _check_tokens(tokens: np.ndarray, vocab_size: int, what: str, min_len: int) 
     return tokens if np.can_cast(tokens.dtype, np.int64) else tokens.astype(np.int64)
 
 
-def _count_pairs(tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(prev * V + next, return_counts=True)`` at 60% of its peak memory (measured
-    with tracemalloc on 20 M random tokens: 0.46 GB instead of 0.78 GB): the ids are sorted in
-    place rather than copied, and freed before the counts are taken."""
-    ids = tokens[:-1].astype(np.int64)
+def _count_pairs(rows: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of each row of ``rows`` (2-D: no pair crosses rows) as ``np.unique(prev * V +
+    next, return_counts=True)`` at 60% of its peak memory (measured with tracemalloc on 20 M
+    random tokens: 0.46 GB instead of 0.78 GB): the ids are sorted in place rather than copied,
+    and freed before the counts are taken."""
+    ids = rows[:, :-1].astype(np.int64).reshape(-1)  # a new array: the reshape is a view
     ids *= vocab_size
-    ids += tokens[1:]
+    ids += rows[:, 1:].reshape(-1)
     ids.sort()
     new = np.empty(len(ids), dtype=bool)
     new[0] = True
     np.not_equal(ids[1:], ids[:-1], out=new[1:])
     distinct = ids[new]
+    n_pairs = len(ids)
     del ids
     first = np.flatnonzero(new)
     del new
     counts = np.empty_like(first)  # np.diff(first, append=n) would allocate two more arrays
     np.subtract(first[1:], first[:-1], out=counts[:-1])
-    counts[-1] = len(tokens) - 1 - first[-1]
+    counts[-1] = n_pairs - first[-1]
     return distinct, counts
 
 
 def fit(train_tokens: np.ndarray, vocab_size: int, *, discount: float = 0.75) -> CountModels:
-    """Count unigrams and bigrams of ``train_tokens`` (1-D ints in [0, V), e.g. a memmap)."""
+    """Count unigrams and bigrams of ``train_tokens``: ints in [0, V), 1-D (one stream, e.g. a
+    memmap) or 2-D (rows, each a stretch of text, e.g. the windows a run read: no pair crosses
+    from one row to the next, and a token two rows share counts in both)."""
     # D > 1 would take more than a pair's count; D = 0 would leave unseen pairs at probability 0.
     if not 0 < discount <= 1:
         raise DataError(f"discount must be in (0, 1], got {discount}")
-    tokens = _check_tokens(train_tokens, vocab_size, "train_tokens", min_len=2)
-    pair_ids, pair_counts = _count_pairs(tokens, vocab_size)
-    # c(v) counts contexts, not tokens: the last training token is no context, and the bigram's
+    tokens = _check_tokens(train_tokens, vocab_size, "train_tokens", min_len=2, ndim=(1, 2))
+    rows = tokens.reshape(-1, tokens.shape[-1])  # a stream is one row (a view, even of a memmap)
+    pair_ids, pair_counts = _count_pairs(rows, vocab_size)
+    # c(v) counts contexts, not tokens: a row's last token is no context, and the bigram's
     # normalisation needs exactly the pairs' total.
-    context_counts = np.bincount(tokens[:-1], minlength=vocab_size).astype(np.int64)
+    context_counts = np.bincount(rows[:, :-1].reshape(-1), minlength=vocab_size).astype(np.int64)
     # N1+(v .) and N1+(. w), one int64 temporary at a time (each as large as the distinct pairs).
     followers = np.bincount(pair_ids // vocab_size, minlength=vocab_size)
     preceders = np.bincount(pair_ids % vocab_size, minlength=vocab_size)
@@ -84,8 +95,8 @@ def fit(train_tokens: np.ndarray, vocab_size: int, *, discount: float = 0.75) ->
     return CountModels(
         vocab_size=vocab_size,
         discount=float(discount),
-        n_train=len(tokens),
-        unigram_counts=np.bincount(tokens, minlength=vocab_size).astype(np.int64),
+        n_train=rows.size,
+        unigram_counts=np.bincount(rows.reshape(-1), minlength=vocab_size).astype(np.int64),
         pair_ids=pair_ids,
         pair_counts=pair_counts,
         context_counts=context_counts,
@@ -184,10 +195,14 @@ def window_baselines(corpus, split: str, windows: np.ndarray, max_windows: int) 
     fitted = (str(corpus.dir), corpus.fingerprint)
     if fitted not in _FITTED:
         _FITTED[fitted] = fit(corpus.tokens("train"), corpus.vocab_size)
-    scores = score_documents(
-        _FITTED[fitted], windows.ravel(), np.arange(len(windows)) * (block_size + 1)
-    )
-    scores["unseen"] = scores.pop("unseen_frac")
-    out = {key: scores[key] for key in _WINDOW_KEYS}
+    out = score_windows(_FITTED[fitted], windows)
     atomic_write(path, lambda f: np.savez(f, **out))
     return out
+
+
+def score_windows(models: CountModels, windows: np.ndarray) -> dict:
+    """``{"unigram", "bigram", "unseen"}``: per window (a row of ``windows``, its tokens after
+    the first the targets), the count models' mean NLL and the share of unseen targets."""
+    scores = score_documents(models, windows.ravel(), np.arange(len(windows)) * windows.shape[1])
+    scores["unseen"] = scores.pop("unseen_frac")
+    return {key: scores[key] for key in _WINDOW_KEYS}

@@ -72,6 +72,14 @@ class BatchSampler:
     def get(self, step: int, micro: int = 0):
         return _windows(self.tokens, self.starts(step, micro), self.block_size)
 
+    def read(self, steps: int) -> np.ndarray:
+        """The windows (``block_size + 1`` tokens each, as rows) that steps 0 .. ``steps`` − 1
+        read, every micro-batch's: the text a run of that many steps trained on."""
+        starts = [self.starts(s, m) for s in range(int(steps)) for m in range(self.grad_accum)]
+        return np.asarray(
+            self.tokens[np.concatenate(starts)[:, None] + np.arange(self.block_size + 1)]
+        )
+
 
 def eval_window_starts(n_tokens: int, block_size: int, max_windows: int | None = 0) -> np.ndarray:
     """Evenly spaced, non-overlapping windows of block_size+1 tokens from the first to the last
