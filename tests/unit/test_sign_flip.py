@@ -173,6 +173,24 @@ def test_the_crossovers_delta_interval_covers_the_truth_at_its_level(degree):
     assert 0.90 <= covered / 400 <= 0.99
 
 
+def test_a_cells_offset_from_a_ladders_line_covers_zero_at_least_at_its_level():
+    """Coverage of H5's (and held_out's) interval of cell − line on 400 simulated ladders (5
+    points x 4 seeds, normal noise) and a cell of 4 seeds on the same line: the two standard
+    errors add, and the t has the cell's 3 degrees of freedom, so it is conservative: 95-99%."""
+    rng = np.random.default_rng(5)
+    x = np.repeat(np.log([0.14, 0.28, 0.4, 0.57, 0.87]), 4)
+    cell = {"seed": range(4), "rho_t": 0.25, "n_layer": 8, "n_embd": 256, "vocab_size": 8192}
+    covered = 0
+    for _ in range(400):
+        line = sign_flip_curve.fit(
+            pd.DataFrame({"log_rho": x, "diff": rng.normal(-0.018 * x, 0.008)})
+        )
+        diffs = rng.normal(-0.018 * np.log(0.25), 0.008, 4)
+        row = sign_flip_curve._against(line, pd.DataFrame({**cell, "diff": diffs, "body_t": "b"}))
+        covered += row["off_low"] <= 0 <= row["off_high"]
+    assert 0.95 <= covered / 400 <= 0.99
+
+
 def test_a_worse_lr_setting_of_one_arm_is_left_out_of_the_pairs(tmp_path):
     """Where the lr check ran a second setting, the cell keeps the one of the lower validation
     loss at its lowest seed, and its pairs stay one per seed (the cell and one other, not the
