@@ -9,10 +9,9 @@ import pytest
 from conftest import QUICK, REPO, compose
 from helpers import script_module
 
-from tiedvsuntied.data.baselines import fit, score_windows
+from tiedvsuntied.data.baselines import bits_per_byte, fit, score_windows
 from tiedvsuntied.data.batches import BatchSampler, EvalSet
 from tiedvsuntied.data.cache import prepare_data
-from tiedvsuntied.train.evaluation import bits_per_byte
 from tiedvsuntied.train.trainer import train
 
 OVER = [*QUICK, "data.encoding=bpe", "data.vocab_size=300", "trainer.compile=false", "seed=1"]

@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from tiedvsuntied.data.baselines import bits_per_byte
 from tiedvsuntied.data.batches import EvalSet
-from tiedvsuntied.train.evaluation import bits_per_byte, heldout
+from tiedvsuntied.train.evaluation import heldout
 
 
 def test_the_held_out_report_is_the_windows_loss_beside_the_count_models_per_document():

@@ -111,7 +111,8 @@ def body_against_v(runs: pd.DataFrame) -> pd.DataFrame:
     beside the V-ladder's own fit (OLS on ln rho over its pairs) at the cell's rho. ``inside``:
     the cell's mean lies in the fit's CONFIDENCE band (H5 as committed); ``off``: the cell's mean
     − the fit, with a t-interval of both standard errors at the cell's seeds − 1 degrees of
-    freedom (conservative: 95-99% coverage simulated in the tests); ``in_range``: the cell's rho lies inside the V-ladder's (else the fit extrapolates)."""
+    freedom (conservative: 95-99% coverage simulated in the tests); ``in_range``: the cell's rho
+    lies inside the V-ladder's (else the fit extrapolates)."""
     both = pairs(runs).rename(columns={"way_t": "way"})
     v_ladder = on_v_ladder(both)
     f = fit(v_ladder)

@@ -7,11 +7,17 @@ bigram has learned little beyond counts. Formulas: docs/data.md, "Count baseline
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from tiedvsuntied.data.config import DataError
+
+
+def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
+    """A loss comparable across vocabularies: the windows' nats over ln 2 and their bytes."""
+    return nats_per_token / math.log(2) / bytes_per_token
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from tiedvsuntied.data.baselines import bits_per_byte
 from tiedvsuntied.data.batches import EvalSet
 from tiedvsuntied.results.metrics import (
     DRIFT_,
@@ -114,11 +115,6 @@ def save_arrays(run: Run, step: int, **arrays) -> None:
 
 def four_decimals(loss: float | None) -> str:
     return "none" if loss is None else f"{loss:.4f}"
-
-
-def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
-    """A loss comparable across vocabularies: the windows' nats over ln 2 and their bytes."""
-    return nats_per_token / math.log(2) / bytes_per_token
 
 
 def heldout(held: EvalSet, result: dict) -> dict:
