@@ -100,8 +100,10 @@ def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(res
     assert h5.count("| d=") == 2 and " fit |" in h5 and "| in_range" in h5
     slopes = text.split("## Exploratory")[1].split("##")[0]  # each ladder's own slope, apart
     assert "outside Holm's family" in slopes and slopes.count("| body − V ") == 3  # each axis
-    h6 = text.split("## H6")[1]  # a row per cell: its gap at mid-training and at the end
-    assert h6.count("| inv_sqrt_d |") == len(table) and " gap_mid |" in h6
+    h6 = text.split("## H6")[1].split("##")[0]  # a row per cell: its gap at mid-training, end
+    assert h6.count("| inv_sqrt_d |") == len(table) and " gap_from |" in h6
+    stable = text.split("inside the stable phase")[1]  # and a row per cell at 40% and 80%
+    assert stable.count("| inv_sqrt_d |") == len(table) and "Exploratory" in text.split("## H6")[1]
 
 
 def test_other_runs_draw_no_map_and_sign_flip_runs_no_books_figure(tmp_path, results):

@@ -307,16 +307,26 @@ def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results
     evaluation (step 10 of 20) and the last, and the change between them."""
     table = sign_flip_tokens.gap_change(results.runs, results.history)
     row = table[table["n_embd"].eq(256)].iloc[0]
-    assert (row.step_mid, row.step_end) == (10, 20)
+    assert (row.step_from, row.step_to) == (10, 20)
     bpb = results.history.set_index(["run_id", "step"])[VAL_BPB]
     cell = sign_flip.pairs(results.runs).query("n_embd == 256").sort_values("seed")
     runs = list(zip(cell.run_id_t, cell.run_id_u, strict=True))
     mid, end = (np.array([bpb[t, step] - bpb[u, step] for t, u in runs]) for step in (10, 20))
-    assert [row.gap_mid, row.gap_end] == pytest.approx([mid.mean(), end.mean()])
+    assert [row.gap_from, row.gap_to] == pytest.approx([mid.mean(), end.mean()])
     assert row.seed_diffs == pytest.approx((end - mid).tolist())
     assert row["diff"] == pytest.approx((end - mid).mean())
     assert row["low"] < row["diff"] < row["high"]
     assert len(table) == len(LADDER)
+
+
+def test_the_stable_phase_change_compares_the_evaluations_nearest_40_and_80_percent(results):
+    """Exploratory: of evaluations at steps 0, 5, ... 20, the nearest to 8 and to 16."""
+    between = sign_flip_tokens.STABLE_BETWEEN
+    table = sign_flip_tokens.gap_change(results.runs, results.history, between=between)
+    assert set(zip(table.step_from, table.step_to, strict=True)) == {(10, 15)}
+    h6 = sign_flip_tokens.gap_change(results.runs, results.history).set_index(sign_flip.CELL)
+    stable = table.set_index(sign_flip.CELL)
+    assert stable["gap_from"].to_numpy() == pytest.approx(h6.loc[stable.index, "gap_from"])
 
 
 def test_a_cells_floor_is_its_replicate_pairs_change_else_the_largest_measured(tmp_path):

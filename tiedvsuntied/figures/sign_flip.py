@@ -382,16 +382,24 @@ def _slopes_part(runs: pd.DataFrame) -> list[str]:
 
 
 def _h6_part(runs: pd.DataFrame, history: pd.DataFrame) -> list[str]:
-    """HYPOTHESES.md's H6: per cell, the gap in validation bpb at mid-training and at the end."""
-    table = sign_flip_tokens.gap_change(runs, history)
-    if table.empty:
+    """HYPOTHESES.md's H6: per cell, the gap in validation bpb at mid-training and at the end;
+    then the same inside the schedule's stable phase (exploratory)."""
+    h6, stable = (
+        sign_flip_tokens.gap_change(runs, history, between=between)
+        for between in (sign_flip_tokens.H6_BETWEEN, sign_flip_tokens.STABLE_BETWEEN)
+    )
+    if h6.empty:
         return []
-    shown = p_text(table.drop(columns=["n_head", "block_size", "seed_diffs"]))
+    shown = [p_text(t.drop(columns=["n_head", "block_size", "seed_diffs"])) for t in (h6, stable)]
     return [
         "## H6, the token axis: tied − untied in validation bpb at the evaluation nearest the "
-        "middle of training and at the last, means over seeds; diff: per seed end − middle "
-        f"(< 0: the gap closes), {CONFIDENCE:.0%} t over seeds, unadjusted (not in the family)",
-        shown.round(4).to_markdown(index=False),
+        "middle of training (from) and at the last (to), means over seeds; diff: per seed to − "
+        f"from (< 0: the gap closes), {CONFIDENCE:.0%} t over seeds, unadjusted (not in the "
+        "family)",
+        shown[0].round(4).to_markdown(index=False),
+        "## Exploratory, not committed: the same inside the stable phase (the evaluations nearest "
+        "40% and 80% of the steps: one lr while the tokens seen double; the decay follows)",
+        shown[1].round(4).to_markdown(index=False),
     ]
 
 
