@@ -4,7 +4,6 @@ whose tying effect is designed to change sign at a known rho; the runs table's n
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,6 @@ from fake_sign_flip import (
     write_point,
     write_sign_flip,
 )
-from helpers import script_module
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -31,8 +29,6 @@ from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
 from tiedvsuntied.results.metrics import VAL_BPB
-
-STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
 
 
 @pytest.fixture(scope="module")
@@ -291,15 +287,6 @@ def test_a_held_out_point_is_predicted_by_each_ladders_line_made_without_it(resu
             np.polyval(line, np.log(at))
         )
         assert row.n_seeds == 4 and row.off == pytest.approx(cell["diff"].mean() - row.fit)
-
-
-def test_the_held_out_script_prints_every_reading_and_names_the_points_that_ran(sweep, capsys):
-    held_out = script_module(STUDY / "held_out.py")
-    text = held_out.main([str(sweep), "--point", "256,8,8192"])
-    assert text in capsys.readouterr().out
-    assert len(text.splitlines()) == 2 + len(sign_flip_curve.AXES) * 2  # header, rule, rows
-    with pytest.raises(SystemExit, match=r"no runs at .*'n_embd': 512.* ran: \[\(64, 2, 8192\)"):
-        held_out.main([str(sweep), "--point", "512,4,8192"])
 
 
 def test_h6_is_each_seeds_change_of_the_gap_from_mid_training_to_the_end(results):

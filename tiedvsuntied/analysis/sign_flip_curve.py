@@ -218,3 +218,24 @@ def held_out(runs: pd.DataFrame, n_embd: int, n_layer: int, vocab_size: int) -> 
                 row = _against(f, cell, on)
                 rows.append({"axis": on, "ladder": name, "at": row.pop(on), **row})
     return pd.DataFrame(rows, columns=HELD_OUT_COLUMNS)
+
+
+PREDICT_COLUMNS = ["axis", "ladder", "at", "fit", "fit_low", "fit_high", "in_range"]
+
+
+def predict(runs: pd.DataFrame, at: dict[str, float]) -> pd.DataFrame:
+    """Exploratory: a point not run yet, read off each ladder's own line (:func:`ladder_fits`)
+    on each axis of AXES at its value there (``at``: axis -> value), with the line's CONFIDENCE
+    band; ``in_range``: the value lies inside the ladder's points (else it extrapolates)."""
+    rows = []
+    for on in AXES:
+        for name, f in ladder_fits(runs, on).items():
+            if f is None:
+                continue
+            line = band(f, [at[on]]).iloc[0]
+            inside = bool(f.log_rho[0] <= np.log(at[on]) <= f.log_rho[1])
+            values = [at[on], line["mean"], line["low"], line["high"], inside]
+            rows.append(
+                {"axis": on, "ladder": name, **dict(zip(PREDICT_COLUMNS[2:], values, strict=True))}
+            )
+    return pd.DataFrame(rows, columns=PREDICT_COLUMNS)
