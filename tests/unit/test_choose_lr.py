@@ -30,14 +30,16 @@ def choose_lr():
 
 def records() -> pd.DataFrame:
     """Each shipped run's summary.json with its config's body lr and ``plain``: a tied or untied
-    run, not one of the ends' arms (the remedy's input-gradient scale, the T5 pair's rescale or
-    own embedding std)."""
+    run at the shared multiplier, not one of the ends' arms (the remedy's input-gradient scale,
+    the T5 pair's rescale or own embedding std) nor an arm at its own multipliers."""
     rows = []
     for run in sorted(p for p in (STUDY / "results").iterdir() if (p / "summary.json").is_file()):
         config = yaml.safe_load((run / "config.yaml").read_text())
         head = config.get("head", {})
         plain = head.get("tied_input_grad_scale", 1.0) == 1.0 and not head.get("t5_rescale")
         plain = plain and head.get("emb_init_std") is None
+        optim = config["optim"]
+        plain = plain and optim.get("head_lr_mult") in (None, optim.get("emb_lr_mult"))
         summary = json.loads((run / "summary.json").read_text())
         rows.append({**summary, "lr": config["optim"]["lr"], "plain": plain})
     return pd.DataFrame(rows)
