@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.analysis.sign_flip_curve import held_out, predict
 from tiedvsuntied.model.accounting import count_parameters_for, head_share
+from tiedvsuntied.presets import presets
 
-MODELS = Path(__file__).parents[2] / "conf" / "model"
 SHOWN = ["axis", "ladder", "at", "fit", "fit_low", "fit_high", "n_seeds", "diff", "low", "high"]
 SHOWN += ["off", "off_low", "off_high", "in_range"]
 
@@ -44,10 +42,10 @@ def point(text: str) -> tuple[int, int, int]:
 def coordinates(runs: pd.DataFrame, model: str, vocab_size: int) -> dict[str, float]:
     """A body of conf/model/ at ``vocab_size``: its rho, tokens per parameter and parameters
     (tied), the tokens being what the finished runs at that vocabulary read."""
-    found = sorted(p.stem for p in MODELS.glob("*.yaml"))
+    found = presets("model")
     if model not in found:
-        raise ValueError(f"--model {model!r} is not in conf/model; valid: {found}")
-    config = yaml.safe_load((MODELS / f"{model}.yaml").read_text()) | {"vocab_size": vocab_size}
+        raise ValueError(f"--model {model!r} is not in conf/model; valid: {sorted(found)}")
+    config = found[model] | {"vocab_size": vocab_size}
     tokens = runs.loc[runs["status"].eq("finished") & runs["vocab_size"].eq(vocab_size), "tokens"]
     if tokens.empty:
         ran = sorted(runs["vocab_size"].dropna().unique().tolist())

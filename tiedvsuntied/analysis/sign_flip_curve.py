@@ -48,6 +48,11 @@ def fit(pairs_of_cell: pd.DataFrame, degree: int = 1) -> Fit | None:
     return Fit(result, degree, span, len(data))
 
 
+def in_range(f: Fit, x: float) -> bool:
+    """Whether ``x`` lies inside the fitted points' range (else the fit extrapolates)."""
+    return bool(f.log_rho[0] <= np.log(x) <= f.log_rho[1])
+
+
 def band(f: Fit, rho: Sequence[float]) -> pd.DataFrame:
     """The fitted effect at ``rho`` with its CONFIDENCE band (of the mean curve)."""
     x = np.log(np.asarray(rho, dtype=float))
@@ -146,7 +151,7 @@ def _against(f: Fit, cell: pd.DataFrame, on: str = "rho") -> dict:
         "off": own["diff"] - fitted,
         "off_low": own["diff"] - fitted - half,
         "off_high": own["diff"] - fitted + half,
-        "in_range": bool(f.log_rho[0] <= np.log(x) <= f.log_rho[1]),
+        "in_range": in_range(f, x),
     }
 
 
@@ -233,9 +238,14 @@ def predict(runs: pd.DataFrame, at: dict[str, float]) -> pd.DataFrame:
             if f is None:
                 continue
             line = band(f, [at[on]]).iloc[0]
-            inside = bool(f.log_rho[0] <= np.log(at[on]) <= f.log_rho[1])
-            values = [at[on], line["mean"], line["low"], line["high"], inside]
+            fitted = {"fit": line["mean"], "fit_low": line["low"], "fit_high": line["high"]}
             rows.append(
-                {"axis": on, "ladder": name, **dict(zip(PREDICT_COLUMNS[2:], values, strict=True))}
+                {
+                    "axis": on,
+                    "ladder": name,
+                    "at": at[on],
+                    **fitted,
+                    "in_range": in_range(f, at[on]),
+                }
             )
     return pd.DataFrame(rows, columns=PREDICT_COLUMNS)
