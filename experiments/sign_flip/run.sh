@@ -19,7 +19,7 @@
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER),
 # then the own piece at each point.
-# On a new machine, first `run.sh restore` (the bundle's finished runs into results/).
+# On a new machine, first `run.sh restore` (the bundles' finished runs into their sweeps).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/../shared/data/tiktoken}"
@@ -170,11 +170,16 @@ all() {  # per point: the lr check, x2 beyond an edge while its best sits there,
   for p in ${1:-$ORDER}; do pieces_own "$p" | parallel2; done
 }
 
-restore() {  # the shipped bundle's finished runs into the sweep, where they are not yet
-  mkdir -p results/sign_flip
-  for run in "$HERE"/results/*/; do
-    [ -d "$run" ] || continue
-    [ -e "results/sign_flip/$(basename "$run")" ] || cp -r "$run" results/sign_flip/
+restore() {  # the shipped bundles' finished runs into their sweeps, where they are not yet
+  local pair run sweep
+  # bundle -> sweep: without the multiplier grid's runs, `all` would train them again
+  for pair in results:sign_flip results_clip:sign_flip_clip results_mult2d:sign_flip_mult2d; do
+    sweep="results/${pair#*:}"
+    mkdir -p "$sweep"
+    for run in "$HERE/${pair%%:*}"/*/; do
+      [ -d "$run" ] || continue
+      [ -e "$sweep/$(basename "$run")" ] || cp -r "$run" "$sweep/"
+    done
   done
 }
 

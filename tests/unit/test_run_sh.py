@@ -81,3 +81,28 @@ def arm_keys(arm: str) -> dict:
     """What conf/arm/ARM.yaml sets, as dotted keys."""
     text = (REPO / "conf" / "arm" / f"{arm}.yaml").read_text()
     return pd.json_normalize(yaml.safe_load(text)).to_dict("records")[0]
+
+
+@pytest.mark.slow  # starts run.sh
+def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_there(tmp_path):
+    """On a new machine `run.sh restore` fills every sweep a piece reads (the multiplier grid's
+    too, or `all` would train it again); a run already in a sweep is left as it is."""
+    here = tmp_path / "experiments" / "sign_flip"
+    here.mkdir(parents=True)
+    (here / "run.sh").write_text(RUN_SH.read_text())
+    for bundle in ["results", "results_clip", "results_mult2d"]:
+        (here / bundle / f"run-{bundle}").mkdir(parents=True)
+        (here / bundle / f"run-{bundle}" / "summary.json").write_text("shipped")
+    kept = tmp_path / "results" / "sign_flip" / "run-results" / "summary.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("trained here")
+    subprocess.run(["bash", str(here / "run.sh"), "restore"], check=True, env=ENV)
+    restored = {
+        p.relative_to(tmp_path / "results").as_posix(): p.read_text()
+        for p in (tmp_path / "results").rglob("summary.json")
+    }
+    assert restored == {
+        "sign_flip/run-results/summary.json": "trained here",
+        "sign_flip_clip/run-results_clip/summary.json": "shipped",
+        "sign_flip_mult2d/run-results_mult2d/summary.json": "shipped",
+    }
