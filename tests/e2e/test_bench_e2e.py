@@ -123,6 +123,9 @@ def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
     # both processes' code: this checkout's commit, from step 0 and from step 2
     assert [start["step"] for start in s.starts] == [0, 2]
     assert {start["git_commit"] for start in s.starts} == {s.git_commit} and len(s.git_commit) == 40
+    # and the processor each ran on: this CPU, with the instruction set torch's kernels chose
+    assert [start["hardware"] for start in s.starts] == [s.hardware] * 2
+    assert f"torch {torch.backends.cpu.get_cpu_capability()}; bf16 units: " in s.hardware
 
 
 def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):

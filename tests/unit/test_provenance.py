@@ -70,6 +70,21 @@ def test_runs_resumed_on_other_code_say_which_code_ran_which_steps():
     assert text.count("resumed on other code") == 1  # a run of one commit, or none recorded
 
 
+def test_runs_are_counted_by_the_processor_they_ran_on_and_those_before_the_record_apart():
+    amx, avx2 = (
+        "Xeon; torch AVX512; bf16 units: avx512_bf16, amx_bf16",
+        "EPYC; torch AVX2; bf16 units: none",
+    )
+    text = statements(runs(hardware=[amx, amx, avx2, None]))
+    lines = text.split("What they ran on (each run's last start):\n")[1].split("\n\n")[0]
+    assert lines.splitlines() == [
+        f"- 1 run on {avx2}, started 2026-01-01 10:00 to 2026-01-01 10:00 UTC",
+        f"- 2 runs on {amx}, started 2026-01-01 10:00 to 2026-01-01 11:00 UTC",
+        "- 1 run records no processor (from before the record), started 2026-01-01 11:00 to "
+        "2026-01-01 11:00 UTC",
+    ]
+
+
 def test_costs_are_summed_from_each_runs_wall_time_threads_and_cpu_seconds():
     def summary(i, threads, cpu_s, model="micro"):
         started = f"2026-01-01T1{i}:00:00+0000"

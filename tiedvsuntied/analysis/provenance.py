@@ -4,9 +4,10 @@ statements a study README quotes.
 
 A run records the commit of the checkout that ran it and whether its code differed
 (``summary.git_commit``, ``git_dirty``: its last start), and each start's (``summary.starts``:
-a run resumed on other code says so). Runs from before that record existed are counted by
-their start time against each commit a README claims ran them (``--claim SHA``): a run that
-started before a commit existed did not run it. Reads only; no torch.
+a run resumed on other code says so), and the processor it ran on (``hardware``). Runs from
+before that record existed are counted by their start time against each commit a README claims
+ran them (``--claim SHA``): a run that started before a commit existed did not run it. Reads
+only; no torch.
 """
 
 from __future__ import annotations
@@ -98,6 +99,26 @@ def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
     return lines
 
 
+def hardware(runs: pd.DataFrame) -> list[str]:
+    """One line per processor the runs' last starts computed on (``summary.hardware``): a run's
+    numbers differ between processors, so a reader can tell which ran on which."""
+    runs = runs if "hardware" in runs else runs.assign(hardware=None)
+    known = runs["hardware"].notna()
+    lines = [
+        f"- {_runs(len(group))} on {name}, started {group.started.min():%Y-%m-%d %H:%M} to "
+        f"{group.started.max():%Y-%m-%d %H:%M} UTC"
+        for name, group in runs[known].groupby("hardware")
+    ]
+    if not known.all():
+        old = runs[~known]
+        lines.append(
+            f"- {_runs(len(old))} {'records' if len(old) == 1 else 'record'} no processor "
+            f"(from before the record), started "
+            f"{old.started.min():%Y-%m-%d %H:%M} to {old.started.max():%Y-%m-%d %H:%M} UTC"
+        )
+    return lines
+
+
 def order(runs: pd.DataFrame) -> list[str]:
     """The order the runs started in, by sweep, model, replicate and seed 0 or not (a study's
     pieces: its lr check, its seeds, a sweep of its own such as a multiplier grid)."""
@@ -142,6 +163,9 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
             *recorded(runs),
             *resumed(runs),
             *unrecorded(runs, pd.Series() if claims is None else claims),
+            "",
+            "What they ran on (each run's last start):",
+            *hardware(runs),
             "",
             "Order in which they started:",
             *order(runs),

@@ -100,6 +100,7 @@ RUN_COLUMNS = [
     "peak_tflops",
     "threads",
     "device",  # where it trained: cpu, cuda, cuda:N
+    "hardware",  # on what: summary.hardware (train.hardware.processor)
     "wall_time_s",
     "cpu_time_s",
     "ln_vocab",

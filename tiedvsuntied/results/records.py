@@ -78,8 +78,8 @@ class TrainState:
     time_s: dict = field(default_factory=dict)  # seconds of wall time per part (train/clock.PARTS)
     # ... of its processes' CPU time (all threads; None: resumed from a checkpoint without them)
     cpu_s: dict | None = field(default_factory=dict)
-    # each start of the run, resumes too: {"step", "at", "git_commit", "git_dirty"}, so that a
-    # run resumed on other code says which code ran which steps (git_commit None: unrecorded)
+    # each start of the run, resumes too: {"step", "at", "git_commit", "git_dirty", "hardware"}, so
+    # that a run resumed on other code or hardware says which ran which steps (None: unrecorded)
     starts: list = field(default_factory=list)
 
 
@@ -111,6 +111,7 @@ class Derived:
     bytes_per_token: float | None = None  # UTF-8 bytes per token of the train split
     git_commit: str | None = None  # the code that ran the run (its last start), from git
     git_dirty: bool | None = None  # its code (train.setup.CODE_PATHS) differed from git_commit
+    hardware: str | None = None  # train.hardware.processor: what its last start computed on
 
 
 def fields_of(record: TrainState | Derived, cls: type) -> dict:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import re
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from filelock import FileLock, Timeout
@@ -31,6 +33,26 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(
         f"cuda:{claim_gpu(torch.cuda.device_count())[0]}" if name == "cuda:free" else name
     )
+
+
+# the CPU flags of units that compute bf16 matmuls in hardware; without them torch emulates bf16
+BF16_UNITS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.cache
+def processor(device: torch.device) -> str:
+    """What a run's numbers were computed on: the GPU's name, or the CPU's model, the instruction
+    set torch's kernels chose and its bf16 units. The same run gives other numbers on another
+    processor (docs/ARCHITECTURE.md, ``hardware``), so a run records it."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    flags = {f for line in lines if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    units = ", ".join(u for u in BF16_UNITS if u in flags) or "none"
+    name = names[0] if names else platform.processor() or "unknown CPU"
+    return f"{name}; torch {torch.backends.cpu.get_cpu_capability()}; bf16 units: {units}"
 
 
 def enable_tf32(device: torch.device) -> None:

@@ -28,7 +28,12 @@ from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.clock import Clock
 from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
-from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, resolve_precision
+from tiedvsuntied.train.hardware import (
+    enable_tf32,
+    measure_matmul_tflops,
+    processor,
+    resolve_precision,
+)
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
 from tiedvsuntied.train.plan import RunPlan
 
@@ -181,7 +186,9 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + record.step)
     vars(record).update(vars(derive(plan, corpus, model, optimizer, params)))  # its Derived
-    record.starts.append({"step": record.step, "at": now(), **code_version()})
+    record.starts.append(
+        {"step": record.step, "at": now(), **code_version(), "hardware": record.hardware}
+    )
     run = Run(
         cfg=cfg,
         schedule=schedule,
@@ -247,6 +254,7 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
         encoding=cfg.data.encoding,
         bytes_per_token=corpus.bytes_per_token("train"),
         **code_version(),
+        hardware=processor(device),
     )
 
 
