@@ -18,7 +18,7 @@
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER),
-# then the own piece at each point.
+# then the own piece at each of OWN_POINTS.
 # On a new machine, first `run.sh restore` (the bundles' finished runs into their sweeps).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -148,6 +148,9 @@ pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a 
 
 ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
 EDGE_STEPS=4  # x2 beyond an edge at most this often per point (HYPOTHESES.md: while at an edge)
+# where an arm runs at its own multipliers: the V-ladder's two ends and the grid's own point; the
+# other six points are cut (README.md, "Limits": over budget, on slower CPUs)
+OWN_POINTS="v1024 v8192 v40960"
 all() {  # per point: the lr check, x2 beyond an edge while its best sits there, the seeds
   for p in ${1:-$ORDER}; do
     pieces_lr "$p" | parallel2
@@ -167,7 +170,8 @@ all() {  # per point: the lr check, x2 beyond an edge while its best sits there,
     [ "$p" != v40960 ] || pieces_floor | serial
   done
   # HYPOTHESES.md: an arm whose own multipliers won at V = 8192 runs at them at every point too
-  for p in ${1:-$ORDER}; do pieces_own "$p" | parallel2; done
+  # (OWN_POINTS: where the cut left it)
+  for p in ${1:-$OWN_POINTS}; do pieces_own "$p" | parallel2; done
 }
 
 restore() {  # the shipped bundles' finished runs into their sweeps, where they are not yet
