@@ -15,6 +15,7 @@
 #   bash experiments/sign_flip/run.sh mult2d-edge     # x2 beyond an edge of mult2d's best (mult2d.py)
 #   bash experiments/sign_flip/run.sh own v1024       # an arm mult2d.py's rule moved, at its own pair
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
+#   bash experiments/sign_flip/run.sh rest            # the own multipliers and the ends' arms, a seed a command
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER),
@@ -144,6 +145,18 @@ pieces_floor() {  # the ends' seed-0 pairs again, at another thread count: the n
     pieces_grid "$p" | sed 's/seed=1,2,3/seed=0 replicate=1 trainer.threads=2/'
   done
 }
+per_seed() {  # a command over seeds a,b,... -> one command per seed (parallel2 then keeps 2 busy)
+  awk '{
+    if (!match($0, /seed=[0-9]+(,[0-9]+)+/)) { print; next }
+    n = split(substr($0, RSTART + 5, RLENGTH - 5), seeds, ",")
+    for (i = 1; i <= n; i++) print substr($0, 1, RSTART - 1) "seed=" seeds[i] substr($0, RSTART + RLENGTH)
+  }'
+}
+pieces_rest() {  # what the study has left once every point's seeds ran: the own multipliers, the ends
+  # (V = 8,192's own first: its runs are the shortest left), each command once
+  { pieces_own v8192; pieces_ends; for p in $OWN_POINTS; do pieces_own "$p"; done; } |
+    per_seed | awk '!seen[$0]++'
+}
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }
 
 ORDER="v1024 v40960 v4096 v16384 v8192 b256x8 b64x2 b256x4 v2048"  # HYPOTHESES.md's priority
@@ -199,8 +212,9 @@ case "${1:-}" in
   mult2d) pieces_mult2d | parallel2 ;;
   mult2d-edge) pieces_mult2d_edge | parallel2 ;;
   own) pieces_own "${2:?point}" | parallel2 ;;
+  rest) pieces_rest | parallel2 ;;
   floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | own POINT | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | own POINT | rest | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac

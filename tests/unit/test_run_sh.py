@@ -24,6 +24,7 @@ POINTS = re.search(r"unknown point '\$1': ([^\"]+)\"", RUN_SH.read_text())[1].sp
 # the pieces and whether they take a point (run.sh's usage line)
 PIECES = {"lr": True, "lr-edge": False, "grid": True, "clip": True, "ends": False}
 PIECES |= {"init02": True, "mult2d": False, "mult2d-edge": False, "own": True, "floor": False}
+PIECES |= {"rest": False}
 # mult2d-edge and own read the multiplier grid's sweeps: here the shipped bundles
 ENV = {**os.environ, "MULT2D_DIRS": f"{STUDY / 'results_mult2d'} {STUDY / 'results'}"}
 
@@ -106,3 +107,17 @@ def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_t
         "sign_flip_clip/run-results_clip/summary.json": "shipped",
         "sign_flip_mult2d/run-results_mult2d/summary.json": "shipped",
     }
+
+
+def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command():
+    own_points = re.search(r'OWN_POINTS="([^"]+)"', RUN_SH.read_text())[1].split()
+    wanted = [
+        c for label, c in CASES if label == "ends" or label in {f"own {p}" for p in own_points}
+    ]
+    one_seed = []
+    for command in wanted:
+        seeds = next(a for a in command if a.startswith("seed="))
+        for seed in seeds.removeprefix("seed=").split(","):
+            one_seed.append([f"seed={seed}" if a == seeds else a for a in command])
+    rest = [c for label, c in CASES if label == "rest"]
+    assert sorted(rest) == sorted(one_seed) and len(rest) == 28
