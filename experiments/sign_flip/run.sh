@@ -153,8 +153,9 @@ per_seed() {  # a command over seeds a,b,... -> one command per seed (parallel2 
   }'
 }
 pieces_rest() {  # what the study has left once every point's seeds ran: the own multipliers, the ends
-  # (V = 8,192's own first: its runs are the shortest left), each command once
-  { pieces_own v8192; pieces_ends; for p in $OWN_POINTS; do pieces_own "$p"; done; } |
+  # (V = 8,192's own first: its runs are the shortest left; the ends' arms last, as HYPOTHESES.md
+  # cuts them before anything else left), each command once
+  { pieces_own v8192; for p in $OWN_POINTS; do pieces_own "$p"; done; pieces_ends; } |
     per_seed | awk '!seen[$0]++'
 }
 pieces_init02() { for a in tied untied; do echo "$RUN $(at "$1") seed=0 +arm=$a init_std=0.02 optim.lr=$LRS"; done; }

@@ -109,15 +109,21 @@ def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_t
     }
 
 
-def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command():
-    own_points = re.search(r'OWN_POINTS="([^"]+)"', RUN_SH.read_text())[1].split()
-    wanted = [
-        c for label, c in CASES if label == "ends" or label in {f"own {p}" for p in own_points}
-    ]
-    one_seed = []
-    for command in wanted:
+def per_seed(commands: list[list[str]]) -> list[list[str]]:
+    """Each multirun command split into one command per seed."""
+    out = []
+    for command in commands:
         seeds = next(a for a in command if a.startswith("seed="))
         for seed in seeds.removeprefix("seed=").split(","):
-            one_seed.append([f"seed={seed}" if a == seeds else a for a in command])
+            out.append([f"seed={seed}" if a == seeds else a for a in command])
+    return out
+
+
+def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command():
+    """Each job once, and the ends' arms last: HYPOTHESES.md cuts them before anything else."""
+    own_points = re.search(r'OWN_POINTS="([^"]+)"', RUN_SH.read_text())[1].split()
+    own = per_seed([c for label, c in CASES if label in {f"own {p}" for p in own_points}])
+    ends = per_seed([c for label, c in CASES if label == "ends"])
     rest = [c for label, c in CASES if label == "rest"]
-    assert sorted(rest) == sorted(one_seed) and len(rest) == 28
+    assert sorted(rest) == sorted(own + ends) and len(rest) == 28
+    assert all(c in own for c in rest[: len(own)]), "an ends' arm runs before an own multiplier"
