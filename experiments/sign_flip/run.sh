@@ -16,6 +16,7 @@
 #   bash experiments/sign_flip/run.sh own v1024       # an arm mult2d.py's rule moved, at its own pair
 #   bash experiments/sign_flip/run.sh floor           # the noise floor: seed 0 again at 2 threads
 #   bash experiments/sign_flip/run.sh rest            # the own multipliers and the ends' arms, a seed a command
+#   bash experiments/sign_flip/run.sh precision       # the V = 40,960 and 8,192 seed-0 pairs again in fp32
 # POINT is one of: v1024 v2048 v4096 v8192 v16384 v40960 (micro body, rho moved by V) and
 # b64x2 b256x4 b256x8 (V = 8192, rho moved by the body; micro at 8192 is v8192).
 # `run.sh all [POINT]` runs pieces 1-3b point by point (and the floor after V = 40,960) in HYPOTHESES.md's priority order (ORDER),
@@ -96,6 +97,20 @@ pieces_clip() {  # $1: point; an arm whose clip bound on > 10% of steps, again w
       echo "$RUN $(at "$1") sweep=sign_flip_clip seed=$seeds +arm=$a init_std=$std optim.lr=$lr optim.grad_clip=4.0"
     done
   done
+}
+pieces_precision() {  # the seed-0 pairs of V = 40,960 and 8,192 again in fp32: what precision moves
+  # (trainer.precision=auto trains fp32 on a CPU without bf16 units; the study's runs are bf16)
+  for p in v40960 v8192; do
+    pieces_grid "$p" | sed 's/seed=1,2,3/seed=0 sweep=sign_flip_fp32 trainer.precision=fp32/'
+  done
+}
+bf16_here() {  # the study's runs are bf16: auto must resolve to it on this machine
+  python -c "import torch; from tiedvsuntied.train.hardware import resolve_precision as r
+from tiedvsuntied.train.config import Precision as P
+raise SystemExit(r(P.auto, torch.device('cpu')) != P.bf16)" || {
+    echo "run.sh: this CPU has no bf16 units, so trainer.precision=auto would train fp32 here and the study's runs are bf16: run it on a CPU with AMX or AVX512-BF16 (run.sh precision measures what fp32 moves)" >&2
+    exit 2
+  }
 }
 pieces_ends() {  # the two ends of the V-ladder: the remedy and the init-1.0 pair, at tied's lr
   for p in v1024 v40960; do
@@ -191,7 +206,8 @@ all() {  # per point: the lr check, x2 beyond an edge while its best sits there,
 restore() {  # the shipped bundles' finished runs into their sweeps, where they are not yet
   local pair run sweep
   # bundle -> sweep: without the multiplier grid's runs, `all` would train them again
-  for pair in results:sign_flip results_clip:sign_flip_clip results_mult2d:sign_flip_mult2d; do
+  for pair in results:sign_flip results_clip:sign_flip_clip results_mult2d:sign_flip_mult2d \
+    results_fp32:sign_flip_fp32; do
     sweep="results/${pair#*:}"
     mkdir -p "$sweep"
     for run in "$HERE/${pair%%:*}"/*/; do
@@ -201,6 +217,10 @@ restore() {  # the shipped bundles' finished runs into their sweeps, where they 
   done
 }
 
+case "${1:-}" in
+  restore | print | at | precision) ;;
+  *) bf16_here ;;
+esac
 case "${1:-}" in
   restore) restore ;;
   all) all "${2:-}" ;;
@@ -214,8 +234,9 @@ case "${1:-}" in
   mult2d-edge) pieces_mult2d_edge | parallel2 ;;
   own) pieces_own "${2:?point}" | parallel2 ;;
   rest) pieces_rest | parallel2 ;;
+  precision) pieces_precision | parallel2 ;;
   floor) pieces_floor | serial ;;
   print) "pieces_${2//-/_}" "${@:3}" ;;  # the commands of a piece, without running them
   at) at "${2:?point}" ;;
-  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | own POINT | rest | floor | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
+  *) echo "usage: run.sh restore | all [POINT] | lr POINT | lr-edge | grid POINT | clip POINT | ends | init02 POINT | mult2d | mult2d-edge | own POINT | rest | floor | precision | print PIECE [POINT] | at POINT" >&2; exit 2 ;;
 esac
