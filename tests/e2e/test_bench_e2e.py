@@ -16,6 +16,7 @@ from conftest import QUICK, REPO, compose, stop_after_checkpoint
 
 from tiedvsuntied.bench import VARIANTS
 from tiedvsuntied.train.clock import PARTS
+from tiedvsuntied.train.config import ConfigError
 from tiedvsuntied.train.trainer import train
 
 
@@ -126,6 +127,27 @@ def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
     # and the processor each ran on: this CPU, with the instruction set torch's kernels chose
     assert [start["hardware"] for start in s.starts] == [s.hardware] * 2
     assert f"torch {torch.backends.cpu.get_cpu_capability()}; bf16 units: " in s.hardware
+
+
+def test_a_run_resumes_only_in_the_precision_it_trained_in(tmp_path, monkeypatch):
+    """trainer.precision=auto resolves per processor; the checkpoint moved to a processor where
+    it resolves the other way (here: torch's bf16 probes answering the other way) stops with a
+    one-line error before anything is written, and resumes on its own kind."""
+    last = _interrupted_at_step_2(tmp_path, monkeypatch)
+    here = json.loads(next(tmp_path.glob("*/*/summary.json")).read_text())["starts"]
+    with monkeypatch.context() as patch:
+        other = here[0]["precision"] == "fp32"  # bf16 units on the other processor
+        patch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: other)
+        patch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: other)
+        with pytest.raises(ConfigError) as err:
+            _quick_run(tmp_path)
+    message = str(err.value)
+    assert "trainer.precision=auto" in message and "\n" not in message
+    assert f"trained in {here[0]['precision']} and resolves to " in message
+    assert torch.load(last, weights_only=True)["train_state"]["starts"] == here
+    s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2
+    assert [start["precision"] for start in s.starts] == [s.precision] * 2
 
 
 def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):

@@ -78,8 +78,9 @@ class TrainState:
     time_s: dict = field(default_factory=dict)  # seconds of wall time per part (train/clock.PARTS)
     # ... of its processes' CPU time (all threads; None: resumed from a checkpoint without them)
     cpu_s: dict | None = field(default_factory=dict)
-    # each start of the run, resumes too: {"step", "at", "git_commit", "git_dirty", "hardware"}, so
-    # that a run resumed on other code or hardware says which ran which steps (None: unrecorded)
+    # each start of the run, resumes too: {"step", "at", "git_commit", "git_dirty", "hardware",
+    # "precision"}, so that a run resumed on other code or hardware says which ran which steps
+    # (None: unrecorded); a resume in another precision is refused (train/setup.same_precision)
     starts: list = field(default_factory=list)
 
 

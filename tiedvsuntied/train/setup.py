@@ -186,9 +186,9 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
     if not dist.is_main():  # its own dropout stream
         torch.manual_seed(cfg.seed + 1_000_003 * dist.rank() + record.step)
     vars(record).update(vars(derive(plan, corpus, model, optimizer, params)))  # its Derived
-    record.starts.append(
-        {"step": record.step, "at": now(), **code_version(), "hardware": record.hardware}
-    )
+    same_precision(record, trainer.precision)
+    start = {"step": record.step, "at": now(), **code_version()}
+    record.starts.append(start | {"hardware": record.hardware, "precision": record.precision})
     run = Run(
         cfg=cfg,
         schedule=schedule,
@@ -212,6 +212,19 @@ def build_run(plan: RunPlan, data: Data, record: RunSummary, run_dir: Path) -> R
         f"{len(corpus.tokens('train')):,} train tokens, peak {record.peak_tflops:.2f} TFLOP/s"
     )
     return run
+
+
+def same_precision(record: RunSummary, asked: Precision) -> None:
+    """A run resumes in the precision its steps so far trained in: ``trainer.precision=auto``
+    resolves per machine (bf16 where the processor has bf16 units, else fp32), and a run whose
+    steps ran in both would be a run of neither (starts from before the record: unknown)."""
+    before = {start.get("precision") for start in record.starts} - {None}
+    if before - {record.precision}:
+        raise CheckpointMismatch(
+            f"trainer.precision={Precision(asked).value}: {record.run_id} trained in "
+            f"{', '.join(sorted(before))} and resolves to {record.precision} here "
+            f"({record.hardware}): resume it where it resolves to {', '.join(sorted(before))}"
+        )
 
 
 def eval_sets(cfg: Config, data: Data) -> dict[str, EvalSet]:
