@@ -412,3 +412,18 @@ def test_an_arm_at_its_own_multipliers_is_reported_beside_the_shared_one(tmp_pat
     family = [*after.cells["p"], *after.own["p"], *after.primary["p"]]
     held = [*after.cells["p_holm"], *after.own["p_holm"], *after.primary["p_holm"]]
     assert held == pytest.approx(multipletests(family, method="holm")[1])
+
+
+def test_a_contrast_whose_runs_trained_in_two_precisions_says_so(tmp_path):
+    """trainer.precision=auto trains fp32 on a CPU without bf16 units: untied's own runs there,
+    against bf16 runs of the shared arms, mark their contrasts and slope "bf16+fp32"."""
+    ladder = [("micro", 1024), ("micro", 8192)]
+    sweep = write_sign_flip(tmp_path, ladder=ladder)
+    own = {run for model, v in ladder for run in write_own(sweep, model, v)}
+    for path in sweep.glob("*/summary.json"):
+        precision = "fp32" if path.parent in own else "bf16"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": precision}))
+    tables = sign_flip.effect_tables(load_results(sweep).runs)
+    assert set(tables.cells["precision"]) == {"bf16"}
+    assert set(tables.own["precision"]) == {"bf16+fp32"}
+    assert tables.primary["precision"].tolist() == ["bf16", "bf16+fp32"]

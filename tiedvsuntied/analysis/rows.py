@@ -101,6 +101,7 @@ RUN_COLUMNS = [
     "threads",
     "device",  # where it trained: cpu, cuda, cuda:N
     "hardware",  # on what: summary.hardware (train.hardware.processor)
+    "precision",  # in what: bf16 or fp32, as trainer.precision resolved there (summary.precision)
     "wall_time_s",
     "cpu_time_s",
     "ln_vocab",

@@ -140,6 +140,7 @@ EFFECT_COLUMNS = [
     "floor",
     "encoding",
     "device",
+    "precision",
     "seed_diffs",
 ]
 
@@ -167,8 +168,15 @@ def _cell_row(cell: pd.DataFrame) -> dict:
         "encoding": first.get("encoding_t"),
         # where the cell's runs trained: "cpu", "cuda" or both ("cpu+cuda")
         "device": "+".join(sorted({_device(d) for d in [*cell["device_t"], *cell["device_u"]]})),
+        "precision": precisions(cell),
         **summary,
     }
+
+
+def precisions(both: pd.DataFrame) -> str:
+    """What the pairs' runs trained in: "bf16", "fp32", or "bf16+fp32" where a contrast mixes
+    them (``auto`` on a CPU without bf16 units; unrecorded runs count as neither)."""
+    return "+".join(sorted({*both["precision_t"].dropna(), *both["precision_u"].dropna()}))
 
 
 def _device(name) -> str:
@@ -233,7 +241,7 @@ OWN = tuple(
     )
 )
 ENDS_COLUMNS = [*CELL, "contrast", "rho", "bpb_first", "bpb_second", "n_seeds", "diff", "low",
-                "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
+                "high", "p", "p_holm", "precision", "seed_diffs"]  # fmt: skip
 
 
 def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) -> pd.DataFrame:
@@ -252,6 +260,7 @@ def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) ->
                     "rho": cell["rho_t"].mean(),
                     "bpb_first": cell[f"{VALUE}_t"].mean(),
                     "bpb_second": cell[f"{VALUE}_u"].mean(),
+                    "precision": precisions(cell),
                     **seed_summary(cell.set_index("seed")["diff"], "paired differences"),
                 }
             )
@@ -284,7 +293,7 @@ def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
 # on ln rho over the V-ladder's points (one body, V moved), at d^-0.5; the t-interval over the
 # seeds' slopes
 PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_high", "n_seeds",
-                   "diff", "low", "high", "p", "p_holm", "seed_diffs"]  # fmt: skip
+                   "diff", "low", "high", "p", "p_holm", "precision", "seed_diffs"]  # fmt: skip
 
 
 def _on_ladder(both: pd.DataFrame, way: str, held: str, moved: str) -> pd.DataFrame:
@@ -336,6 +345,7 @@ def _primary(both: pd.DataFrame) -> pd.DataFrame:
                 "points": len(x),
                 "rho_low": float(np.exp(x.min())),
                 "rho_high": float(np.exp(x.max())),
+                "precision": precisions(v_ladder[v_ladder["log_rho"].isin(x)]),
                 **seed_summary(slopes, "slopes on ln ρ"),
             }
         )
