@@ -75,13 +75,15 @@ def test_runs_are_counted_by_the_processor_they_ran_on_and_those_before_the_reco
         "Xeon; torch AVX512; bf16 units: avx512_bf16, amx_bf16",
         "EPYC; torch AVX2; bf16 units: none",
     )
-    text = statements(runs(hardware=[amx, amx, avx2, None]))
+    text = statements(
+        runs(hardware=[amx, amx, avx2, None], precision=["bf16", "bf16", "fp32", "bf16"])
+    )
     lines = text.split("What they ran on (each run's last start):\n")[1].split("\n\n")[0]
     assert lines.splitlines() == [
-        f"- 1 run on {avx2}, started 2026-01-01 10:00 to 2026-01-01 10:00 UTC",
-        f"- 2 runs on {amx}, started 2026-01-01 10:00 to 2026-01-01 11:00 UTC",
-        "- 1 run records no processor (from before the record), started 2026-01-01 11:00 to "
-        "2026-01-01 11:00 UTC",
+        f"- 1 run on {avx2}, in fp32, started 2026-01-01 10:00 to 2026-01-01 10:00 UTC",
+        f"- 2 runs on {amx}, in bf16, started 2026-01-01 10:00 to 2026-01-01 11:00 UTC",
+        "- 1 run records no processor (from before the record; 1 in bf16), started "
+        "2026-01-01 11:00 to 2026-01-01 11:00 UTC",
     ]
 
 

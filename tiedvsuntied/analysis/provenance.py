@@ -100,23 +100,32 @@ def unrecorded(runs: pd.DataFrame, claims: pd.Series) -> list[str]:
 
 
 def hardware(runs: pd.DataFrame) -> list[str]:
-    """One line per processor the runs' last starts computed on (``summary.hardware``): a run's
-    numbers differ between processors, so a reader can tell which ran on which."""
-    runs = runs if "hardware" in runs else runs.assign(hardware=None)
+    """One line per processor the runs' last starts computed on (``summary.hardware``) and the
+    precision they trained in: a run's numbers differ between them (``trainer.precision=auto``
+    trains fp32 on a CPU without bf16 units), so a reader can tell which ran on which."""
+    precision = runs.get("precision", pd.Series(index=runs.index, dtype=object))
+    runs = runs.assign(
+        hardware=runs.get("hardware"), precision=precision.fillna("unrecorded precision")
+    )
     known = runs["hardware"].notna()
     lines = [
-        f"- {_runs(len(group))} on {name}, started {group.started.min():%Y-%m-%d %H:%M} to "
-        f"{group.started.max():%Y-%m-%d %H:%M} UTC"
-        for name, group in runs[known].groupby("hardware")
+        f"- {_runs(len(group))} on {name}, in {precision}, started "
+        f"{group.started.min():%Y-%m-%d %H:%M} to {group.started.max():%Y-%m-%d %H:%M} UTC"
+        for (name, precision), group in runs[known].groupby(["hardware", "precision"])
     ]
     if not known.all():
         old = runs[~known]
         lines.append(
             f"- {_runs(len(old))} {'records' if len(old) == 1 else 'record'} no processor "
-            f"(from before the record), started "
+            f"(from before the record; {_counts(old['precision'])}), started "
             f"{old.started.min():%Y-%m-%d %H:%M} to {old.started.max():%Y-%m-%d %H:%M} UTC"
         )
     return lines
+
+
+def _counts(values: pd.Series) -> str:
+    """ "161 in bf16, 2 in fp32": how many of ``values`` take each value."""
+    return ", ".join(f"{n} in {value}" for value, n in values.value_counts().sort_index().items())
 
 
 def order(runs: pd.DataFrame) -> list[str]:
