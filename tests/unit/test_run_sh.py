@@ -24,7 +24,7 @@ POINTS = re.search(r"unknown point '\$1': ([^\"]+)\"", RUN_SH.read_text())[1].sp
 # the pieces and whether they take a point (run.sh's usage line)
 PIECES = {"lr": True, "lr-edge": False, "grid": True, "clip": True, "ends": False}
 PIECES |= {"init02": True, "mult2d": False, "mult2d-edge": False, "own": True, "floor": False}
-PIECES |= {"rest": False}
+PIECES |= {"rest": False, "precision": False}
 # mult2d-edge and own read the multiplier grid's sweeps: here the shipped bundles
 ENV = {**os.environ, "MULT2D_DIRS": f"{STUDY / 'results_mult2d'} {STUDY / 'results'}"}
 
@@ -91,7 +91,7 @@ def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_t
     here = tmp_path / "experiments" / "sign_flip"
     here.mkdir(parents=True)
     (here / "run.sh").write_text(RUN_SH.read_text())
-    for bundle in ["results", "results_clip", "results_mult2d"]:
+    for bundle in ["results", "results_clip", "results_mult2d", "results_fp32"]:
         (here / bundle / f"run-{bundle}").mkdir(parents=True)
         (here / bundle / f"run-{bundle}" / "summary.json").write_text("shipped")
     kept = tmp_path / "results" / "sign_flip" / "run-results" / "summary.json"
@@ -106,6 +106,7 @@ def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_t
         "sign_flip/run-results/summary.json": "trained here",
         "sign_flip_clip/run-results_clip/summary.json": "shipped",
         "sign_flip_mult2d/run-results_mult2d/summary.json": "shipped",
+        "sign_flip_fp32/run-results_fp32/summary.json": "shipped",
     }
 
 
@@ -127,3 +128,23 @@ def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command()
     rest = [c for label, c in CASES if label == "rest"]
     assert sorted(rest) == sorted(own + ends) and len(rest) == 28
     assert all(c in own for c in rest[: len(own)]), "an ends' arm runs before an own multiplier"
+
+
+@pytest.mark.slow  # starts run.sh
+def test_a_piece_refuses_to_train_where_auto_resolves_to_fp32(tmp_path):
+    """The study's runs are bf16: on a CPU without bf16 units (here torch's two probes answer
+    no, in every python run.sh starts) a piece stops with one line before its first job (a
+    copy of run.sh in an empty checkout: had it gone on, it would have trained nothing here)."""
+    here = tmp_path / "experiments" / "sign_flip"
+    here.mkdir(parents=True)
+    (here / "run.sh").write_text(RUN_SH.read_text())
+    (tmp_path / "sitecustomize.py").write_text(
+        "import torch\n"
+        "torch.cpu._is_amx_tile_supported = torch.cpu._is_avx512_bf16_supported = lambda: False\n"
+    )
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}:{ENV.get('PYTHONPATH', '')}"}
+    out = subprocess.run(
+        ["bash", str(here / "run.sh"), "rest"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "trainer.precision=auto would train fp32" in out.stderr
