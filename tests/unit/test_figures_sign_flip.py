@@ -3,6 +3,8 @@ gate on other runs, and ``figures --paper`` drawing them from the study's own bu
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from fake_results import caption_of, lines, texts, write_sweep
@@ -157,3 +159,15 @@ def test_the_map_draws_an_arm_at_its_own_multipliers_beside_each_cell(tmp_path):
     assert list(y) == pytest.approx(own.sort_values("rho")["diff"].tolist())
     assert list(x) == pytest.approx((own.sort_values("rho")["rho"] * figures.OWN_NUDGE).tolist())
     assert "Grey crosses: an arm at its own multipliers" in caption_of(fig)
+
+
+def test_the_maps_caption_names_the_points_whose_own_contrast_mixes_precisions(tmp_path):
+    ladder = [("micro", 1024), ("micro", 8192)]
+    sweep = write_sign_flip(tmp_path / "sw", ladder=ladder)
+    own = {v: write_own(sweep, model, v) for model, v in ladder}
+    for path in sweep.glob("*/summary.json"):
+        precision = "fp32" if path.parent in own[8192] else "bf16"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": precision}))
+    caption = caption_of(figures.fig_map(load_results(sweep).runs))
+    assert "At V = 8,192 their runs mix bf16 and fp32." in caption
+    assert "1,024" not in caption.split("Grey crosses")[1].split("\n")[0]

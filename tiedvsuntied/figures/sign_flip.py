@@ -198,10 +198,14 @@ def _own_words(own: pd.DataFrame) -> list[str]:
     """The caption's line for the arms at their own multipliers, once any has an interval."""
     if not own["low"].notna().any():
         return []
-    return [
+    words = (
         "Grey crosses: an arm at its own multipliers (HYPOTHESES.md's rule, mult2d.py), drawn a "
         "little right of its point and not fitted."
-    ]
+    )
+    mixed = own.loc[own["precision"].str.contains("+", regex=False), "vocab_size"]
+    if len(mixed):  # trainer.precision=auto resolved to fp32 on a CPU without bf16 units
+        words += f" At V = {', '.join(f'{v:,}' for v in mixed)} their runs mix bf16 and fp32."
+    return [words]
 
 
 def _device_words(table: pd.DataFrame) -> list[str]:
