@@ -1,6 +1,6 @@
-"""Which code ran a study's runs, from their records, not from memory (DESIGN.md, "Provenance
-from records"): ``python -m tiedvsuntied.analysis.provenance DIR [--claim SHA]`` prints the
-statements a study README quotes.
+"""Which code ran a study's runs, from their records, not from memory:
+``python -m tiedvsuntied.analysis.provenance DIR [--claim SHA]`` prints the statements a study
+README quotes.
 
 A run records the commit of the checkout that ran it and whether its code differed
 (``summary.git_commit``, ``git_dirty``: its last start), and each start's (``summary.starts``:

@@ -219,7 +219,7 @@ def summary(run: Run) -> RunSummary:
 
 
 def regime(params: dict, tokens: int, bytes_per_token: float) -> dict:
-    """Where the run sits (DESIGN.md, "The regime decides the answer"): tokens per parameter
+    """Where the run sits (docs/model.md, "The head's share"): tokens per parameter
     and the bytes of text behind its tokens, the budget held fixed across vocabularies."""
     return {
         "tokens_per_param": tokens / params["total"],
