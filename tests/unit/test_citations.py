@@ -7,8 +7,9 @@ notebooks/*.ipynb; the docstrings and comments of tiedvsuntied/**/*.py.
 
 What counts as a citation, and where it is looked up:
 
-1. **A relative Markdown link or image**, ``[text](target)``: the target without its ``#anchor``,
-   from the citing file's folder. A URL (``scheme://``, ``mailto:``) or a bare ``#anchor`` is not
+1. **A relative Markdown link or image**, ``[text](target)``: the target from the citing file's
+   folder; its ``#anchor``, where it points into a Markdown file, must be one of that file's
+   headings (GitHub's anchors). A URL (``scheme://``, ``mailto:``) or a bare ``#anchor`` is not
    a repository path, nor is a target that leads out of the repository (``../shared``).
 2. **A path**: a word with a ``/`` in it (``docs/gpu.md``, ``experiments/sign_flip/run.sh``,
    ``train/trainer.py``, ``results_clip/``), in prose, code spans and code blocks alike (a
@@ -61,6 +62,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\bmailto:\S+")
 PATH = re.compile(r"(?<![\w/.~$-])(?:\.\.?/)*[\w.*<>{}$-]+(?:/[\w.*<>{}$-]+)+/?")
 BARE_MD = re.compile(r"(?<![\w/.-])[A-Z][A-Z0-9_-]*\.md\b")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*$", re.M)
 PLACEHOLDER = re.compile(r"[<>{}$…]|\.\.\.|(?:^|/)[A-Z][A-Z0-9_]*[A-Z](?:/|$)")
 
 
@@ -119,15 +122,35 @@ def check_path(repo: Repo, path: str, source: Path) -> str | None:
     return f"{path} (cited in {repo.where(source)}) does not exist"
 
 
+def headings(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings as GitHub makes them: lower case, every
+    character but letters, digits, ``_``, ``-`` and spaces dropped, spaces as ``-``, a repeated
+    heading's anchor suffixed ``-1``, ``-2``..."""
+    text = FENCE.sub("", path.read_text())
+    anchors: list[str] = []
+    for heading in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = sum(
+            a == slug or a.startswith(f"{slug}-") and a[len(slug) + 1 :].isdigit() for a in anchors
+        )
+        anchors.append(f"{slug}-{n}" if n else slug)
+    return set(anchors)
+
+
 def check_link(repo: Repo, target: str, source: Path) -> str | None:
-    """None if a Markdown link's ``target`` is no repository path or exists."""
-    target = target.split("#")[0]
-    if not target or URL.match(target) or target.startswith("mailto:"):
+    """None if a Markdown link's ``target`` is no repository path or exists (with its anchor,
+    where it points into a Markdown file)."""
+    target, _, anchor = target.partition("#")
+    if URL.match(target) or target.startswith("mailto:"):
         return None
-    where = (source.parent / target).resolve()
-    if not repo.inside(where) or where.exists():
+    where = (source.parent / target).resolve() if target else source
+    if not repo.inside(where):
         return None
-    return f"link {target} (in {repo.where(source)}) does not exist"
+    if not where.exists():
+        return f"link {target} (in {repo.where(source)}) does not exist"
+    if anchor and where.suffix == ".md" and anchor not in headings(where):
+        return f"link {target}#{anchor} (in {repo.where(source)}) names no heading there"
+    return None
 
 
 def citations_in(repo: Repo, text: str, source: Path) -> list[str]:
@@ -191,16 +214,31 @@ def test_every_created_path_is_in_a_folder_that_exists():
 
 def test_a_removed_cited_file_fails(tmp_path: Path):
     """A README citing a document by link, by path and by name passes while the document is
-    there and fails three times once it is removed; what is not a repository path (a run's
+    there and fails at each once it is removed; what is not a repository path (a run's
     output, an absolute path, a placeholder, a URL) is not checked."""
     (tmp_path / ".gitignore").write_text("/results/\n")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "GUIDE.md").write_text("# guide\n")
     readme = tmp_path / "README.md"
     readme.write_text(
-        "[guide](docs/GUIDE.md), `docs/GUIDE.md`, GUIDE.md; not checked: `results/quick/`, "
+        "[guide](docs/GUIDE.md), `docs/GUIDE.md`, GUIDE.md, [its part](docs/GUIDE.md#guide); "
+        "not checked: `results/quick/`, "
         "`/tmp/x`, `docs/<run_id>/x`, `docs/SWEEP_DIR/x`, https://example.org/docs/nothing.md\n"
     )
     assert citations_in(Repo(tmp_path), readme.read_text(), readme) == []
     (tmp_path / "docs" / "GUIDE.md").unlink()
-    assert len(citations_in(Repo(tmp_path), readme.read_text(), readme)) == 3
+    assert len(citations_in(Repo(tmp_path), readme.read_text(), readme)) == 4
+
+
+def test_a_link_to_a_heading_that_is_gone_fails(tmp_path: Path):
+    """An anchor names a heading of its file (GitHub's slug, repeats suffixed): renaming the
+    heading breaks the link."""
+    (tmp_path / ".gitignore").write_text("")
+    guide = tmp_path / "GUIDE.md"
+    guide.write_text("# The first sweep (2 min)\n\n## Step\n\n## Step\n")
+    readme = tmp_path / "README.md"
+    links = "[a](GUIDE.md#the-first-sweep-2-min) [b](GUIDE.md#step-1) [c](#top)\n\n# Top\n"
+    readme.write_text(links)
+    assert citations_in(Repo(tmp_path), links, readme) == []
+    guide.write_text("# The first hour\n\n## Step\n")
+    assert len(citations_in(Repo(tmp_path), links, readme)) == 2
