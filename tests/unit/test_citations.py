@@ -2,15 +2,16 @@
 Markdown file or a docstring or comment of the package cites names a file or folder that is in
 the repository.
 
-What is read (SOURCES): README.md, docs/**/*.md, experiments/**/*.md and the Markdown cells of
+What is read (MARKDOWN, NOTEBOOKS, PYTHON): README.md, docs/**/*.md, experiments/**/*.md and the Markdown cells of
 notebooks/*.ipynb; the docstrings and comments of tiedvsuntied/**/*.py.
 
 What counts as a citation, and where it is looked up:
 
 1. **A relative Markdown link or image**, ``[text](target)``: the target from the citing file's
    folder; its ``#anchor``, where it points into a Markdown file, must be one of that file's
-   headings (GitHub's anchors). A URL (``scheme://``, ``mailto:``) or a bare ``#anchor`` is not
-   a repository path, nor is a target that leads out of the repository (``../shared``).
+   headings (GitHub's anchors; a bare ``#anchor``, one of the citing file's). A URL
+   (``scheme://``, ``mailto:``) is not a repository path, nor is a target that leads out of the
+   repository (``../shared``).
 2. **A path**: a word with a ``/`` in it (``docs/gpu.md``, ``experiments/sign_flip/run.sh``,
    ``train/trainer.py``, ``results_clip/``), in prose, code spans and code blocks alike (a
    ``key=value`` word is read from its value). It is a repository path when its first part
@@ -45,7 +46,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "tiedvsuntied"
 MARKDOWN = ["README.md", "docs/**/*.md", "experiments/**/*.md"]
 NOTEBOOKS = "notebooks/*.ipynb"
 PYTHON = "tiedvsuntied/**/*.py"
