@@ -2,8 +2,8 @@
 Markdown file or a docstring or comment of the package cites names a file or folder that is in
 the repository.
 
-What is read (MARKDOWN, NOTEBOOKS, PYTHON): README.md, docs/**/*.md, experiments/**/*.md and the Markdown cells of
-notebooks/*.ipynb; the docstrings and comments of tiedvsuntied/**/*.py.
+What is read (MARKDOWN, NOTEBOOKS, PYTHON): README.md, docs/**/*.md, experiments/**/*.md and
+the Markdown cells of notebooks/*.ipynb; the docstrings and comments of tiedvsuntied/**/*.py.
 
 What counts as a citation, and where it is looked up:
 
