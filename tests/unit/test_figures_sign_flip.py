@@ -1,5 +1,6 @@
-"""The third edition's figures and tables (figures.sign_flip) on a fake sign_flip sweep, their
-gate on other runs, and ``figures --paper`` drawing them from the study's own bundle."""
+"""The third edition's figures and tables (studies.sign_flip.figures and .tables) on a fake
+sign_flip sweep, their gate on other runs, and ``figures --paper`` drawing them from the study's
+own bundle."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from fake_sign_flip import (
     write_sign_flip,
 )
 
-from tiedvsuntied.analysis import sign_flip as analysis
-from tiedvsuntied.analysis import sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.figures import books
-from tiedvsuntied.figures import sign_flip as figures
+from tiedvsuntied.studies.sign_flip import analysis, figures, tables
+from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
+from tiedvsuntied.studies.sign_flip import tokens as sign_flip_tokens
+from tiedvsuntied.studies.tie_x_init_books import figures as books
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_the_exploratory_axis_draws_the_cells_at_their_tokens_per_param_with_eac
 
 
 def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):
-    (path,) = figures.write_sign_flip_tables(tmp_path, results.runs, results.history)
+    (path,) = tables.write_sign_flip_tables(tmp_path, results.runs, results.history)
     text = path.read_text()
     table = analysis.effect_table(results.runs)
     for column in ("rho_untied", "bytes_per_token", "bigram_bpb", "clip_frac_untied", "p_holm"):
@@ -132,7 +133,7 @@ def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_
     write_ends(sweep, "micro", 1024)
     results = load_results(sweep)
     runs = results.runs
-    (path,) = figures.write_sign_flip_tables(tmp_path, runs, results.history)
+    (path,) = tables.write_sign_flip_tables(tmp_path, runs, results.history)
     text = path.read_text()
     family = "2 cells of the ladder with an interval, 2 contrasts of the ends' arms and 1 contrast"
     assert f"Holm over the {family} of the primary slope" in text

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.stats import first_replicates, holm, match, seed_summary
 
 SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
@@ -39,19 +39,6 @@ def is_sign_flip(runs: pd.DataFrame) -> bool:
 
 def body_label(n_embd, n_layer) -> str:
     return f"d={int(n_embd)}, {int(n_layer)} layers"
-
-
-def arm(run) -> str:
-    """books.arm, with two arms of their own: tied with its input-side gradient scaled
-    (head.tied_input_grad_scale), and an arm at its own multipliers, ``<arm>_own`` (its output
-    matrix at another multiplier than its embedding: mult2d.py's rule moved it there)."""
-    variant = run.get("variant")
-    if isinstance(variant, str) and "tied_input_grad_scale" in variant:
-        return "tied_input_grad"
-    name = books.arm(run)
-    head, emb = run.get("head_lr_mult"), run.get("emb_lr_mult")
-    own = name in ("tied", "untied") and pd.notna(head) and pd.notna(emb) and head != emb
-    return f"{name}_own" if own else name
 
 
 def ladder(runs: pd.DataFrame) -> pd.DataFrame:
