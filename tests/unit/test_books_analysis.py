@@ -207,6 +207,10 @@ def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
     ticks = contrasts.axes[0].get_yticklabels()
     primary = [t.get_text() for t in ticks if "PRIMARY" in t.get_text()]
     assert primary == ["A  micro: tied − untied, init 0.02 [PRIMARY]"]
+    ax = contrasts.axes[0]  # a title, the sign on the axis, and what A, B and C are
+    assert ax.get_title() and "< 0, the first is better" in ax.get_xlabel()
+    said = " ".join(contrasts.captions)
+    assert all(f"{table}: " in said for table in "ABC")
     assert len(ticks) == len(books.contrast_table(runs).query("n_seeds > 0"))
     lr = figures.fig_lr(drawable(study))
     assert not lr.empty and lr.axes[0].get_xscale() == "log"

@@ -145,6 +145,7 @@ def new_figure(
     fig.flagged = []  # "name: status" of runs drawn apart
     fig.captions = []  # the figure's own caption lines (method, interval, floor)
     fig.drawn = None  # the runs drawn, when fewer than those given (the caption describes them)
+    fig.n = None  # the caption's n where the figure counts its own cells (else seeds_per_cell)
     fig.empty = None  # why nothing is drawn: then the figure is not written
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
@@ -182,16 +183,16 @@ def seeds_per_cell(runs: pd.DataFrame) -> str:
     return text
 
 
-def describe_runs(runs: pd.DataFrame) -> str:
+def describe_runs(runs: pd.DataFrame, n: str | None = None) -> str:
     """What a figure draws, for its caption: 'nano (d=64), micro (d=128), 500 steps · Tiny
-    Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell'."""
+    Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell' (``n``: in its place)."""
     runs = runs.reindex(columns=list(dict.fromkeys([*runs.columns, *DESCRIBED])))
     steps = runs["max_steps"].dropna().astype(int)
     models = ", ".join(model_label(runs, m) for m in model_order(runs))
     models += f", {span(steps)} steps" if len(steps) else ""
     vocab = sorted(runs["vocab_size"].dropna().astype(int).unique())
     vocab = ", ".join(f"{v:,}" for v in vocab) or "?"
-    return " · ".join([models, corpora(runs), f"V = {vocab}", seeds_per_cell(runs)])
+    return " · ".join([models, corpora(runs), f"V = {vocab}", n or seeds_per_cell(runs)])
 
 
 def footnote(fig: Figure, width: int) -> list[str]:
@@ -212,7 +213,7 @@ def finish(fig: Figure, runs: pd.DataFrame) -> None:
     fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
     drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
     width = int(fig.get_figwidth() * CHARS_PER_INCH)
-    texts = [describe_runs(drawn), *fig.captions]
+    texts = [describe_runs(drawn, fig.n), *fig.captions]
     lines = [line for text in texts for line in textwrap.wrap(text, width)]
     # below the figure, out of the layout (the panels keep their size); saving with
     # bbox_inches="tight" (save_figure, Jupyter) takes it in

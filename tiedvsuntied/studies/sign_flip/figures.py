@@ -5,14 +5,15 @@ the head's share rho and the effect along training, from the numbers of :mod:`.a
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
 from matplotlib.ticker import EngFormatter
 
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import paper, style
+from tiedvsuntied.results.records import read_config
 from tiedvsuntied.studies.sign_flip import analysis as sign_flip
 from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
 from tiedvsuntied.studies.sign_flip import tokens as sign_flip_tokens
@@ -42,6 +43,18 @@ WAY_STYLE = {
 GPU_EDGE = "black"  # a point whose runs trained on a GPU (scripts/gpu/slot.sh) has this edge
 SIGN = "tied − untied (bits per byte, test split): > 0 = tying costs, < 0 = tying pays"
 PLAIN = {"inv_sqrt_d": "d^-0.5"}  # an init std in a markdown table (no mathtext)
+Y_LABEL = "tied − untied (bits/byte)\n< 0: tying pays · > 0: tying costs"  # the sign, on the axis
+# a cell whose runs broke the clip rule: ringed (a shape, so that it reads in greyscale too)
+CLIP_RING = {"ls": "none", "marker": "o", "ms": 11, "mfc": "none", "mec": "black", "mew": 0.8}
+LABEL_TEXT = {"fontsize": 6, "color": "#444444", "textcoords": "offset points", "va": "center"}
+# where a point's name sits: a V-ladder point's to its right, a body's below left, a point of
+# both ladders' above left (the ladders' points lie close in rho), the rest to the right
+LABEL_AT = {"V": ((7, 0), "left"), "body": ((-2, -11), "right"), "both": ((-6, 9), "right")}
+# the token axis's lines, one per point: Paul Tol's muted palette (colour-blind safe), each line
+# with its own marker too, so that any two read apart in greyscale
+LINE_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
+               "#882255", "#AA4499")  # fmt: skip
+LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 sign_flip_figure = functools.partial(style.figure, mixed_data=True, needs=NEEDS, study=STUDY)
 
 
@@ -62,9 +75,22 @@ def _points(ax, cells: pd.DataFrame, x: str = "rho") -> None:
         ax.errorbar(group[x][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
                     capsize=2, label=label, **kw)  # fmt: skip
         ax.plot(group[x][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
-        if way == sign_flip.OFF_LADDER:  # what it is, beside it: its body and its tokenizer
-            for row in group.itertuples():
-                ax.annotate(f" {row.body}, {row.encoding}", (getattr(row, x), row.diff), fontsize=5)
+    for row in cells.itertuples():  # what each point is, beside it
+        at, ha = LABEL_AT.get(row.way, LABEL_AT["V"])
+        where = (getattr(row, x), row.diff)
+        ax.annotate(_point_label(row), where, xytext=at, ha=ha, **LABEL_TEXT)
+    broke = sign_flip.clip_breaks(cells)
+    if len(broke):
+        label = f"broke the clip rule (clipped on > {sign_flip.CLIP_RULE:.0%} of steps)"
+        ax.plot(broke[x], broke["diff"], label=label, **CLIP_RING)
+
+
+def _point_label(row) -> str:
+    """A point's name: its V on the V-ladder, its body on the body ladder, both where it is on
+    both, its body and tokenizer off the ladder."""
+    v = f"V={row.vocab_size:,}"
+    names = {"V": v, "body": row.body, "both": f"{row.body}, {v}"}
+    return names.get(row.way, f"{row.body}, {v}, {row.encoding}")
 
 
 OWN_STYLE = {"ls": "none", "marker": "P", "color": "#555555", "ms": 5, "capsize": 2}
@@ -79,78 +105,115 @@ def _own_points(ax, own: pd.DataFrame) -> None:
         ax.errorbar(group["rho"] * OWN_NUDGE, group["diff"], yerr=yerr, label=label, **OWN_STYLE)
 
 
-def _curve(ax, f, cross: dict) -> str:
-    """The fitted curve with its band and the crossover; returns the caption's words for it."""
+def _crossover(ax, f, cross: dict) -> str:
+    """H4's crossover (the OLS over every pair of the init std, as committed; its line is not
+    drawn: it pools two ladders that run opposite ways), marked where there is one; returns the
+    title's words for it."""
     if f is None:
-        return cross["note"]
-    grid = np.exp(np.linspace(*f.log_rho, 100))
-    curve = sign_flip_curve.band(f, grid)
-    label = f"OLS on ln ρ, {CONFIDENCE:.0%} band"
-    ax.plot(curve["rho"], curve["mean"], color="black", lw=1, label=label)
-    ax.fill_between(curve["rho"], curve["low"], curve["high"], color="black", alpha=0.12, lw=0)
+        return f"H4: {cross['note']}"
     if np.isnan(cross["rho"]):
-        return f"crossover: {cross['note']}"
+        return f"H4 (all points pooled): crossover {cross['note']}"
     ax.axvline(cross["rho"], color="black", ls="--", lw=0.8)
     ax.axvspan(cross["low"], cross["high"], color="black", alpha=0.08, lw=0)
     where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
     ax.text(cross["rho"], 0.03, f" 0 at {where}", transform=ax.get_xaxis_transform(), fontsize=6)
-    return f"crossover {where}" + (f" ({cross['note']})" if cross["note"] else "")
+    return f"H4 (all points pooled): crossover {where}" + (
+        f" ({cross['note']})" if cross["note"] else ""
+    )
 
 
-LADDER_LINE = {"ls": (0, (4, 2)), "lw": 0.9}  # each ladder's own fit: dashed, in its colour
+# each ladder's own fit: dashed in its colour, the body ladder's dash-dotted (apart in greyscale)
+LADDER_DASH = {"V": (0, (4, 2)), "body": (0, (6, 2, 1, 2))}
 
 
-def _ladder_lines(ax, runs: pd.DataFrame, on: str = "rho") -> None:
-    """Each ladder's own OLS line on the log of ``on`` (exploratory; the committed fit pools
-    them), over its points' range in the colour of its markers, where it has two points or more."""
+def _ladder_lines(ax, runs: pd.DataFrame, on: str = "rho", committed: str | None = None) -> None:
+    """Each ladder's own OLS line on the log of ``on``, over its points' range in the colour of
+    its markers, where it has two points or more: dashed (exploratory), but the ``committed``
+    ladder's solid with its band (the V-ladder's on rho: the primary slope, H5's band)."""
     for way, f in sign_flip_curve.ladder_fits(runs, on).items():
         if f is None:
             continue
-        grid = np.exp(np.linspace(*f.log_rho, 50))
-        label = f"{way}-ladder's own OLS (exploratory)"
-        mean = sign_flip_curve.band(f, grid)["mean"]
-        ax.plot(grid, mean, color=WAY_STYLE[way][1], label=label, **LADDER_LINE)
+        line = sign_flip_curve.band(f, np.exp(np.linspace(*f.log_rho, 50)))
+        color = WAY_STYLE[way][1]
+        if way != committed:
+            label = f"{way}-ladder's own OLS (exploratory)"
+            ax.plot(
+                line["rho"], line["mean"], color=color, label=label, ls=LADDER_DASH[way], lw=0.9
+            )
+            continue
+        label = f"{way}-ladder's OLS, {CONFIDENCE:.0%} band (committed)"
+        ax.plot(line["rho"], line["mean"], color=color, lw=1.2, label=label)
+        ax.fill_between(line["rho"], line["low"], line["high"], color=color, alpha=0.15, lw=0)
 
 
 @sign_flip_figure("sign_flip_fig1_map", "third edition: tied − untied in bits per byte against rho")
 def fig_map(runs: pd.DataFrame):
     """Per init std: each ladder point's tied − untied (test bits per byte, mean and t-interval
-    over seeds) against rho (log axis), marked by how rho was moved; the OLS fit in ln rho over
-    every pair with its band; the crossover with its delta-method interval, or 'none in range'."""
+    over seeds) against rho (log axis), marked by how rho was moved and named; the V-ladder's OLS
+    in ln rho with its band (committed) and the body ladder's own line (exploratory); H4's
+    crossover (the OLS over every pair) with its delta-method interval, or 'none in range', in
+    the title; the cells that broke the clip rule ringed."""
     effects, fitted = sign_flip.effect_tables(runs), sign_flip_curve.fits(runs)
     table = effects.cells
     stds = _init_stds(table)
-    fig, axes = style.new_figure(1, len(stds), 2.6, sharey=True)
+    fig, axes = style.new_figure(1, len(stds), 3.0, width=7.0, sharey=True)
     if table.empty:
         return style.nothing_to_draw(fig, "no tied/untied pair at any ladder point yet")
     for ax, std in zip(axes[0], stds, strict=True):
         _points(ax, table[table["init_std"] == std])
         _own_points(ax, effects.own[effects.own["init_std"] == std])
         f, cross = fitted.get(std, (None, sign_flip_curve.crossover(None)))
-        said = _curve(ax, f, cross)
+        said = _crossover(ax, f, cross)
         if std == sign_flip.PRIMARY_INIT:  # the ladders are d^-0.5's
-            _ladder_lines(ax, runs)
+            _ladder_lines(ax, runs, committed="V")
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.set_xscale("log")
         style.plain_log(ax, "x", table["rho"])
         ax.set_xlabel("ρ = V·d / (V·d + non-embedding params)")
         # the crossover in the title: inside the axes it would sit on a point
         ax.set_title(f"{style.init_label(std)}\n{said}", fontsize=7)
-    axes[0][0].set_ylabel("tied − untied (bits/byte)")
+    axes[0][0].set_ylabel(Y_LABEL)
     style.legend(fig, None, 2)
-    fig.drawn = sign_flip.grid(runs)
+    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(table)
     fig.captions += [
         f"{SIGN}. Bodies: {', '.join(sorted(set(table['body'])))}. Mean and {CONFIDENCE:.0%} "
-        "t-interval over seeds' paired differences (each seed its own held-out books); curve: "
-        f"OLS of every pair's difference on ln ρ over the ladder's points (vocabularies trained "
-        f"per fold), {CONFIDENCE:.0%} band of the mean; crossover interval by the delta method; "
-        "dashed: each ladder's own OLS line (exploratory, not committed).",
+        "t-interval over seeds' paired differences (each seed its own held-out books). Solid, "
+        f"with its {CONFIDENCE:.0%} band: the V-ladder's OLS of each pair's difference on ln ρ "
+        "(committed: the primary slope, H5's band); dash-dotted: the body ladder's own OLS "
+        "(exploratory, not committed). No line pools the two ladders, which run opposite ways; "
+        "the title gives H4's crossover of the OLS over every pair (committed), its interval by "
+        "the delta method.",
         *_primary_words(effects.primary),
+        *_clip_words(table),
         *_own_words(effects.own),
         _floor_words(table),
         *_device_words(table),
     ]
     return fig
+
+
+def _n_drawn(cells: pd.DataFrame) -> str:
+    """The caption's n: the seeds of each drawn cell (its tied and untied runs, paired)."""
+    n = cells["n_seeds"]
+    return (
+        f"n = {style.span(n)} seed{'s' * bool(n.max() != 1)}/cell, tied and untied paired by seed"
+    )
+
+
+def _clip_words(cells: pd.DataFrame) -> list[str]:
+    """The caption's line naming the cells that broke the clip rule, where any did."""
+    broke = sign_flip.clip_breaks(cells)
+    named = [
+        f"{row.body}, V = {row.vocab_size:,}, {row.arm} {row.clip_frac:.1%}"
+        for row in broke.itertuples()
+    ]
+    if not named:
+        return []
+    return [
+        f"Ringed: the cells that broke the committed clip rule (an arm clipped on more than "
+        f"{sign_flip.CLIP_RULE:.0%} of its steps is re-run with the clip raised; as drawn, the "
+        f"share of steps clipped, mean over seeds): {'; '.join(named)}."
+    ]
 
 
 @sign_flip_figure(
@@ -162,7 +225,7 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     run opposite ways on rho, share this axis. Each ladder's per-seed slopes in the caption."""
     table = sign_flip.effect_tables(runs).cells
     table = table[table["init_std"].eq(sign_flip.PRIMARY_INIT)]
-    fig, axes = style.new_figure(1, 1, 2.6)
+    fig, axes = style.new_figure(1, 1, 3.0, width=7.0)
     if table.empty:
         return style.nothing_to_draw(fig, "no tied/untied pair at d^-0.5 yet")
     ax = axes[0][0]
@@ -172,10 +235,10 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     ax.set_xscale("log")
     style.plain_log(ax, "x", table["tokens_per_param"])
     ax.set_xlabel("training tokens per parameter (tied model)")
-    ax.set_ylabel("tied − untied (bits/byte)")
+    ax.set_ylabel(Y_LABEL)
     ax.set_title(f"{style.init_label(sign_flip.PRIMARY_INIT)}, exploratory", fontsize=7)
     style.legend(fig, None, 2)
-    fig.drawn = sign_flip.grid(runs)
+    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(table)
     slopes = sign_flip_curve.ladder_slopes(runs, "tokens_per_param")
     said = [
         f"{row.ladder} {row.diff:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
@@ -185,8 +248,9 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     fig.captions += [
         f"{SIGN}. Exploratory, not committed in HYPOTHESES.md: the map's cells against tokens "
         f"per parameter; mean and {CONFIDENCE:.0%} t-interval over seeds' paired differences; "
-        "dashed: each ladder's own OLS line. Every run reads 10 MB of text, so tokens per "
-        "parameter falls as the model's parameters grow: this figure cannot tell the two apart.",
+        "dashed: the V-ladder's own OLS line, dash-dotted: the body ladder's. Every run reads "
+        "10 MB of text, so tokens per parameter falls as the model's parameters grow: this "
+        "figure cannot tell the two apart.",
         "Per-seed slopes on ln tokens per parameter, bpb per unit, 95% t over seeds, "
         f"unadjusted: {'; '.join(said) or 'none yet'}.",
     ]
@@ -240,8 +304,9 @@ def _floor_words(table: pd.DataFrame) -> str:
 @sign_flip_figure("sign_flip_fig2_tokens", "third edition: tied − untied in bpb along training")
 def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     """Per init std: tied − untied of the validation bits per byte at each evaluation against
-    the train bytes seen, one line per ladder point (coloured by rho), mean over seeds paired by
-    seed with its t-band: whether tying's effect closes with training."""
+    the train bytes seen, one line per ladder point (its own colour and marker, in the order of
+    rho), mean over seeds paired by seed with its t-band, the schedule's decay shaded: whether
+    tying's effect closes with training."""
     axis = sign_flip_tokens.token_axis(runs, history)
     stds = _init_stds(axis)
     # room beside the panels for the legend's column (one line per ladder point)
@@ -255,33 +320,67 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
     # of what training does to the gap, so it is stated in the caption, not drawn
     at_init = axis[axis["step"] == 0]
     axis = axis[axis["step"] > 0]
-    norm = np.log(rhos.min()), np.log(rhos.max())
-    cmap = colormaps["viridis"]
+    decay = _decay_start(sign_flip.grid(runs))
     for ax, std in zip(axes[0], stds, strict=True):
         lines = axis[axis["init_std"] == std].groupby(sign_flip.CELL)
-        for key, line in sorted(lines, key=lambda kv: rhos.get(kv[0], np.nan)):
+        for k, (key, line) in enumerate(sorted(lines, key=lambda kv: rhos.get(kv[0], np.nan))):
             rho = rhos.get(key, np.nan)
-            color = cmap((np.log(rho) - norm[0]) / ((norm[1] - norm[0]) or 1))
             body = sign_flip.body_label(line["n_embd"].iloc[0], key[0])
             label = f"ρ={rho:.2f} ({body}, V={key[4]:,})"
-            # dashed: rho moved by the body at a fixed V, so the two ladders read apart
-            ls = "--" if ways.get(key) == "body" else "-"
-            ax.plot(line["bytes"], line["mean"], color=color, lw=1, ls=ls, label=label)
+            # each line its colour and marker; dashed: rho moved by the body at a fixed V
+            look = {
+                "color": LINE_COLORS[k % len(LINE_COLORS)],
+                "marker": LINE_MARKERS[k % len(LINE_MARKERS)],
+            }
+            look |= {"ls": "--" if ways.get(key) == "body" else "-", "ms": 3}
+            ax.plot(line["bytes"], line["mean"], lw=1, label=label, **look)
             band = line[line["n"] >= style.MIN_BAND_SEEDS]
-            ax.fill_between(band["bytes"], band["low"], band["high"], color=color, alpha=0.15, lw=0)
+            ax.fill_between(band["bytes"], band["low"], band["high"], color=look["color"],
+                            alpha=0.1, lw=0)  # fmt: skip
+        if decay:
+            ax.axvspan(decay[1], axis["bytes"].max(), color=style.REF_COLOR, alpha=0.15, lw=0)
+            where = {"transform": ax.get_xaxis_transform(), "ha": "left", "va": "top"}
+            ax.text(decay[1], 0.99, " decay", fontsize=6, color="#444444", **where)
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
         ax.xaxis.set_major_formatter(EngFormatter())
         ax.set_xlabel("train bytes seen")
         ax.set_title(style.init_label(std))
-    axes[0][0].set_ylabel("tied − untied, val (bits/byte)")
+    axes[0][0].set_ylabel(Y_LABEL.replace("untied (bits/byte)", "untied, val (bits/byte)"))
     style.legend(fig, None, 1, loc="outside right upper", fontsize=6)
-    fig.drawn = sign_flip.grid(runs)
+    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(cells)
     fig.captions.append(
         f"{SIGN.replace('test split', 'validation windows')}. Mean over seeds paired by seed at "
         f"each evaluation, {CONFIDENCE:.0%} t-band where {style.MIN_BAND_SEEDS}+ seeds; dashed: "
-        f"ρ moved by the body at a fixed V. {_at_init(at_init, rhos)}"
+        f"ρ moved by the body at a fixed V. {_decay_words(decay)}{_at_init(at_init, rhos)}"
     )
     return fig
+
+
+def _decay_start(runs: pd.DataFrame) -> tuple[float, float, float] | None:
+    """(share of steps, first, last train bytes) where the runs' lr decays: each run's config
+    (optim.schedule wsd: its last optim.decay_frac of steps, of the train bytes it read); None
+    where no run has a wsd schedule or its bytes are unknown."""
+    starts = {}
+    for run in runs.reindex(columns=["path", "train_bytes"]).dropna().itertuples():
+        optim = read_config(Path(run.path)).get("optim") or {}
+        if optim.get("schedule") == "wsd" and optim.get("decay_frac") is not None:
+            starts[run.path] = (optim["decay_frac"], (1 - optim["decay_frac"]) * run.train_bytes)
+    if not starts:
+        return None
+    fracs, at = zip(*starts.values(), strict=True)
+    return max(fracs), min(at), max(at)
+
+
+def _decay_words(decay: tuple | None) -> str:
+    """The caption's words for the shaded decay phase."""
+    if decay is None:
+        return ""
+    frac, first, last = decay
+    span = style.span([first / 1e6, last / 1e6], "{:.1f}")
+    return (
+        f"Shaded: the lr's decay (optim.schedule wsd, the last {frac:.0%} of each run's steps, "
+        f"from {span} MB of train bytes on). "
+    )
 
 
 def _at_init(at_init: pd.DataFrame, rhos: pd.Series) -> str:

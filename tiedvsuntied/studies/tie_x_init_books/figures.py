@@ -125,13 +125,20 @@ def fig_contrasts(runs: pd.DataFrame):
     ax.set_yticks(range(len(table)), labels, fontsize=6)
     ax.axvline(0, color=style.REF_COLOR, lw=0.8)
     ax.invert_yaxis()
-    ax.set_xlabel("difference in test loss (nats/token)")
-    fig.captions.append(
+    ax.set_xlabel(
+        "first − second in test loss (nats/token): < 0, the first is better; > 0, it costs"
+    )
+    ax.set_title("Every contrast of HYPOTHESES.md, paired by seed (second edition)")
+    fig.captions += [
         f"{_interval_count(table)} ({CONFIDENCE:.0%} t over seeds' paired differences, "
         "unadjusted; Holm-adjusted p in books_tables.md); [PRIMARY], thick: the contrast named "
-        "before the runs; grey "
-        "band: the noise floor of the difference (a replicate at another thread count)."
-    )
+        "before the runs; grey dots: the seeds; grey "
+        "band: the noise floor of the difference (a replicate at another thread count).",
+        "A: tying's effect, tied − untied, at each init std and size. B: interactions, tying's "
+        "effect at init 1.0 or d^-0.5 minus at 0.02 (per size), and at micro minus at nano (per "
+        "init std). C: the other arms at init 1.0, T5 (tied, rescaled) − tied and untied with "
+        "its embedding at 1.0 and head at d^-0.5 − untied and − tied.",
+    ]
     return fig
 
 
