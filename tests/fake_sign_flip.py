@@ -37,10 +37,12 @@ def designed_effect(model: str, vocab_size: int) -> float:
 
 
 def _document_split(run_dir: Path, seed: int, vocab_size: int) -> None:
-    """The config of a run that holds out its seed's books, on a BPE of its own vocabulary."""
+    """The config of a run that holds out its seed's books, on a BPE of its own vocabulary, with
+    the study's schedule (warmup-stable-decay, its last 20% of steps decaying)."""
     path = run_dir / "config.yaml"
     config = yaml.safe_load(path.read_text())
     config["data"] |= {"split": "document", "heldout_fold": seed, "encoding": "bpe"}
+    config["optim"] = config.get("optim", {}) | {"schedule": "wsd", "decay_frac": 0.2}
     config["data"]["vocab_size"] = vocab_size
     path.write_text(yaml.safe_dump(config))
 

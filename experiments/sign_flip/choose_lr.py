@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.analysis.sign_flip import arm
 
 OUT = Path(__file__).with_name("lr_choice.tsv")
 POINT = ["model", "vocab_size", "arm", "init_std"]

@@ -5,13 +5,13 @@ out-of-sample tests of the exploratory readings (README, "The body ladder"; PRED
     python experiments/sign_flip/held_out.py experiments/sign_flip/results --model body512x8
 
 Each ladder's own OLS line (tied − untied test bpb at d^-0.5, on the log of rho, of tokens per
-parameter, or of the tied model's parameters; analysis.sign_flip_curve), read at the point's
+parameter, or of the tied model's parameters; studies.sign_flip.curve), read at the point's
 value on that axis, with its 95% band. ``--point``: the lines fitted without the point
-(sign_flip_curve.held_out), beside the point's own seeds and ``off`` = point − prediction with a
+(curve.held_out), beside the point's own seeds and ``off`` = point − prediction with a
 t-interval over its seeds; a reading whose ``off`` interval excludes 0 is contradicted by the
 point. ``--model``: a body of conf/model/ at ``--vocab-size`` (its parameters counted from the
 config, its tokens those of the runs at that vocabulary: every point reads the same text), from
-every point (sign_flip_curve.predict). No torch.
+every point (curve.predict). No torch.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import sys
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.analysis.sign_flip_curve import held_out, predict
 from tiedvsuntied.model.accounting import count_parameters_for, head_share
 from tiedvsuntied.presets import presets
+from tiedvsuntied.studies.sign_flip.curve import held_out, predict
 
 SHOWN = ["axis", "ladder", "at", "fit", "fit_low", "fit_high", "n_seeds", "diff", "low", "high"]
 SHOWN += ["off", "off_low", "off_high", "in_range"]

@@ -19,7 +19,7 @@ import sys
 import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.analysis.sign_flip import CELL, VALUE, grid, ladder
+from tiedvsuntied.studies.sign_flip.analysis import CELL, VALUE, grid, ladder
 
 KEY = [*CELL, "seed", "arm", "lr"]  # a run and its twin in the other precision
 

@@ -28,12 +28,12 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
-from tiedvsuntied.analysis.sign_flip import PRIMARY_INIT, body_label, pairs
 from tiedvsuntied.data.baselines import bits_per_byte, fit, score_windows
 from tiedvsuntied.data.batches import BatchSampler, EvalSet
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.results.records import read_config
+from tiedvsuntied.studies.sign_flip.analysis import PRIMARY_INIT, body_label, pairs
 
 OUT = Path(__file__).with_name("read_bigram.tsv")
 KEY = ["vocab_size", "seed", "steps"]  # what the text a run read depends on, in this study

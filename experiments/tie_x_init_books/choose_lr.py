@@ -3,10 +3,10 @@
     python experiments/tie_x_init_books/choose_lr.py results/tie_x_init_books
 
 Reads the sweep's finished runs (the lr check is its nano, seed-0 runs; the rule is
-``tiedvsuntied.analysis.books.chosen_lr``; no torch) and writes ``lr_choice.tsv`` beside this
-file: per arm, the final validation loss at each multiplier, the one with the lowest, and
-``run_next`` where that is an edge (run.sh's ``lr-edge`` piece runs it; then rerun this). The
-test split is never read.
+``tiedvsuntied.studies.tie_x_init_books.analysis.chosen_lr``; no torch) and writes
+``lr_choice.tsv`` beside this file: per arm, the final validation loss at each multiplier, the one
+with the lowest, and ``run_next`` where that is an edge (run.sh's ``lr-edge`` piece runs it;
+then rerun this). The test split is never read.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tiedvsuntied.analysis.books import chosen_lr
 from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.studies.tie_x_init_books.analysis import chosen_lr
 
 OUT = Path(__file__).with_name("lr_choice.tsv")
 

@@ -62,8 +62,9 @@ def test_the_seed_t_interval_covers_with_books_held_out_per_seed(kind):
 
 
 def test_the_interaction_interval_covers_with_books_held_out_per_seed():
-    # table B (analysis.books.contrasts): tying's effect at one init std minus at another, per
-    # seed; each effect's runs are their own (independent seed noise), a seed's books are shared
+    # table B (studies.tie_x_init_books.analysis.contrasts): tying's effect at one init std minus
+    # at another, per seed; each effect's runs are their own (independent seed noise), a seed's
+    # books are shared
     rng = np.random.default_rng(7)
     books = book_draws(rng, (STUDIES, SEEDS, BOOKS), "heavy")
     first = (

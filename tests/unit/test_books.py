@@ -13,13 +13,13 @@ import pytest
 from conftest import SHARED_DATA, compose
 from helpers import books, books_run, write_library
 
-from tiedvsuntied.analysis.books import document_losses
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.data.baselines import fit, score_documents
 from tiedvsuntied.data.batches import eval_window_starts
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataError
 from tiedvsuntied.data.sources import text_files
+from tiedvsuntied.studies.tie_x_init_books.analysis import document_losses
 from tiedvsuntied.train.config import ConfigError, TrainerConfig, check_budget
 from tiedvsuntied.train.trainer import train
 

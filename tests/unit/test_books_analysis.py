@@ -1,6 +1,6 @@
-"""The second edition's analysis (analysis.books) on a runs table built here with known
-effects: the lr rule, the grid at the chosen multipliers, the contrasts with their intervals and
-floors, and the books as a variance component."""
+"""The second edition's analysis (studies.tie_x_init_books.analysis) on a runs table built here
+with known effects: the lr rule, the grid at the chosen multipliers, the contrasts with their
+intervals and floors, and the books as a variance component."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.arms import head_arm
+from tiedvsuntied.studies.tie_x_init_books import analysis as books
 
 ARMS = {  # arm -> (tie, t5_rescale, emb std, head std) at init std 1.0 of a d = 64 model
     "tied": (True, False, None, None),
@@ -66,7 +67,7 @@ def study() -> pd.DataFrame:
 
 
 def test_each_arm_is_named_by_its_head_and_init():
-    assert [books.arm(run(a, "1.0", "nano", 0, 5.0)) for a in ARMS] == list(ARMS)
+    assert [head_arm(run(a, "1.0", "nano", 0, 5.0)) for a in ARMS] == list(ARMS)
 
 
 def test_the_lr_rule_takes_the_lowest_validation_loss_and_steps_out_from_an_edge(study):
@@ -196,7 +197,7 @@ def drawable(study: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
-    from tiedvsuntied.figures import books as figures
+    from tiedvsuntied.studies.tie_x_init_books import figures
 
     runs = drawable(study[study["emb_lr_mult"] == 1.0])  # every cell at its chosen lr
     loss = figures.fig_loss(runs)
@@ -206,6 +207,10 @@ def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
     ticks = contrasts.axes[0].get_yticklabels()
     primary = [t.get_text() for t in ticks if "PRIMARY" in t.get_text()]
     assert primary == ["A  micro: tied − untied, init 0.02 [PRIMARY]"]
+    ax = contrasts.axes[0]  # a title, the sign on the axis, and what A, B and C are
+    assert ax.get_title() and "< 0, the first is better" in ax.get_xlabel()
+    said = " ".join(contrasts.captions)
+    assert all(f"{table}: " in said for table in "ABC")
     assert len(ticks) == len(books.contrast_table(runs).query("n_seeds > 0"))
     lr = figures.fig_lr(drawable(study))
     assert not lr.empty and lr.axes[0].get_xscale() == "log"
@@ -214,8 +219,8 @@ def test_the_figures_draw_every_arm_each_contrast_and_the_lr_check(study):
 def test_the_lr_figure_marks_an_edge_choice_and_each_caption_gives_its_own_seeds_and_sizes(study):
     """Untied at 0.02 chose m = 4, the highest run: an arrow and a note; the lr figure draws nano
     seed 0 alone and says so, the contrasts figure both sizes and the grid's seeds per cell."""
-    from tiedvsuntied.figures import books as figures
     from tiedvsuntied.figures.style import finish
+    from tiedvsuntied.studies.tie_x_init_books import figures
 
     runs = drawable(study)
     choice = books.chosen_lr(study).set_index(["arm", "init_std"])["emb_lr_mult"]
@@ -238,7 +243,7 @@ def test_the_lr_figure_marks_an_edge_choice_and_each_caption_gives_its_own_seeds
 
 
 def test_the_figures_skip_runs_that_hold_out_no_documents(study):
-    from tiedvsuntied.figures import books as figures
+    from tiedvsuntied.studies.tie_x_init_books import figures
 
     runs = drawable(study).assign(heldout_fold=np.nan)  # the first edition's tail split
     assert figures.fig_loss(runs).empty == figures.NOT_BOOKS
@@ -246,7 +251,7 @@ def test_the_figures_skip_runs_that_hold_out_no_documents(study):
 
 
 def test_the_contrast_figure_counts_only_rows_with_an_interval(study):
-    from tiedvsuntied.figures import books as figures
+    from tiedvsuntied.studies.tie_x_init_books import figures
 
     runs = drawable(study[study["emb_lr_mult"] == 1.0])
     runs = runs[(runs["model"] == "nano") | (runs["seed"] == 0)]  # micro: one seed

@@ -15,6 +15,7 @@ from fake_results import (
 )
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
+from tiedvsuntied.figures import paper
 from tiedvsuntied.figures.cli import main
 from tiedvsuntied.figures.loss import fig_initial_loss
 from tiedvsuntied.figures.style import (
@@ -54,9 +55,10 @@ def test_mixed_sweeps_are_refused_clearly_and_need_data_id(tmp_path, fig_results
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
     mixed = load_results(tmp_path / "a", tmp_path / "b")
+    mixing = {"fig11_crossover", *paper.section_outputs(paper.SECTIONS["sign_flip"])}
     for name, output in REGISTRY.items():  # in-process: every figure of one dataset refuses
         # fig 11 and the third edition's map over rho compare vocabularies by design
-        if "fig" in name and name != "fig11_crossover" and not name.startswith("sign_flip_"):
+        if "fig" in name and name not in mixing:
             with pytest.raises(ResultsError, match=r"mix 2 values of vocab_size"):
                 output.write(mixed, tmp_path / "o", ["png"])
     with pytest.raises(ResultsError, match="no runs to plot"):
@@ -80,27 +82,32 @@ def test_mixed_sweeps_are_refused_clearly_and_need_data_id(tmp_path, fig_results
     assert (tmp_path / "o" / "fig3_initial_loss.png").exists()
 
 
-def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, monkeypatch):
-    from tiedvsuntied.figures import cli
+def required_bundle() -> str:
+    """The shipped bundle of the paper's required section: experiments/<study>/results."""
+    (bundle,) = [b for s in paper.sections() if s.required for b in s.bundles]
+    return bundle
 
-    monkeypatch.setattr(cli, "REPO", tmp_path)
+
+def test_paper_without_a_bundle_says_where_and_how_to_make_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(paper, "REPO", tmp_path)
     assert main(["--paper", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    bundle = cli.PAPER_BUNDLES[0]  # experiments/<study>/results
+    bundle = required_bundle()
     assert f"no results bundle at {tmp_path / bundle}" in err
     assert f"python -m tiedvsuntied.bundle results/{bundle.split('/')[1]} {bundle}" in err
 
 
 def test_paper_makes_its_figures_and_tables_from_the_bundle(tmp_path, capsys, monkeypatch):
     """Every output of PAPER exists (each is drawn by the drawn fixture); --paper makes them
-    from the shipped bundle (two here: the figures are tested on their own)."""
+    from the shipped bundle (two here: the figures are tested on their own; one of no section
+    is drawn from the required section's bundle)."""
     from tiedvsuntied.figures import cli
 
     assert set(cli.PAPER) <= set(REGISTRY)
-    bundle = tmp_path / cli.PAPER_BUNDLES[0]
+    bundle = tmp_path / required_bundle()
     write_sweep(bundle, init_stds=("1.0",))
-    monkeypatch.setattr(cli, "REPO", tmp_path)
+    monkeypatch.setattr(paper, "REPO", tmp_path)
     monkeypatch.setattr(cli, "PAPER", ("fig3_initial_loss", "table_params"))
     assert main(["--paper", "--out", str(tmp_path / "o"), "--formats", "png"]) == 0
     out = capsys.readouterr().out
@@ -123,16 +130,25 @@ def test_figures_on_a_bundle_without_probe_arrays_say_so_and_are_skipped(tmp_pat
     assert "has no 'emb_norm'" in caption_of(fig)  # the footnote says what is missing
 
 
-def test_paper_draws_the_third_edition_with_the_gpu_slots_bundles_where_shipped(
+def test_paper_draws_a_section_from_its_bundles_with_the_more_bundles_that_are_shipped(
     tmp_path, monkeypatch
 ):
+    """The third edition's section: its outputs from its own bundle, first, with the GPU slots'
+    bundles where shipped; the rest from the required section's bundle."""
     from tiedvsuntied.figures import cli
 
-    monkeypatch.setattr(cli, "REPO", tmp_path)
-    for bundle in (*cli.PAPER_BUNDLES, cli.SIGN_FLIP_BUNDLE):
+    monkeypatch.setattr(paper, "REPO", tmp_path)
+    section = next(s for s in paper.sections() if s.more_bundles)
+    for bundle in (required_bundle(), *section.bundles):
         (tmp_path / bundle).mkdir(parents=True)
-    only = [*cli.THIRD, "table_params"]
-    assert cli.paper_groups([], only)[0] == ([str(tmp_path / cli.SIGN_FLIP_BUNDLE)], [*cli.THIRD])
-    gpu = tmp_path / cli.SIGN_FLIP_GPU_BUNDLES[0]  # a slot's piece a shipped, piece b not yet
+    own = paper.section_outputs(section)
+    assert cli.paper_groups([], [*own, "table_params"]) == [
+        ([str(tmp_path / b) for b in section.bundles], own),
+        ([str(tmp_path / required_bundle())], ["table_params"]),
+    ]
+    gpu = tmp_path / section.more_bundles[0]  # a slot's piece a shipped, piece b not yet
     gpu.mkdir()
-    assert cli.paper_groups([], only)[0][0] == [str(tmp_path / cli.SIGN_FLIP_BUNDLE), str(gpu)]
+    assert cli.paper_groups([], own)[0][0] == [
+        *(str(tmp_path / b) for b in section.bundles),
+        str(gpu),
+    ]

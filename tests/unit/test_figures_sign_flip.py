@@ -1,5 +1,6 @@
-"""The third edition's figures and tables (figures.sign_flip) on a fake sign_flip sweep, their
-gate on other runs, and ``figures --paper`` drawing them from the study's own bundle."""
+"""The third edition's figures and tables (studies.sign_flip.figures and .tables) on a fake
+sign_flip sweep, their gate on other runs, and ``figures --paper`` drawing them from the study's
+own bundle."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from fake_sign_flip import (
     write_sign_flip,
 )
 
-from tiedvsuntied.analysis import sign_flip as analysis
-from tiedvsuntied.analysis import sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.figures import books
-from tiedvsuntied.figures import sign_flip as figures
+from tiedvsuntied.studies.sign_flip import analysis, figures, tables
+from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
+from tiedvsuntied.studies.sign_flip import tokens as sign_flip_tokens
+from tiedvsuntied.studies.tie_x_init_books import figures as books
 
 
 @pytest.fixture(scope="module")
@@ -29,29 +30,49 @@ def results(tmp_path_factory):
     return read_only_sign_flip(tmp_path_factory)[1]
 
 
-def test_the_map_draws_each_point_by_how_rho_moved_the_fit_its_crossover_and_primary(results):
+def test_the_map_draws_each_point_by_how_rho_moved_the_v_ladders_fit_its_crossover_and_primary(
+    results,
+):
+    """The V-ladder's fit solid with its band (committed), the body ladder's own line dash-dotted,
+    no line over both ladders; H4's crossover in the title; each point named; n as drawn; the
+    sign on the axis."""
     fig = figures.fig_map(results.runs)
     assert fig.empty is None
     ax = fig.axes[0]
-    assert ax.get_xscale() == "log"
+    assert ax.get_xscale() == "log" and "> 0: tying costs" in ax.get_ylabel()
     drawn = {label: artist for artist, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    fit_label = "OLS on ln ρ, 95% band"
-    ladders = {f"{way}-ladder's own OLS (exploratory)" for way in ("V", "body")}
+    committed, body = "V-ladder's OLS, 95% band (committed)", "body-ladder's own OLS (exploratory)"
     ways = {figures.WAY_STYLE[w][0] for w in ("V", "body", "both")}
-    assert set(drawn) == ways | {fit_label} | ladders
-    assert all(drawn[label].get_linestyle() == "--" for label in ladders)
+    assert set(drawn) == ways | {committed, body}
+    assert drawn[committed].get_linestyle() == "-" and drawn[body].get_linestyle() == "--"
+    v_fit = sign_flip_curve.ladder_fits(results.runs)["V"]
+    line = sign_flip_curve.band(v_fit, drawn[committed].get_xdata())["mean"]
+    assert np.allclose(drawn[committed].get_ydata(), line)  # the V-ladder's own, not pooled
+    assert not [line for line in lines(fig) if len(line.get_xdata()) == 100]  # no pooled curve
     cross = sign_flip_curve.fits(results.runs)["inv_sqrt_d"][1]
     text, caption = texts(fig), caption_of(fig)
     where = f"ρ = {cross['rho']:.2f} [{cross['low']:.2f}, {cross['high']:.2f}]"
-    assert where in ax.get_title()  # the title, off the points
+    assert where in ax.get_title() and "H4" in ax.get_title()  # the title, off the points
+    cells = analysis.effect_table(results.runs)
+    assert all(figures._point_label(row) in text for row in cells.itertuples())
     primary = analysis.primary_table(results.runs).iloc[0]
     assert f"mean {primary['diff']:+.4f} [{primary['low']:+.4f}, {primary['high']:+.4f}]" in caption
     assert figures.SIGN in caption and "d=64, 2 layers" in caption and "n = 4 seeds/cell" in caption
     assert "V = 1,024, 2,048, 4,096, 8,192, 16,384" in caption and "0 at ρ" in text
     assert "Noise floor: not measured yet (no replicate pair)." in caption  # none ran again
-    curve = [line for line in lines(fig) if len(line.get_xdata()) == 100]
-    assert len(curve) == 1 and np.all(np.diff(curve[0].get_ydata()) > 0)  # the fitted slope
-    assert drawn[fit_label] is curve[0]
+    assert "Ringed" not in caption  # no cell broke the clip rule
+
+
+def test_the_map_rings_and_names_a_cell_that_broke_the_clip_rule(results):
+    runs = results.runs.copy()
+    runs.loc[runs["tie"] & runs["vocab_size"].eq(1024), "clip_frac"] = 0.3
+    fig = figures.fig_map(runs)
+    drawn = dict(zip(*reversed(fig.axes[0].get_legend_handles_labels()), strict=True))
+    ring = drawn["broke the clip rule (clipped on > 10% of steps)"]
+    cell = analysis.effect_table(runs).query("vocab_size == 1024").iloc[0]
+    assert list(ring.get_xdata()) == [cell["rho"]] and list(ring.get_ydata()) == [cell["diff"]]
+    assert "Ringed: the cells that broke the committed clip rule" in caption_of(fig)
+    assert f"{cell['body']}, V = 1,024, tied 30.0%" in caption_of(fig)
 
 
 def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(results):
@@ -68,6 +89,13 @@ def test_the_token_axis_draws_one_line_per_ladder_point_and_states_the_init(resu
     # the two ladders read apart: the bodies at V = 8,192 other than micro's are dashed
     dashed = {line.get_label() for line in per_point if line.get_linestyle() == "--"}
     assert len(dashed) == 2 and all("V=8,192" in label and "d=128" not in label for label in dashed)
+    # any two lines read apart by their marker too (greyscale, colour-blind), and by colour
+    assert len({line.get_marker() for line in per_point}) == len(per_point)
+    assert len({line.get_color() for line in per_point}) == len(per_point)
+    # the lr's decay (wsd: the last 20% of steps) shaded from where it starts
+    (decay,) = [p for p in fig.axes[0].patches if p.get_x() > 0]
+    assert decay.get_x() == pytest.approx(0.8 * results.runs["train_bytes"].min())
+    assert "Shaded: the lr's decay (optim.schedule wsd, the last 20%" in caption_of(fig)
 
 
 def test_the_exploratory_axis_draws_the_cells_at_their_tokens_per_param_with_each_ladders_line(
@@ -89,7 +117,7 @@ def test_the_exploratory_axis_draws_the_cells_at_their_tokens_per_param_with_eac
 
 
 def test_the_tables_give_every_cell_with_its_interval_holm_and_the_crossover(results, tmp_path):
-    (path,) = figures.write_sign_flip_tables(tmp_path, results.runs, results.history)
+    (path,) = tables.write_sign_flip_tables(tmp_path, results.runs, results.history)
     text = path.read_text()
     table = analysis.effect_table(results.runs)
     for column in ("rho_untied", "bytes_per_token", "bigram_bpb", "clip_frac_untied", "p_holm"):
@@ -123,7 +151,7 @@ def test_the_map_names_a_point_off_the_ladder_and_edges_a_gpu_point(tmp_path):
     off = drawn[figures.WAY_STYLE[analysis.OFF_LADDER][0]]
     assert off.lines[0].get_markeredgecolor() == figures.GPU_EDGE
     assert drawn[figures.WAY_STYLE["alone"][0]].lines[0].get_markeredgecolor() != figures.GPU_EDGE
-    assert "d=128, 4 layers, gpt2" in texts(fig)
+    assert "d=128, 4 layers, V=50,257, gpt2" in texts(fig)
     assert "Black-edged: trained on a GPU (1 of 2 cells)" in caption_of(fig)
 
 
@@ -132,7 +160,7 @@ def test_the_tables_give_the_primary_and_the_ends_contrasts_in_the_ladders_holm_
     write_ends(sweep, "micro", 1024)
     results = load_results(sweep)
     runs = results.runs
-    (path,) = figures.write_sign_flip_tables(tmp_path, runs, results.history)
+    (path,) = tables.write_sign_flip_tables(tmp_path, runs, results.history)
     text = path.read_text()
     family = "2 cells of the ladder with an interval, 2 contrasts of the ends' arms and 1 contrast"
     assert f"Holm over the {family} of the primary slope" in text

@@ -1,5 +1,5 @@
 """experiments/sign_flip/held_out.py: a point that ran, predicted from all the others, and a body
-not run yet, predicted from them all (analysis.sign_flip_curve.held_out and .predict), on the
+not run yet, predicted from them all (studies.sign_flip.curve.held_out and .predict), on the
 fake sign_flip sweep."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from fake_sign_flip import read_only_sign_flip
 from helpers import script_module
 
-from tiedvsuntied.analysis import sign_flip, sign_flip_curve
 from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.studies.sign_flip import analysis as sign_flip
+from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
 
 STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
 

@@ -1,5 +1,6 @@
-"""The third edition's analysis (analysis.sign_flip) on a fake sign_flip sweep (fake_sign_flip)
-whose tying effect is designed to change sign at a known rho; the runs table's new columns."""
+"""The third edition's analysis (studies.sign_flip.analysis) on a fake sign_flip sweep
+(fake_sign_flip) whose tying effect is designed to change sign at a known rho; the runs table's
+new columns."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ from fake_sign_flip import (
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tiedvsuntied.analysis import sign_flip, sign_flip_curve, sign_flip_tokens
 from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SIGN_FLIP_COLUMNS
+from tiedvsuntied.analysis.rows import HELDOUT_COLUMNS, SUMMARY_COLUMNS
 from tiedvsuntied.results.metrics import VAL_BPB
+from tiedvsuntied.studies.sign_flip import analysis as sign_flip
+from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
+from tiedvsuntied.studies.sign_flip import tokens as sign_flip_tokens
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +58,17 @@ def test_the_runs_table_reads_the_new_fields_and_old_runs_give_none(tmp_path, re
     assert runs["test_bigram_bpb"].to_numpy() == pytest.approx(bigram[runs.index].to_numpy())
     assert set(runs["encoding"]) == {"bpe"} and not runs["git_dirty"].any()
     old = load_results(write_run(tmp_path / "old", vocab_size=512).parent).runs
-    assert old[SIGN_FLIP_COLUMNS].isna().all().all()
+    assert old[SUMMARY_COLUMNS].isna().all().all()
 
 
 def test_adding_the_new_fields_changes_no_other_column(tmp_path):
     """The same run with and without the third edition's fields: every other column equal."""
     before = load_results(write_run(tmp_path / "a", seed=3).parent).runs
     after = load_results(write_run(tmp_path / "b", seed=3, bytes_per_token=3.0).parent).runs
-    new = [*SIGN_FLIP_COLUMNS, *HELDOUT_COLUMNS, "clip_frac", "path", "source", "sweep"]
+    new = [*SUMMARY_COLUMNS, *HELDOUT_COLUMNS, "clip_frac", "path", "source", "sweep"]
     old = [c for c in before.columns if c not in new]
     pd.testing.assert_frame_equal(before[old], after[old])
-    assert after[SIGN_FLIP_COLUMNS].notna().all().all()
+    assert after[SUMMARY_COLUMNS].notna().all().all()
 
 
 def test_each_point_says_which_way_rho_was_moved(results):

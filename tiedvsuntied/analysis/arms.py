@@ -1,11 +1,12 @@
 """Contrasts beyond one cell's tied − untied, each paired by seed with the t-intervals of
 :mod:`.stats`: every arm of a sweep (tie x untie_at x head init, scales ...) against its tied arm;
 each arm at its own best learning rate (the classic comparison); and the interaction of tying
-with a factor (the tie effect at init std 1.0 minus at d^-0.5, or at one size minus another)."""
+with a factor (the tie effect at init std 1.0 minus at d^-0.5, or at one size minus another).
+And a run's arm by its conf/arm option (:func:`head_arm`, :func:`arm`), as studies name them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
@@ -34,6 +35,30 @@ def arm_label(run: pd.Series) -> str:
         base = f"untied at step {int(run['untie_step'])}"
     rest = rest.replace("inv_sqrt_d", "d^-1/2").replace("sqrt_d", "d^1/2")
     return f"{base} ({rest})" if rest else base
+
+
+def head_arm(run: Mapping) -> str:
+    """A run's arm by its head: t5 (tied, rescaled), emb1_head_dsqrt (untied, the head at
+    another std than the embedding), else tied or untied."""
+    if run.get("t5_rescale") is True:
+        return "t5"
+    emb, head = run.get("init_std_resolved_emb"), run.get("init_std_resolved_head")
+    if run.get("tie") is False and pd.notna(emb) and pd.notna(head) and emb != head:
+        return "emb1_head_dsqrt"
+    return "tied" if run.get("tie") else "untied"
+
+
+def arm(run) -> str:
+    """:func:`head_arm`, with two arms of their own: tied with its input-side gradient scaled
+    (head.tied_input_grad_scale, conf/arm/tied_in_grad), and an arm at its own multipliers,
+    ``<arm>_own`` (its output matrix at another lr multiplier than its embedding)."""
+    variant = run.get("variant")
+    if isinstance(variant, str) and "tied_input_grad_scale" in variant:
+        return "tied_input_grad"
+    name = head_arm(run)
+    head, emb = run.get("head_lr_mult"), run.get("emb_lr_mult")
+    own = name in ("tied", "untied") and pd.notna(head) and pd.notna(emb) and head != emb
+    return f"{name}_own" if own else name
 
 
 def with_arms(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:

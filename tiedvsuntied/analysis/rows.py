@@ -27,11 +27,12 @@ from tiedvsuntied.train.config import KEYS, VARIANT
 
 # summary.heldout: the count models on the held-out windows, and the targets never trained on
 HELDOUT_COLUMNS = [f"{s}_{k}" for s in ("val", "test") for k in ("unigram", "bigram", "unseen")]
-# the third edition (issue 40): summary.heldout in bits per byte, and the summary's own columns
+# since issue 40: summary.heldout in bits per byte, and the summary's own columns (the head's
+# share rho, the budgets, bits per byte, the tokenizer, the code that ran)
 HELDOUT_BPB_COLUMNS = [
     f"{s}_{k}" for s in ("val", "test") for k in ("loss_bpb", "unigram_bpb", "bigram_bpb")
 ] + ["val_bytes_per_token", "test_bytes_per_token"]
-SIGN_FLIP_COLUMNS = [
+SUMMARY_COLUMNS = [
     "rho",
     "rho_untied",
     "non_embedding_params",
@@ -109,7 +110,7 @@ RUN_COLUMNS = [
     "wandb_mode",
     "started_at",
     "updated_at",
-    *SIGN_FLIP_COLUMNS,
+    *SUMMARY_COLUMNS,
     "source",
     "path",
 ]

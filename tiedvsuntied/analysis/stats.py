@@ -1,6 +1,6 @@
 """Statistics on the runs table: means over seeds with Student-t intervals, the one tied/untied
-pairing, paired tables, the noise floor. Why a t over the seeds' paired differences, and its
-coverage: docs/figures.md, "Statistics"."""
+pairing, paired tables, the noise floor, the effect a number of seeds detects. Why a t over the
+seeds' paired differences, and its coverage: docs/figures.md, "Statistics"."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 from statsmodels.stats.multitest import multipletests
 
 from tiedvsuntied.analysis.load import ResultsError
@@ -64,6 +64,23 @@ def seed_p(values) -> float:
     if len(values) < MIN_INTERVAL_SEEDS or np.ptp(values) == 0:
         return np.nan
     return float(stats.ttest_1samp(values, 0.0).pvalue)
+
+
+ALPHA, POWER = 0.05, 0.8  # a planned study's test level and power (power.py of each study)
+
+
+def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
+    """The power of the two-sided one-sample t-test at ``alpha`` of ``n`` paired differences
+    whose mean is ``effect`` and standard deviation ``sd`` (the noncentral t)."""
+    df, nc = n - 1, effect / (sd / np.sqrt(n))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    # the far tail is ~0 for a large nc, where scipy's series can return nan
+    return float(stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)))
+
+
+def detectable(sd: float, n: int, alpha: float = ALPHA, target: float = POWER) -> float:
+    """The smallest effect that :func:`power` detects with power ``target`` at ``n`` seeds."""
+    return optimize.brentq(lambda e: power(e, sd, n, alpha) - target, 1e-6, 8 * sd)
 
 
 def holm(p) -> pd.Series:

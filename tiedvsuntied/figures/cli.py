@@ -1,7 +1,8 @@
 """``python -m tiedvsuntied.figures SWEEP_DIR... --out DIR``: every output of REGISTRY (or
 ``--only`` some); one failing output does not stop the others, and the exit status says whether
 any failed; an output with nothing to draw is skipped, in one line that says why. ``--paper``:
-PAPER from PAPER_BUNDLES (docs/figures.md)."""
+the outputs of each study's section of the paper (:mod:`.paper`) from its shipped bundles
+(docs/figures.md)."""
 
 from __future__ import annotations
 
@@ -15,26 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
+from tiedvsuntied.figures import paper
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
-# each module of the package registers its outputs in REGISTRY: a new one is drawn too
+# each module of the package registers its outputs in REGISTRY: a new one is drawn too; and so
+# does each study's package (tiedvsuntied/studies/<study>/), found by name
 for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
     if module.name != "__main__":
         importlib.import_module(f"{__package__}.{module.name}")
+paper.discover()
 
 FORMATS = ("pdf", "png", "svg")
-REPO = Path(__file__).resolve().parents[2]  # the package's parent: the checkout
-# The paper is its second edition (experiments/tie_x_init_books); the first edition's figures
-# are drawn from its bundle by name: python -m tiedvsuntied.figures experiments/tie_x_init/results
-PAPER_BUNDLES = ("experiments/tie_x_init_books/results",)  # the studies the paper shows, shipped
-# the third edition (issue 40), the paper's lead: drawn from its own bundle once that is shipped,
-# with the GPU slots' bundles where those are (scripts/gpu/slot.sh: more points, marked)
-SIGN_FLIP_BUNDLE = "experiments/sign_flip/results"
-SIGN_FLIP_GPU_BUNDLES = ("experiments/sign_flip/results_gpu", "experiments/sign_flip/results_small")
-THIRD = tuple(sorted(name for name in REGISTRY if name.startswith("sign_flip_")))
-# the paper's figures and tables, in its order: the third edition's (sign_flip_*), the second
-# edition's (books_*, numbered), then the parameter table
-PAPER = (*THIRD, *sorted(name for name in REGISTRY if name.startswith("books_")), "table_params")
+PAPER = paper.outputs()  # the paper's figures and tables, in its order (its sections')
 
 
 def output_names() -> list[str]:
@@ -59,12 +52,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-id", help="only runs with this data_id (mixed sweeps)")
     ap.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead (online)")
     ap.add_argument("--group", help="with --wandb: one W&B group (= sweep)")
-    paper = (
+    paper_help = (
         f"the paper's figures and tables ({', '.join(PAPER)}) from the shipped bundles "
-        f"({', '.join(PAPER_BUNDLES)} in the repository), or from SWEEP_DIRs when given; prints "
-        "how long it took"
+        f"({', '.join(paper.bundles())} in the repository), or from SWEEP_DIRs when given; "
+        "prints how long it took"
     )
-    ap.add_argument("--paper", action="store_true", help=paper)
+    ap.add_argument("--paper", action="store_true", help=paper_help)
     return ap
 
 
@@ -88,34 +81,10 @@ def write_outputs(results: Results, names: Sequence[str], out: Path, formats: li
 
 def paper_groups(sweep_dirs: Sequence[str], only: Sequence[str]) -> list | None:
     """(dirs, outputs) loaded and written one group at a time: SWEEP_DIRs with every output;
-    else the third edition's bundle, where shipped, with its outputs (THIRD), and the shipped
-    bundles of :func:`paper_dirs` with the rest (each study's runs on their own)."""
+    else each study's shipped bundles with its outputs (:func:`paper.groups`)."""
     if sweep_dirs:
         return [(list(sweep_dirs), list(only))]
-    dirs = paper_dirs(sweep_dirs)
-    if dirs is None:
-        return None
-    rest = [name for name in only if name not in THIRD]
-    third = [name for name in only if name in THIRD]
-    groups = [(dirs, rest)] if rest else []
-    if third and (REPO / SIGN_FLIP_BUNDLE).is_dir():
-        gpu = [str(REPO / b) for b in SIGN_FLIP_GPU_BUNDLES if (REPO / b).is_dir()]
-        groups.insert(0, ([str(REPO / SIGN_FLIP_BUNDLE), *gpu], third))
-    elif third:
-        print(f"{', '.join(third)}: skipped: no results bundle at {REPO / SIGN_FLIP_BUNDLE} yet")
-    return groups
-
-
-def paper_dirs(sweep_dirs: Sequence[str]) -> list[str] | None:
-    """SWEEP_DIRs, else the shipped bundles; None, saying how to make it, if a bundle is missing."""
-    if sweep_dirs:
-        return list(sweep_dirs)
-    missing = [REPO / b for b in PAPER_BUNDLES if not (REPO / b).is_dir()]
-    for path in missing:
-        make = f"python -m tiedvsuntied.bundle results/{path.parent.name} {path.relative_to(REPO)}"
-        how = f"make it from the finished sweep with `{make}`, or pass SWEEP_DIR"
-        print(f"error: no results bundle at {path}: {how}", file=sys.stderr)
-    return None if missing else [str(REPO / b) for b in PAPER_BUNDLES]
+    return paper.groups(only)
 
 
 def _check_args(ap: argparse.ArgumentParser, args, formats: list[str], only: list[str]) -> None:

@@ -1,5 +1,5 @@
-"""Words for what a figure draws: the corpus of a set of runs (from its data config), and an
-init std that is d^-0.5 of another width than the runs' own."""
+"""Words for what a figure draws: the corpus of a set of runs (from its data config), an init
+std that is d^-0.5 of another width than the runs' own, and a table's p-values."""
 
 from __future__ import annotations
 
@@ -88,3 +88,11 @@ def init_std_aside(init_std, widths: Iterable, sep: str = "; ") -> str:
         return ""
     here = ", ".join(f"{w**-0.5:.2g}" for w in widths)
     return f" ($d^{{-1/2}}$ at d={min(others)}{sep}here $d^{{-1/2}}$ = {here})"
+
+
+def p_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The p-value columns (p, p_holm) as two significant figures (a rounded 0.0000 reads as 0)."""
+    columns = [c for c in ("p", "p_holm") if c in table]
+    return table.assign(
+        **{c: table[c].map(lambda p: f"{p:.2g}" if pd.notna(p) else "") for c in columns}
+    )

@@ -65,8 +65,9 @@ DESCRIBED += ["path", "seed", "replicate", "variant", "tie", "init_std"]
 CHARS_PER_INCH = 19  # of 7 pt caption text, to wrap it to the figure's width
 MAX_FOOTNOTE_LINES = 3  # per list (not shown, marked): the console has the rest
 
-# REGISTRY's entries: write(results, out_dir, formats) -> (files, the figure or None)
-Output = namedtuple("Output", ["description", "write"])
+# REGISTRY's entries: write(results, out_dir, formats) -> (files, the figure or None); study:
+# the study package whose output it is (tiedvsuntied/studies/<study>/), None for every study's
+Output = namedtuple("Output", ["description", "write", "study"])
 REGISTRY: dict[str, Output] = {}
 
 
@@ -75,11 +76,14 @@ def _tables(func: Callable, results: Results) -> list[pd.DataFrame]:
     return [getattr(results, p) for p in signature(func).parameters if p in ("runs", "history")]
 
 
-def figure(name: str, description: str, mixed_data: bool = False, needs=None) -> Callable:
+def figure(
+    name: str, description: str, mixed_data: bool = False, needs=None, study: str | None = None
+) -> Callable:
     """Register a figure function as output ``name``: called with the Results tables its
     parameters name, under STYLE (never the global rcParams), on runs of one dataset unless
     ``mixed_data``, its tables with a ``setting`` column, and then captioned. ``needs``: (a test
-    of the runs, why nothing is drawn when they fail it)."""
+    of the runs, why nothing is drawn when they fail it); ``study``: the study it belongs to
+    (:mod:`.paper` draws it from that study's bundles)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -100,16 +104,16 @@ def figure(name: str, description: str, mixed_data: bool = False, needs=None) ->
             fig = styled(*_tables(func, results))
             return ([] if fig.empty else save_figure(fig, out_dir, name, formats)), fig
 
-        REGISTRY[name] = Output(description, write)
+        REGISTRY[name] = Output(description, write, study)
         return styled
 
     return register
 
 
-def table(name: str, description: str, needs=None) -> Callable:
+def table(name: str, description: str, needs=None, study: str | None = None) -> Callable:
     """Register ``func`` (tables -> {file name: text}) as output ``name``; it becomes
-    ``func(out_dir, ...)``, which writes the files and returns their paths. ``needs``: as in
-    :func:`figure` (a notebook calling ``func`` checks it itself)."""
+    ``func(out_dir, ...)``, which writes the files and returns their paths. ``needs``, ``study``:
+    as in :func:`figure` (a notebook calling ``func`` checks ``needs`` itself)."""
 
     def register(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -125,7 +129,7 @@ def table(name: str, description: str, needs=None) -> Callable:
                 return [], SimpleNamespace(empty=needs[1])
             return write_files(out_dir, *_tables(func, results)), None
 
-        REGISTRY[name] = Output(description, write)
+        REGISTRY[name] = Output(description, write, study)
         return write_files
 
     return register
@@ -141,6 +145,7 @@ def new_figure(
     fig.flagged = []  # "name: status" of runs drawn apart
     fig.captions = []  # the figure's own caption lines (method, interval, floor)
     fig.drawn = None  # the runs drawn, when fewer than those given (the caption describes them)
+    fig.n = None  # the caption's n where the figure counts its own cells (else seeds_per_cell)
     fig.empty = None  # why nothing is drawn: then the figure is not written
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
@@ -178,16 +183,16 @@ def seeds_per_cell(runs: pd.DataFrame) -> str:
     return text
 
 
-def describe_runs(runs: pd.DataFrame) -> str:
+def describe_runs(runs: pd.DataFrame, n: str | None = None) -> str:
     """What a figure draws, for its caption: 'nano (d=64), micro (d=128), 500 steps · Tiny
-    Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell'."""
+    Shakespeare (text, GPT-2 tokens) · V = 50,257 · n = 5 seeds/cell' (``n``: in its place)."""
     runs = runs.reindex(columns=list(dict.fromkeys([*runs.columns, *DESCRIBED])))
     steps = runs["max_steps"].dropna().astype(int)
     models = ", ".join(model_label(runs, m) for m in model_order(runs))
     models += f", {span(steps)} steps" if len(steps) else ""
     vocab = sorted(runs["vocab_size"].dropna().astype(int).unique())
     vocab = ", ".join(f"{v:,}" for v in vocab) or "?"
-    return " · ".join([models, corpora(runs), f"V = {vocab}", seeds_per_cell(runs)])
+    return " · ".join([models, corpora(runs), f"V = {vocab}", n or seeds_per_cell(runs)])
 
 
 def footnote(fig: Figure, width: int) -> list[str]:
@@ -208,7 +213,7 @@ def finish(fig: Figure, runs: pd.DataFrame) -> None:
     fig.skipped, fig.flagged = (list(dict.fromkeys(fig.skipped)), list(dict.fromkeys(fig.flagged)))
     drawn = runs if fig.drawn is None or fig.drawn.empty else fig.drawn
     width = int(fig.get_figwidth() * CHARS_PER_INCH)
-    texts = [describe_runs(drawn), *fig.captions]
+    texts = [describe_runs(drawn, fig.n), *fig.captions]
     lines = [line for text in texts for line in textwrap.wrap(text, width)]
     # below the figure, out of the layout (the panels keep their size); saving with
     # bbox_inches="tight" (save_figure, Jupyter) takes it in

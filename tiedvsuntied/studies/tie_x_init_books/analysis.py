@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tiedvsuntied.analysis.arms import head_arm
 from tiedvsuntied.analysis.load import ResultsError
 from tiedvsuntied.analysis.stats import first_replicates, holm, seed_summary
 
@@ -27,20 +28,9 @@ Cell = tuple[str, str]  # (arm, init_std)
 Combination = Mapping[Cell, float]  # a contrast: coefficients on cells' per-seed losses
 
 
-def arm(run: Mapping) -> str:
-    """The conf/arm option of a run: t5 (tied, rescaled), emb1_head_dsqrt (untied, the head at
-    another std than the embedding), else tied or untied."""
-    if run.get("t5_rescale") is True:
-        return "t5"
-    emb, head = run.get("init_std_resolved_emb"), run.get("init_std_resolved_head")
-    if run.get("tie") is False and pd.notna(emb) and pd.notna(head) and emb != head:
-        return "emb1_head_dsqrt"
-    return "tied" if run.get("tie") else "untied"
-
-
 def with_arms(runs: pd.DataFrame) -> pd.DataFrame:
     done = runs[runs["status"] == "finished"]
-    return done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    return done.assign(arm=[head_arm(r) for r in done.to_dict("records")])
 
 
 # ----------------------------------------------------------------------------- learning rates

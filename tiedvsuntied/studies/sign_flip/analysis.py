@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis import books
+from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.stats import first_replicates, holm, match, seed_summary
 
 SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
@@ -29,6 +29,9 @@ WAYS = {(True, False): "V", (False, True): "body", (True, True): "both", (False,
 # (GPT-2's, scripts/gpu/slot.sh's pieces) is drawn beside the ladder, not in its ways or its fit
 LADDER_ENCODING = "bpe"
 OFF_LADDER = "other"
+# HYPOTHESES.md's clip rule: an arm whose gradient clip binds on more than this share of its
+# steps is re-run with the clip raised, and that is said
+CLIP_RULE = 0.10
 NOT_SIGN_FLIP = f"no runs of a {SWEEP} sweep (issue 40's map over rho): not the third edition"
 
 
@@ -39,19 +42,6 @@ def is_sign_flip(runs: pd.DataFrame) -> bool:
 
 def body_label(n_embd, n_layer) -> str:
     return f"d={int(n_embd)}, {int(n_layer)} layers"
-
-
-def arm(run) -> str:
-    """books.arm, with two arms of their own: tied with its input-side gradient scaled
-    (head.tied_input_grad_scale), and an arm at its own multipliers, ``<arm>_own`` (its output
-    matrix at another multiplier than its embedding: mult2d.py's rule moved it there)."""
-    variant = run.get("variant")
-    if isinstance(variant, str) and "tied_input_grad_scale" in variant:
-        return "tied_input_grad"
-    name = books.arm(run)
-    head, emb = run.get("head_lr_mult"), run.get("emb_lr_mult")
-    own = name in ("tied", "untied") and pd.notna(head) and pd.notna(emb) and head != emb
-    return f"{name}_own" if own else name
 
 
 def ladder(runs: pd.DataFrame) -> pd.DataFrame:
@@ -356,3 +346,14 @@ def primary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """PRIMARY_COLUMNS: the primary contrast (``diff``: the mean of the seeds' slopes, bpb per
     unit of ln rho), its t-interval, p and Holm's p in :func:`effect_table`'s family."""
     return effect_tables(runs).primary
+
+
+def clip_breaks(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of :func:`effect_table` whose tied or untied runs broke the clip rule (clipped
+    on more than CLIP_RULE of their steps, the mean over the cell's runs), with the ``arm`` that
+    broke it and its ``clip_frac``."""
+    rows = []
+    for head in ("tied", "untied"):
+        broke = cells[cells[f"clip_frac_{head}"] > CLIP_RULE]
+        rows.append(broke.assign(arm=head, clip_frac=broke[f"clip_frac_{head}"]))
+    return pd.concat(rows).sort_values(["init_std", "rho"])

@@ -1,5 +1,6 @@
 """The second edition's figures and tables (experiments/tie_x_init_books; each registered
-description says what it shows) from the numbers of :mod:`tiedvsuntied.analysis.books`."""
+description says what it shows) from the numbers of :mod:`.analysis`, and its section of the
+paper."""
 
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis import books
-from tiedvsuntied.analysis.sign_flip import SWEEP as SIGN_FLIP
 from tiedvsuntied.analysis.stats import CONFIDENCE, PAIRED_SIGN, first_replicates, seed_interval
-from tiedvsuntied.figures import style
+from tiedvsuntied.figures import paper, style
+from tiedvsuntied.figures.labels import p_text
+from tiedvsuntied.studies.tie_x_init_books import analysis as books
+
+STUDY = __package__.rpartition(".")[2]  # the package's name
+# the paper: the third edition's section first, then this one's outputs (numbered by name), then
+# the parameter table, from the shipped bundle (docs/figures.md)
+SECTION = paper.register(
+    paper.Section(
+        STUDY, rank=1, bundles=("experiments/tie_x_init_books/results",), also=("table_params",)
+    )
+)
 
 ARMS = {  # label, colour (Okabe-Ito; tied and untied as in every figure), marker, x offset
     "tied": ("tied", style.TIE_COLOR[True], "o", -0.15),
@@ -26,16 +36,16 @@ NOT_BOOKS = "no runs of a document-split study (data.split=document): not the se
 
 
 def is_books(runs: pd.DataFrame) -> bool:
-    """Whether the runs hold out whole documents (the second edition's design), other than the
-    third edition's (a sign_flip sweep: figures.sign_flip draws those)."""
+    """Whether the runs hold out whole documents (the second edition's design), other than
+    another study's (a sweep of another section of the paper: its own figures draw those)."""
     if "heldout_fold" not in runs:
         return False
-    third = runs["sweep"].astype(str).str.startswith(SIGN_FLIP) if "sweep" in runs else False
-    return bool((runs["heldout_fold"].notna() & ~third).any())
+    others = paper.of_other_studies(runs, STUDY)
+    return bool((runs["heldout_fold"].notna() & ~others).any())
 
 
 NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
-books_figure = functools.partial(style.figure, needs=NEEDS)
+books_figure = functools.partial(style.figure, needs=NEEDS, study=STUDY)
 
 
 def _references(ax, runs: pd.DataFrame) -> None:
@@ -85,14 +95,6 @@ def fig_loss(runs: pd.DataFrame):
     return fig
 
 
-def p_text(table: pd.DataFrame) -> pd.DataFrame:
-    """The p-value columns (p, p_holm) as two significant figures (a rounded 0.0000 reads as 0)."""
-    columns = [c for c in ("p", "p_holm") if c in table]
-    return table.assign(
-        **{c: table[c].map(lambda p: f"{p:.2g}" if pd.notna(p) else "") for c in columns}
-    )
-
-
 def _interval_count(table: pd.DataFrame) -> str:
     """'19 intervals', and the rows of one seed, which have a point and no interval."""
     alone = int(table["low"].isna().sum())
@@ -123,13 +125,20 @@ def fig_contrasts(runs: pd.DataFrame):
     ax.set_yticks(range(len(table)), labels, fontsize=6)
     ax.axvline(0, color=style.REF_COLOR, lw=0.8)
     ax.invert_yaxis()
-    ax.set_xlabel("difference in test loss (nats/token)")
-    fig.captions.append(
+    ax.set_xlabel(
+        "first − second in test loss (nats/token): < 0, the first is better; > 0, it costs"
+    )
+    ax.set_title("Every contrast of HYPOTHESES.md, paired by seed (second edition)")
+    fig.captions += [
         f"{_interval_count(table)} ({CONFIDENCE:.0%} t over seeds' paired differences, "
         "unadjusted; Holm-adjusted p in books_tables.md); [PRIMARY], thick: the contrast named "
-        "before the runs; grey "
-        "band: the noise floor of the difference (a replicate at another thread count)."
-    )
+        "before the runs; grey dots: the seeds; grey "
+        "band: the noise floor of the difference (a replicate at another thread count).",
+        "A: tying's effect, tied − untied, at each init std and size. B: interactions, tying's "
+        "effect at init 1.0 or d^-0.5 minus at 0.02 (per size), and at micro minus at nano (per "
+        "init std). C: the other arms at init 1.0, T5 (tied, rescaled) − tied and untied with "
+        "its embedding at 1.0 and head at d^-0.5 − untied and − tied.",
+    ]
     return fig
 
 
@@ -223,6 +232,7 @@ def fig_per_book(runs: pd.DataFrame):
     "books_tables",
     "second edition: contrasts, count baselines, lr check, text variance (md)",
     needs=NEEDS,
+    study=STUDY,
 )
 def write_book_tables(runs: pd.DataFrame) -> dict[str, str]:
     """``books_tables.md``: the contrasts (A, B, C; the primary marked), the count baselines and

@@ -12,7 +12,8 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats as scipy_stats
 
-from tiedvsuntied.analysis.sign_flip import (
+from tiedvsuntied.analysis.stats import CONFIDENCE, seed_summary
+from tiedvsuntied.studies.sign_flip.analysis import (
     OFF_LADDER,
     POINT,
     PRIMARY_INIT,
@@ -21,7 +22,6 @@ from tiedvsuntied.analysis.sign_flip import (
     pairs,
     seed_slopes,
 )
-from tiedvsuntied.analysis.stats import CONFIDENCE, seed_summary
 
 
 class Fit(NamedTuple):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.sign_flip import CELL, pairs
 from tiedvsuntied.analysis.stats import seed_summary
 from tiedvsuntied.results.metrics import VAL_BPB
+from tiedvsuntied.studies.sign_flip.analysis import CELL, pairs
 
 
 def paired_history(
