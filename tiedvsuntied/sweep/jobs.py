@@ -28,7 +28,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from tiedvsuntied.data.config import DataError, DataUnavailableError
 from tiedvsuntied.model.config import ModelConfigError
 from tiedvsuntied.presets import CONF_DIR
-from tiedvsuntied.results.records import LEGACY
+from tiedvsuntied.results.identity import LEGACY
 from tiedvsuntied.train.config import Config, ConfigError, config_run_id
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.config import HeadConfig, ModelConfig, Trainable, canonical_init_std
+from tiedvsuntied.results.identity import LEGACY, Role, keys, moved, option, run_name
 from tiedvsuntied.results.metrics_log import WandbConfig
-from tiedvsuntied.results.records import LEGACY, Role, keys, moved, option, run_name
 
 
 class ConfigError(ValueError):
@@ -33,7 +33,7 @@ Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is vali
 
 
 def checked(default, rule: Rule, **role):
-    """A config field (:func:`results.records.option`) with the rule its value must meet."""
+    """A config field (:func:`results.identity.option`) with the rule its value must meet."""
     f = option(default, **role)
     return field(default=f.default, metadata={**f.metadata, "rule": rule})
 

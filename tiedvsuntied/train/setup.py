@@ -21,8 +21,9 @@ from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token, head_share
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
+from tiedvsuntied.results.identity import find_run_dir
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import Derived, RunSummary, TrainState, find_run_dir, now
+from tiedvsuntied.results.records import Derived, RunSummary, TrainState, now
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.clock import Clock
