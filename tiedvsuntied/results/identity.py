@@ -1,15 +1,19 @@
-"""A run's identity: what each config key is to it (``Role``, declared per field with
-:func:`option`), the keys that moved (``LEGACY``), its name, its directory and its W&B id.
-No torch: the reading side imports it.
+"""A run's identity, in one place: what each config key is to it (``Role``, declared per
+field with :func:`option`), the keys that moved (``LEGACY``), the precision it computes in, its
+id, name and directory, and its W&B id. No torch: the reading side imports it.
 
-A run is identified by its config: ``run_id`` is its name plus a hash of every key that can
-change the result, so the same command run again finds the same directory and resumes it.
+A run is identified by its config and the precision it trains in: ``run_id`` is its name plus a
+hash of every key that can change the result, so the same command run again finds the same
+directory and resumes it, and a run whose numerics differ has another id. ``trainer.precision``
+is hashed as the run computes (:func:`hashed_precision`); the train layer resolves ``auto`` on
+the machine (train.hardware.resolve_precision) and passes the result here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import MISSING, field
 from enum import Enum
 from pathlib import Path
@@ -83,6 +87,40 @@ def moved(tree: dict, mapping: dict[str, str]) -> dict:
 def current(config: dict) -> dict:
     """A config as written by any version, in today's layout (keys that moved, moved)."""
     return moved(config, {old: new for new, old in LEGACY.items()})
+
+
+def hashed_precision(written: str, resolved: str) -> str:
+    """``trainer.precision`` as the identity hashes it: the precision the run computes in
+    (``resolved``), but for ``auto`` that resolves to bf16, hashed as ``auto`` as every run was
+    before this rule (those runs keep their ids). So ``auto`` on a CPU without bf16 units hashes
+    as ``fp32``: another id than its bf16 twin, and the id of the same run asked in fp32."""
+    written, resolved = (getattr(p, "value", p) for p in (written, resolved))
+    return "auto" if (written, resolved) == ("auto", "bf16") else resolved
+
+
+def run_id(config: dict, name: str, data_fingerprint: str, precision: str, schema: dict) -> str:
+    """``<name>-<hash>``: the hash covers every key of the resolved ``config`` (a plain dict,
+    init_std already canonical) but the recorded ones and those at their neutral value (by
+    ``schema``, the config's :func:`keys`), in the layout before keys moved (LEGACY), with
+    ``trainer.precision`` as the run computes (``precision``: what it resolved to, on the
+    machine that trains it; :func:`hashed_precision`), and the data's fingerprint: the same
+    config in the same precision has the same id in every version."""
+    recorded = [k for k, v in schema.items() if v.role is Role.record]
+    neutral = {k: v.neutral for k, v in schema.items() if v.neutral is not MISSING}
+    tree = moved(json.loads(json.dumps(config, default=str)), LEGACY)
+    if isinstance(trainer := tree.get("trainer"), dict) and "precision" in trainer:
+        trainer["precision"] = hashed_precision(trainer["precision"], precision)
+    for dotted in [*recorded, *neutral]:
+        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
+        parent = tree.get(node, {}) if node else tree
+        if dotted in recorded or parent.get(leaf, MISSING) == neutral[dotted]:
+            parent.pop(leaf, None)
+            if node and not parent:  # a node of neutral keys only (head: tied_input_grad_scale)
+                tree.pop(node, None)  # is hashed as before it existed
+
+    tree["data_fingerprint"] = data_fingerprint
+    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}-{digest}"
 
 
 def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:

@@ -135,6 +135,9 @@ class RunSummary(TrainState, Derived):
     seed: int
     status: Status = Status.running
     replicate: int = 0  # a second run of one config: the noise floor
+    # the id it was stored under before its id changed: a run of trainer.precision=auto that
+    # trained in fp32 was hashed as auto until results.identity.hashed_precision (issue 54)
+    formerly: str | None = None
     error: str | None = None
     n_layer: int = 0
     n_head: int = 0
