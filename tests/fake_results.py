@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 
 from tiedvsuntied.results import records as results
+from tiedvsuntied.results.io import write_json
 from tiedvsuntied.train.evaluation import vocab_strata
 
 SIZES = {"nano": (2, 2, 32), "micro": (4, 4, 128), "mini": (6, 6, 256)}  # n_layer, n_head, n_embd
@@ -347,7 +348,7 @@ def write_run(
     if run.bytes_per_token:
         summary |= _third_edition(run, _params(run), summary)
     summary = results.RunSummary(**summary)
-    results.write_json(run.run_dir / "summary.json", summary.to_dict())
+    write_json(run.run_dir / "summary.json", summary.to_dict())
     (run.run_dir / "config.yaml").write_text(yaml.safe_dump(_config(run)))
     counts = np.zeros(run.vocab_size, dtype=np.int64)
     seen = run.vocab_size * 3 // 4

@@ -24,16 +24,15 @@ from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.results.bundles import FORMAT, MANIFEST, VERSION, BundleError, sha256
 from tiedvsuntied.results.bundles import read_manifest as read_bundle_manifest
+from tiedvsuntied.results.io import atomic_write, write_json
 from tiedvsuntied.results.records import (
     BUNDLED_METRICS,
     DONE,
     RUN_FILES,
     IndexEntry,
     Status,
-    atomic_write,
     now,
     update_index,
-    write_json,
 )
 
 WINDOW_KEYS = ("val_window_loss", "test_window_loss")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,25 +130,43 @@ def test_a_resumed_run_adds_its_time_to_the_checkpoints(tmp_path, monkeypatch):
     assert f"torch {torch.backends.cpu.get_cpu_capability()}; bf16 units: " in s.hardware
 
 
+def bf16_units(patch, present: bool) -> None:
+    """This CPU as one with AMX or AVX512-BF16 (``present``) or an AVX2-only one."""
+    patch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: present)
+    patch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: present)
+
+
 def test_a_run_resumes_only_in_the_precision_it_trained_in(tmp_path, monkeypatch):
-    """trainer.precision=auto resolves per processor; the checkpoint moved to a processor where
-    it resolves the other way (here: torch's bf16 probes answering the other way) stops with a
-    one-line error before anything is written, and resumes on its own kind."""
-    last = _interrupted_at_step_2(tmp_path, monkeypatch)
-    here = json.loads(next(tmp_path.glob("*/*/summary.json")).read_text())["starts"]
+    """trainer.precision=auto resolves per processor and the run's id hashes what it resolved
+    to: interrupted where it trained fp32 (no bf16 units), the same command where it resolves to
+    bf16 is another run, in its own directory. A run stored under its id from before that rule
+    (its bf16 twin's) stops there with one line before anything is written, and resumes where it
+    resolves to fp32 again, in its own directory."""
     with monkeypatch.context() as patch:
-        other = here[0]["precision"] == "fp32"  # bf16 units on the other processor
-        patch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: other)
-        patch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: other)
+        bf16_units(patch, False)
+        last = _interrupted_at_step_2(tmp_path, patch)
+    fp32_dir = last.parent.parent
+    here = json.loads((fp32_dir / "summary.json").read_text())["starts"]
+    assert [start["precision"] for start in here] == ["fp32"]
+    with monkeypatch.context() as patch:
+        bf16_units(patch, True)
+        twin = _quick_run(tmp_path)
+    assert twin.run_id != fp32_dir.name and twin.precision == "bf16" and not twin.resumed_from_step
+    # before the rule the fp32 run had its twin's id: stored so, it is found where auto is bf16
+    shutil.rmtree(tmp_path / twin.sweep / twin.run_id)
+    fp32_dir.rename(tmp_path / twin.sweep / twin.run_id)
+    with monkeypatch.context() as patch:
+        bf16_units(patch, True)
         with pytest.raises(ConfigError) as err:
             _quick_run(tmp_path)
     message = str(err.value)
     assert "trainer.precision=auto" in message and "\n" not in message
-    assert f"trained in {here[0]['precision']} and resolves to " in message
-    assert torch.load(last, weights_only=True)["train_state"]["starts"] == here
-    s = _quick_run(tmp_path)
-    assert s.status.value == "finished" and s.resumed_from_step == 2
-    assert [start["precision"] for start in s.starts] == [s.precision] * 2
+    assert "trained in fp32 and resolves to bf16 here" in message
+    with monkeypatch.context() as patch:
+        bf16_units(patch, False)
+        s = _quick_run(tmp_path)
+    assert s.status.value == "finished" and s.resumed_from_step == 2 and s.run_id == twin.run_id
+    assert [start["precision"] for start in s.starts] == ["fp32"] * 2
 
 
 def test_a_checkpoint_written_before_time_s_existed_still_resumes(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from tiedvsuntied.analysis.probes import load_token_probes
 from tiedvsuntied.bundle import main, write_bundle
 from tiedvsuntied.results.bundles import MANIFEST, read_manifest
 from tiedvsuntied.results.records import read_config, read_summary
-from tiedvsuntied.train.config import Config, resolved_config, run_id
+from tiedvsuntied.train.config import Config, Precision, resolved_config, run_id
 
 
 def window_losses(run: pd.Series, split: str, step_col: str) -> np.ndarray | None:
@@ -158,17 +158,32 @@ def test_the_shipped_bundles_stay_under_30_mb_together():
 
 def test_every_shipped_run_keeps_its_id_under_todays_schema():
     """A shipped run's config.yaml (written before the head node: untie_at, model.t5_rescale,
-    ...) read in today's layout and composed into today's Config hashes to the id it is stored
-    under: rerunning an old sweep skips its finished runs, and the paper's bundles stay put."""
+    ...) read in today's layout and composed into today's Config, in the precision it trained
+    in, hashes to the id it is stored under: rerunning an old sweep skips its finished runs, and
+    the paper's bundles stay put. A run of trainer.precision=auto that trained in fp32 (a CPU
+    without bf16 units) has another id than its bf16 twin, and says the id it had before."""
     shipped = sorted(REPO.glob("experiments/*/results*/*/config.yaml"))  # results_clip too
     assert len(shipped) > 100
+    renamed = 0
     for path in shipped:
         config, summary = read_config(path.parent), read_summary(path.parent)
         fingerprint = summary.data_fingerprint or config["derived"]["data_fingerprint"]
-        del config["derived"]
+        precision = config.pop("derived")["precision"]
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), config))
-        got = run_id(resolved_config(cfg), summary.name, fingerprint)
+        got = run_id(resolved_config(cfg), summary.name, fingerprint, precision)
         assert got == summary.run_id == path.parent.name, path
+        if cfg.trainer.precision == Precision.auto and precision == "fp32":
+            twin = run_id(resolved_config(cfg), summary.name, fingerprint, Precision.bf16)
+            assert summary.formerly == twin != got, path
+            renamed += 1
+        else:
+            assert summary.formerly is None, path
+    assert renamed == 6  # the third edition's: sign_flip's results/ (README, "Precision")
+
+
+def rid(config: dict) -> str:
+    """The id of a run of ``config`` named n on data fp, trained where ``auto`` is bf16."""
+    return run_id(config, "n", "fp", Precision.bf16)
 
 
 def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
@@ -181,14 +196,14 @@ def test_keys_added_later_at_their_neutral_values_keep_earlier_runs_identity():
         "finetune": {"trainable": "all"},
         "model": {"n_embd": 64, "emb_scale": "1"},
     }
-    assert run_id(now, "n", "fp") == run_id(before, "n", "fp")  # a rerun finds the old run
+    assert rid(now) == rid(before)  # a rerun finds the old run
     for changed in (
         {"init_from": "results/pre"},
         {"head": {**head, "untie": "copy"}},
         {"head": {**head, "logit_scale": "0.5"}},
         {"finetune": {"trainable": "head"}},
     ):
-        assert run_id({**now, **changed}, "n", "fp") != run_id(before, "n", "fp")
+        assert rid({**now, **changed}) != rid(before)
 
 
 @pytest.mark.parametrize(
@@ -204,4 +219,4 @@ def test_a_head_setting_hashes_where_it_was_before_the_head_node(head, pinned):
     config = read_config(path)
     del config["derived"]
     config["head"] = {**config["head"], **head}
-    assert run_id(config, "n", "fp") == pinned
+    assert rid(config) == pinned

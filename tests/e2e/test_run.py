@@ -25,7 +25,7 @@ from conftest import (
 from filelock import FileLock
 
 from tiedvsuntied.results import records as results
-from tiedvsuntied.results.records import run_name
+from tiedvsuntied.results.identity import run_name
 from tiedvsuntied.sweep import jobs
 from tiedvsuntied.sweep.progress import runs_table
 

@@ -26,7 +26,8 @@ from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
 from tiedvsuntied.results import records as results
-from tiedvsuntied.train.config import ConfigError
+from tiedvsuntied.train.config import ConfigError, Precision
+from tiedvsuntied.train.hardware import resolve_precision
 from tiedvsuntied.train.plan import check_config, least_memory
 from tiedvsuntied.train.trainer import train
 
@@ -66,7 +67,9 @@ def test_every_group_option_composes_and_passes_the_checks(group, option, tmp_pa
         config = checked(overrides)
     except ConfigError as e:  # a size this machine cannot train (GPT-2 xl with AdamW on 24 GiB)
         config = OmegaConf.to_object(composed(*overrides))
-        need = sum(least_memory(config, torch.device("cpu")).values())
+        need = sum(
+            least_memory(config, resolve_precision(Precision.auto, torch.device("cpu"))).values()
+        )
         machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         assert need > machine and str(e).startswith("trainer.batch_size=8 needs at least"), e
     if group in ("model", "data"):

@@ -25,7 +25,8 @@ def mult2d():
 
 def seed0_at_8192(tie: bool, lr: float) -> dict[tuple[float, float], float]:
     """(emb_lr_mult, the output matrix's multiplier) -> final validation bpb of an arm, from each
-    bundled run's own files."""
+    bundled run's own files; a cell that ran twice (untied's (4, 1): the grid's bf16 run and the
+    own piece's fp32 run, one record each) is the lesser, as the grid takes it."""
     cells = {}
     for run in (p for bundle in BUNDLES for p in bundle.iterdir() if p.is_dir()):
         config = yaml.safe_load((run / "config.yaml").read_text())
@@ -39,7 +40,8 @@ def seed0_at_8192(tie: bool, lr: float) -> dict[tuple[float, float], float]:
         if config["head"].get("tied_input_grad_scale", 1.0) != 1.0:
             continue  # the ends' remedy arm
         head = optim.get("tied_lr_mult" if tie else "head_lr_mult") or optim["emb_lr_mult"]
-        cells[(optim["emb_lr_mult"], head)] = summary["heldout"]["val"]["loss_bpb"]
+        cell, bpb = (optim["emb_lr_mult"], head), summary["heldout"]["val"]["loss_bpb"]
+        cells[cell] = min(bpb, cells.get(cell, bpb))
     return cells
 
 

@@ -19,6 +19,7 @@ from tiedvsuntied.train.config import (
     LrScaling,
     LrSchedule,
     OptimConfig,
+    Precision,
     resolved_config,
     run_id,
 )
@@ -250,6 +251,11 @@ def test_a_bad_lr_scaling_is_one_line_naming_the_key_and_the_valid_values():
     check_overrides(["optim.lr_scaling=init_std", "optim.head_lr_mult=null"])
 
 
+def rid(config: dict) -> str:
+    """The id of a run of ``config`` named n on data fp, trained where ``auto`` is bf16."""
+    return run_id(config, "n", "fp", Precision.bf16)
+
+
 def test_the_new_keys_at_their_defaults_leave_every_run_id_as_it_was():
     """Runs made before the keys existed are found again (skipped or resumed), and a key set to
     anything else is another run."""
@@ -257,10 +263,10 @@ def test_the_new_keys_at_their_defaults_leave_every_run_id_as_it_was():
     for overrides in ((), ("tie=false", "init_std=1.0")):
         config = resolved_config(compose(*overrides))
         before = {**config, "optim": {k: v for k, v in config["optim"].items() if k not in new}}
-        assert run_id(config, "n", "fp") == run_id(before, "n", "fp")
-    default = run_id(resolved_config(compose()), "n", "fp")
+        assert rid(config) == rid(before)
+    default = rid(resolved_config(compose()))
     for other in ("optim.emb_lr_mult=2", "optim.tied_lr_mult=1", "optim.lr_scaling=init_std"):
-        assert run_id(resolved_config(compose(other)), "n", "fp") != default, other
+        assert rid(resolved_config(compose(other))) != default, other
 
 
 # Keys of the third edition (issue 40), each with a value that makes another run.
@@ -277,10 +283,10 @@ def test_the_third_editions_keys_at_their_defaults_leave_every_run_id_as_it_was(
         for key in EDITION3:
             node, leaf = key.split(".")
             del before[node][leaf]
-        assert run_id(config, "n", "fp") == run_id(before, "n", "fp")
-    default = run_id(resolved_config(compose()), "n", "fp")
+        assert rid(config) == rid(before)
+    default = rid(resolved_config(compose()))
     for key, value in EDITION3.items():
-        assert run_id(resolved_config(compose(f"{key}={value}")), "n", "fp") != default, key
+        assert rid(resolved_config(compose(f"{key}={value}"))) != default, key
 
 
 # ---------------------------------------------------------------------------- a run

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 
-from tiedvsuntied.analysis.provenance import commit_times, statements
+from tiedvsuntied.analysis.provenance import commit_times, records, statements
 from tiedvsuntied.analysis.rows import run_row
 from tiedvsuntied.train.setup import code_version
 
@@ -121,4 +123,19 @@ def test_the_pieces_are_listed_in_the_order_they_first_started_each_sweep_apart(
         "1. s, micro, replicate 0, seed 0: 2 runs, 01-01 10:00 to 01-01 13:00 UTC",
         "2. grid, micro, replicate 0, seed 0: 1 run, 01-01 11:00 to 01-01 11:00 UTC",
         "3. s, micro, replicate 0, seeds 1+: 1 run, 01-01 12:00 to 01-01 12:00 UTC",
+    ]
+
+
+def test_records_are_counted_not_ids_and_an_id_in_two_bundles_is_named(tmp_path):
+    """The same run's record in two bundles (one config trained twice) counts twice, and one
+    line names the id, its bundles and the precision of each."""
+    shipped = Path(__file__).parents[2] / "experiments" / "sign_flip" / "results_fp32"
+    run = sorted(p for p in shipped.iterdir() if (p / "summary.json").is_file())[0]
+    bundles = [tmp_path / "study" / name for name in ("results", "results_again")]
+    for bundle in bundles:
+        shutil.copytree(run, bundle / run.name)
+    text = statements(records([str(b) for b in bundles]))
+    assert text.startswith("Provenance of 2 run records (generated from them):\n")
+    assert [line for line in text.splitlines() if run.name in line] == [
+        f"- run id {run.name} is in 2 bundles: study/results (fp32), study/results_again (fp32)"
     ]

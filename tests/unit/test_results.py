@@ -12,6 +12,7 @@ from conftest import REPO
 
 from tiedvsuntied.results import metrics_log as M
 from tiedvsuntied.results import records as R
+from tiedvsuntied.results.secrets import scrub
 
 
 def test_summary_round_trips_and_index_keeps_first_overrides(tmp_path):
@@ -130,5 +131,5 @@ def test_wandb_auto_with_a_key_decides_offline_once_per_sweep_without_asking_wan
 
 def test_secrets_are_scrubbed(monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
-    text = R.scrub(f"failed with key {'k' * 40} and token=abc123 and api_key: xyz and {'0a' * 20}")
+    text = scrub(f"failed with key {'k' * 40} and token=abc123 and api_key: xyz and {'0a' * 20}")
     assert all(s not in text for s in ("k" * 40, "abc123", "xyz", "0a" * 20))

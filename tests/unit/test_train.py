@@ -23,6 +23,7 @@ from tiedvsuntied.results.metrics import VAL_LOSS
 from tiedvsuntied.train.config import (
     Config,
     ConfigError,
+    Precision,
     Schedule,
     TrainerConfig,
     resolved_config,
@@ -47,7 +48,7 @@ def test_the_trainer_and_optim_yaml_hold_no_values_the_dataclasses_hold_the_defa
 
 def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp_path):
     def rid(*o):
-        return run_id(resolved_config(compose(*o)), "n", "fp")
+        return run_id(resolved_config(compose(*o)), "n", "fp", Precision.bf16)
 
     a = rid("init_std=1.0")
     assert rid("init_std=1") == rid("init_std=1e0") == a
@@ -67,7 +68,7 @@ def test_run_identity_is_the_config_not_its_spelling_or_where_it_is_recorded(tmp
     others = ("tie=false", "init_std=0.036", "seed=1", "replicate=1", "optim.lr=3e-4", "model=nano")
     for other in others:
         assert rid("init_std=1.0", other) != a, other
-    assert run_id(resolved_config(compose("init_std=1.0")), "n", "other-data") != a
+    assert run_id(resolved_config(compose("init_std=1.0")), "n", "other-data", Precision.bf16) != a
 
 
 def _file(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -247,13 +248,15 @@ def test_a_batch_that_cannot_fit_is_refused_up_front_with_the_memory_it_needs(tm
     memory, before any data is read or a tensor allocated, and nothing written."""
     import resource
 
+    from tiedvsuntied.train.hardware import resolve_precision
     from tiedvsuntied.train.plan import least_memory
 
+    here = resolve_precision(Precision.auto, torch.device("cpu"))  # as the run's plan resolves it
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    one = least_memory(compose(*QUICK, "trainer.batch_size=1"), torch.device("cpu"))["activations"]
+    one = least_memory(compose(*QUICK, "trainer.batch_size=1"), here)["activations"]
     batch = 2 * total // one
     cfg = compose(*QUICK, f"trainer.batch_size={batch}", f"results_dir={tmp_path / 'r'}")
-    need = sum(least_memory(cfg, torch.device("cpu")).values())
+    need = sum(least_memory(cfg, here).values())
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(ConfigError) as err:
         train(cfg)

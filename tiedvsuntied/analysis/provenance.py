@@ -2,6 +2,9 @@
 ``python -m tiedvsuntied.analysis.provenance DIR [--claim SHA]`` prints the statements a study
 README quotes.
 
+It counts records, not run ids: each directory given is read on its own, so a run id found in two
+bundles (the same config trained twice) counts twice and is named in one line.
+
 A run records the commit of the checkout that ran it and whether its code differed
 (``summary.git_commit``, ``git_dirty``: its last start), and each start's (``summary.starts``:
 a run resumed on other code says so), and the processor it ran on (``hardware``). Runs from
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -38,6 +42,30 @@ def commit_times(repo: str, shas: list[str]) -> pd.Series:
 
 def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def records(dirs: list[str]) -> pd.DataFrame:
+    """The runs table of every record in ``dirs``, each directory read on its own (``load``
+    keeps one record per run id across the directories it reads), with the ``bundle`` it is in
+    (its last two path parts: ``sign_flip/results_mult2d``)."""
+    return pd.concat(
+        [load([d]).runs.assign(bundle="/".join(Path(d).resolve().parts[-2:])) for d in dirs],
+        ignore_index=True,
+    )
+
+
+def doubled(runs: pd.DataFrame) -> list[str]:
+    """One line per run id found in more than one bundle: which, and the precision of each."""
+    if "bundle" not in runs:
+        return []
+    twice = runs[runs.duplicated("run_id", keep=False)]
+    precision = twice.get("precision", pd.Series(index=twice.index, dtype=object))
+    twice = twice.assign(precision=precision.fillna("unrecorded precision"))
+    return [
+        f"- run id {run_id} is in {len(group)} bundles: "
+        + ", ".join(f"{b} ({p})" for b, p in zip(group["bundle"], group["precision"], strict=True))
+        for run_id, group in twice.groupby("run_id")
+    ]
 
 
 def recorded(runs: pd.DataFrame) -> list[str]:
@@ -168,7 +196,9 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
     runs = runs.assign(started=pd.to_datetime(runs["started_at"], utc=True))
     return "\n".join(
         [
-            f"Provenance of {_runs(len(runs))} (generated from their records):",
+            f"Provenance of {len(runs)} run record{'' if len(runs) == 1 else 's'} "
+            "(generated from them):",
+            *doubled(runs),
             *recorded(runs),
             *resumed(runs),
             *unrecorded(runs, pd.Series() if claims is None else claims),
@@ -192,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claim", nargs="*", default=[], help="commits a README says ran them")
     parser.add_argument("--repo", default=".", help="the git checkout that holds those commits")
     args = parser.parse_args(argv)
-    runs = load(args.dirs).runs
+    runs = records(args.dirs)
     print(statements(runs, commit_times(args.repo, args.claim)))
     return 0
 

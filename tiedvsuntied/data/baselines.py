@@ -192,7 +192,7 @@ def window_baselines(corpus, split: str, windows: np.ndarray, max_windows: int) 
     (``data.batches.EvalSet``: those every run's loss is measured on, ``max_windows`` of them at
     most) of the count models' mean NLL and the unseen share; kept beside the cache entry
     (``vocab=seen`` renumbers its tokens: the fingerprint is in the name)."""
-    from tiedvsuntied.results.records import atomic_write
+    from tiedvsuntied.results.io import atomic_write
 
     block_size = windows.shape[1] - 1
     path = corpus.dir / f"baselines-{corpus.fingerprint}-{split}-T{block_size}-w{max_windows}.npz"

@@ -23,7 +23,7 @@ from pathlib import Path
 import tiktoken
 
 from tiedvsuntied.data.config import DataError
-from tiedvsuntied.results.records import atomic_write
+from tiedvsuntied.results.io import atomic_write
 
 #: Bump when the training procedure changes: a new identity, so a new cache entry.
 BPE_VERSION = 1

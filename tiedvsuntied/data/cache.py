@@ -28,7 +28,7 @@ from tiedvsuntied.data.sources import (
     split_streams,
     text_files,
 )
-from tiedvsuntied.results.records import atomic_write
+from tiedvsuntied.results.io import atomic_write
 
 #: Bump when the on-disk format or the tokenization procedure changes: old entries are ignored.
 FORMAT_VERSION = 2

@@ -11,7 +11,7 @@ from typing import Any
 
 import tiktoken
 
-from tiedvsuntied.results.records import Role, option
+from tiedvsuntied.results.identity import Role, option
 
 MIN_BPE_VOCAB, MAX_BPE_VOCAB = 258, 65536  # one merge at least; token ids fit uint16
 

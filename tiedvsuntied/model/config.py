@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from tiedvsuntied.results.records import Role, option
+from tiedvsuntied.results.identity import Role, option
 
 INV_SQRT_D = ("inv_sqrt_d", "d^-0.5")  # init_std spellings meaning n_embd ** -0.5
 ZERO_OK = ("head.init_std",)  # an untied head may start at zero: step-0 logits 0, loss ln V

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tiedvsuntied.results.records import read_json
+from tiedvsuntied.results.io import read_json
 
 MANIFEST = "BUNDLE.json"
 FORMAT = "tiedvsuntied-bundle"

@@ -13,14 +13,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from tiedvsuntied.results.records import (
-    RunSummary,
-    atomic_write,
-    jsonable,
-    read_metrics,
-    scrub,
-    wandb_id,
-)
+from tiedvsuntied.results.identity import wandb_id
+from tiedvsuntied.results.io import atomic_write, jsonable
+from tiedvsuntied.results.records import RunSummary, read_metrics
+from tiedvsuntied.results.secrets import scrub
 
 log = logging.getLogger(__name__)
 

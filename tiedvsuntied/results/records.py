@@ -1,9 +1,9 @@
 """The results contract as code: what a run writes (summary.json, index.json) and the readers
 the analysis uses; docs/ARCHITECTURE.md draws the layout. No torch: the reading side imports it.
 
-A run is identified by its config: ``run_id`` is its name plus a hash of every key that can
-change the result, so the same command run again finds the same directory and resumes it.
-The trainer writes through this module and the analysis reads through it; it imports neither.
+A run's identity (its id, the roles of the config's keys) is :mod:`.identity`; a file is written
+through :mod:`.io`; credentials are scrubbed by :mod:`.secrets`. The trainer writes through
+this module and the analysis reads through it; it imports neither.
 """
 
 from __future__ import annotations
@@ -11,20 +11,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gzip
-import hashlib
 import json
 import logging
-import math
-import os
-import re
 import time
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
 
 import yaml
+
+from tiedvsuntied.results.identity import Role as Role  # analysis.rows reads it here
+from tiedvsuntied.results.identity import current
+from tiedvsuntied.results.io import jsonable, read_json, write_json
 
 
 class Status(str, Enum):
@@ -137,6 +135,9 @@ class RunSummary(TrainState, Derived):
     seed: int
     status: Status = Status.running
     replicate: int = 0  # a second run of one config: the noise floor
+    # the id it was stored under before its id changed: a run of trainer.precision=auto that
+    # trained in fp32 was hashed as auto until results.identity.hashed_precision (issue 54)
+    formerly: str | None = None
     error: str | None = None
     n_layer: int = 0
     n_head: int = 0
@@ -200,41 +201,7 @@ class IndexEntry:
     overrides: list = field(default_factory=list)  # the Hydra overrides that made it
 
 
-# ---------------------------------------------------------------------------- writing
-
-
-def atomic_write(path: Path, data: bytes | str | Callable[[BinaryIO], Any]) -> None:
-    """Write ``data`` (or what ``data(file)`` writes, e.g. ``lambda f: torch.save(obj, f)``)
-    to ``path`` so that a reader, or a kill, sees the old file or the new one, never a torn
-    one: temporary file, fsync, rename. The one writer of every result file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        if callable(data):
-            data(f)
-        else:
-            f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def jsonable(value: Any) -> Any:
-    """nan/inf become strings (JSON has no such numbers), enums their values, 0-d arrays numbers."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return jsonable(value.item())
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    return value
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, json.dumps(jsonable(obj), indent=2, sort_keys=True, default=str) + "\n")
+# ---------------------------------------------------------------------------- index and reading
 
 
 def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
@@ -247,16 +214,6 @@ def update_index(sweep_dir: Path, run_id: str, entry: IndexEntry) -> None:
             entry.overrides = index.get(run_id, {}).get("overrides", [])
         index[run_id] = {**dataclasses.asdict(entry), "status": Status(entry.status).value}
         write_json(sweep_dir / "index.json", index)
-
-
-# ---------------------------------------------------------------------------- reading
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def read_summary(run_dir: Path) -> RunSummary | None:
@@ -315,112 +272,3 @@ def read_config(run_dir: Path) -> dict:
         return current(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {})
     except (OSError, yaml.YAMLError):
         return {}
-
-
-# ---------------------------------------------------------------------------- identity
-
-
-class Role(str, Enum):
-    """What a config key is to a run, declared once per field (:func:`option`); a node's role is
-    the default of its fields. The identity hash, the labels and the run tables derive from it."""
-
-    variant = "variant"  # part of the run's identity, named in its label where runs differ in it
-    identity = "identity"  # part of the identity only: the study's axes, the size, the data
-    record = "record"  # neither: where and how the run is recorded, the hardware
-
-
-def option(default: Any = MISSING, *, role=None, neutral=MISSING, factory=MISSING):
-    """A config field with its role and, for a key added after results existed, ``neutral``:
-    the value at which it is left out of the identity hash (runs from before it keep their id)."""
-    meta = {"role": role} if role else {}
-    if neutral is not MISSING:
-        meta["neutral"] = neutral
-    return field(default=default, default_factory=factory, metadata=meta)
-
-
-class Key(NamedTuple):
-    role: Role
-    neutral: Any  # MISSING: none
-    default: Any  # MISSING: made by a factory
-
-
-def keys(schema, prefix: str = "", role: Role = Role.variant) -> dict[str, Key]:
-    """Every dotted key of the config dataclass ``schema``: a field's role is its own, else its
-    node's. A node is a key too where it has a neutral value or is recorded only (then whole)."""
-    out = {}
-    for f in dataclasses.fields(schema):
-        own = f.metadata.get("role", role)
-        out[prefix + f.name] = Key(own, f.metadata.get("neutral", MISSING), f.default)
-        if dataclasses.is_dataclass(f.default_factory) and own is not Role.record:
-            out.update(keys(f.default_factory, f"{prefix}{f.name}.", own))
-    return out
-
-
-# Keys that moved, new -> old. The identity hash reads a config in the old layout, so the runs
-# made before a move keep their id; a config.yaml written before it is read in the new layout.
-LEGACY = {
-    "head.untie_at": "untie_at",
-    "head.untie": "finetune.untie",
-    "head.t5_rescale": "model.t5_rescale",
-    "head.logit_scale": "model.logit_scale",
-    "head.emb_init_std": "model.emb_init_std",
-    "head.init_std": "model.head_init_std",
-}
-
-
-def moved(tree: dict, mapping: dict[str, str]) -> dict:
-    """A copy of the nested ``tree`` with each present key ``a.b`` of ``mapping`` moved to its
-    value's place (``LEGACY`` to the old layout, its inverse to the new); a node left empty goes."""
-    tree = {k: dict(v) if isinstance(v, dict) else v for k, v in tree.items()}
-    for src, dst in mapping.items():
-        node, _, leaf = src.rpartition(".")
-        parent = tree.get(node, {}) if node else tree
-        if isinstance(parent, dict) and leaf in parent:
-            value = parent.pop(leaf)
-            if node and not parent:
-                del tree[node]
-            new_node, _, new_leaf = dst.rpartition(".")
-            (tree.setdefault(new_node, {}) if new_node else tree)[new_leaf] = value
-    return tree
-
-
-def current(config: dict) -> dict:
-    """A config as written by any version, in today's layout (keys that moved, moved)."""
-    return moved(config, {old: new for new, old in LEGACY.items()})
-
-
-def run_name(tie: bool, init_std: str, model: str, seed: int, replicate: int = 0) -> str:
-    """``tied_init0.036_nano_seed0``: no '=' or ',', so a run's path can be given to Hydra
-    (``init_from=PATH``) as it is."""
-    init = init_std.replace("/", "_")
-    model = model.rstrip("/").rsplit("/", 1)[-1]  # a Hugging Face start is named by its path
-    rep = f"_rep{replicate}" if replicate else ""
-    return f"{'tied' if tie else 'untied'}_init{init}_{model}_seed{seed}{rep}"
-
-
-def find_run_dir(sweep_dir: Path, run_id: str) -> Path:
-    """The directory of ``run_id`` in the sweep: found by the hash alone, so a run recorded
-    under an older naming scheme (``tie=true_init=...-<hash>``) is still skipped or resumed."""
-    if (sweep_dir / run_id).is_dir():
-        return sweep_dir / run_id
-    old = sorted(sweep_dir.glob(f"*-{run_id.rsplit('-', 1)[-1]}/summary.json"))
-    return old[0].parent if old else sweep_dir / run_id
-
-
-def wandb_id(sweep: str, run_id: str) -> str:
-    """A stable W&B run id, so a resumed run continues the same W&B run."""
-    return "tvu-" + hashlib.sha256(f"{sweep}/{run_id}".encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------- secrets
-
-_SECRET = re.compile(r"(?i)(api[_-]?key|token|secret|password)(\s*[=:]\s*)\S+")
-_KEY_SHAPE = re.compile(r"\b[0-9a-f]{40}\b")  # the shape of a W&B API key
-
-
-def scrub(text: str) -> str:
-    """``text`` without credentials: secret-looking environment values, key=value secrets."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and re.search("KEY|TOKEN|SECRET|PASSWORD", name.upper()):
-            text = text.replace(value, "***")
-    return _KEY_SHAPE.sub("***", _SECRET.sub(r"\1\2***", text))

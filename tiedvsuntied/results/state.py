@@ -12,15 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from tiedvsuntied.results.records import (
-    RunSummary,
-    Status,
-    metrics_lines,
-    now,
-    read_json,
-    read_summary,
-    write_json,
-)
+from tiedvsuntied.results.io import read_json, write_json
+from tiedvsuntied.results.records import RunSummary, Status, metrics_lines, now, read_summary
 
 # <sweep>/planned.json: {run_id: {name, model, vocab_size, max_steps, overrides}}
 PLANNED = "planned.json"

@@ -23,7 +23,8 @@ import pandas as pd
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.model.config import init_std_notes
-from tiedvsuntied.results.records import DONE, find_run_dir
+from tiedvsuntied.results.identity import find_run_dir
+from tiedvsuntied.results.records import DONE
 from tiedvsuntied.sweep import jobs, progress
 from tiedvsuntied.sweep.jobs import REFUSED, USER_ERRORS, SweepError
 

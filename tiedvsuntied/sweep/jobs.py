@@ -28,8 +28,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from tiedvsuntied.data.config import DataError, DataUnavailableError
 from tiedvsuntied.model.config import ModelConfigError
 from tiedvsuntied.presets import CONF_DIR
-from tiedvsuntied.results.records import LEGACY
-from tiedvsuntied.train.config import Config, ConfigError, config_run_id
+from tiedvsuntied.results.identity import LEGACY
+from tiedvsuntied.train.config import Config, ConfigError
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 REFUSED = 2  # the exit code of a refused command (a user's mistake, in one line)
@@ -142,9 +142,28 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
     for job in jobs:
         try:
             plans.append(check_job(*next(configs), checked))
+            check_planned_here(master, plans[-1])
         except USER_ERRORS as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
     return plans
+
+
+# Launchers whose jobs run on other machines (docs/keys.md, "trainer.precision"): a job's plan,
+# made here, cannot know what ``auto`` resolves to there
+ELSEWHERE = ("SlurmLauncher",)
+
+
+def check_planned_here(master: DictConfig, plan: Any) -> None:
+    """A run's id hashes the precision ``trainer.precision`` resolves to where it trains, and
+    the plan resolves it here: under a launcher whose jobs run on other machines (SLURM), where
+    ``auto`` may resolve otherwise, the plan's ids would not be the runs', so ``auto`` is
+    refused there and the precision must be set."""
+    launcher = str(master.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1]
+    if launcher in ELSEWHERE and plan.cfg.trainer.precision == "auto":
+        raise ConfigError(
+            f"trainer.precision=auto resolves on each node that runs a job, not here "
+            f"({launcher}), and a run's id depends on it: set trainer.precision=bf16 or fp32"
+        )
 
 
 def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = None) -> Any:
@@ -229,10 +248,12 @@ def record_planned(todo: list[Job], plans: list[Any]) -> None:
 
 
 def run_ids(plans: list[Any]) -> list[str]:
-    """The run id each job's run has or will have, as the trainer names it (state.identity):
-    the data's fingerprint from its files' hashes, once per distinct data config."""
+    """The run id each job's run has or will have, as the trainer names it (setup.run_dir_of):
+    in the precision its plan resolved here, and the data's fingerprint from its files' hashes,
+    once per distinct data config."""
     from tiedvsuntied.data.cache import corpus_fingerprint  # numpy, tiktoken
+    from tiedvsuntied.train.setup import run_dir_of
 
     data = {repr(plan.cfg.data): plan.cfg.data for plan in plans}
     fingerprints = {key: corpus_fingerprint(d) for key, d in data.items()}
-    return [config_run_id(plan.cfg, fingerprints[repr(plan.cfg.data)]) for plan in plans]
+    return [run_dir_of(plan, fingerprints[repr(plan.cfg.data)]).name for plan in plans]

@@ -24,14 +24,9 @@ from pathlib import Path
 
 import torch
 
-from tiedvsuntied.results.records import (
-    RunSummary,
-    Status,
-    TrainState,
-    atomic_write,
-    fields_of,
-    scrub,
-)
+from tiedvsuntied.results.io import atomic_write
+from tiedvsuntied.results.records import RunSummary, Status, TrainState, fields_of
+from tiedvsuntied.results.secrets import scrub
 from tiedvsuntied.train.config import ConfigError
 from tiedvsuntied.train.finetune import unreadable
 

@@ -5,8 +5,6 @@ from the declarations here: the reading side imports them (no torch here)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -16,8 +14,9 @@ from omegaconf import OmegaConf
 
 from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.config import HeadConfig, ModelConfig, Trainable, canonical_init_std
+from tiedvsuntied.results import identity
+from tiedvsuntied.results.identity import Role, keys, option, run_name
 from tiedvsuntied.results.metrics_log import WandbConfig
-from tiedvsuntied.results.records import LEGACY, Role, keys, moved, option, run_name
 
 
 class ConfigError(ValueError):
@@ -33,7 +32,7 @@ Rule = tuple[Callable[[float], bool], str]  # (is the value valid?, what is vali
 
 
 def checked(default, rule: Rule, **role):
-    """A config field (:func:`results.records.option`) with the rule its value must meet."""
+    """A config field (:func:`results.identity.option`) with the rule its value must meet."""
     f = option(default, **role)
     return field(default=f.default, metadata={**f.metadata, "rule": rule})
 
@@ -284,32 +283,21 @@ def resolved_config(cfg: Config) -> dict:
 
 # Every list of keys by role, derived from the declarations.
 KEYS = keys(Config)
-RECORDED = [k for k, v in KEYS.items() if v.role is Role.record]  # not in the identity
 VARIANT = {k for k, v in KEYS.items() if v.role is Role.variant}  # labelled where runs differ
 NEUTRAL = {k: v.neutral for k, v in KEYS.items() if v.neutral is not MISSING}
 
 
-def run_id(config: dict, name: str, data_fingerprint: str) -> str:
-    """``<name>-<hash>``: the hash covers every key of the resolved ``config`` (a plain dict,
-    init_std already canonical) but the recorded ones and those at their neutral value, in the
-    layout before keys moved (LEGACY), and the data's fingerprint: the same config has the
-    same id in every version."""
-    tree = moved(json.loads(json.dumps(config, default=str)), LEGACY)
-    for dotted in [*RECORDED, *NEUTRAL]:
-        node, _, leaf = LEGACY.get(dotted, dotted).rpartition(".")
-        parent = tree.get(node, {}) if node else tree
-        if dotted in RECORDED or parent.get(leaf, MISSING) == NEUTRAL[dotted]:
-            parent.pop(leaf, None)
-            if node and not parent:  # a node of neutral keys only (head: tied_input_grad_scale)
-                tree.pop(node, None)  # is hashed as before it existed
-
-    tree["data_fingerprint"] = data_fingerprint
-    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{name}-{digest}"
+def run_id(config: dict, name: str, data_fingerprint: str, precision: Precision) -> str:
+    """The id of a run of ``config`` (resolved: :func:`resolved_config`) trained in
+    ``precision`` (``trainer.precision`` as resolved where it trains): results.identity.run_id
+    over this schema's keys."""
+    return identity.run_id(config, name, data_fingerprint, precision, KEYS)
 
 
-def config_run_id(cfg: Config, data_fingerprint: str) -> str:
-    """The id of ``cfg``'s run on data of that fingerprint (a sweep's plan, the trainer's)."""
+def config_run_id(cfg: Config, data_fingerprint: str, precision: Precision) -> str:
+    """The id of ``cfg``'s run on data of that fingerprint, trained in ``precision`` (its
+    ``trainer.precision`` resolved on the machine that trains it: the plan's): a sweep's plan,
+    the trainer's."""
     config = resolved_config(cfg)
     name = run_name(cfg.tie, config["init_std"], cfg.model.name, cfg.seed, cfg.replicate)
-    return run_id(config, name, data_fingerprint)
+    return run_id(config, name, data_fingerprint, precision)

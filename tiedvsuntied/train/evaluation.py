@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from tiedvsuntied.data.baselines import bits_per_byte
 from tiedvsuntied.data.batches import EvalSet
+from tiedvsuntied.results.io import atomic_write
 from tiedvsuntied.results.metrics import (
     DRIFT_,
     INIT_,
@@ -28,7 +29,6 @@ from tiedvsuntied.results.metrics import (
     VAL_LOSS,
     VAL_PPL,
 )
-from tiedvsuntied.results.records import atomic_write
 from tiedvsuntied.train.config import Precision
 from tiedvsuntied.train.setup import Run
 

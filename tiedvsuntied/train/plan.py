@@ -30,11 +30,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunPlan:
     """What a checked config implies, worked out once per job: the config with the start's
-    shapes and tying (``init_from``), the start itself, this process's device, the schedule."""
+    shapes and tying (``init_from``), the start itself, this process's device, the precision
+    the run computes in there (``trainer.precision`` resolved: the one place it is, and what the
+    run's id hashes), the schedule."""
 
     cfg: Config
     start: Start | None
     device: torch.device
+    precision: Precision
     schedule: Schedule
 
 
@@ -55,12 +58,13 @@ def check_config(
         device = resolve_device(dist.device(name))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    precision = resolve_precision(cfg.trainer.precision, device)
     if cfg.trainer.batch_size % dist.world_size():
         raise ConfigError(
             f"trainer.batch_size={cfg.trainer.batch_size} does not split over "
             f"{dist.world_size()} processes (torchrun): use a multiple of {dist.world_size()}"
         )
-    check_memory(cfg, device)
+    check_memory(cfg, device, precision)
     done = set() if checked is None else checked
     for check, value in ((check_data, cfg.data), (check_writable, Path(cfg.results_dir))):
         if (key := f"{check.__name__} {value!r}") not in done:
@@ -68,21 +72,22 @@ def check_config(
             check(value)
     for note in init_std_notes(cfg.model.n_embd, cfg.init_std, cfg.head) if checked is None else ():
         log.warning(note)  # 0.036 is d^-0.5 only at d = 768
-    return RunPlan(cfg, start, device, Schedule.of(cfg))
+    return RunPlan(cfg, start, device, precision, Schedule.of(cfg))
 
 
-def least_memory(cfg: Config, device: torch.device) -> dict[str, int]:
+def least_memory(cfg: Config, precision: Precision) -> dict[str, int]:
     """Bytes one process's training step needs at the least, from the shapes alone: what the
     backward pass keeps of each block (10 d per token: the inputs of its matmuls, q k v and the
     MLP's 4d hidden; eager fp32 keeps several times this), one chunk of fp32 logits with its
     gradient, and the parameters with their gradients and AdamW's two moments (16 bytes each,
     fp32; only the weights when finetune.trainable leaves some frozen). A vocabulary known only
-    from the corpus (a tiktoken encoding's, or the seen tokens) counts 0."""
+    from the corpus (a tiktoken encoding's, or the seen tokens) counts 0. ``precision``: the
+    run's, resolved (bf16 activations take 2 bytes, fp32 4)."""
     m, trainer = cfg.model, cfg.trainer
     vocab = cfg.data.vocab_size or 0
     if cfg.data.encoding == "bytes" and cfg.data.vocab != Vocab.seen:
         vocab = 257
-    size = 2 if resolve_precision(trainer.precision, device) == Precision.bf16 else 4
+    size = 2 if precision == Precision.bf16 else 4
     tokens = -(-trainer.batch_size // dist.world_size()) * m.block_size
     counts = count_parameters_for(m, tie=cfg.tie)
     params = counts["non_embedding"] + counts["position"] + vocab * m.n_embd * (2 - cfg.tie)
@@ -94,7 +99,7 @@ def least_memory(cfg: Config, device: torch.device) -> dict[str, int]:
     }
 
 
-def check_memory(cfg: Config, device: torch.device) -> None:
+def check_memory(cfg: Config, device: torch.device, precision: Precision) -> None:
     """Refuse a step that cannot fit in the device's whole memory (least_memory), before any
     allocation: one line with what it needs."""
     if device.type == "cuda":
@@ -103,7 +108,7 @@ def check_memory(cfg: Config, device: torch.device) -> None:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     else:
         return
-    need = least_memory(cfg, device)
+    need = least_memory(cfg, precision)
     if sum(need.values()) > total:
         parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in need.items())
         raise ConfigError(

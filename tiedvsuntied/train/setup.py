@@ -21,19 +21,15 @@ from tiedvsuntied.data.config import DataConfig
 from tiedvsuntied.model.accounting import count_parameters, flops_per_token, head_share
 from tiedvsuntied.model.config import canonical_init_std
 from tiedvsuntied.model.gpt import GPT
+from tiedvsuntied.results.identity import find_run_dir
 from tiedvsuntied.results.metrics_log import MetricsLog
-from tiedvsuntied.results.records import Derived, RunSummary, TrainState, find_run_dir, now
+from tiedvsuntied.results.records import Derived, RunSummary, TrainState, now, read_summary
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, Checkpoints
 from tiedvsuntied.train.clock import Clock
 from tiedvsuntied.train.config import Config, Precision, Sampling, Schedule, config_run_id
 from tiedvsuntied.train.finetune import build, start_rows
-from tiedvsuntied.train.hardware import (
-    enable_tf32,
-    measure_matmul_tflops,
-    processor,
-    resolve_precision,
-)
+from tiedvsuntied.train.hardware import enable_tf32, measure_matmul_tflops, processor
 from tiedvsuntied.train.optim import build_optimizer, lr_scales, untie
 from tiedvsuntied.train.plan import RunPlan
 
@@ -138,13 +134,25 @@ class Data:
         return cls(corpus, prepare_data(OmegaConf.to_object(data)))
 
 
+def run_dir_of(plan: RunPlan, fingerprint: str) -> Path:
+    """The run's directory: named by its id (results.identity.run_id, in the plan's precision),
+    or one a run of it already has under an older naming scheme (find_run_dir), or under the id
+    it had before the precision it trains in entered the hash: ``auto`` that trained fp32 was
+    hashed as ``auto``, as its bf16 twin is, and such a run resumes in its own directory."""
+    cfg, sweep_dir = plan.cfg, Path(plan.cfg.results_dir) / plan.cfg.sweep
+    run_dir = find_run_dir(sweep_dir, config_run_id(cfg, fingerprint, plan.precision))
+    if run_dir.exists() or (cfg.trainer.precision, plan.precision) != ("auto", "fp32"):
+        return run_dir
+    before = find_run_dir(sweep_dir, config_run_id(cfg, fingerprint, Precision.bf16))
+    summary = read_summary(before)
+    return before if summary is not None and summary.precision == "fp32" else run_dir
+
+
 def identity(plan: RunPlan, corpus: Corpus) -> tuple[RunSummary, Path]:
     """The summary of a run as it starts (identity only), and its directory (an existing run
-    keeps its directory and name, whatever naming scheme made them)."""
+    keeps its directory and name, whatever naming scheme made them: run_dir_of)."""
     cfg = plan.cfg
-    run_dir = find_run_dir(
-        Path(cfg.results_dir) / cfg.sweep, config_run_id(cfg, corpus.fingerprint)
-    )
+    run_dir = run_dir_of(plan, corpus.fingerprint)
     m = cfg.model
     record = RunSummary(
         run_id=run_dir.name,
@@ -242,8 +250,7 @@ def eval_sets(cfg: Config, data: Data) -> dict[str, EvalSet]:
 
 def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Derived:
     """The record's Derived part, worked out on this machine (written once, at set-up)."""
-    cfg, trainer, device = plan.cfg, plan.cfg.trainer, plan.device
-    precision = resolve_precision(trainer.precision, device)
+    cfg, trainer, device, precision = plan.cfg, plan.cfg.trainer, plan.device, plan.precision
     dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float32
     return Derived(
         vocab_size=corpus.vocab_size,

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from tiedvsuntied.data.batches import iter_eval_batches
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.model.accounting import count_parameters
+from tiedvsuntied.results.io import atomic_write
 from tiedvsuntied.results.metrics import (
     PARAMS_,
     TOKENS,
@@ -47,12 +48,11 @@ from tiedvsuntied.results.records import (
     IndexEntry,
     RunSummary,
     Status,
-    atomic_write,
     fields_of,
     read_summary,
-    scrub,
     update_index,
 )
+from tiedvsuntied.results.secrets import scrub
 from tiedvsuntied.results.state import config_damage
 from tiedvsuntied.train import dist
 from tiedvsuntied.train.checkpoint import CheckpointMismatch, is_done
