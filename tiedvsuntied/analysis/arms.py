@@ -50,7 +50,7 @@ def head_arm(run: Mapping) -> str:
 
 def arm(run) -> str:
     """:func:`head_arm`, with two arms of their own: tied with its input-side gradient scaled
-    (head.tied_input_grad_scale, conf/arm/tied_in_grad), and an arm at its own multipliers,
+    (head.tied_input_grad_scale, conf/arm/tied_in_grad.yaml), and an arm at its own multipliers,
     ``<arm>_own`` (its output matrix at another lr multiplier than its embedding)."""
     variant = run.get("variant")
     if isinstance(variant, str) and "tied_input_grad_scale" in variant:

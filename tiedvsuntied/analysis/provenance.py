@@ -47,7 +47,7 @@ def _runs(n: int) -> str:
 def records(dirs: list[str]) -> pd.DataFrame:
     """The runs table of every record in ``dirs``, each directory read on its own (``load``
     keeps one record per run id across the directories it reads), with the ``bundle`` it is in
-    (its last two path parts: ``sign_flip/results_mult2d``)."""
+    (its last two path parts: ``<study>/results_clip``)."""
     return pd.concat(
         [load([d]).runs.assign(bundle="/".join(Path(d).resolve().parts[-2:])) for d in dirs],
         ignore_index=True,
