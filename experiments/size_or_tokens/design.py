@@ -147,27 +147,81 @@ def rates(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def power_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """The primary contrast (d = 256 x 8: tied - untied at 45 MB minus at 10 MB, per seed) at
-    4 seeds: its sd from the third edition's per-seed sd at 10 MB (the 45 MB cell's assumed the
-    same, the two independent: sqrt 2), and, as the pessimistic case, micro's (the 2 x 2's
-    largest); the smallest effect found with 80% power, and the power at the two readings'
-    predicted difference (tokens: micro-at-10 MB's effect - d = 256 x 8's at 10 MB; size: 0)."""
+    """Each committed contrast at 4 seeds (two-sided t, df = 3, alpha 0.05): its per-seed sd
+    from the third edition's at 10 MB (a 45 MB cell's assumed the same as its body's at 10 MB,
+    the two budgets independent; and that sd doubled), the smallest effect found with 80%
+    power, and the power at the readings' predicted difference. P: d = 256 x 8's tied - untied
+    at 45 MB minus at 10 MB (tokens: micro-at-10 MB's effect - d = 256 x 8's; size: 0). S1: the
+    same for micro (tokens: the body ladder's slope on ln tokens per parameter x ln 4.525;
+    size: 0). S2: d = 256 x 8 at 45 MB minus micro at 10 MB, equal tokens per parameter
+    (tokens: 0; size: the same difference as P, negative). Sign: d = 512 x 8's tied - untied
+    (sd: d = 256 x 8's; PREDICTIONS.md's body-ladder line, -0.005)."""
     d256, micro = cells.loc[(256, 8)], cells.loc[(128, 4)]
-    predicted = micro["diff"] - d256["diff"]
+    gap = micro["diff"] - d256["diff"]
+    contrasts = [
+        ("P: d256x8 45 MB - 10 MB", math.sqrt(2) * d256["sd"], gap),
+        ("S1: micro 45 MB - 10 MB", math.sqrt(2) * micro["sd"], 0.0125 * math.log(MB45 / MB10)),
+        ("S2: d256x8 45 MB - micro 10 MB", math.hypot(d256["sd"], micro["sd"]), gap),
+        ("sign: d512x8 10 MB", d256["sd"], 0.005),
+    ]
     rows = []
-    for source, sd in (("d = 256 x 8's sd", d256["sd"]), ("micro's sd", micro["sd"])):
+    for name, sd, predicted in contrasts:
         for scale in (1, 2):
-            sd_delta = math.sqrt(2) * sd * scale
             rows.append(
                 {
-                    "sd from": source + (" x 2" if scale == 2 else ""),
-                    "sd of the contrast": sd_delta,
-                    "detectable at 80%": detectable(sd_delta, 4),
-                    "predicted difference": predicted,
-                    "power there": power(predicted, sd_delta, 4),
+                    "contrast": name,
+                    "sd": sd * scale,
+                    "sd scaled": scale,
+                    "detectable at 80%": detectable(sd * scale, 4),
+                    "predicted |difference|": predicted,
+                    "power there": power(predicted, sd * scale, 4),
                 }
             )
     return pd.DataFrame(rows)
+
+
+# HYPOTHESES.md's pieces in priority order: (piece, body, bytes, runs, what runs). A new cell's
+# 14: each arm's lr check at seed 0 (3 lr, and one x2 step beyond an edge expected), seeds 1-3.
+PIECES = [
+    ("a0", "d256x8", MB10, 8, "10 MB row again, pinned bf16: seeds 0-3 x 2 arms"),
+    ("a0", "micro", MB10, 8, "10 MB row again, pinned bf16: seeds 0-3 x 2 arms"),
+    ("a1", "d256x8", MB45, 14, "lr check 2 x (3 + 1 edge), seeds 1-3 x 2"),
+    ("a2", "micro", MB45, 14, "lr check 2 x (3 + 1 edge), seeds 1-3 x 2"),
+    ("b1", "d512x8", MB10, 14, "lr check 2 x (3 + 1 edge), seeds 1-3 x 2"),
+    ("b1-own", "d512x8", MB10, 4, "untied at its own multipliers (emb 4, head 1), seeds 0-3"),
+    ("b2", "d384x6", MB10, 14, "lr check 2 x (3 + 1 edge), seeds 1-3 x 2"),
+    ("c1", "d256x8", MB45, 7, "tie then untie: lr check 3 + 1 edge, seeds 1-3"),
+    ("c2", "d512x8", MB10, 7, "tie then untie: lr check 3 + 1 edge, seeds 1-3"),
+]
+
+
+def budget(measured: pd.DataFrame) -> pd.DataFrame:
+    """CPU-hours per piece at the third edition's bf16 rates (whole runs' CPU seconds per
+    token: micro and d = 256 x 8 measured; d = 384 x 6 and 512 x 8 d = 256 x 8's scaled by
+    FLOPs per token, i.e. at its MFU), and the running total."""
+    rate = {
+        "micro": measured.loc[(128, 4, "bf16"), "cpu_s_per_mtok"],
+        "d256x8": measured.loc[(256, 8, "bf16"), "cpu_s_per_mtok"],
+    }
+    for body in ("d384x6", "d512x8"):
+        ratio = flops_per_token(shape(body)) / flops_per_token(shape("d256x8"))
+        rate[body] = rate["d256x8"] * ratio
+    rows = []
+    for piece, body, budget_bytes, runs, what in PIECES:
+        tokens = steps_for(budget_bytes) * TOKENS_PER_STEP
+        per_run = tokens / 1e6 * rate[body] / 3600
+        rows.append(
+            {
+                "piece": piece,
+                "cell": f"{body} @ {budget_bytes / 1e6:.2f} MB",
+                "runs": runs,
+                "what": what,
+                "cpu_h_per_run": per_run,
+                "cpu_h": runs * per_run,
+            }
+        )
+    table = pd.DataFrame(rows)
+    return table.assign(cumulative=table["cpu_h"].cumsum())
 
 
 def folds() -> pd.DataFrame:
@@ -210,12 +264,12 @@ def main(argv=None) -> None:
     print("\n## third edition, V = 8,192 cells\n" + cells.round(5).to_markdown())
     print("\n## noise floors (|replicate - first| of tied - untied, seed 0, 2 threads)")
     print(sign_flip.floors(main, both).round(5).to_markdown())
-    print(
-        "\n## power of the primary contrast, 4 seeds\n" + power_table(cells).round(4).to_markdown()
-    )
-    print("\n## measured rates (third edition)\n" + rates(runs).round(3).to_markdown())
+    print("\n## power at 4 seeds\n" + power_table(cells).round(4).to_markdown(index=False))
+    measured = rates(runs)
+    print("\n## measured rates (third edition)\n" + measured.round(3).to_markdown())
+    print("\n## budget, CPU-hours\n" + budget(measured).round(2).to_markdown(index=False))
     if args.folds:
-        print("\n## each seed's training split\n" + folds().round(4).to_markdown(index=False))
+        print("\n## each seed's training split\n" + folds().round(4).to_string(index=False))
 
 
 if __name__ == "__main__":
