@@ -195,10 +195,18 @@ PIECES = [
 ]
 
 
+# This session's bench (docs/speed.md, "The fourth edition's bodies"): tokens per CPU-second of
+# the bf16 compiled step, tied, one thread, on an AMX Xeon, 2026-12-01; a whole run's rate is
+# ~0.89 of its step's (the third edition's d = 256 x 8: 1,777 a run against the bench's 1,995)
+BENCH_STEP = {"micro": 7386, "d256x8": 2759, "d384x6": 1600, "d512x8": 1190}
+RUN_PER_STEP = 0.89
+
+
 def budget(measured: pd.DataFrame) -> pd.DataFrame:
     """CPU-hours per piece at the third edition's bf16 rates (whole runs' CPU seconds per
     token: micro and d = 256 x 8 measured; d = 384 x 6 and 512 x 8 d = 256 x 8's scaled by
-    FLOPs per token, i.e. at its MFU), and the running total."""
+    FLOPs per token, i.e. at its MFU), and at this session's bench (``_here``: BENCH_STEP x
+    RUN_PER_STEP), with running totals."""
     rate = {
         "micro": measured.loc[(128, 4, "bf16"), "cpu_s_per_mtok"],
         "d256x8": measured.loc[(256, 8, "bf16"), "cpu_s_per_mtok"],
@@ -210,6 +218,7 @@ def budget(measured: pd.DataFrame) -> pd.DataFrame:
     for piece, body, budget_bytes, runs, what in PIECES:
         tokens = steps_for(budget_bytes) * TOKENS_PER_STEP
         per_run = tokens / 1e6 * rate[body] / 3600
+        here = tokens / (BENCH_STEP[body] * RUN_PER_STEP) / 3600
         rows.append(
             {
                 "piece": piece,
@@ -218,10 +227,14 @@ def budget(measured: pd.DataFrame) -> pd.DataFrame:
                 "what": what,
                 "cpu_h_per_run": per_run,
                 "cpu_h": runs * per_run,
+                "cpu_h_per_run_here": here,
+                "cpu_h_here": runs * here,
             }
         )
     table = pd.DataFrame(rows)
-    return table.assign(cumulative=table["cpu_h"].cumsum())
+    return table.assign(
+        cumulative=table["cpu_h"].cumsum(), cumulative_here=table["cpu_h_here"].cumsum()
+    )
 
 
 def folds() -> pd.DataFrame:
