@@ -105,16 +105,18 @@ def check(args: argparse.Namespace) -> None:
 def table(args: argparse.Namespace) -> None:
     """The runs table of ``analysis`` (the one reader of a sweep: the figures' columns), to the
     screen (the columns that tell runs apart) or, with ``--out``, whole to a file."""
+    out = Path(args.out or "screen")
+    write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
+    if args.out is not None and write is None:
+        raise SweepError(f"--out={out} is invalid: end it in .csv or .parquet")
+    results = load_results(args.sweep_dir)
+    for note in results.notes:  # a damaged run, named (as `check` names it)
+        print(f"note: {note}", file=sys.stderr)
+    runs = results.runs
     if args.out is None:
-        runs = load_results(args.sweep_dir).runs
         shown = [c for c in SCREEN if runs[c].nunique(dropna=False) > 1 or c in ("name", "status")]
         print(runs[shown].to_string(index=False, float_format="%.4f", na_rep="-"))
         return
-    out = Path(args.out)
-    write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
-    if write is None:
-        raise SweepError(f"--out={out} is invalid: end it in .csv or .parquet")
-    runs = load_results(args.sweep_dir).runs
     try:
         getattr(runs, write)(out, index=False)
     except OSError as e:
