@@ -219,7 +219,12 @@ def _cached(cfg: DataConfig) -> tuple:
 def check_reachable(cfg: DataConfig) -> None:
     """That ``prepare_data(cfg)`` will find its corpus, within seconds and writing nothing: its
     token cache is complete, or its source can be read (local files; the Hub reachable, or the
-    dataset in the datasets cache); else a one-line DataError or DataUnavailableError."""
+    dataset in the datasets cache); else a one-line DataError or DataUnavailableError. Local
+    files are read where they are: their checks suffice, without hashing them for the key."""
+    if cfg.source == Source.text:
+        check_data(cfg)
+        check_available(cfg, need_source=False)
+        return
     enc, _, _, _, metas = _cached(cfg)
     if not (enc and all(metas.values())):
         check_available(cfg, need_source=True)
