@@ -1,10 +1,10 @@
 """``python -m tiedvsuntied.sweep``: a sweep before and while it runs.
 
-    python -m tiedvsuntied.sweep plan +experiment=smoke data.files=input.txt
-    python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
-    python -m tiedvsuntied.sweep check results/smoke         (damaged runs, one line each)
-    python -m tiedvsuntied.sweep table results/smoke [--out smoke.csv]   (or .parquet)
-    python -m tiedvsuntied.sweep dashboard results/smoke [--entity ENTITY]   (the W&B view)
+    python -m tiedvsuntied.sweep plan tie=true,false init_std=1.0,0.036   (as run -m takes them)
+    python -m tiedvsuntied.sweep status results/default      (or the same overrides as plan)
+    python -m tiedvsuntied.sweep check results/default       (damaged runs, one line each)
+    python -m tiedvsuntied.sweep table results/default [--out default.csv]   (or .parquet)
+    python -m tiedvsuntied.sweep dashboard results/default [--entity ENTITY]   (the W&B view)
 
 ``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
 status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
