@@ -40,7 +40,8 @@ def refusing() -> Iterator[None]:
 
 class Check(Callback):
     """A single run's job, or every job of a multirun as its launcher will compose it, checked
-    before the first starts (``checked``: the file checks once, no device claimed) and recorded
+    before the first starts (``checked``: the file checks once, no device claimed), its data
+    reachable (the Hub, a datasets or token cache, the files: once per corpus), and recorded
     in its sweep's ``planned.json``; each job then makes its own check, which claims its device
     and logs its notes to the job's log."""
 
@@ -48,6 +49,7 @@ class Check(Callback):
         with refusing():
             overrides = list(config.hydra.overrides.task)
             plan = jobs.check_job(jobs.without_hydra(config), overrides, checked=set())
+            jobs.check_reachable([plan])  # (a multirun's: in check_jobs)
             jobs.check_sweeps_writable([plan])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -15,3 +15,12 @@ def presets(group: str) -> dict[str, dict]:
 
     paths = sorted((CONF_DIR / group).glob("*.yaml"))
     return {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in paths}
+
+
+def default_choice(group: str) -> str:
+    """The option conf/config.yaml's defaults list chooses for ``group``: ``data`` -> the
+    default corpus, the same for every command that has one."""
+    from omegaconf import OmegaConf
+
+    defaults = OmegaConf.load(CONF_DIR / "config.yaml").defaults
+    return next(d[group] for d in defaults if not isinstance(d, str) and group in d)

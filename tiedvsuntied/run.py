@@ -103,8 +103,26 @@ def main(cfg: DictConfig) -> float | None:
     return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 
+def check_modes(argv: list[str]) -> None:
+    """Hydra takes one mode: --cfg and --info show one job's config, which -m has many of (Hydra
+    would raise a ValueError); said in one line, with what does show a sweep's jobs."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    shown = [f"--{flag} {getattr(args, flag)}" for flag in ("cfg", "info") if getattr(args, flag)]
+    if args.multirun and shown:
+        callbacks.refuse(
+            jobs.SweepError(
+                f"{shown[0]} shows one job's config: drop -m and give one value a key (e.g. "
+                f"tie=false {shown[0]}); python -m tiedvsuntied.sweep plan OVERRIDES lists a "
+                "sweep's jobs"
+            )
+        )
+
+
 if __name__ == "__main__":
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors instead of printing them
+    check_modes(sys.argv[1:])
     try:
         main()
     except (HydraException, OmegaConfBaseException) as e:  # composing the config

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from tiedvsuntied.data.__main__ import load_config
 from tiedvsuntied.data.cache import SPLITS
-from tiedvsuntied.data.config import DataConfig, DataError, Documents, Source
+from tiedvsuntied.data.config import SHIPPED, DataConfig, DataError, Documents, Source
 from tiedvsuntied.data.sources import check_data
 
 #: What each preset resolved to at commit 3608031 besides the DataConfig defaults. Run ids hash
@@ -35,6 +35,10 @@ PRESETS = {
     },
     "text": {"name": "text", "source": "text", "path": "", "config": None, "documents": "file"},
     "hub": {"name": "hub", "path": "", "config": None, "documents": "row"},
+    "tinyshakespeare": {  # the default corpus since issue 56, shipped with the package
+        **{"name": "tinyshakespeare", "source": "text", "path": "", "config": None},
+        **{"documents": "file", "files": str(SHIPPED / "tinyshakespeare.txt")},
+    },
 }
 
 
@@ -49,7 +53,7 @@ def test_conf_data_presets_set_only_their_own_values(preset):
     assert isinstance(loaded.source, Source) and isinstance(loaded.documents, Documents)
     expected = {**PRESETS[preset], **dict(o.split("=") for o in required)}
     assert loaded == dataclasses.replace(DataConfig(), **expected)
-    if preset == "wikitext2":  # the default corpus: the dataclass default, the same cache key
+    if preset == "wikitext2":  # the dataclass default: the same cache key
         assert loaded.documents_mode() == DataConfig().documents_mode()
 
 
@@ -93,10 +97,11 @@ def test_cli_prepares_and_prints_info(play, corpus):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoding", ["gpt2", "bytes"])
+@pytest.mark.parametrize("encoding", ["cl100k_base", "bytes"])
 def test_no_network_and_nothing_cached_fails_within_seconds_in_one_line(tmp_path, encoding):
-    """The user's first command on a machine without network (no offline variables set): the
-    tokenizer and the Hub are both checked before any work, and one line names every fix."""
+    """A Hub corpus on a machine without network (no offline variables set): the tokenizer (one
+    not shipped: gpt2 and bytes are) and the Hub are both checked before any work, and one line
+    names every fix."""
     offline_vars = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TIKTOKEN_CACHE_DIR")
     env = {k: v for k, v in os.environ.items() if k not in offline_vars}
     no_network = "http://127.0.0.1:9"  # a closed port: every request fails at once
@@ -109,15 +114,16 @@ def test_no_network_and_nothing_cached_fails_within_seconds_in_one_line(tmp_path
         HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"),
         TIEDVSUNTIED_CACHE=str(tmp_path / "cache"),
     )
-    proc, seconds = run_cli([f"encoding={encoding}"], env)  # the default corpus: WikiText-2
+    proc, seconds = run_cli(["wikitext2", f"encoding={encoding}"], env)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # no retry warnings
     assert seconds < 20  # loosely: only a guard against retries (they took 29-41 s)
     line = proc.stderr
     assert "'Salesforce/wikitext'" in line and "data=text data.files=PATH" in line
     assert "HF_DATASETS_OFFLINE" in line and "python -m tiedvsuntied.data" in line
-    tokenizer = f"tiktoken encoding 'gpt2' is not in TIKTOKEN_CACHE_DIR={tmp_path / 'tiktoken'}"
-    assert (tokenizer in line and "data.encoding=bytes" in line) == (encoding == "gpt2")
+    where = f"is not in TIKTOKEN_CACHE_DIR={tmp_path / 'tiktoken'}"
+    tokenizer = f"tiktoken encoding 'cl100k_base' {where}"
+    assert (tokenizer in line and "data.encoding=gpt2" in line) == (encoding == "cl100k_base")
     assert not (tmp_path / "cache").exists()  # refused before any work
 
 

@@ -6,9 +6,25 @@ it logs the training loss of step STEP: sends itself a signal (``SIGKILL`` as ``
 over itself; the files the process holds open stay writable, as on a disk remounted read-only
 under it; the test unmounts it). A tiny run is over before a test polling from outside could
 act; this acts at the same step whatever the machine's load. Python imports ``sitecustomize``
-at start-up."""
+at start-up.
+
+``TVU_TEST_FORBID=PATH``: opening any file under PATH (listing a folder included) raises
+PermissionError in the process, as on a machine where PATH does not exist (Python's audit hook
+sees every open, tiktoken's and datasets' included)."""
 
 import os
+import sys
+
+if os.environ.get("TVU_TEST_FORBID"):
+    FORBIDDEN = os.path.realpath(os.environ["TVU_TEST_FORBID"])
+
+    def forbid(event: str, args: tuple) -> None:
+        if event in ("open", "os.listdir", "os.scandir") and isinstance(args[0], (str, bytes)):
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if path == FORBIDDEN or path.startswith(FORBIDDEN + os.sep):
+                raise PermissionError(f"TVU_TEST_FORBID: {path}")
+
+    sys.addaudithook(forbid)
 
 if os.environ.get("TVU_TEST_AT"):
     import shutil

@@ -181,6 +181,9 @@ def _load_run_dir(
     lines, bad = records.metrics_lines(run_dir)
     if bad:
         notes.append(f"{metrics}: skipped {len(bad)} unreadable line(s): {bad[:10]}")
+    damaged = state.config_damage(run_dir) if not config and run_dir.is_dir() else []
+    if damaged:  # named as `sweep check` names it: the run's config columns stay empty
+        notes.append(f"damaged: {run_dir.name}: {'; '.join(damaged)} (its config is unknown)")
     row = {**rows.run_row(s, config, source=str(run_dir)), "path": str(run_dir)}
     return row, config, rows.history_from_records(lines)
 

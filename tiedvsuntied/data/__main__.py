@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from tiedvsuntied.data.cache import prepare_data
 from tiedvsuntied.data.config import DataConfig, DataError, DataUnavailableError
-from tiedvsuntied.presets import presets
+from tiedvsuntied.presets import default_choice, presets
 
 
 def load_config(preset: str, overrides: Sequence[str] = ()) -> DataConfig:
@@ -40,13 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tiedvsuntied.data",
         description="Prepare (tokenize + cache) a corpus; print its info as JSON.",
     )
-    parser.add_argument("preset", nargs="?", default="wikitext2", help="conf/data/<preset>.yaml")
+    default = default_choice("data")  # the run's default corpus
+    parser.add_argument("preset", nargs="?", default=default, help="conf/data/<preset>.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of DataConfig fields")
     fresh = "tokenize into a temporary cache (deleted afterwards): measures throughput"
     parser.add_argument("--fresh", action="store_true", help=fresh)
     args = parser.parse_args(argv)
     if "=" in args.preset:  # overrides only: the default preset
-        args.overrides, args.preset = [args.preset, *args.overrides], "wikitext2"
+        args.overrides, args.preset = [args.preset, *args.overrides], default
     try:
         cfg = load_config(args.preset, args.overrides)
         with tempfile.TemporaryDirectory(prefix="tiedvsuntied-fresh-") as tmp:

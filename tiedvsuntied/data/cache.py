@@ -203,11 +203,9 @@ def _log_build(folder: Path, **record) -> None:
         f.write(json.dumps({**record, "pid": os.getpid(), "time": time.time()}) + "\n")
 
 
-def prepare_data(cfg: DataConfig) -> Corpus:
-    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
-    others wait) and return it."""
-    from filelock import FileLock
-
+def _cached(cfg: DataConfig) -> tuple:
+    """(encoding, identity, key, folder, {split: its entry's metadata or None}) of ``cfg``'s
+    token cache, after the fast checks; the encoding is None for a vocabulary not trained yet."""
     check_data(cfg)
     enc = check_available(cfg, need_source=False)
     identity = corpus_identity(cfg, enc)
@@ -215,6 +213,29 @@ def prepare_data(cfg: DataConfig) -> Corpus:
     folder = corpus_dir(cfg, key)
     metas = {s: read_entry(folder, s, key) for s in SPLITS}
     enc = enc or bpe.load(folder, cfg.vocab_size)  # a trained vocabulary: in the folder
+    return enc, identity, key, folder, metas
+
+
+def check_reachable(cfg: DataConfig) -> None:
+    """That ``prepare_data(cfg)`` will find its corpus, within seconds and writing nothing: its
+    token cache is complete, or its source can be read (local files; the Hub reachable, or the
+    dataset in the datasets cache); else a one-line DataError or DataUnavailableError. Local
+    files are read where they are: their checks suffice, without hashing them for the key."""
+    if cfg.source == Source.text:
+        check_data(cfg)
+        check_available(cfg, need_source=False)
+        return
+    enc, _, _, _, metas = _cached(cfg)
+    if not (enc and all(metas.values())):
+        check_available(cfg, need_source=True)
+
+
+def prepare_data(cfg: DataConfig) -> Corpus:
+    """Tokenize the corpus of ``cfg`` into the cache (once: one process builds under a lock, the
+    others wait) and return it."""
+    from filelock import FileLock
+
+    enc, identity, key, folder, metas = _cached(cfg)
     if enc and all(metas.values()):
         return Corpus(cfg, enc, folder, key, metas, built=[])
     check_available(cfg, need_source=True)  # before the lock: a refusal leaves no folder

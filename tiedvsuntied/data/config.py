@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import tiktoken
+from omegaconf import OmegaConf
 
 from tiedvsuntied.results.identity import Role, option
 
 MIN_BPE_VOCAB, MAX_BPE_VOCAB = 258, 65536  # one merge at least; token ids fit uint16
+#: The default corpus and GPT-2's tokenizer files, shipped with the package (its README.md)
+SHIPPED = Path(__file__).resolve().parent / "shipped"
 
 
 class DataError(ValueError):
@@ -49,6 +53,20 @@ class Split(str, Enum):
 class Vocab(str, Enum):
     full = "full"  # every token of the encoding (GPT-2: 50,257; a small corpus uses a fraction)
     seen = "seen"  # only the corpus's tokens, renumbered: a closed vocabulary (word-level LMs)
+
+
+def shipped(name: str) -> str:
+    """``${shipped:NAME}`` in a config (conf/data/tinyshakespeare.yaml): the path of a file shipped
+    with the package, wherever it is installed."""
+    path = SHIPPED / name
+    if not path.is_file():
+        names = sorted(p.name for p in SHIPPED.iterdir() if p.suffix != ".md")
+        raise DataError(f"${{shipped:{name}}}: no such file in {SHIPPED}; shipped: {names}")
+    return str(path)
+
+
+# Registered where the schema is defined, so that every config that composes it resolves it.
+OmegaConf.register_new_resolver("shipped", shipped, replace=True)
 
 
 def _enum_value(key: str, enum: type[Enum], value: Any) -> Enum:

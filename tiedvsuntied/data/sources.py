@@ -22,6 +22,7 @@ import numpy as np
 import tiktoken
 
 from tiedvsuntied.data.config import (
+    SHIPPED,
     DataConfig,
     DataError,
     DataUnavailableError,
@@ -38,10 +39,47 @@ HUB_FIX = (
 )
 
 
+# tiktoken_ext.openai_public.gpt2's SHA-256 of the files it downloads, which the package ships
+GPT2_FILES = {
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+}
+
+
+def shipped_gpt2() -> tiktoken.Encoding:
+    """tiktoken's ``gpt2`` encoding built by tiktoken's own code from GPT-2's files shipped with
+    the package (data/shipped, hash-checked): no download, no cache, the same tokens."""
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken_ext.openai_public import ENDOFTEXT, r50k_pat_str
+
+    (vocab, vocab_sha), (encoder, encoder_sha) = GPT2_FILES.items()
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""  # tiktoken's switch: read the files, copy them nowhere
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            str(SHIPPED / vocab), str(SHIPPED / encoder), vocab_sha, encoder_sha
+        )
+    finally:
+        if saved is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    return tiktoken.Encoding(
+        name="gpt2",
+        explicit_n_vocab=50257,
+        pat_str=r50k_pat_str,
+        mergeable_ranks=ranks,
+        special_tokens={ENDOFTEXT: 50256},
+    )
+
+
 @cache
 def load_encoding(name: str) -> tiktoken.Encoding:
     """The tokenizer: "bytes" is built here (256 single-byte tokens + <|endoftext|>, V = 257:
-    round-trips any UTF-8, no download); others via tiktoken (its cache: TIKTOKEN_CACHE_DIR)."""
+    round-trips any UTF-8, no download); "gpt2" from the package's files (``shipped_gpt2``);
+    others via tiktoken (its cache: TIKTOKEN_CACHE_DIR)."""
+    if name == "gpt2":
+        return shipped_gpt2()
     if name == "bytes":
         return tiktoken.Encoding(
             name="bytes",
@@ -56,7 +94,7 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         raise DataUnavailableError(
             f"the tiktoken encoding {name!r} is not in TIKTOKEN_CACHE_DIR={where} and cannot be "
             f"downloaded ({type(e).__name__}): point TIKTOKEN_CACHE_DIR at a folder holding its "
-            "files (e.g. ../shared/data/tiktoken) or use data.encoding=bytes"
+            "files (e.g. ../shared/data/tiktoken) or use data.encoding=gpt2 (shipped) or bytes"
         ) from e
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tiedvsuntied.analysis.load import Results, ResultsError, WandbUnavailableError, load
-from tiedvsuntied.figures import paper
+from tiedvsuntied.figures import output, paper
 from tiedvsuntied.figures.style import REGISTRY, print_notes
 
 # each module of the package registers its outputs in REGISTRY: a new one is drawn too; and so
@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     formats = args.formats.lower().split(",")
     only = args.only.split(",") if args.only else list(PAPER if args.paper else output_names())
     _check_args(ap, args, formats, only)
+    output.refuse_unwritable(Path(args.out))
     groups = paper_groups(args.sweep_dirs, only) if args.paper else [(args.sweep_dirs, only)]
     if groups is None:
         return 2

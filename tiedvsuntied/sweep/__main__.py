@@ -1,10 +1,10 @@
 """``python -m tiedvsuntied.sweep``: a sweep before and while it runs.
 
-    python -m tiedvsuntied.sweep plan +experiment=smoke data.files=input.txt
-    python -m tiedvsuntied.sweep status results/smoke        (or the same overrides as plan)
-    python -m tiedvsuntied.sweep check results/smoke         (damaged runs, one line each)
-    python -m tiedvsuntied.sweep table results/smoke [--out smoke.csv]   (or .parquet)
-    python -m tiedvsuntied.sweep dashboard results/smoke [--entity ENTITY]   (the W&B view)
+    python -m tiedvsuntied.sweep plan tie=true,false init_std=1.0,0.036   (as run -m takes them)
+    python -m tiedvsuntied.sweep status results/default      (or the same overrides as plan)
+    python -m tiedvsuntied.sweep check results/default       (damaged runs, one line each)
+    python -m tiedvsuntied.sweep table results/default [--out default.csv]   (or .parquet)
+    python -m tiedvsuntied.sweep dashboard results/default [--entity ENTITY]   (the W&B view)
 
 ``plan`` lists each job ``run -m`` would run (checked as the multirun checks them), its run's
 status and steps, and the run time left, from the sweep's finished runs; ``status`` counts the
@@ -106,16 +106,18 @@ def check(args: argparse.Namespace) -> None:
 def table(args: argparse.Namespace) -> None:
     """The runs table of ``analysis`` (the one reader of a sweep: the figures' columns), to the
     screen (the columns that tell runs apart) or, with ``--out``, whole to a file."""
+    out = Path(args.out or "screen")
+    write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
+    if args.out is not None and write is None:
+        raise SweepError(f"--out={out} is invalid: end it in .csv or .parquet")
+    results = load_results(args.sweep_dir)
+    for note in results.notes:  # a damaged run, named (as `check` names it)
+        print(f"note: {note}", file=sys.stderr)
+    runs = results.runs
     if args.out is None:
-        runs = load_results(args.sweep_dir).runs
         shown = [c for c in SCREEN if runs[c].nunique(dropna=False) > 1 or c in ("name", "status")]
         print(runs[shown].to_string(index=False, float_format="%.4f", na_rep="-"))
         return
-    out = Path(args.out)
-    write = {".csv": "to_csv", ".parquet": "to_parquet"}.get(out.suffix)
-    if write is None:
-        raise SweepError(f"--out={out} is invalid: end it in .csv or .parquet")
-    runs = load_results(args.sweep_dir).runs
     try:
         getattr(runs, write)(out, index=False)
     except OSError as e:

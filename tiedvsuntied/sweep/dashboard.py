@@ -23,6 +23,7 @@ from tiedvsuntied.results.metrics import (
     VAL_PPL,
 )
 from tiedvsuntied.results.records import read_config, read_metrics, read_summary
+from tiedvsuntied.sweep.jobs import SweepError
 
 GROUP_BY = ["tie", "init_std", "model.name"]  # W&B's config keys: the resolved config
 # section -> its panels: (title, the metric names, or a prefix ending in "/" for all of them)
@@ -95,7 +96,16 @@ def dashboard(sweep_dir: Path, entity: str | None = None) -> str:
         again = f"python -m tiedvsuntied.sweep dashboard {sweep_dir} --entity ENTITY"
         why = "no W&B entity is known" if online else "the runs were logged offline"
         return f"{why}: after `{sync}`, run: {again}"
+    import wandb.errors
+
     entity = entity or found
     saved = view(sweep_dir, entity, project, group)
-    saved.save()
+    try:
+        saved.save()
+    except (wandb.errors.UsageError, wandb.errors.CommError) as e:  # no key; no server
+        why = " ".join(str(e).split())
+        raise SweepError(
+            f"--entity {entity}: the W&B view of {sweep_dir} was not saved ({why}): log in "
+            "(wandb login, or WANDB_API_KEY) where the W&B server can be reached, then rerun"
+        ) from None
     return f"saved the W&B view {saved.name!r}: {saved.url}"

@@ -145,6 +145,7 @@ def check_jobs(loader: Any, master: DictConfig, jobs: list[Job]) -> list[Any]:
             check_planned_here(master, plans[-1])
         except USER_ERRORS as e:
             raise SweepError(f"job {job.num} of {len(jobs)} ({job.label}): {one_line(e)}") from None
+    check_reachable(plans)
     return plans
 
 
@@ -164,6 +165,18 @@ def check_planned_here(master: DictConfig, plan: Any) -> None:
             f"trainer.precision=auto resolves on each node that runs a job, not here "
             f"({launcher}), and a run's id depends on it: set trainer.precision=bf16 or fp32"
         )
+
+
+def check_reachable(plans: list[Any]) -> None:
+    """Each distinct corpus of the command can be had now (``data.cache.check_reachable``), so
+    that a command whose data cannot be read is refused before its sweep records any plan."""
+    from tiedvsuntied.data.cache import check_reachable as reachable  # numpy, tiktoken
+
+    for data in {repr(plan.cfg.data): plan.cfg.data for plan in plans}.values():
+        try:
+            reachable(data)
+        except (DataError, DataUnavailableError) as e:
+            raise SweepError(f"data={data.name}: {one_line(e)}") from None
 
 
 def check_job(cfg: DictConfig, overrides: list[str], checked: set[str] | None = None) -> Any:
