@@ -200,8 +200,24 @@ def history_from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def flatten(d: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}."""
-    return pd.json_normalize(dict(d), sep=sep).to_dict("records")[0]
+    """{'a': {'b': 1}} -> {'a.b': 1}, keys in ``pd.json_normalize``'s order (the top level's plain
+    values first, then each nested dict's, depth first; an empty dict leaves no key; lists stay
+    values), without a DataFrame per record: that was two thirds of the time to read a bundle."""
+    out = {k: v for k, v in d.items() if not isinstance(v, dict)}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out |= _nested(value, f"{key}{sep}", sep)
+    return out
+
+
+def _nested(d: dict, prefix: str, sep: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out |= _nested(value, f"{prefix}{key}{sep}", sep)
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def unflatten(d: Mapping[str, Any]) -> dict[str, Any]:
