@@ -21,6 +21,7 @@ SIGN_FLIP_FIGURES = [
     "sign_flip_fig2_tokens",
     "sign_flip_fig3_tokens_per_param",
 ]
+SECOND_EDITION = "10_second_edition.ipynb"  # the second edition's own figures, drawn apart
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {
     "00_overview.ipynb": ["runs.csv"],
@@ -67,13 +68,22 @@ WRITES = {
 }
 
 
-# What a notebook cannot make from the paper's shipped bundle, and so must skip (one line, no
-# file): it has no fine-tuning runs, no learning-rate grid and no sampled embedding rows (fig 8).
-BUNDLE = REPO / "experiments" / "tie_x_init" / "results"
+# What a notebook cannot make from a shipped bundle, and so must skip (one line, no file): no
+# bundle has fine-tuning runs, the `classic` experiment or sampled embedding rows (fig 8).
+BUNDLE = REPO / "experiments" / "tie_x_init" / "results"  # the first (toy) edition, superseded
 BOOKS_BUNDLE = REPO / "experiments" / "tie_x_init_books" / "results"
 SIGN_FLIP_BUNDLE = REPO / "experiments" / "sign_flip" / "results"  # the third edition, once shipped
+# the generic notebooks: on the second edition's bundle by default, but those whose subject only
+# the toy edition holds (the first steps, the per-token probe arrays), which say why
 BUNDLE_NOTEBOOKS = [p for p in NOTEBOOKS if "../experiments/tie_x_init/results" in p.read_text()]
+BOOKS_NOTEBOOKS = [
+    p
+    for p in NOTEBOOKS
+    if "../experiments/tie_x_init_books/results" in p.read_text() and p.name != SECOND_EDITION
+]
 NOT_FROM_BUNDLE = {"fig7_finetune", "table_classic", "fig8_cka"}  # its T5 arm: table_arms
+# the second edition's tied runs are several arms (each at its own lr multiplier): no table_arms
+NOT_FROM_BOOKS = NOT_FROM_BUNDLE | {"table_arms"}
 
 
 def expected(notebook: str, skipped: set[str]) -> list[str]:
@@ -153,10 +163,11 @@ def fresh_clone(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_bundles(tmp_path):
-    """Every notebook runs once, by the README's headless command from a fresh clone: those of
-    the paper read its committed bundle by default and write every figure it holds the data for,
-    the second edition's reads its own; those that read an unshipped sweep by default (07, 09)
-    say what to run first and skip the rest; the command exits 0."""
+    """Every notebook runs once, by the README's headless command from a fresh clone: the
+    generic ones read the second edition's committed bundle by default (01 and 03 the toy
+    edition's, which alone holds their subject) and write every figure it holds the data for, the
+    editions' own read theirs; those that read an unshipped sweep by default (07, 09) say what to
+    run first and skip the rest; the command exits 0."""
     clone = fresh_clone(tmp_path)
     before = {p: p.read_bytes() for p in clone.rglob("*") if p.is_file()}
     proc = nbconvert(clone, sorted(f"notebooks/{p.name}" for p in NOTEBOOKS), {})
@@ -168,14 +179,16 @@ def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_
         after == before
     )  # the clone's files unchanged, none added (nb/: the command's --output-dir)
     assert sorted(p.name for p in (clone / "nb").glob("*.ipynb")) == sorted(WRITES)
-    for path in BUNDLE_NOTEBOOKS:
-        said = outputs(clone / "nb" / path.name)
-        assert "results bundle (format 1) of sweep tie_x_init" in said, path.name
+    for paths, sweep in ((BUNDLE_NOTEBOOKS, "tie_x_init,"), (BOOKS_NOTEBOOKS, "tie_x_init_books,")):
+        for path in paths:
+            said = outputs(clone / "nb" / path.name)
+            assert f"results bundle (format 1) of sweep {sweep}" in said, path.name
     for name, sweep in (("07_finetune", "ft"), ("09_study_axes", "untie_at")):
         said = outputs(clone / "nb" / f"{name}.ipynb")
         assert f"skipped: no results at {clone / 'results' / sweep}; run first: " in said, said
     books = expected("10_second_edition.ipynb", set())
     paper = [f for p in BUNDLE_NOTEBOOKS for f in expected(p.name, NOT_FROM_BUNDLE)]
+    paper += [f for p in BOOKS_NOTEBOOKS for f in expected(p.name, NOT_FROM_BOOKS)]
     third = expected("11_third_edition.ipynb", set()) if SIGN_FLIP_BUNDLE.is_dir() else []
     if not third:  # not shipped yet: the notebook says what to run and skips the rest
         said = outputs(clone / "nb" / "11_third_edition.ipynb")

@@ -257,3 +257,18 @@ def test_the_contrast_figure_counts_only_rows_with_an_interval(study):
     runs = runs[(runs["model"] == "nano") | (runs["seed"] == 0)]  # micro: one seed
     caption = " ".join(figures.fig_contrasts(runs).captions)
     assert caption.startswith("8 intervals (11 rows of one seed: no interval)")
+
+
+def test_the_generic_figures_get_each_arm_at_its_chosen_multiplier_and_other_runs_whole(study):
+    """at_chosen_lr (notebooks 02, 04, 06, 08): the lr check's runs at the multipliers not chosen
+    are left out, history with them; runs that hold out no documents come back unchanged."""
+    from tiedvsuntied.analysis.load import Results
+    from tiedvsuntied.studies.tie_x_init_books import figures
+
+    runs = drawable(study).assign(run_id=[f"r{i}" for i in range(len(study))])
+    history = pd.DataFrame({"run_id": runs["run_id"], "step": 0})
+    kept = figures.at_chosen_lr(Results(runs, history, []))
+    assert sorted(kept.runs["run_id"]) == sorted(books.grid(runs)["run_id"])
+    assert set(kept.history["run_id"]) == set(kept.runs["run_id"]) and len(kept.runs) < len(runs)
+    other = Results(runs.assign(heldout_fold=np.nan), history, [])
+    assert figures.at_chosen_lr(other) is other

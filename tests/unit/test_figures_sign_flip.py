@@ -199,3 +199,13 @@ def test_the_maps_caption_names_the_points_whose_own_contrast_mixes_precisions(t
     caption = caption_of(figures.fig_map(load_results(sweep).runs))
     assert "At V = 8,192 their runs mix bf16 and fp32." in caption
     assert "1,024" not in caption.split("Grey crosses")[1].split("\n")[0]
+
+
+def test_the_tables_count_the_seeds_of_each_drawn_cell_not_of_every_arm(tmp_path):
+    """An ends' arm run at one seed leaves n as the tied/untied cells have it (4), as the map's."""
+    sweep = write_sign_flip(tmp_path / "sw", ladder=[("micro", 1024)])
+    write_ends(sweep, "micro", 1024, seeds=(0,))
+    results = load_results(sweep)
+    (path,) = tables.write_sign_flip_tables(tmp_path, results.runs, results.history)
+    runs_line = path.read_text().splitlines()[0]
+    assert runs_line.endswith("n = 4 seeds/cell, tied and untied paired by seed.")

@@ -174,7 +174,7 @@ def fig_map(runs: pd.DataFrame):
         ax.set_title(f"{style.init_label(std)}\n{said}", fontsize=7)
     axes[0][0].set_ylabel(Y_LABEL)
     style.legend(fig, None, 2)
-    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(table)
+    fig.drawn, fig.n = sign_flip.grid(runs), n_drawn(table)
     fig.captions += [
         f"{SIGN}. Bodies: {', '.join(sorted(set(table['body'])))}. Mean and {CONFIDENCE:.0%} "
         "t-interval over seeds' paired differences (each seed its own held-out books). Solid, "
@@ -192,7 +192,7 @@ def fig_map(runs: pd.DataFrame):
     return fig
 
 
-def _n_drawn(cells: pd.DataFrame) -> str:
+def n_drawn(cells: pd.DataFrame) -> str:
     """The caption's n: the seeds of each drawn cell (its tied and untied runs, paired)."""
     n = cells["n_seeds"]
     return (
@@ -238,7 +238,7 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     ax.set_ylabel(Y_LABEL)
     ax.set_title(f"{style.init_label(sign_flip.PRIMARY_INIT)}, exploratory", fontsize=7)
     style.legend(fig, None, 2)
-    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(table)
+    fig.drawn, fig.n = sign_flip.grid(runs), n_drawn(table)
     slopes = sign_flip_curve.ladder_slopes(runs, "tokens_per_param")
     said = [
         f"{row.ladder} {row.diff:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
@@ -347,7 +347,7 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
         ax.set_title(style.init_label(std))
     axes[0][0].set_ylabel(Y_LABEL.replace("untied (bits/byte)", "untied, val (bits/byte)"))
     style.legend(fig, None, 1, loc="outside right upper", fontsize=6)
-    fig.drawn, fig.n = sign_flip.grid(runs), _n_drawn(cells)
+    fig.drawn, fig.n = sign_flip.grid(runs), n_drawn(cells)
     fig.captions.append(
         f"{SIGN.replace('test split', 'validation windows')}. Mean over seeds paired by seed at "
         f"each evaluation, {CONFIDENCE:.0%} t-band where {style.MIN_BAND_SEEDS}+ seeds; dashed: "

@@ -13,7 +13,7 @@ from tiedvsuntied.figures.labels import p_text
 from tiedvsuntied.studies.sign_flip import analysis as sign_flip
 from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
 from tiedvsuntied.studies.sign_flip import tokens as sign_flip_tokens
-from tiedvsuntied.studies.sign_flip.figures import NEEDS, PLAIN, SIGN, STUDY
+from tiedvsuntied.studies.sign_flip.figures import NEEDS, PLAIN, SIGN, STUDY, n_drawn
 
 
 def _family(effects: sign_flip.Effects) -> str:
@@ -149,8 +149,9 @@ def _h6_part(runs: pd.DataFrame, history: pd.DataFrame) -> list[str]:
 def write_sign_flip_tables(runs: pd.DataFrame, history: pd.DataFrame) -> dict[str, str]:
     """``sign_flip_tables.md``: per ladder point and init std its shape, budget, each arm's test
     bits per byte beside the count models', clip_frac per arm, the effect with its interval, p
-    and Holm's p; then the fitted crossover per init std, the body ladder against the V-ladder's
-    fit (H5), the ends' and own-multiplier contrasts, and the gap along training (H6)."""
+    and Holm's p (n: the seeds of each cell as drawn); then H4's crossover (the OLS over both
+    ladders' pairs) per init std, the body ladder against the V-ladder's fit (H5), the ends' and
+    own-multiplier contrasts, and the gap along training (H6)."""
     effects = sign_flip.effect_tables(runs)
     table = effects.cells.drop(columns=["seed_diffs", "method"], errors="ignore")
     shown = p_text(table.drop(columns=["n_head", "block_size"]))
@@ -161,14 +162,16 @@ def write_sign_flip_tables(runs: pd.DataFrame, history: pd.DataFrame) -> dict[st
     ]
     family = _family(effects)
     parts = [
-        f"Runs: {style.describe_runs(sign_flip.grid(runs))}.",
+        f"Runs: {style.describe_runs(sign_flip.grid(runs), n_drawn(effects.cells))}.",
         *_primary_part(effects.primary),
         f"## Tying's effect per ladder point ({SIGN}; {CONFIDENCE:.0%} t over seeds' paired "
         f"differences, unadjusted; p: the same t-test; p_holm: Holm over the {family}; "
         "floor: how far a cell's seed-0 difference moved when both arms ran again at another "
         "thread count, at a cell without its own the largest measured, empty before any)",
         shown.round(4).to_markdown(index=False),
-        "## Where the fitted curve crosses 0",
+        "## H4's crossover (HYPOTHESES.md, committed: where the OLS of tied − untied on ln ρ "
+        "over every pair of both ladders' points crosses 0, per init std; the map gives it in its "
+        "titles but draws no such pooled line, since the two ladders run opposite ways)",
         *_crossover_lines(runs),
         *_h5_part(runs),
         *_slopes_part(runs),

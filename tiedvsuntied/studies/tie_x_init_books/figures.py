@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from tiedvsuntied.analysis.load import Results
 from tiedvsuntied.analysis.stats import CONFIDENCE, PAIRED_SIGN, first_replicates, seed_interval
 from tiedvsuntied.figures import paper, style
 from tiedvsuntied.figures.labels import p_text
@@ -45,6 +46,19 @@ def is_books(runs: pd.DataFrame) -> bool:
 
 
 NEEDS = (is_books, NOT_BOOKS)  # every output here: other runs draw nothing
+
+
+def at_chosen_lr(results: Results) -> Results:
+    """For the generic figures (notebooks 00-06, 08): the second edition's runs at each arm's
+    chosen embedding-side multiplier, as its own figures draw them (its lr check's other runs,
+    nano seed 0 at the multipliers not chosen, left out); other runs, or runs without the lr
+    check that chooses, unchanged."""
+    runs = results.runs
+    if not is_books(runs) or books.chosen_lr(runs).empty:
+        return results
+    return results.select(runs["run_id"].isin(books.grid(runs)["run_id"]))
+
+
 books_figure = functools.partial(style.figure, needs=NEEDS, study=STUDY)
 
 
