@@ -68,7 +68,7 @@ def lines(args: argparse.Namespace) -> list[str]:
         r = run[cells.index((row["arm"], str(row["init_std"])))]
         if args.step == "edge" and pd.notna(row["run_next"]):
             out.append(r.format(seed=0, lr=f"{row['run_next']:g}"))
-        elif args.step == "seeds" and row["settled"] is True:
+        elif args.step == "seeds" and row["settled"] == True:  # noqa: E712 (numpy bools)
             out += [r.format(seed=s, lr=f"{row['lr']:g}") for s in args.seeds.split(",")]
     return out
 
