@@ -222,3 +222,12 @@ def test_choose_writes_the_shipped_lr_table_from_the_shipped_runs(bundled, tmp_p
     written = pd.read_csv(study.lr_table, sep="\t")
     shipped = pd.read_csv(SIGN_FLIP.lr_table, sep="\t")
     pd.testing.assert_frame_equal(written, shipped)
+
+
+def test_bundle_ships_each_sweep_that_ran_into_its_bundle(tmp_path):
+    (tmp_path / "sign_flip_clip").mkdir()  # the only sweep that ran here
+    home = SIGN_FLIP.home.relative_to(protocol.study_root())
+    assert protocol.bundle(SIGN_FLIP, results=tmp_path) == [
+        f"python -m tiedvsuntied.bundle --no-arrays {tmp_path / 'sign_flip_clip'} "
+        f"{home / 'results_clip'}"
+    ]

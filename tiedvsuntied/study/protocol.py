@@ -131,7 +131,8 @@ def bundle(study: Study, point: str | None = None, results: Path | None = None) 
     """Each sweep that ran into its bundle (python -m tiedvsuntied.bundle)."""
     results = results or study_root() / "results"
     return [
-        f"python -m tiedvsuntied.bundle {shown(results / sweep)} {shown(study.home / folder)}"
+        f"python -m tiedvsuntied.bundle --no-arrays {shown(results / sweep)} "
+        f"{shown(study.home / folder)}"
         for folder, sweep in study.bundles.items()
         if (results / sweep).is_dir()
     ]
