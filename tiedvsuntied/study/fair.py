@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if argv[:1] == ["chosen"] and len(argv) == 4:
             return print(chosen(argv[1:]))
-        print("\n".join(lines(parser().parse_args(argv))))
+        found = lines(parser().parse_args(argv))
+        print("\n".join(found)) if found else None  # no line: nothing for the runner to start
     except StudyError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
