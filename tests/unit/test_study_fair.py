@@ -61,8 +61,11 @@ def test_only_an_arm_whose_lr_is_settled_gets_its_seeds(sweep):
     ]
 
 
-def test_no_run_yet_names_no_edge_and_no_seeds(tmp_path):
+def test_no_run_yet_names_no_edge_and_no_seeds_and_prints_no_line(tmp_path, capsys):
     assert lines(tmp_path / "none", "edge") == [] and lines(tmp_path / "none", "seeds") == []
+    args = ["--sweep-dir", str(tmp_path / "none"), "--grid", "1e-3", "--cells", CELLS]
+    fair.main(["sign_flip", "edge", *args])  # an empty line would start a run of no overrides
+    assert capsys.readouterr().out == ""
 
 
 def test_an_arm_keeps_the_multiplier_another_study_chose(sweep, capsys):
