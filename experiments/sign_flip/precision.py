@@ -5,10 +5,11 @@
 
 ``trainer.precision=auto`` trains bf16 where the processor has bf16 units (the AMX machines most
 of the study ran on) and fp32 elsewhere (the AVX2 EPYC of 11-29, where 6 shipped runs trained
-in fp32). ``run.sh precision`` trains the seed-0 pairs of V = 40,960 and 8,192 (tied
-and untied at d^-0.5, each at its chosen lr) in fp32, in the sweep ``sign_flip_fp32``. Per run:
-its test bpb in bf16 and in fp32 and the shift; per pair: tied − untied in each and how far it
-moved, the precision floor of a contrast whose arms trained in different precisions. No torch.
+in fp32). ``python -m tiedvsuntied.study sign_flip precision`` trains the seed-0 pairs of
+V = 40,960 and 8,192 (tied and untied at d^-0.5, each at its chosen lr) in fp32, in the sweep
+``sign_flip_fp32``. Per run: its test bpb in bf16 and in fp32 and the shift; per pair: tied −
+untied in each and how far it moved, the precision floor of a contrast whose arms trained in
+different precisions. No torch.
 """
 
 from __future__ import annotations

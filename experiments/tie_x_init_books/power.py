@@ -5,36 +5,22 @@
 Reads the first edition's bundle (experiments/tie_x_init/results), takes the standard deviation
 over seeds of each cell's paired difference tied - untied (test loss) and of the interaction
 (tying's effect at init 1.0 minus at d^-0.5), and prints, for n seeds, the smallest effect a
-two-sided paired t-test at alpha = 0.05 detects with 80% power (noncentral t, scipy). The second
-edition's replicates also change the held-out books (data.heldout_fold = seed), so its spread
-holds text variance the first edition's did not: the sd is also shown inflated by 1.5.
+two-sided paired t-test at alpha = 0.05 detects with 80% power (noncentral t, scipy:
+tiedvsuntied.study.rules). The second edition's replicates also change the held-out books
+(data.heldout_fold = seed), so its spread holds text variance the first edition's did not: the sd
+is also shown inflated by 1.5.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 from tiedvsuntied.analysis.load import load
+from tiedvsuntied.study.rules import detectable  # the protocol's
 
 BUNDLE = Path(__file__).parents[1] / "tie_x_init" / "results"
-ALPHA, POWER = 0.05, 0.8
-
-
-def power(effect: float, sd: float, n: int) -> float:
-    """Power of the two-sided one-sample t-test of n paired differences."""
-    df, nc = n - 1, effect / (sd / np.sqrt(n))
-    crit = stats.t.ppf(1 - ALPHA / 2, df)
-    # the far tail is ~0 for a large nc, where scipy's series can return nan
-    return float(stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)))
-
-
-def detectable(sd: float, n: int) -> float:
-    """The effect detected with POWER at n seeds."""
-    return optimize.brentq(lambda e: power(e, sd, n) - POWER, 1e-6, 8 * sd)
 
 
 def seed_spreads() -> pd.DataFrame:

@@ -21,7 +21,5 @@ mkdir -p "$OUT"
 START=$(date +%s)
 elapsed() { echo $(($(date +%s) - START)); }
 mult() {  # the emb_lr_mult the second edition chose for arm $1 at init_std $2 (at nano)
-  awk -F'\t' -v a="$1" -v s="$2" 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
-    $c["arm"] == a && $c["init_std"] == s {print $c["emb_lr_mult"]}' \
-    experiments/tie_x_init_books/lr_choice.tsv
+  $PY -m tiedvsuntied.study.fair chosen tie_x_init_books "$1" "$2"
 }

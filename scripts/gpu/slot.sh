@@ -18,7 +18,7 @@
 #     and untied at d^-0.5, then at 0.02, each the lr check 3e-4,6e-4,1.2e-3 at seed 0 (x2 beyond
 #     an edge) and seeds 1-4 at each arm's lr (sweep sign_flip_small)
 #  c  the body ladder (V = 8,192) at bodies a CPU cannot train, d=384x6, 512x8, 768x12 (rho 0.23,
-#     0.14, 0.07), in the third edition's set-up, as a (run.sh's points b384x6 ...; sweep
+#     0.14, 0.07), in the third edition's set-up, as a (the study's points b384x6 ...; sweep
 #     sign_flip_gpu)
 # A dry run on CPU (docs/gpu.md): PY=<venv python> DEVICE=cpu EXTRA_A=... EXTRA_B=... slot.sh 600
 source "$(dirname "$0")/env.sh"
@@ -28,17 +28,16 @@ PIECES=${2:-a b c}
 JOBS=${JOBS:-6}             # micro runs at once in the lr check (16 cores, one GPU)
 JOBS_SEEDS=${JOBS_SEEDS:-3} # and in the seeds: two counts in one call, so slot.tsv shows which pays
 DEADLINE=$((START + LIMIT - 60))  # the last minute packs
-HERE=experiments/sign_flip
 R=${RESULTS:-results}                       # the sweeps (a test's own folder)
 LAST=${RESTORE:-.gpu/slot_runs.tar.gz}      # the last call's runs, fetched back and put here
 RUN="$PY -m tiedvsuntied.run -m trainer.device=${DEVICE:-cuda} results_dir=$R"
 # steps: 10 MB / (2,048 tokens a step x 3.8001 bytes per GPT-2 token on fold 0's training split,
-# python -m tiedvsuntied.data gutenberg encoding=gpt2), as run.sh's table does per point
+# python -m tiedvsuntied.data gutenberg encoding=gpt2), as the study's points do
 A="+experiment=sign_flip sweep=sign_flip_gpu model=micro data.encoding=gpt2 data.vocab_size=null"
 A="$A trainer.max_steps=1285 trainer.eval_interval=129 trainer.ckpt_interval=200 trainer.threads=2"
 A="$A ${EXTRA_A:-}"
 B="+experiment=tie_x_init_books_small sweep=sign_flip_small model=small ${EXTRA_B:-}"
-C="+experiment=sign_flip sweep=sign_flip_gpu trainer.threads=2"  # + run.sh's overrides of a point
+C="+experiment=sign_flip sweep=sign_flip_gpu trainer.threads=2"  # + a point's overrides
 LRS_A=${LRS_A:-1e-3,2e-3,4e-3} LRS_B=${LRS_B:-3e-4,6e-4,1.2e-3}
 D_SQRT="tied:inv_sqrt_d untied:inv_sqrt_d"
 export DEADLINE RUN OUT
@@ -47,10 +46,14 @@ export DEADLINE RUN OUT
 # not fit (the longest: a finished run found again takes ~12 s, a fresh machine's first run
 # also tokenizes)
 one() {
-  local piece=$1 atonce=$2 left t0 expect
+  local piece=$1 atonce=$2 left t0 expect p t
   shift 2
   left=$((DEADLINE - $(date +%s)))
-  expect=$(awk -F'\t' -v p="$piece" '$1 == p && $2 > t {t = $2} END {print t ? t : 90}' "$OUT/slot.tsv")
+  expect=0
+  while IFS=$'\t' read -r p t _; do
+    if [[ $p == "$piece" && $t -gt $expect ]]; then expect=$t; fi
+  done <"$OUT/slot.tsv"
+  [ "$expect" -gt 0 ] || expect=90
   if [ "$left" -lt "$expect" ]; then
     echo "limit: ${left} s left, a run of $piece takes ~${expect} s: not started: $*"
     return 0
@@ -63,48 +66,23 @@ one() {
 export -f one
 at_once() { xargs -P "$1" -I{} -d '\n' bash -c "one $2 $1 {}"; }  # stdin: a run's overrides a line
 
-# lr_choice as "arm init_std lr settled run_next" lines of one body, from its sweep's seed-0 runs
-choose() {  # $1 sweep, $2 grid, $3 the model (each piece's bodies differ within a sweep)
-  local table="$OUT/lr_choice_$1.tsv"
-  $PY "$HERE/choose_lr.py" "$R/$1" --grid "$2" --out "$table" >/dev/null 2>&1 || return 0
-  awk -F'\t' -v model="$3" 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
-    $c["model"] == model {
-      print $c["arm"], $c["init_std"], $c["lr"], $c["settled"], $c["run_next"]}' "$table"
-}
 # the lr check of arms ($4: "arm:init_std ..."), x2 beyond an edge twice at most, then seeds $5
-# of each arm whose lr is settled (its grid whole, its best inside what ran)
+# of each arm whose lr is settled (its grid whole, its best inside what ran): the protocol's
+# steps (python -m tiedvsuntied.study.fair), each run a process of its own under the deadline
 fair() {  # $1 piece, $2 overrides, $3 grid, $4 arms, $5 seeds, $6 sweep, $7 $8 at once: lr, seeds
-  local cell arm std lr settled next seed model
-  model=$(grep -oE '(^| )model=[^ ]+' <<<"$2" | tail -1 | cut -d= -f2)  # the last one holds
-  for cell in $4; do
-    for lr in ${3//,/ }; do echo "$2 seed=0 +arm=${cell%%:*} init_std=${cell#*:} optim.lr=$lr$(emb "$cell")"; done
-  done | at_once "$7" "$1"
-  for _ in 1 2; do
-    choose "$6" "$3" "$model" | while read -r arm std lr settled next; do
-      [[ " $4 " == *" $arm:$std "* && -n "$next" ]] || continue
-      echo "$2 seed=0 +arm=$arm init_std=$std optim.lr=$next$(emb "$arm:$std")"
-    done | at_once "$7" "$1"
+  local step
+  for step in lr edge edge seeds; do
+    { $PY -m tiedvsuntied.study.fair sign_flip "$step" --sweep-dir "$R/$6" --grid "$3" \
+        --cells "$4" --seeds "$5" --base "$2" --table "$OUT/lr_choice_$6.tsv" $(emb) || true; } |
+      at_once "$([ "$step" = seeds ] && echo "$8" || echo "$7")" "$1"
   done
-  choose "$6" "$3" "$model" | while read -r arm std lr settled next; do
-    [[ " $4 " == *" $arm:$std "* && $settled == True ]] || continue
-    for seed in ${5//,/ }; do  # a process each, so that several run at once
-      echo "$2 seed=$seed +arm=$arm init_std=$std optim.lr=$lr$(emb "$arm:$std")"
-    done
-  done | at_once "$8" "$1"
   pack
 }
 # piece b keeps each arm's emb_lr_mult chosen at nano (the second edition's lr_choice.tsv)
-emb() { [ "$PIECE" != b ] || echo " optim.emb_lr_mult=$(mult "${1%%:*}" "${1#*:}")"; }
+emb() { [ "$PIECE" != b ] || echo "--emb-lr-mult-from experiments/tie_x_init_books/lr_choice.tsv"; }
 
-restore() {
-  local bundle sweep run
-  for pair in results_gpu:sign_flip_gpu results_small:sign_flip_small; do
-    bundle=$HERE/${pair%%:*} sweep=$R/${pair#*:}
-    mkdir -p "$sweep"
-    for run in "$bundle"/*/; do
-      [ ! -d "$run" ] || [ -e "$sweep/$(basename "$run")" ] || cp -r "$run" "$sweep/"
-    done
-  done
+restore() {  # the study's bundles (results_gpu, results_small ...) into their sweeps
+  $PY -m tiedvsuntied.study sign_flip restore --results "$R" >/dev/null
   [ ! -f "$LAST" ] || tar -xzf "$LAST" -C "$R" --skip-old-files
 }
 
@@ -135,7 +113,7 @@ for PIECE in $PIECES; do
     b) fair b "$B" "$LRS_B" "$D_SQRT" 1,2,3,4 sign_flip_small 1 1
        fair b "$B" "$LRS_B" "tied:0.02 untied:0.02" 1,2,3,4 sign_flip_small 1 1 ;;
     c) for point in b384x6 b512x8 b768x12; do
-         fair c "$C $(bash "$HERE/run.sh" at "$point") ${EXTRA_C:-}" "$LRS_A" "$D_SQRT" 1,2,3 \
+         fair c "$C $($PY -m tiedvsuntied.study sign_flip at "$point") ${EXTRA_C:-}" "$LRS_A" "$D_SQRT" 1,2,3 \
            sign_flip_gpu 3 3
        done ;;
     *) echo "unknown piece '$PIECE': a b c" >&2; exit 2 ;;

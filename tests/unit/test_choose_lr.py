@@ -1,31 +1,33 @@
-"""The third edition's lr choice (experiments/sign_flip/choose_lr.py) on its own shipped bundle:
+"""The protocol's lr rule (tiedvsuntied.study.rules, sign_flip's ``choose``) on its shipped bundle:
 each arm's clip rule (HYPOTHESES.md: an arm whose clip binds on more than 10% of its seeds'
 steps is re-run with the clip raised), recomputed from the runs' own record files."""
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
+import types
+from functools import partial
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import script_module
 
+from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.study import registry, rules
 
-STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
-# the lr check's first grid, as run.sh runs it (its LRS)
-GRID = [
-    float(lr)
-    for lr in re.search(r'^LRS="(.+)"', (STUDY / "run.sh").read_text(), re.M)[1].split(",")
-]
+SIGN_FLIP = registry.study("sign_flip")
+STUDY = SIGN_FLIP.home
+GRID = [float(lr) for lr in SIGN_FLIP.grid.split(",")]  # the lr check's first grid
 
 
 @pytest.fixture(scope="module")
 def choose_lr():
-    return script_module(STUDY / "choose_lr.py")
+    """The rule as sign_flip chooses: its arms with an lr check (the ends' run at tied's lr)."""
+    checked = ("tied", "untied")
+    chosen = partial(rules.chosen_lr, arm=arm, arms=checked)
+    return types.SimpleNamespace(chosen_lr=chosen, CHECKED_ARMS=checked, POINT=rules.POINT,
+                                 MAX_CLIP_FRAC=rules.MAX_CLIP_FRAC, SEEDS=rules.SEEDS)  # fmt: skip
 
 
 def records() -> pd.DataFrame:

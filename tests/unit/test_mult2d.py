@@ -1,4 +1,4 @@
-"""Untied's own multipliers at V = 8,192 (experiments/sign_flip/mult2d.py) on the shipped bundles:
+"""Untied's own multipliers at V = 8,192 (sign_flip's multiplier rule) on the shipped bundles:
 each cell of the grid is the run of that emb_lr_mult x head_lr_mult, read back from its own
 record files; the rule waits until the grid and the point's seeds are all in."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import script_module
 
 from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.studies.sign_flip import pieces
 
 STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
 BUNDLES = [STUDY / "results_mult2d", STUDY / "results"]
@@ -20,7 +20,7 @@ BUNDLES = [STUDY / "results_mult2d", STUDY / "results"]
 
 @pytest.fixture(scope="module")
 def mult2d():
-    return script_module(STUDY / "mult2d.py")
+    return pieces
 
 
 def seed0_at_8192(tie: bool, lr: float) -> dict[tuple[float, float], float]:

@@ -1,0 +1,77 @@
+"""The protocol's rules, on a sweep's runs table (no torch): the lr rule (the best value of the lr
+check, x2 beyond it while it sits at an edge of what ran, none before the first grid ran whole),
+the clip rule (an arm whose clip binds on more than a tenth of its seeds' steps runs again with
+it raised), and the power of a paired t-test over seeds (how many seeds a study needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+POINT = ["model", "vocab_size", "arm", "init_std"]  # one row of the lr table
+SEEDS = 4  # an arm's seeds at its lr: its clip_frac is judged once all have run
+MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on
+ALPHA, POWER = 0.05, 0.8
+
+
+def chosen_lr(
+    runs: pd.DataFrame,
+    grid: list[float],
+    arm: Callable[[Mapping], str],
+    arms: tuple[str, ...],
+    seeds: int = SEEDS,
+) -> pd.DataFrame:
+    """Per point and arm (``arms``: those with an lr check; ``arm``: a run's arm), seed 0's
+    validation bpb at each lr, the best (``lr``), ``run_next`` (x2 beyond it while it is an edge of
+    what ran, once ``grid``, the first grid, ran whole) and ``settled`` (the grid whole, the best
+    inside what ran: the seeds may run at it); then the clip rule's columns (:func:`clip_at_lr`)."""
+    done = runs[runs["status"].eq("finished") & runs["replicate"].eq(0)]
+    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    done = done[done["arm"].isin(arms)]
+    seed0 = done[done["seed"].eq(0)]
+    table = seed0.pivot_table(index=POINT, columns="lr", values="val_bpb", aggfunc="min")
+    best = table.idxmin(axis=1)
+    tried = table.notna()
+    low = [t[t].index.min() for _, t in tried.iterrows()]
+    high = [t[t].index.max() for _, t in tried.iterrows()]
+    # no edge before the first grid has run whole (a study killed mid-check is restarted with
+    # some of it unfinished); an edge run killed earlier resumes when it is named again
+    whole = tried.reindex(columns=grid, fill_value=False).all(axis=1)
+    run_next = [
+        None if not ok else b / 2 if b == lo else b * 2 if b == hi else None
+        for ok, b, lo, hi in zip(whole, best, low, high, strict=True)
+    ]
+    settled = [ok and nxt is None for ok, nxt in zip(whole, run_next, strict=True)]
+    out = table.rename(columns=lambda lr: f"val_bpb_at_{lr:g}")
+    out = out.assign(lr=best, settled=settled, run_next=run_next).reset_index()
+    return out.merge(clip_at_lr(done, out, seeds), on=POINT, how="left")
+
+
+def lr_rule(arm: Callable[[Mapping], str], arms: tuple[str, ...] = ("tied", "untied")):
+    """A study's ``choose``: :func:`chosen_lr` over its first grid (``study.grid``)."""
+    return lambda study, runs: chosen_lr(runs, [float(x) for x in study.grid.split(",")], arm, arms)
+
+
+def clip_at_lr(done: pd.DataFrame, chosen: pd.DataFrame, seeds: int = SEEDS) -> pd.DataFrame:
+    """Per arm, the mean clip_frac of its seeds at its chosen lr, and ``clip_rerun``: whether it
+    binds on more than MAX_CLIP_FRAC of steps once all ``seeds`` have run."""
+    at_lr = done.merge(chosen[[*POINT, "lr"]], on=[*POINT, "lr"])
+    clip = at_lr.groupby(POINT).agg(clip_frac=("clip_frac", "mean"), seeds=("seed", "nunique"))
+    rerun = clip["clip_frac"].gt(MAX_CLIP_FRAC) & clip["seeds"].ge(seeds)
+    return clip.assign(clip_rerun=rerun).reset_index()
+
+
+def power(effect: float, sd: float, n: int) -> float:
+    """Power of the two-sided one-sample t-test of n paired differences."""
+    df, nc = n - 1, effect / (sd / np.sqrt(n))
+    crit = stats.t.ppf(1 - ALPHA / 2, df)
+    # the far tail is ~0 for a large nc, where scipy's series can return nan
+    return float(stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)))
+
+
+def detectable(sd: float, n: int) -> float:
+    """The effect a paired t-test over n seeds detects with POWER (alpha ALPHA)."""
+    return optimize.brentq(lambda e: power(e, sd, n) - POWER, 1e-6, 8 * sd)
