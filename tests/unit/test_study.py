@@ -91,7 +91,7 @@ def test_an_edge_runs_x2_beyond_it_at_its_own_point_and_init_std(tmp_path):
     table.loc[0, "run_next"] = "0.00025"
     study = moved(SIGN_FLIP, tmp_path, table)
     row = table.iloc[0]
-    point = study.point_of(row["model"], row["vocab_size"])
+    point = study.point_of(row)
     (line,) = protocol.lr_edge(study)
     assert line.startswith(f"{study.run()} {study.at(point)} seed=0 +arm={row['arm']} ")
     assert line.endswith(f"init_std={row['init_std']} optim.lr=0.00025")
@@ -115,7 +115,7 @@ def test_the_clip_rule_reruns_an_arm_that_clipped_on_more_than_a_tenth_of_steps(
     rerun = table[table["clip_rerun"].eq("True")]
     assert len(rerun) and (rerun["clip_frac"].astype(float) > 0.10).all()
     for row in rerun.to_dict("records"):
-        point = SIGN_FLIP.point_of(row["model"], row["vocab_size"])
+        point = SIGN_FLIP.point_of(row)
         lines = protocol.clip(SIGN_FLIP, point)
         assert [line.split(" seed=")[1].split()[0] for line in lines] == ["0,1", "2,3"]
         assert all("sweep=sign_flip_clip" in x and x.endswith("optim.grad_clip=4.0") for x in lines)

@@ -49,13 +49,16 @@ def head_arm(run: Mapping) -> str:
 
 
 def arm(run) -> str:
-    """:func:`head_arm`, with two arms of their own: tied with its input-side gradient scaled
-    (head.tied_input_grad_scale, conf/arm/tied_in_grad.yaml), and an arm at its own multipliers,
+    """:func:`head_arm`, with three arms of their own: tied with its input-side gradient scaled
+    (head.tied_input_grad_scale, conf/arm/tied_in_grad.yaml), tied then untied (``tie_untie``,
+    head.untie_at), and an arm at its own multipliers,
     ``<arm>_own`` (its output matrix at another lr multiplier than its embedding)."""
     variant = run.get("variant")
     if isinstance(variant, str) and "tied_input_grad_scale" in variant:
         return "tied_input_grad"
     name = head_arm(run)
+    if name == "tied" and pd.notna(run.get("untie_step")):  # conf/arm/tie_untie.yaml
+        return "tie_untie"
     head, emb = run.get("head_lr_mult"), run.get("emb_lr_mult")
     own = name in ("tied", "untied") and pd.notna(head) and pd.notna(emb) and head != emb
     return f"{name}_own" if own else name

@@ -29,18 +29,33 @@ class Point:
     evals: int = 10  # evaluations along a run (the token axis)
     ckpt_interval: int = 200
 
+    # an arm's first lr grid at this point, where it is not the study's (arm -> "a,b,c")
+    grids: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int | None:
+        """The steps that read the budget (None: the experiment's own)."""
+        if self.budget_bytes is None or self.bytes_per_token is None:
+            return None
+        return int(self.budget_bytes / (self.tokens_per_step * self.bytes_per_token) + 0.5)
+
     def overrides(self) -> str:
         out = [f"model={self.model}"]
         if self.vocab_size is not None:
             out.append(f"data.vocab_size={self.vocab_size}")
-        if self.budget_bytes is not None and self.bytes_per_token is not None:
-            steps = int(self.budget_bytes / (self.tokens_per_step * self.bytes_per_token) + 0.5)
+        if (steps := self.steps) is not None:
             out += [
                 f"trainer.max_steps={steps}",
                 f"trainer.eval_interval={-(-steps // self.evals)}",
             ]
             out.append(f"trainer.ckpt_interval={self.ckpt_interval}")
         return " ".join(out)
+
+    def holds(self, row: Mapping[str, Any]) -> bool:
+        """Whether a row of the lr table (strings) is this point's: its body, its V and, where
+        the table has the column (a study of two budgets at one body), its steps."""
+        same = row.get("model") == self.model and str(row.get("vocab_size")) == str(self.vocab_size)
+        return same and str(row.get("max_steps") or self.steps) == str(self.steps)
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class Study:
     floor: str = "seed=0 replicate=1 trainer.threads=2"  # ... with these in place of seed=
     bundles: Mapping[str, str] = field(default_factory=dict)  # bundle folder -> its sweep
     precision: str | None = "bf16"  # what trainer.precision=auto must resolve to here
+    first: tuple[str, ...] = ()  # ``all``: these pieces (no point) before its points
     order: tuple[str, ...] = ()  # ``all``'s points, in priority order
     # ``all``: after (piece, point) run these pieces (no point); then ``closing`` per point
     then: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
@@ -127,14 +143,11 @@ class Study:
             raise StudyError(f"unknown point '{point}': {' '.join(self.points)}")
         return self.points[point].overrides()
 
-    def point_of(self, model: str, vocab_size: str) -> str | None:
-        """The point of a row of the lr table (its model and V; the lr check's own point)."""
+    def point_of(self, row: Mapping[str, Any]) -> str | None:
+        """The point of a row of the lr table (its model, V and steps; the lr check's point)."""
         if self.lr_at is not None:
             return self.lr_at
-        for name, p in self.points.items():
-            if p.model == model and str(p.vocab_size) == str(vocab_size):
-                return name
-        return None
+        return next((name for name, p in self.points.items() if p.holds(row)), None)
 
 
 class StudyError(ValueError):

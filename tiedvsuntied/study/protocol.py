@@ -41,11 +41,10 @@ def chosen(study: Study) -> str:
 def rows_at(study: Study, point: str, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """The lr table's rows of a point (all of them where the table has no model column)."""
     table = choices(study) if table is None else table
+    if "model" not in table:
+        return table
     p = study.points[point]
-    mine = pd.Series(True, index=table.index)
-    if "model" in table:
-        mine &= table["model"].eq(p.model) & table["vocab_size"].eq(str(p.vocab_size))
-    return table[mine]
+    return table[[p.holds(row) for row in table.to_dict("records")]]
 
 
 def value_at(study: Study, point: str, arm: str, init_std: str) -> str | None:
@@ -67,8 +66,10 @@ def command(study: Study, point: str, arm: str, value: str, seeds: str, **kw: st
 def lr(study: Study, point: str | None) -> list[str]:
     """The lr check: each arm at seed 0 over the first grid."""
     point = study.lr_at or point
+    grids = study.points[point].grids
     return [
-        command(study, point, c.arm, study.grid, "seed=0", init_std=c.init_std) for c in study.cells
+        command(study, point, c.arm, grids.get(c.arm, study.grid), "seed=0", init_std=c.init_std)
+        for c in study.cells
     ]
 
 
@@ -78,7 +79,7 @@ def lr_edge(study: Study, point: str | None = None) -> list[str]:
     for row in choices(study).to_dict("records"):
         if not row["run_next"]:
             continue
-        where = study.point_of(row.get("model", ""), row.get("vocab_size", ""))
+        where = study.point_of(row)
         out.append(command(study, where, row["arm"], row["run_next"], "seed=0", **std(row)))
     return out
 
@@ -187,6 +188,8 @@ def all_steps(study: Study, point: str | None = None) -> Iterator[Step]:
     """``all``'s steps in order, each made when reached (a step reads what the last one ran):
     per point, the lr check x2 beyond an edge while its best sits there, the lr table, the
     seeds and the clip rule; the declared ``then`` pieces after (piece, point); ``closing``."""
+    if point is None:
+        yield from ((name, None) for name in study.first)
     if study.lr_at is not None:
         yield from lr_steps(study, study.lr_at)
     for p in [point] if point else study.order:
