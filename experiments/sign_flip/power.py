@@ -8,7 +8,7 @@ batches and held-out books) at init d^-0.5 and 0.02, per size: its standard devi
 5 seeds, converted from nats per token to bits per byte with GPT-2's bytes per token on the
 held-out Gutenberg books (BYTES_PER_TOKEN, docs/data.md: 3.63-3.89 by split; 3.8 used), and for
 n seeds the smallest effect a two-sided paired t-test at alpha = 0.05 detects with 80% power
-(tiedvsuntied.study.rules.detectable: the noncentral t of scipy).
+(tiedvsuntied.analysis.stats.detectable: the noncentral t of scipy).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import load
-from tiedvsuntied.study.rules import detectable  # the protocol's, one definition
+from tiedvsuntied.analysis.stats import detectable  # one definition
 
 BUNDLE = Path(__file__).parents[1] / "tie_x_init_books" / "results"
 BYTES_PER_TOKEN = 3.8

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from tiedvsuntied.analysis.load import load
-from tiedvsuntied.study.rules import detectable  # the protocol's
+from tiedvsuntied.analysis.stats import detectable  # one definition
 
 BUNDLE = Path(__file__).parents[1] / "tie_x_init" / "results"
 

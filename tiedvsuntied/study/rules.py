@@ -1,20 +1,17 @@
 """The protocol's rules, on a sweep's runs table (no torch): the lr rule (the best value of the lr
 check, x2 beyond it while it sits at an edge of what ran, none before the first grid ran whole),
 the clip rule (an arm whose clip binds on more than a tenth of its seeds' steps runs again with
-it raised), and the power of a paired t-test over seeds (how many seeds a study needs)."""
+it raised). The power of a paired t-test over seeds: tiedvsuntied.analysis.stats."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 POINT = ["model", "vocab_size", "arm", "init_std"]  # one row of the lr table
 SEEDS = 4  # an arm's seeds at its lr: its clip_frac is judged once all have run
 MAX_CLIP_FRAC = 0.10  # of steps, an arm's clip may bind on
-ALPHA, POWER = 0.05, 0.8
 
 
 def chosen_lr(
@@ -71,16 +68,3 @@ def clip_at_lr(
     clip = at_lr.groupby(key).agg(clip_frac=("clip_frac", "mean"), seeds=("seed", "nunique"))
     rerun = clip["clip_frac"].gt(MAX_CLIP_FRAC) & clip["seeds"].ge(seeds)
     return clip.assign(clip_rerun=rerun).reset_index()
-
-
-def power(effect: float, sd: float, n: int) -> float:
-    """Power of the two-sided one-sample t-test of n paired differences."""
-    df, nc = n - 1, effect / (sd / np.sqrt(n))
-    crit = stats.t.ppf(1 - ALPHA / 2, df)
-    # the far tail is ~0 for a large nc, where scipy's series can return nan
-    return float(stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)))
-
-
-def detectable(sd: float, n: int) -> float:
-    """The effect a paired t-test over n seeds detects with POWER (alpha ALPHA)."""
-    return optimize.brentq(lambda e: power(e, sd, n) - POWER, 1e-6, 8 * sd)
