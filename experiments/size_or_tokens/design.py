@@ -17,25 +17,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from tiedvsuntied.analysis.load import load
+from tiedvsuntied.model.accounting import count_parameters_for, flops_per_token, head_share
+from tiedvsuntied.presets import presets
+from tiedvsuntied.studies.sign_flip import analysis as sign_flip
+from tiedvsuntied.study.rules import detectable, power  # the protocol's, one definition
+
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "tie_x_init_books"))
-from power import detectable, power  # noqa: E402  (the second edition's, one definition)
-
-from tiedvsuntied.analysis import sign_flip  # noqa: E402
-from tiedvsuntied.analysis.load import load  # noqa: E402
-from tiedvsuntied.model.accounting import (  # noqa: E402
-    count_parameters_for,
-    flops_per_token,
-    head_share,
-)
-from tiedvsuntied.presets import presets  # noqa: E402
-
 THIRD = HERE.parent / "sign_flip"
 V = 8192
 BYTES_PER_TOKEN = 3.6258  # fold 0's training split at V = 8,192 (tiedvsuntied/studies/sign_flip/)
