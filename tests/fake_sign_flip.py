@@ -76,7 +76,7 @@ def write_sign_flip(path: Path, *, seeds=(0, 1, 2, 3), ladder=LADDER, **kw) -> P
     return sweep
 
 
-# the ends' arms (run.sh's ends piece) as write_point's keywords, and the shift of each arm's
+# the ends' arms (sign_flip's ends piece) as write_point's keywords, and the shift of each arm's
 # floor in nats (tied_input_grad: the remedy helps by 0.05 against tied)
 END_ARMS = {
     "tied_input_grad": ({"tie": True, "input_grad_scale": 4.0}, -0.05),
@@ -99,7 +99,7 @@ def write_ends(sweep: Path, model: str, vocab: int, seeds=(0, 1, 2, 3)) -> dict[
 
 
 def write_own(sweep: Path, model: str, vocab: int, seeds=(0, 1, 2, 3), gain=0.02) -> list[Path]:
-    """Untied at its own multipliers at one point (run.sh's own piece: emb 4, head 1), ``gain``
+    """Untied at its own multipliers at one point (sign_flip's own piece: emb 4, head 1), ``gain``
     nats better than untied at the shared one."""
     runs = []
     for seed in seeds:

@@ -29,10 +29,9 @@ from tiedvsuntied.presets import presets
 from tiedvsuntied.studies.sign_flip import analysis as sign_flip
 
 HERE = Path(__file__).parent
-
 THIRD = HERE.parent / "sign_flip"
 V = 8192
-BYTES_PER_TOKEN = 3.6258  # fold 0's training split at V = 8,192 (sign_flip/run.sh, --folds)
+BYTES_PER_TOKEN = 3.6258  # fold 0's training split at V = 8,192 (tiedvsuntied/studies/sign_flip/)
 TOKENS_PER_STEP = 2048  # 8 windows of 256
 MB10 = 10_000_000
 # d = 256 x 8 at micro-at-10 MB's tokens per parameter: micro's 1,347 steps x the ratio of the
@@ -50,7 +49,8 @@ CELLS = [  # (body, bytes of text, piece), HYPOTHESES.md's design table
 
 
 def steps_for(budget: float) -> int:
-    """sign_flip/run.sh's rule: the steps that read ``budget`` bytes at fold 0's rate."""
+    """tiedvsuntied.study.declare.Point's steps rule: the steps that read ``budget`` bytes at fold
+    0's rate."""
     return int(budget / (TOKENS_PER_STEP * BYTES_PER_TOKEN) + 0.5)
 
 

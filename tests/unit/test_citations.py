@@ -12,7 +12,7 @@ What counts as a citation, and where it is looked up:
    headings (GitHub's anchors; a bare ``#anchor``, one of the citing file's). A URL
    (``scheme://``, ``mailto:``) is not a repository path, nor is a target that leads out of the
    repository (``../shared``).
-2. **A path**: a word with a ``/`` in it (``docs/gpu.md``, ``experiments/sign_flip/run.sh``,
+2. **A path**: a word with a ``/`` in it (``docs/gpu.md``, ``experiments/sign_flip/HYPOTHESES.md``,
    ``train/trainer.py``, ``results_clip/``), in prose, code spans and code blocks alike (a
    ``key=value`` word is read from its value). It is a repository path when its first part
    names an entry of the repository's root, of the citing file's folder or, for the package's

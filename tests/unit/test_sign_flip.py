@@ -320,7 +320,7 @@ def test_the_stable_phase_change_compares_the_evaluations_nearest_40_and_80_perc
 
 
 def test_a_cells_floor_is_its_replicate_pairs_change_else_the_largest_measured(tmp_path):
-    """Seed 0 of both arms trained again (run.sh's floor piece) at one of two points: that cell's
+    """Seed 0 of both arms trained again (the floor piece) at one of two points: that cell's
     floor is how far its seed-0 difference moved, and the other cell's is the same (the largest
     measured) until it has its own."""
     sweep = write_sign_flip(tmp_path, ladder=[("micro", 1024), ("micro", 8192)])

@@ -279,7 +279,7 @@ def derive(plan: RunPlan, corpus: Corpus, model, optimizer, params: dict) -> Der
 
 
 # what decides a run's numbers besides its config: the package, the configs, the dependencies.
-# A study's own files (run.sh, the lr_choice.tsv it writes as it goes) are not the code
+# A study's own files (experiments/<study>/, its lr_choice.tsv written as it goes) are not code
 CODE_PATHS = ("tiedvsuntied", "conf", "pyproject.toml")
 CHECKOUT = Path(__file__).resolve().parents[2]  # the top of the package's checkout, if any
 

@@ -87,7 +87,7 @@ def pairs(runs: pd.DataFrame, arms: tuple[str, str] = ("tied", "untied")) -> pd.
 
 def floors(runs: pd.DataFrame, first: pd.DataFrame) -> pd.Series:
     """Per cell, the noise floor of its effect: |tied − untied of a replicate − of replicate 0| at
-    the seeds where both arms ran again at their chosen lr (run.sh's floor piece: another thread
+    the seeds where both arms ran again at their chosen lr (the floor piece: another thread
     count), the mean over those seeds; cells without a replicate are absent. ``first``: the
     runs' :func:`pairs` (replicate 0)."""
     done = runs[runs["status"].eq("finished") & runs["sweep"].astype(str).str.startswith(SWEEP)]
@@ -221,7 +221,7 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
 # is defined at: a run of these arms at another init std is another question, in no contrast)
 ENDS = (("tied_input_grad", "tied", "inv_sqrt_d"), ("emb1_head_dsqrt", "t5", "1.0"))
 # HYPOTHESES.md's multiplier rule: an arm whose own multipliers beat the shared one by more than
-# the seed sd (mult2d.py) runs at them at every point too, and both are reported
+# the seed sd (pieces.seed_sd) runs at them at every point too, and both are reported
 OWN = tuple(
     (first, second, PRIMARY_INIT)
     for first, second in (

@@ -101,7 +101,7 @@ def _own_points(ax, own: pd.DataFrame) -> None:
     """The OWN contrasts (an arm at its own multipliers, HYPOTHESES.md's rule) beside the cells."""
     for contrast, group in own[own["low"].notna()].groupby("contrast"):
         yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
-        label = f"{contrast} (own multipliers: mult2d.py's rule)"
+        label = f"{contrast} (own multipliers: the multiplier rule)"
         ax.errorbar(group["rho"] * OWN_NUDGE, group["diff"], yerr=yerr, label=label, **OWN_STYLE)
 
 
@@ -277,8 +277,8 @@ def _own_words(own: pd.DataFrame) -> list[str]:
     if not own["low"].notna().any():
         return []
     words = (
-        "Grey crosses: an arm at its own multipliers (HYPOTHESES.md's rule, mult2d.py), drawn a "
-        "little right of its point and not fitted."
+        "Grey crosses: an arm at its own multipliers (HYPOTHESES.md's multiplier rule, "
+        "studies/sign_flip/pieces.py), drawn a little right of its point and not fitted."
     )
     mixed = own.loc[own["precision"].str.contains("+", regex=False), "vocab_size"]
     if len(mixed):  # trainer.precision=auto resolved to fp32 on a CPU without bf16 units

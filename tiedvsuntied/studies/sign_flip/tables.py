@@ -53,7 +53,7 @@ def _primary_part(primary: pd.DataFrame) -> list[str]:
 
 ENDS_TITLE = "The ends' arms (H7: tied_input_grad − tied; H8: emb1_head_dsqrt − t5"
 OWN_TITLE = (
-    "Arms at their own multipliers (HYPOTHESES.md's rule, experiments/sign_flip/mult2d.py: "
+    "Arms at their own multipliers (HYPOTHESES.md's multiplier rule, studies/sign_flip/pieces.py: "
     "an arm whose own emb x head multipliers beat the shared one by more than the seed sd at "
     "V = 8,192 runs at them at every point too; `_own`"
 )

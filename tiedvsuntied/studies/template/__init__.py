@@ -1,6 +1,6 @@
 """A study to copy (README, "How to extend: a study"): tied vs untied at two sizes on the books,
 each arm at the lr its check chose. Copy this folder to tiedvsuntied/studies/NAME/ and
-conf/experiment/template.yaml to conf/experiment/NAME.yaml, rename, declare; then
+conf/experiment/template.yaml to NAME.yaml beside it, rename, declare; then
     python -m tiedvsuntied.study NAME print lr nano     # the lr check's commands
     python -m tiedvsuntied.study NAME lr nano           # run it; then choose, grid nano, ...
 """
@@ -23,6 +23,6 @@ STUDY = Study(
     choose=lr_rule(arm),  # the lr table from the sweep's seed-0 runs
     seeds="1,2,3",  # each arm's seeds at its lr (seed 0 ran in the lr check)
     floor_points=("nano",),  # the noise floor: seed 0 again at 2 threads
-    bundles={"results": "template"},  # experiments/template/results <- results/template
+    bundles={"results": "template"},  # experiments/NAME/results <- results/NAME, once bundled
     order=("nano", "micro"),  # `all`'s points
 )
