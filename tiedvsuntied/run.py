@@ -103,12 +103,15 @@ def main(cfg: DictConfig) -> float | None:
     return summary.final_val_loss if summary else None  # for sweepers that optimise
 
 
-def check_modes(argv: list[str]) -> None:
+def check_modes(argv: list[str]) -> list[str]:
     """Hydra takes one mode: --cfg and --info show one job's config, which -m has many of (Hydra
-    would raise a ValueError); said in one line, with what does show a sweep's jobs."""
+    would raise a ValueError); said in one line, with what does show a sweep's jobs. --cfg shows
+    the config resolved (the shipped corpus's path, not its ``${shipped:...}``): the argv to run."""
     from hydra._internal.utils import get_args_parser
 
     args, _ = get_args_parser().parse_known_args(argv)
+    if args.cfg and not args.resolve:
+        argv = [*argv, "--resolve"]
     shown = [f"--{flag} {getattr(args, flag)}" for flag in ("cfg", "info") if getattr(args, flag)]
     if args.multirun and shown:
         callbacks.refuse(
@@ -118,11 +121,12 @@ def check_modes(argv: list[str]) -> None:
                 "sweep's jobs"
             )
         )
+    return argv
 
 
 if __name__ == "__main__":
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors instead of printing them
-    check_modes(sys.argv[1:])
+    sys.argv[1:] = check_modes(sys.argv[1:])
     try:
         main()
     except (HydraException, OmegaConfBaseException) as e:  # composing the config

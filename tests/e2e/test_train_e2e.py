@@ -33,7 +33,11 @@ def test_every_experiment_trains_a_few_steps(experiment, tmp_path):
     if experiment == "finetune":  # it starts from the run that finetune_pretrain makes
         train(compose("+experiment=finetune_pretrain", *QUICK, f"results_dir={tmp_path}"))
     # QUICK's bytes replace a vocabulary trained on the corpus by a small one trained here
-    trained = ["data.encoding=bpe", "data.vocab_size=300"] if experiment == "sign_flip" else []
+    trained = (
+        ["data.encoding=bpe", "data.vocab_size=300"]
+        if experiment in ("sign_flip", "size_or_tokens")
+        else []
+    )
     cfg = compose(f"+experiment={experiment}", *lasts, *QUICK, *trained, f"results_dir={tmp_path}")
     assert cfg.sweep == SWEEP_NAMES.get(experiment, experiment)
     summary = train(cfg)
