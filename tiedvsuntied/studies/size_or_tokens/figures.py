@@ -1,0 +1,192 @@
+"""The fourth edition's figures (issue 55, experiments/size_or_tokens): so far the exploratory
+reading at equal total parameters (:mod:`.analysis`), drawn from the third edition's bundle and
+this edition's where shipped; and its section of the paper."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from tiedvsuntied.analysis.stats import CONFIDENCE
+from tiedvsuntied.figures import paper, style
+from tiedvsuntied.studies.size_or_tokens import analysis
+
+STUDY = __package__.rpartition(".")[2]  # the package's name
+# the third edition's bundle is all this section needs today (its cells are the figure's); this
+# edition's joins where shipped, so --paper works before the first run is bundled
+SECTION = paper.register(
+    paper.Section(
+        STUDY,
+        rank=2,
+        bundles=("experiments/sign_flip/results",),
+        more_bundles=("experiments/size_or_tokens/results",),
+        required=False,
+        sweeps=(STUDY,),
+    )
+)
+NOT_LADDER = "no tied/untied runs of the third or fourth edition (sign_flip, size_or_tokens sweeps)"
+
+
+def has_cells(runs: pd.DataFrame) -> bool:
+    """Whether any run is of either edition's sweeps."""
+    return "sweep" in runs and runs["sweep"].astype(str).str.startswith(analysis.SWEEPS).any()
+
+
+size_or_tokens_figure = functools.partial(
+    style.figure, mixed_data=True, needs=(has_cells, NOT_LADDER), study=STUDY
+)
+# each arm apart by colour (Okabe-Ito, as every figure's tied/untied), marker and face, and line
+ARM_STYLE = {
+    "tied": {"color": style.TIE_COLOR[True], "marker": "o", "mfc": style.MFC[True], "ls": "-"},
+    "untied": {"color": style.TIE_COLOR[False], "marker": "s", "mfc": style.MFC[False], "ls": "--"},
+}
+LADDER_WIDTH = {"V": 1.4, "body": 0.7}  # a ladder's line: thick for the V-ladder, thin the body's
+LADDER_NAME = {"V": "V-ladder", "body": "body ladder", "all": "pooled"}
+# a cell's name: tied's left of its marker, untied's right (at equal parameters they share x);
+# the leftmost's right of it, off the y axis
+LABEL_AT = {"tied": ((-5, 3), "right"), "untied": ((5, -3), "left")}
+LABEL_TEXT = {"fontsize": 5.5, "textcoords": "offset points", "va": "center"}
+MATCH_STYLE = {"color": "#555555", "lw": 0.8, "ls": ":"}  # tied and untied at equal parameters
+
+
+def _label(row) -> str:
+    """A cell's name: its V on the V-ladder, its body on the body ladder, both on both."""
+    v = f"V={row.vocab_size // 1024}k" if row.vocab_size >= 1024 else f"V={row.vocab_size}"
+    body = f"{int(row.n_embd)}×{int(row.n_layer)}"
+    return {"V": v, "body": body}.get(row.ladder, f"{body}, {v}")
+
+
+def _points(ax, rows: pd.DataFrame) -> None:
+    """Each (cell, arm)'s mean test bpb over seeds at its own parameter count, named."""
+    for name, group in rows.groupby("arm"):
+        kw = ARM_STYLE[name] | {"ls": "none", "ms": 5, "mec": ARM_STYLE[name]["color"]}
+        ax.plot(group["params"], group["bpb"], **kw)
+        for row in group.itertuples():
+            at, ha = LABEL_AT["untied" if row.params == rows["params"].min() else name]
+            ax.annotate(_label(row), (row.params, row.bpb), xytext=at, ha=ha,
+                        color=ARM_STYLE[name]["color"], **LABEL_TEXT)  # fmt: skip
+
+
+def _matches(ax, rows: pd.DataFrame, matches: pd.DataFrame) -> None:
+    """A dotted segment between tied and untied cells of the same total parameters."""
+    means = rows.set_index(["arm", "label"])["bpb"]
+    for row in matches.itertuples():
+        y = [means[("tied", row.label_tied)], means[("untied", row.label_untied)]]
+        ax.plot([row.params, row.params], y, **MATCH_STYLE)
+
+
+def _lines(ax, runs: pd.DataFrame, budget: int) -> None:
+    """Each arm's OLS line on ln(own parameters) per ladder where fitted, over its own range."""
+    for (at, ladder), group in analysis.by_ladder(analysis.ladder_runs(runs)):
+        if at != budget or ladder == "all":
+            continue
+        for name, arm_runs in group.groupby("arm"):
+            f = analysis.fit(arm_runs)
+            if f is None:
+                continue
+            x = np.geomspace(arm_runs["params_total"].min(), arm_runs["params_total"].max(), 30)
+            kw = {"color": ARM_STYLE[name]["color"], "ls": ARM_STYLE[name]["ls"]}
+            ax.plot(x, f.params[0] + f.params[1] * np.log(x), lw=LADDER_WIDTH[ladder], **kw)
+
+
+def _handles() -> list:
+    """The legend: each arm's marker, each arm's line per ladder, the equal-parameter pairs."""
+    marks = [
+        style.handle(f"{a} (at its own parameters)", ms=5, **ARM_STYLE[a] | {"ls": "none"})
+        for a in analysis.ARMS
+    ]
+    lines = [
+        style.handle(
+            f"{a}, OLS over the {LADDER_NAME[w]}",
+            color=ARM_STYLE[a]["color"],
+            ls=ARM_STYLE[a]["ls"],
+            lw=LADDER_WIDTH[w],
+        )  # fmt: skip
+        for a in analysis.ARMS
+        for w in ("V", "body")
+    ]
+    return [*marks, *lines, style.handle("tied and untied at the same parameters", **MATCH_STYLE)]
+
+
+def _millions(value: float) -> str:
+    return f"{value / 1e6:.3g} M" if value >= 1e6 else f"{value / 1e3:.3g} k"
+
+
+def _cross_words(cross: pd.DataFrame, budget: int) -> str:
+    """The title's words: each ladder's crossover of the lines, or why none."""
+    words = []
+    for row in cross[cross["budget_mb"] == budget].itertuples():
+        if np.isnan(row.params):
+            said = "none in range" if row.note.startswith("none") else "no fit"
+        else:
+            lower = "tied" if row.tied_lower_above else "untied"
+            said = (f"{_millions(row.params)} [{_millions(row.low)}, {_millions(row.high)}],"
+                    f" {lower}'s line lower above")  # fmt: skip
+        words.append(f"{LADDER_NAME[row.ladder]}: {said}")
+    return "where the lines cross:\n" + "\n".join(words)
+
+
+def _match_words(matches: pd.DataFrame) -> str:
+    """The caption's line: each equal-parameter pair's tied − untied with its interval."""
+    said = [
+        f"{r.label_tied} − {r.label_untied} ({_millions(r.params)}): {r.diff:+.3f} "
+        f"[{r.low:+.3f}, {r.high:+.3f}]"
+        for r in matches.itertuples()
+    ]
+    return (
+        (
+            "Dotted: tied and untied cells of the same total parameters (tied at 2V, untied at V); "
+            f"tied − untied test bpb, paired by seed, {CONFIDENCE:.0%} t over seeds, unadjusted: "
+            + "; ".join(said)
+            + "."
+        )
+        if said
+        else "No tied and untied cells share a parameter count."
+    )
+
+
+@size_or_tokens_figure(
+    "size_or_tokens_fig_equal_params",
+    "exploratory: each arm's test bits per byte against its own total parameters",
+)
+def fig_equal_params(runs: pd.DataFrame):
+    """Per text budget: each arm's test bpb (mean over seeds) against its own total parameters
+    (log x; tied counts V·d once, untied twice), one marker per cell named body/V, each arm's
+    OLS line per ladder, the crossovers (or 'none in range') in the title."""
+    rows, cross = analysis.equal_params(runs), analysis.crossovers(runs)
+    matches = analysis.matched(runs)
+    budgets = sorted(set(rows["budget_mb"]))
+    fig, axes = style.new_figure(1, max(len(budgets), 1), 3.4, width=7.0, sharey=True)
+    if rows.empty:
+        return style.nothing_to_draw(fig, "no tied/untied cell at the primary init std yet")
+    for ax, budget in zip(axes[0], budgets, strict=True):
+        here = rows[rows["budget_mb"] == budget]
+        _points(ax, here)
+        _matches(ax, here, matches[matches["budget_mb"] == budget])
+        _lines(ax, runs, budget)
+        ax.set_xscale("log")
+        style.plain_log(ax, "x", rows["params"], eng=True)
+        ax.set_xlabel("the arm's own total parameters (tied: V·d once; untied: twice)")
+        ax.set_title(f"{budget} MB of text\n{_cross_words(cross, budget)}", fontsize=7)
+    axes[0][0].set_ylabel("test bits per byte (mean over seeds)")
+    style.legend(fig, _handles(), 3)
+    fig.drawn = analysis.chosen(runs)
+    n = rows["n_seeds"]
+    fig.n = f"n = {style.span(n)} seed{'s' * bool(n.max() != 1)}/cell and arm"
+    fig.captions += [
+        "Exploratory, not in the Holm family (HYPOTHESES.md): should one tie and spend the "
+        "saved V·d on the body, or untie? Each arm at its own chosen lr, init std d^-0.5. Lines: "
+        "each arm's OLS of every seed's test bpb on ln(own parameters) per ladder (thick: the "
+        "V-ladder, V moved at d = 128 × 4; thin: the body ladder at V = 8,192). Crossover: where "
+        "tied's and untied's lines meet inside both arms' parameter range, its "
+        f"{CONFIDENCE:.0%} interval by the delta method (the two fits taken as independent); "
+        "pooled: both ladders in one line per arm. Held-out test split: Gutenberg books held out "
+        "by author, each seed its own books (the same in every cell). Labels: V on the V-ladder, "
+        "width × layers on the body ladder. The V-ladder's points bend away from a straight "
+        "line: where its lines and the equal-parameter pairs disagree, the pairs are the direct "
+        "reading.",
+        _match_words(matches),
+    ]
+    return fig
