@@ -55,9 +55,13 @@ def test_mixed_sweeps_are_refused_clearly_and_need_data_id(tmp_path, fig_results
     write_sweep(tmp_path / "a", init_stds=("0.02",), vocab_size=512)
     write_sweep(tmp_path / "b", init_stds=("0.02",), vocab_size=1024, data_files="b.txt")
     mixed = load_results(tmp_path / "a", tmp_path / "b")
-    mixing = {"fig11_crossover", *paper.section_outputs(paper.SECTIONS["sign_flip"])}
+    mixing = {"fig11_crossover"}
+    mixing |= {
+        n for s in ("sign_flip", "size_or_tokens") for n in paper.section_outputs(paper.SECTIONS[s])
+    }
     for name, output in REGISTRY.items():  # in-process: every figure of one dataset refuses
-        # fig 11 and the third edition's map over rho compare vocabularies by design
+        # fig 11, the third edition's map over rho and the fourth edition's equal-parameters
+        # reading compare vocabularies by design
         if "fig" in name and name not in mixing:
             with pytest.raises(ResultsError, match=r"mix 2 values of vocab_size"):
                 output.write(mixed, tmp_path / "o", ["png"])
