@@ -20,6 +20,7 @@ SIGN_FLIP_FIGURES = [
     "sign_flip_fig1_map",
     "sign_flip_fig2_tokens",
     "sign_flip_fig3_tokens_per_param",
+    "size_or_tokens_fig_equal_params",  # the fourth edition's exploratory figure, on the same runs
 ]
 SECOND_EDITION = "10_second_edition.ipynb"  # the second edition's own figures, drawn apart
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
