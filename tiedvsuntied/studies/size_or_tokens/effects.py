@@ -173,7 +173,7 @@ FAMILY = (
 )  # fmt: skip
 NOT_RUN = "not run"
 FAMILY_COLUMNS = ["member", "name", "contrast", "status", "n_seeds", "diff", "low", "high", "p"]
-FAMILY_COLUMNS += ["p_holm", "seed_diffs"]
+FAMILY_COLUMNS += ["p_holm", "marked", "seed_diffs"]
 
 
 def member_diffs(done: pd.DataFrame, member: Member) -> pd.Series:
@@ -184,10 +184,23 @@ def member_diffs(done: pd.DataFrame, member: Member) -> pd.Series:
     return (first - seed_diffs(done, *member.second)).dropna()
 
 
+def member_marks(done: pd.DataFrame, member: Member) -> str:
+    """The arms of the member's cells over the clip rule's line, each with its cell."""
+    parts = [member.first, *([member.second] if member.second else [])]
+    marks = [
+        f"{arm} at {label(point)}"
+        for point, *arms in parts
+        for arm in marked({a: clip(done, point, a) for a in arms}).split(", ")
+        if arm
+    ]
+    return "; ".join(dict.fromkeys(marks))
+
+
 def family(runs: pd.DataFrame) -> pd.DataFrame:
     """FAMILY_COLUMNS for each of the 14 members in HYPOTHESES.md's order: the t-interval over
     seeds and its p; ``status`` 'not run' (no seed has both), 'no interval' (one seed) or 'run';
-    ``p_holm``: Holm (statsmodels) over the members with a p, the others NaN."""
+    ``p_holm``: Holm (statsmodels) over the members with a p, the others NaN; ``marked``: the
+    arms of its cells over the clip rule's line."""
     done = chosen(runs)
     rows = []
     for k, member in enumerate(FAMILY, start=1):
@@ -196,7 +209,7 @@ def family(runs: pd.DataFrame) -> pd.DataFrame:
         status = NOT_RUN if n == 0 else "no interval" if np.isnan(summary["p"]) else "run"
         keep = {c: summary[c] for c in ("n_seeds", "diff", "low", "high", "p", "seed_diffs")}
         row = {"member": k, "name": member.name, "contrast": member.words, "status": status}
-        rows.append(row | keep)
+        rows.append(row | keep | {"marked": member_marks(done, member)})
     table = pd.DataFrame(rows)
     table["p_holm"] = holm(table["p"]).to_numpy()
     return table[FAMILY_COLUMNS]

@@ -13,7 +13,9 @@ import pandas as pd
 
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import paper, style
+from tiedvsuntied.studies.sign_flip.figures import CLIP_RING  # the third edition's mark
 from tiedvsuntied.studies.size_or_tokens import analysis, effects, readings
+from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
 STUDY = __package__.rpartition(".")[2]  # the package's name
 # the third edition's bundle is all this section needs today (its cells are the figure's); this
@@ -249,6 +251,8 @@ def _measured(ax, point: str, x: float, cells: pd.DataFrame) -> None:
     cell = here.iloc[0]
     seeds = cell["seed_diffs"]
     ax.plot([x] * len(seeds), seeds, color=color, alpha=0.35, ms=3.5, **kw)
+    if cell["marked"]:  # the clip rule's mark (HYPOTHESES.md: marked, nothing replaced)
+        ax.plot([x], [cell["diff"]], **CLIP_RING)
     if pd.notna(cell["low"]):
         yerr = [[cell["diff"] - cell["low"]], [cell["high"] - cell["diff"]]]
         ax.errorbar([x], [cell["diff"]], yerr=yerr, color=color, ms=6, capsize=3, **kw)
@@ -309,7 +313,9 @@ def fig_2x2(runs: pd.DataFrame):
         "V = 8,192), each arm at its chosen lr, bf16. Ticks: HYPOTHESES.md's committed "
         "predictions (left half: the size reading; right half: the tokens reading; they coincide "
         "at 10 MB; the tokens reading at micro, 45 MB: +0.057 with the V-ladder's slope). "
-        "Bodies drawn a little apart where they share tokens per parameter (1.47).",
+        "Bodies drawn a little apart where they share tokens per parameter (1.47). Ringed: a "
+        f"cell with an arm whose clip bound on more than {MAX_CLIP_FRAC:.0%} of its seeds' "
+        "steps (marked, nothing replaced).",
         f"Not run yet: {'; '.join(missing)}." if missing else "Every cell has run.",
     ]
     return fig

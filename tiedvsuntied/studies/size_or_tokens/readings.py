@@ -118,7 +118,7 @@ SIGN_PREDICTIONS = {
     ),  # fmt: skip
 }
 SIGN_COLUMNS = ["point", "contrast", "n_seeds", "diff", "low", "high", "line", "predicted",
-                "predicted_low", "predicted_high", "holds_prediction"]  # fmt: skip
+                "predicted_low", "predicted_high", "holds_prediction", "marked"]  # fmt: skip
 
 
 def sign_of(low: float, high: float) -> str:
@@ -148,6 +148,7 @@ def sign_table(cells: pd.DataFrame) -> pd.DataFrame:
                         "low": low, "high": high, "line": line.line, "predicted": line.value,
                         "predicted_low": line.low, "predicted_high": line.high,
                         "holds_prediction": low <= line.value <= high if pd.notna(high) else None,
+                        "marked": cell.get("marked", ""),
                     }
                 )  # fmt: skip
     return pd.DataFrame(rows, columns=SIGN_COLUMNS)

@@ -74,6 +74,7 @@ def two_by_two(cells: pd.DataFrame, family: pd.DataFrame) -> pd.DataFrame:
                 "size reading": signed(reading.size),
                 "tokens reading": signed(reading.tokens)
                 + (f" ({signed(reading.tokens_v)})" if reading.tokens_v else ""),
+                "marked": got.get("marked", ""),
             }
         )  # fmt: skip
     return pd.DataFrame(rows)
@@ -115,7 +116,8 @@ def write_size_or_tokens_tables(runs: pd.DataFrame) -> dict[str, str]:
         *primary_lines(row),
         "## The 2 × 2 beside both readings (HYPOTHESES.md, 'Hypotheses and predictions'; "
         "tokens reading in brackets: with the V-ladder's slope; tokens per parameter: planned, "
-        "of the tied model)",
+        f"of the tied model; marked: arms whose clip bound on more than {MAX_CLIP_FRAC:.0%} of "
+        "their seeds' steps, in every table)",
         _shown(two_by_two(cells, family)).to_markdown(index=False),
         f"## The Holm family: {effects.family_size(family)} (HYPOTHESES.md, 'Intervals and "
         f"multiplicity'; {CONFIDENCE:.0%} t over seeds, p unadjusted, p_holm: Holm "
