@@ -210,7 +210,9 @@ READING_STYLE = {
     "size reading": {"color": "#000000", "ls": "-", "lw": 1.6},
     "tokens reading": {"color": "#CC79A7", "ls": (0, (2, 1)), "lw": 1.6},  # reddish purple
 }
-NAME_TEXT = {"fontsize": 6, "ha": "center", "va": "top"}  # a cell's name, under it
+# a cell's name, under it, on a faint white ground where it crosses a bar
+NAME_TEXT = {"fontsize": 6, "ha": "center", "va": "top"}
+NAME_TEXT |= {"bbox": {"fc": "white", "ec": "none", "alpha": 0.7, "pad": 0.3}}
 
 
 def _cell_x(point: str, cells: pd.DataFrame) -> float:
@@ -300,7 +302,10 @@ def fig_2x2(runs: pd.DataFrame):
     primary = readings.primary(runs)
     said = primary["verdict"]
     if primary["n_seeds"]:
-        said = f"P = {primary['diff']:+.4f}, s = {primary['s']:.2f}: {said}"
+        s_range = f" [{primary['s_low']:.2f}, {primary['s_high']:.2f}]" * bool(
+            pd.notna(primary["s_low"])
+        )
+        said = f"P = {primary['diff']:+.4f}, s = {primary['s']:.2f}{s_range}: {said}"
     ax.set_title(f"Size or tokens per parameter? The 2 × 2 at V = 8,192\nprimary: {said}",
                  fontsize=8)  # fmt: skip
     style.legend(fig, _two_by_two_handles(), 4)
@@ -313,9 +318,12 @@ def fig_2x2(runs: pd.DataFrame):
         "V = 8,192), each arm at its chosen lr, bf16. Ticks: HYPOTHESES.md's committed "
         "predictions (left half: the size reading; right half: the tokens reading; they coincide "
         "at 10 MB; the tokens reading at micro, 45 MB: +0.057 with the V-ladder's slope). "
-        "Bodies drawn a little apart where they share tokens per parameter (1.47). Ringed: a "
-        f"cell with an arm whose clip bound on more than {MAX_CLIP_FRAC:.0%} of its seeds' "
-        "steps (marked, nothing replaced).",
+        "Bodies drawn a little apart where they share tokens per parameter (1.47).",
         f"Not run yet: {'; '.join(missing)}." if missing else "Every cell has run.",
     ]
+    if cells["marked"].astype(bool).any():
+        fig.captions.append(
+            f"Ringed: a cell with an arm whose clip bound on more than {MAX_CLIP_FRAC:.0%} of its "
+            "seeds' steps (HYPOTHESES.md: marked, nothing replaced)."
+        )
     return fig
