@@ -285,7 +285,7 @@ def fig_2x2(runs: pd.DataFrame):
     model's tokens per parameter (log x), beside the size and the tokens readings' predicted
     values; cells not run yet said so; the primary's verdict in the title."""
     cells = effects.cells(runs)
-    cells = cells[cells["contrast"].eq("tied − untied")]
+    cells = cells[cells["contrast"].eq("tied − untied") & cells["point"].isin(effects.TWO_BY_TWO)]
     fig, axes = style.new_figure(1, 1, 3.6, width=5.0)
     ax = axes[0][0]
     ax.axhline(0, color=style.REF_COLOR, lw=0.8)

@@ -35,6 +35,14 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
     return shown.round(4)
 
 
+def markdown(table: pd.DataFrame) -> str:
+    """:func:`_shown` as markdown: an empty value blank, every value as written (a "+0.031"
+    keeps its sign)."""
+    shown = _shown(table).astype(object)
+    shown = shown.where(shown.notna(), None)
+    return shown.to_markdown(index=False, missingval="", disable_numparse=True)
+
+
 def primary_lines(row: dict) -> list[str]:
     """H1: P, s = P / 0.0185 with its interval, and the verdict."""
     head = (
@@ -94,7 +102,7 @@ def sign_lines(cells: pd.DataFrame) -> list[str]:
         "`experiments/sign_flip/held_out.py --point`)",
         f"H3: {readings.sign_verdict(cells)}. "
         f"H4: {effects.label('b384x6-10mb')}: {h4_sign or readings.NOT_RUN}.",
-        _shown(table).to_markdown(index=False),
+        markdown(table),
     ]
 
 
@@ -118,16 +126,16 @@ def write_size_or_tokens_tables(runs: pd.DataFrame) -> dict[str, str]:
         "tokens reading in brackets: with the V-ladder's slope; tokens per parameter: planned, "
         f"of the tied model; marked: arms whose clip bound on more than {MAX_CLIP_FRAC:.0%} of "
         "their seeds' steps, in every table)",
-        _shown(two_by_two(cells, family)).to_markdown(index=False),
+        markdown(two_by_two(cells, family)),
         f"## The Holm family: {effects.family_size(family)} (HYPOTHESES.md, 'Intervals and "
         f"multiplicity'; {CONFIDENCE:.0%} t over seeds, p unadjusted, p_holm: Holm "
         "(statsmodels) over the members that ran)",
-        _shown(family).to_markdown(index=False),
+        markdown(family),
         *sign_lines(cells),
         f"## Every cell and contrast ({CONFIDENCE:.0%} t over the seeds' paired differences, p "
         "unadjusted; rho and tokens per parameter of the tied model; clip_first, clip_second: "
         "the share of each arm's seeds' steps on which the gradient clip bound; marked: the arms "
         f"over HYPOTHESES.md's {MAX_CLIP_FRAC:.0%}, nothing replaced)",
-        _shown(cells).to_markdown(index=False) if len(cells) else "No cell has run.",
+        markdown(cells) if len(cells) else "No cell has run.",
     ]
     return {"size_or_tokens_tables.md": "\n\n".join(parts) + "\n"}
