@@ -22,6 +22,7 @@ SIGN_FLIP_FIGURES = [
     "sign_flip_fig3_tokens_per_param",
     "size_or_tokens_fig_equal_params",  # the fourth edition's exploratory figure, on the same runs
 ]
+FOURTH_FIGURES = ["size_or_tokens_fig_2x2"]  # the fourth edition's committed reading
 SECOND_EDITION = "10_second_edition.ipynb"  # the second edition's own figures, drawn apart
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {
@@ -66,6 +67,10 @@ WRITES = {
         *(f"{name}.{ext}" for name in SIGN_FLIP_FIGURES for ext in ("pdf", "png")),
         "sign_flip_tables.md",
     ],
+    "12_fourth_edition.ipynb": [
+        *(f"{name}.{ext}" for name in FOURTH_FIGURES for ext in ("pdf", "png")),
+        "size_or_tokens_tables.md",
+    ],
 }
 
 
@@ -74,6 +79,7 @@ WRITES = {
 BUNDLE = REPO / "experiments" / "tie_x_init" / "results"  # the first (toy) edition, superseded
 BOOKS_BUNDLE = REPO / "experiments" / "tie_x_init_books" / "results"
 SIGN_FLIP_BUNDLE = REPO / "experiments" / "sign_flip" / "results"  # the third edition, once shipped
+FOURTH_BUNDLE = REPO / "experiments" / "size_or_tokens" / "results"  # the fourth, as it stands
 # the generic notebooks: on the second edition's bundle by default, but those whose subject only
 # the toy edition holds (the first steps, the per-token probe arrays), which say why
 BUNDLE_NOTEBOOKS = [p for p in NOTEBOOKS if "../experiments/tie_x_init/results" in p.read_text()]
@@ -156,8 +162,8 @@ def fresh_clone(tmp_path: Path) -> Path:
     """The notebooks and the shipped bundles, as a fresh clone has them (no results/)."""
     clone = tmp_path / "clone"
     shutil.copytree(REPO / "notebooks", clone / "notebooks")
-    for bundle in (BUNDLE, BOOKS_BUNDLE, SIGN_FLIP_BUNDLE):
-        if bundle.is_dir() or bundle != SIGN_FLIP_BUNDLE:
+    for bundle in (BUNDLE, BOOKS_BUNDLE, SIGN_FLIP_BUNDLE, FOURTH_BUNDLE):
+        if bundle.is_dir() or bundle not in (SIGN_FLIP_BUNDLE, FOURTH_BUNDLE):
             shutil.copytree(bundle, clone / bundle.relative_to(REPO))
     return clone
 
@@ -194,8 +200,12 @@ def test_the_readme_command_runs_every_notebook_of_a_fresh_clone_on_the_shipped_
     if not third:  # not shipped yet: the notebook says what to run and skips the rest
         said = outputs(clone / "nb" / "11_third_edition.ipynb")
         assert f"skipped: no results at {clone / SIGN_FLIP_BUNDLE.relative_to(REPO)}" in said
+    fourth = expected("12_fourth_edition.ipynb", set()) if FOURTH_BUNDLE.is_dir() else []
+    if not fourth:
+        said = outputs(clone / "nb" / "12_fourth_edition.ipynb")
+        assert f"skipped: no results at {clone / FOURTH_BUNDLE.relative_to(REPO)}" in said
     written = figures(clone)
-    assert written == sorted([*paper, *books, *third])
+    assert written == sorted([*paper, *books, *third, *fourth])
 
 
 @pytest.mark.slow

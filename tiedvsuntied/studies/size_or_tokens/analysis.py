@@ -46,14 +46,15 @@ def _ladder_of(cells: pd.DataFrame) -> pd.Series:
                      index=cells.index)  # fmt: skip
 
 
-def chosen(runs: pd.DataFrame) -> pd.DataFrame:
-    """The finished replicate-0 runs of tied and untied at the primary init std in either
-    edition's sweeps, at each (cell, arm)'s chosen setting: the one of the lowest final
-    validation loss at the cell's lowest seed (the lr check's other settings left out)."""
+def chosen(runs: pd.DataFrame, sweeps=SWEEPS, arms=ARMS) -> pd.DataFrame:
+    """The finished replicate-0 runs of ``arms`` (tied and untied) at the primary init std in
+    ``sweeps`` (either edition's), at each (cell, arm)'s chosen setting: the one of the lowest
+    final validation loss at the cell's lowest seed (the lr check's other settings left out; the
+    third edition's rule, sign_flip.analysis.grid)."""
     done = first_replicates(runs[runs["status"].eq("finished")])
-    done = done[done["sweep"].astype(str).str.startswith(SWEEPS)]
+    done = done[done["sweep"].astype(str).str.startswith(sweeps)]
     done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
-    done = done[done["arm"].isin(ARMS) & done["init_std"].astype(str).eq(PRIMARY_INIT)]
+    done = done[done["arm"].isin(arms) & done["init_std"].astype(str).eq(PRIMARY_INIT)]
     setting = done[SETTING].astype("string").fillna("").agg("|".join, axis=1)
     done, keys = done.assign(setting=setting), [*CELL, "arm"]
     lowest = done[done["seed"] == done.groupby(keys)["seed"].transform("min")]

@@ -1,6 +1,8 @@
-"""The fourth edition's figures (issue 55, experiments/size_or_tokens): so far the exploratory
-reading at equal total parameters (:mod:`.analysis`), drawn from the third edition's bundle and
-this edition's where shipped; and its section of the paper."""
+"""The fourth edition's figures (issue 55, experiments/size_or_tokens): the 2 × 2 against tokens
+per parameter beside both readings' predictions (:mod:`.effects`, :mod:`.readings`), and the
+exploratory reading at equal total parameters (:mod:`.analysis`), drawn from the third edition's
+bundle and this edition's where shipped; and its section of the paper (its tables:
+:mod:`.tables`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import pandas as pd
 
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import paper, style
-from tiedvsuntied.studies.size_or_tokens import analysis
+from tiedvsuntied.studies.sign_flip.figures import CLIP_RING  # the third edition's mark
+from tiedvsuntied.studies.size_or_tokens import analysis, effects, readings
+from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
 STUDY = __package__.rpartition(".")[2]  # the package's name
 # the third edition's bundle is all this section needs today (its cells are the figure's); this
@@ -189,4 +193,137 @@ def fig_equal_params(runs: pd.DataFrame):
         "reading.",
         _match_words(matches),
     ]
+    return fig
+
+
+# ----------------------------------------------------------------------------- the 2 x 2
+two_by_two_figure = functools.partial(
+    style.figure, mixed_data=True, needs=(effects.has_runs, effects.NO_RUNS), study=STUDY
+)
+BODY_MARKER = {"micro": "o", "body256x8": "s"}  # one marker per body
+BUDGET_COLOR = {"10 MB": "#E69F00", "45 MB": "#009E73"}  # Okabe-Ito orange, bluish green
+# d = 256 x 8 at 45 MB shares micro-at-10 MB's tokens per parameter (the design): the bodies are
+# drawn a little apart on the log x axis, micro left, d = 256 x 8 right
+DODGE = {"micro": 0.88, "body256x8": 1.12}
+TICK = 1.13  # a reading's tick spans x / TICK .. x (size reading) or x .. x * TICK (tokens)
+READING_STYLE = {
+    "size reading": {"color": "#000000", "ls": "-", "lw": 1.6},
+    "tokens reading": {"color": "#CC79A7", "ls": (0, (2, 1)), "lw": 1.6},  # reddish purple
+}
+# a cell's name, under it, on a faint white ground where it crosses a bar
+NAME_TEXT = {"fontsize": 6, "ha": "center", "va": "top"}
+NAME_TEXT |= {"bbox": {"fc": "white", "ec": "none", "alpha": 0.7, "pad": 0.3}}
+
+
+def _cell_x(point: str, cells: pd.DataFrame) -> float:
+    """A cell's tokens per parameter (its runs', else the planned), dodged by its body."""
+    here = cells[cells["point"].eq(point)]
+    x = here["tokens_per_param"].iloc[0] if len(here) else effects.planned_tokens_per_param(point)
+    return float(x) * DODGE[effects.POINTS[point].model]
+
+
+def _readings(ax, point: str, x: float) -> None:
+    """The two readings' predicted values as short ticks: size left of x, tokens right of it,
+    named where they part."""
+    reading = readings.PREDICTIONS[point]
+    values = {"size reading": reading.size, "tokens reading": reading.tokens}
+    spans = {"size reading": (x / TICK, x), "tokens reading": (x, x * TICK)}
+    for name, value in values.items():
+        ax.plot(spans[name], [value, value], **READING_STYLE[name])
+        if reading.size != reading.tokens:
+            ha = "right" if name == "size reading" else "left"
+            at = spans[name][0] if name == "size reading" else spans[name][1]
+            ax.annotate(name.split()[0], (at, value), xytext=(-2 if ha == "right" else 2, 0),
+                        textcoords="offset points", ha=ha, va="center", fontsize=6,
+                        color=READING_STYLE[name]["color"])  # fmt: skip
+
+
+def _measured(ax, point: str, x: float, cells: pd.DataFrame) -> None:
+    """A cell's seeds (faint) and their mean with its t-interval (no bar under two seeds)."""
+    here = cells[cells["point"].eq(point)]
+    kw = {"marker": BODY_MARKER[effects.POINTS[point].model], "ls": "none"}
+    color = BUDGET_COLOR[effects.budget_of(point)]
+    reading = readings.PREDICTIONS[point]
+    lowest = min(reading.size, reading.tokens, *here["low"].dropna(), *here["diff"].dropna())
+    name = effects.label(point) + ("\nnot run" if here.empty else "")
+    ax.annotate(name, (x, lowest), xytext=(0, -5), textcoords="offset points",
+                **NAME_TEXT | {"color": color})  # fmt: skip
+    if here.empty:
+        return
+    cell = here.iloc[0]
+    seeds = cell["seed_diffs"]
+    ax.plot([x] * len(seeds), seeds, color=color, alpha=0.35, ms=3.5, **kw)
+    if cell["marked"]:  # the clip rule's mark (HYPOTHESES.md: marked, nothing replaced)
+        ax.plot([x], [cell["diff"]], **CLIP_RING)
+    if pd.notna(cell["low"]):
+        yerr = [[cell["diff"] - cell["low"]], [cell["high"] - cell["diff"]]]
+        ax.errorbar([x], [cell["diff"]], yerr=yerr, color=color, ms=6, capsize=3, **kw)
+    else:
+        ax.plot([x], [cell["diff"]], color=color, mfc="white", ms=6, **kw)
+
+
+def _two_by_two_handles() -> list:
+    bodies = [
+        style.handle(effects.BODY[m], marker=k, ls="none", ms=5) for m, k in BODY_MARKER.items()
+    ]
+    budgets = [style.handle(b, c, marker="o", ls="none", ms=5) for b, c in BUDGET_COLOR.items()]
+    marks = [
+        style.handle("a seed", marker="o", ls="none", ms=3.5, alpha=0.35),
+        style.handle(f"mean, {CONFIDENCE:.0%} t over seeds", marker="o", ls="-", ms=5),
+    ]
+    said = [style.handle(f"{n} (predicted)", **kw) for n, kw in READING_STYLE.items()]
+    return [*bodies, *budgets, *marks, *said]
+
+
+@two_by_two_figure(
+    "size_or_tokens_fig_2x2",
+    "fourth edition: the 2 × 2, tied − untied against tokens per parameter",
+)
+def fig_2x2(runs: pd.DataFrame):
+    """HYPOTHESES.md's 2 × 2 (micro and d = 256 × 8 at 10 MB and 45 MB): each cell's tied −
+    untied test bpb (its seeds faint, their mean with its 95% t-interval) against the tied
+    model's tokens per parameter (log x), beside the size and the tokens readings' predicted
+    values; cells not run yet said so; the primary's verdict in the title."""
+    cells = effects.cells(runs)
+    cells = cells[cells["contrast"].eq("tied − untied") & cells["point"].isin(effects.TWO_BY_TWO)]
+    fig, axes = style.new_figure(1, 1, 3.6, width=5.0)
+    ax = axes[0][0]
+    ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+    for point in effects.TWO_BY_TWO:
+        x = _cell_x(point, cells)
+        _readings(ax, point, x)
+        _measured(ax, point, x, cells)
+    ax.set_xscale("log")
+    ax.margins(y=0.14)  # room under the lowest cell for its name
+    ax.set_xlim(0.22, 12)  # the planned cells span 0.33-6.7 (HYPOTHESES.md), with room for names
+    style.plain_log(ax, "x", [0.25, 8.0])
+    ax.set_xlabel("training tokens per parameter (of the tied model)")
+    ax.set_ylabel("tied − untied (bits/byte, test books)\n> 0: tying costs · < 0: tying pays")
+    primary = readings.primary(runs)
+    said = primary["verdict"]
+    if primary["n_seeds"]:
+        s_range = f" [{primary['s_low']:.2f}, {primary['s_high']:.2f}]" * bool(
+            pd.notna(primary["s_low"])
+        )
+        said = f"P = {primary['diff']:+.4f}, s = {primary['s']:.2f}{s_range}: {said}"
+    ax.set_title(f"Size or tokens per parameter? The 2 × 2 at V = 8,192\nprimary: {said}",
+                 fontsize=8)  # fmt: skip
+    style.legend(fig, _two_by_two_handles(), 4)
+    done = effects.chosen(runs)
+    fig.drawn = done[done["point"].isin(effects.TWO_BY_TWO) & done["arm"].isin(effects.TIE_COST)]
+    fig.n = f"n = {style.span(cells['n_seeds'])} seeds/cell" if len(cells) else "n = 0"
+    missing = [effects.label(p) for p in effects.TWO_BY_TWO if p not in set(cells["point"])]
+    fig.captions += [
+        "211 Project Gutenberg books held out by author (each seed its own books and BPE at "
+        "V = 8,192), each arm at its chosen lr, bf16. Ticks: HYPOTHESES.md's committed "
+        "predictions (left half: the size reading; right half: the tokens reading; they coincide "
+        "at 10 MB; the tokens reading at micro, 45 MB: +0.057 with the V-ladder's slope). "
+        "Bodies drawn a little apart where they share tokens per parameter (1.47).",
+        f"Not run yet: {'; '.join(missing)}." if missing else "Every cell has run.",
+    ]
+    if cells["marked"].astype(bool).any():
+        fig.captions.append(
+            f"Ringed: a cell with an arm whose clip bound on more than {MAX_CLIP_FRAC:.0%} of its "
+            "seeds' steps (HYPOTHESES.md: marked, nothing replaced)."
+        )
     return fig

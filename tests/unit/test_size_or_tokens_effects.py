@@ -1,0 +1,226 @@
+"""studies.size_or_tokens.effects, .readings, .tables and the 2 x 2 figure: the fourth edition's
+committed reading (HYPOTHESES.md) on hand-made run tables whose per-seed differences are known,
+and on the shipped bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from tiedvsuntied.analysis.load import load_results
+from tiedvsuntied.figures.style import save_figure
+from tiedvsuntied.presets import presets
+from tiedvsuntied.studies.size_or_tokens import effects, figures, pieces, readings, tables
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "experiments" / "size_or_tokens" / "results"
+BASE = 2.0  # untied's test bpb before a seed's own offset
+SEED_OFFSET = {0: 0.00, 1: -0.03, 2: 0.02, 3: 0.05}  # the books a seed holds out: both arms
+# tied − untied per point and seed (no two seeds alike, so that a pairing by position shows)
+EFFECT = {
+    "micro-10mb": {0: 0.030, 1: 0.034, 2: 0.028, 3: 0.033},
+    "b256x8-10mb": {0: 0.012, 1: 0.015, 2: 0.011, 3: 0.014},
+    "b256x8-45mb": {0: 0.020, 1: 0.026, 2: 0.024, 3: 0.021},
+    "micro-45mb": {0: 0.041, 1: 0.052, 2: 0.044, 3: 0.049},
+}
+
+
+def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
+    """One finished run of the study's sweep, as the runs table has it."""
+    p = effects.POINTS[point]
+    shape = {k: v for k, v in presets("model")[p.model].items() if k != "name"}
+    tie = arm in ("tied", "tie_untie")
+    return shape | {
+        "sweep": "size_or_tokens", "status": "finished", "replicate": 0, "seed": seed, "tie": tie,
+        "model": p.model, "vocab_size": p.vocab_size, "max_steps": p.steps,
+        "init_std": "inv_sqrt_d", "init_std_resolved_emb": 0.06, "init_std_resolved_head": 0.06,
+        "t5_rescale": False, "untie_step": 900 if arm == "tie_untie" else np.nan, "variant": "",
+        "lr": 5e-4, "emb_lr_mult": 4.0, "head_lr_mult": 1.0 if arm == "untied_own" else 4.0,
+        "final_val_loss": 4.9, "test_bpb": bpb, "clip_frac": 0.01, "rho": 0.25,
+        "rho_untied": 0.4, "tokens_per_param": 0.33 if tie else 0.26, "train_bytes": 1e7,
+    } | kw  # fmt: skip
+
+
+def fake_runs(effect=EFFECT, seeds=(0, 1, 2, 3)) -> pd.DataFrame:
+    """Tied and untied at each of ``effect``'s points and seeds: tied − untied as designed."""
+    rows = []
+    for point, per_seed in effect.items():
+        for seed in seeds:
+            if seed in per_seed:
+                untied = BASE + SEED_OFFSET[seed]
+                rows.append(fake_run(point, "untied", seed, untied))
+                rows.append(fake_run(point, "tied", seed, untied + per_seed[seed]))
+    return pd.DataFrame(rows)
+
+
+def test_a_cells_interval_is_scipys_t_over_the_seeds_paired_differences():
+    cell = effects.cells(fake_runs()).set_index(["point", "contrast"])
+    got = cell.loc[("b256x8-45mb", "tied − untied")]
+    diffs = list(EFFECT["b256x8-45mb"].values())
+    test = stats.ttest_1samp(diffs, 0.0)
+    interval = test.confidence_interval(0.95)
+    assert got["n_seeds"] == 4 and got["diff"] == pytest.approx(np.mean(diffs))
+    assert (got["low"], got["high"]) == pytest.approx((interval.low, interval.high))
+    assert got["p"] == pytest.approx(test.pvalue)
+    assert got["tokens_per_param"] == 0.33 and got["rho"] == 0.25  # the tied model's
+
+
+def test_a_run_at_a_losing_lr_is_left_out_of_its_cell():
+    runs = fake_runs()
+    # the lr check's other point for tied at d = 256 x 8, 45 MB: worse validation, absurd test
+    losing = fake_run("b256x8-45mb", "tied", 0, 9.0, lr=1e-3, final_val_loss=5.5)
+    cells = effects.cells(pd.concat([runs, pd.DataFrame([losing])], ignore_index=True))
+    got = cells.set_index(["point", "contrast"]).loc[("b256x8-45mb", "tied − untied")]
+    assert got["seed_diffs"] == pytest.approx(list(EFFECT["b256x8-45mb"].values()))
+    assert got["lr_first"] == 5e-4
+
+
+def test_p_s1_and_s2_pair_each_seed_with_itself_across_budgets_and_bodies():
+    effect = dict(EFFECT)
+    effect["b256x8-45mb"] = {s: v for s, v in EFFECT["b256x8-45mb"].items() if s != 0}  # seeds 1-3
+    family = effects.family(fake_runs(effect)).set_index("name")
+    at = {name: EFFECT[name] for name in EFFECT}
+    expected = {
+        "P": [at["b256x8-45mb"][s] - at["b256x8-10mb"][s] for s in (1, 2, 3)],
+        "S1": [at["micro-45mb"][s] - at["micro-10mb"][s] for s in (0, 1, 2, 3)],
+        "S2": [at["b256x8-45mb"][s] - at["micro-10mb"][s] for s in (1, 2, 3)],
+    }
+    for name, values in expected.items():
+        assert family.loc[name, "seed_diffs"] == pytest.approx(values), name
+        assert family.loc[name, "n_seeds"] == len(values)
+
+
+@pytest.mark.parametrize(
+    "low, high, said",
+    [
+        (-0.2, 0.6, readings.SIZE),
+        (0.0, 0.6, readings.SIZE),  # an interval holds its ends
+        (0.4, 1.3, readings.TOKENS),
+        (0.4, 1.0, readings.TOKENS),
+        (0.2, 0.8, readings.BOTH),
+        (1.05, 1.6, readings.BEYOND),
+        (-0.1, 1.1, readings.UNDECIDED),
+        (0.0, 1.0, readings.UNDECIDED),
+        (-0.6, -0.1, readings.BELOW),
+    ],
+)
+def test_the_primarys_verdict_follows_hypotheses_md_at_each_boundary(low, high, said):
+    assert readings.verdict(low, high) == said
+
+
+def test_the_primary_divides_p_by_the_tokens_readings_value_and_says_its_verdict():
+    effect = dict(EFFECT)  # P = 45 MB − 10 MB at d = 256 x 8: the tokens reading's 0.0185 each
+    effect["b256x8-45mb"] = {
+        s: v + 0.0185 + 0.001 * (-1) ** s for s, v in EFFECT["b256x8-10mb"].items()
+    }
+    row = readings.primary(fake_runs(effect))
+    diffs = [effect["b256x8-45mb"][s] - EFFECT["b256x8-10mb"][s] for s in range(4)]
+    interval = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert row["s"] == pytest.approx(np.mean(diffs) / 0.0185)
+    assert (row["s_low"], row["s_high"]) == pytest.approx(
+        (interval.low / 0.0185, interval.high / 0.0185)
+    )
+    assert row["verdict"] == readings.TOKENS
+
+
+def test_the_primary_not_run_says_so():
+    no_45 = {k: v for k, v in EFFECT.items() if k != "b256x8-45mb"}
+    assert readings.primary(fake_runs(no_45))["verdict"] == readings.NOT_RUN
+
+
+def test_the_holm_family_names_14_in_order_and_adjusts_over_those_that_ran():
+    runs = fake_runs({k: EFFECT[k] for k in ("micro-10mb", "b256x8-10mb", "micro-45mb")})
+    family = effects.family(runs)
+    assert len(family) == 14 and list(family["member"]) == list(range(1, 15))
+    assert list(family["name"][:3]) == ["P", "S1", "S2"]
+    assert family["name"].iloc[8] == "tied − untied_own, d = 512 × 8, 10 MB"
+    ran = family["status"].eq("run")
+    # S1 and the three cells of tied − untied that ran: micro 10, d = 256 x 8 10, micro 45
+    assert list(family.loc[ran, "member"]) == [2, 4, 5, 6]
+    assert family.loc[~ran, "status"].eq(effects.NOT_RUN).all()
+    assert family.loc[~ran, "p_holm"].isna().all()
+    adjusted = multipletests(family.loc[ran, "p"].to_numpy(), method="holm")[1]
+    assert family.loc[ran, "p_holm"].to_numpy() == pytest.approx(adjusted)
+    assert effects.family_size(family) == "14 named, 4 run"
+
+
+def test_an_arm_whose_clip_binds_on_more_than_a_tenth_of_its_steps_is_marked_not_replaced():
+    runs = fake_runs({"b256x8-10mb": EFFECT["b256x8-10mb"]})
+    tied = runs["tie"].eq(True)
+    runs.loc[tied, "clip_frac"] = [0.05, 0.15, 0.12, 0.14]  # mean 0.115: over the line
+    runs.loc[~tied, "clip_frac"] = [0.10, 0.10, 0.10, 0.10]  # at it: not over
+    cell = effects.cells(runs).iloc[0]
+    assert cell["marked"] == "tied"
+    assert cell["clip_first"] == pytest.approx(0.115) and cell["clip_second"] == pytest.approx(0.1)
+    assert cell["seed_diffs"] == pytest.approx(list(EFFECT["b256x8-10mb"].values()))
+    family = effects.family(runs).set_index("name")
+    assert family.loc["tied − untied, d = 256 × 8, 10 MB", "marked"] == "tied at d = 256 × 8, 10 MB"
+    assert family.loc["P", "marked"] == "tied at d = 256 × 8, 10 MB"  # P reads that cell too
+    assert family.loc["S1", "marked"] == ""
+
+
+def sign_runs(own_gain: float | None) -> pd.DataFrame:
+    """d = 512 x 8: tying pays 0.01 against untied; untied_own ``own_gain`` better than untied."""
+    rows = []
+    for seed, offset in SEED_OFFSET.items():
+        untied = BASE + offset
+        rows.append(fake_run("b512x8-10mb", "untied", seed, untied))
+        rows.append(fake_run("b512x8-10mb", "tied", seed, untied - 0.010 + 0.001 * seed))
+        if own_gain is not None:
+            own = untied - own_gain - 0.001 * (-1) ** seed
+            rows.append(fake_run("b512x8-10mb", "untied_own", seed, own))
+    return pd.DataFrame(rows)
+
+
+def test_tying_pays_at_512_only_if_it_beats_both_untied_arms():
+    said = {gain: readings.sign_verdict(effects.cells(sign_runs(gain))) for gain in (0.0, 0.01)}
+    assert said[0.0].startswith("d = 512 × 8, 10 MB: tying pays")
+    assert said[0.01].startswith(f"d = 512 × 8, 10 MB: {readings.SIGN_OPEN}")  # own: holds 0
+    alone = readings.sign_verdict(effects.cells(sign_runs(None)))
+    assert "tying pays" in alone and "untied_own not run" in alone
+
+
+def test_the_sign_table_sets_the_cell_beside_each_committed_line():
+    table = readings.sign_table(effects.cells(sign_runs(0.0)))
+    at_512 = table[table["point"].eq("d = 512 × 8, 10 MB")]
+    assert set(at_512["contrast"]) == {"tied − untied", "tied − untied_own"}
+    line = at_512[at_512["line"].eq("ρ alone") & at_512["contrast"].eq("tied − untied")].iloc[0]
+    assert line["predicted"] == 0.053 and not line["holds_prediction"]  # the cell lies below 0
+    assert table[table["point"].eq("d = 384 × 6, 10 MB")]["n_seeds"].eq(0).all()
+
+
+def test_the_figure_and_the_tables_draw_a_partial_study(tmp_path):
+    runs = fake_runs({"b256x8-10mb": EFFECT["b256x8-10mb"]})
+    fig = figures.fig_2x2(runs)
+    assert not fig.empty
+    files = save_figure(fig, tmp_path, "size_or_tokens_fig_2x2", ["png"])
+    assert [f.name for f in files] == ["size_or_tokens_fig_2x2.png"] and files[0].stat().st_size
+    caption = fig.caption_text.get_text()
+    assert "Not run yet: micro, 10 MB; micro, 45 MB; d = 256 × 8, 45 MB." in " ".join(
+        caption.split()
+    )
+    (md,) = tables.write_size_or_tokens_tables(tmp_path, runs)
+    text = md.read_text()
+    assert "14 named, 1 run" in text and f"Verdict: {readings.NOT_RUN}" in text
+
+
+def test_the_shipped_bundles_256x8_10mb_cell_has_one_pair_per_shipped_seed():
+    runs = load_results(SHIPPED).runs
+    at = runs[runs["model"].eq("body256x8") & runs["max_steps"].eq(1347)]
+    both = at.groupby("seed")["tie"].nunique()
+    cell = effects.cells(runs).set_index(["point", "contrast"])
+    assert cell.loc[("b256x8-10mb", "tied − untied"), "n_seeds"] == int((both == 2).sum()) > 0
+
+
+def test_the_shipped_10mb_cell_is_read_at_the_third_editions_chosen_lr():
+    runs = load_results(SHIPPED).runs
+    cell = (
+        effects.cells(runs).set_index(["point", "contrast"]).loc[("b256x8-10mb", "tied − untied")]
+    )
+    lrs = pieces.third_lr(effects.POINTS["b256x8-10mb"])  # its lr table (sign_flip's)
+    assert (cell["lr_first"], cell["lr_second"]) == (float(lrs["tied"]), float(lrs["untied"]))
