@@ -26,8 +26,13 @@ def choose_lr():
     """The rule as sign_flip chooses: its arms with an lr check (the ends' run at tied's lr)."""
     checked = ("tied", "untied")
     chosen = partial(rules.chosen_lr, arm=arm, arms=checked)
-    return types.SimpleNamespace(chosen_lr=chosen, CHECKED_ARMS=checked, POINT=rules.POINT,
-                                 MAX_CLIP_FRAC=rules.MAX_CLIP_FRAC, SEEDS=rules.SEEDS)  # fmt: skip
+    return types.SimpleNamespace(
+        chosen_lr=chosen,
+        CHECKED_ARMS=checked,
+        POINT=rules.POINT,
+        MAX_CLIP_FRAC=rules.MAX_CLIP_FRAC,
+        SEEDS=rules.SEEDS,
+    )
 
 
 def records() -> pd.DataFrame:

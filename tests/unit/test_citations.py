@@ -50,8 +50,27 @@ MARKDOWN = ["README.md", "docs/**/*.md", "experiments/**/*.md"]
 NOTEBOOKS = "notebooks/*.ipynb"
 PYTHON = "tiedvsuntied/**/*.py"
 FROZEN = {"HYPOTHESES.md", "PREDICTIONS.md"}
-SUFFIXES = {"py", "md", "yaml", "json", "jsonl", "toml", "ipynb", "sh", "tsv", "csv", "txt", "png",
-            "pdf", "npz", "npy", "pt", "gz", "parquet", "log"}  # fmt: skip
+SUFFIXES = {
+    "py",
+    "md",
+    "yaml",
+    "json",
+    "jsonl",
+    "toml",
+    "ipynb",
+    "sh",
+    "tsv",
+    "csv",
+    "txt",
+    "png",
+    "pdf",
+    "npz",
+    "npy",
+    "pt",
+    "gz",
+    "parquet",
+    "log",
+}
 # paths a frozen pre-registration cites that moved after its commit: cited -> where it is now
 MOVED = {"tests/test_coverage.py": "tests/unit/test_coverage.py"}
 # paths a documented command creates (docs/gpu.md: the GPU slots' bundles), none shipped yet;

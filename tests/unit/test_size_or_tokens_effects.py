@@ -35,15 +35,36 @@ def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
     p = effects.POINTS[point]
     shape = {k: v for k, v in presets("model")[p.model].items() if k != "name"}
     tie = arm in ("tied", "tie_untie")
-    return shape | {
-        "sweep": "size_or_tokens", "status": "finished", "replicate": 0, "seed": seed, "tie": tie,
-        "model": p.model, "vocab_size": p.vocab_size, "max_steps": p.steps,
-        "init_std": "inv_sqrt_d", "init_std_resolved_emb": 0.06, "init_std_resolved_head": 0.06,
-        "t5_rescale": False, "untie_step": 900 if arm == "tie_untie" else np.nan, "variant": "",
-        "lr": 5e-4, "emb_lr_mult": 4.0, "head_lr_mult": 1.0 if arm == "untied_own" else 4.0,
-        "final_val_loss": 4.9, "test_bpb": bpb, "clip_frac": 0.01, "rho": 0.25,
-        "rho_untied": 0.4, "tokens_per_param": 0.33 if tie else 0.26, "train_bytes": 1e7,
-    } | kw  # fmt: skip
+    return (
+        shape
+        | {
+            "sweep": "size_or_tokens",
+            "status": "finished",
+            "replicate": 0,
+            "seed": seed,
+            "tie": tie,
+            "model": p.model,
+            "vocab_size": p.vocab_size,
+            "max_steps": p.steps,
+            "init_std": "inv_sqrt_d",
+            "init_std_resolved_emb": 0.06,
+            "init_std_resolved_head": 0.06,
+            "t5_rescale": False,
+            "untie_step": 900 if arm == "tie_untie" else np.nan,
+            "variant": "",
+            "lr": 5e-4,
+            "emb_lr_mult": 4.0,
+            "head_lr_mult": 1.0 if arm == "untied_own" else 4.0,
+            "final_val_loss": 4.9,
+            "test_bpb": bpb,
+            "clip_frac": 0.01,
+            "rho": 0.25,
+            "rho_untied": 0.4,
+            "tokens_per_param": 0.33 if tie else 0.26,
+            "train_bytes": 1e7,
+        }
+        | kw
+    )
 
 
 def fake_runs(effect=EFFECT, seeds=(0, 1, 2, 3)) -> pd.DataFrame:

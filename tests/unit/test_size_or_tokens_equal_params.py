@@ -37,13 +37,28 @@ def fake_runs(cross_at: float = CROSS_AT) -> pd.DataFrame:
 def fake_run(vocab: int, tie: bool, seed: int, params: float, bpb: float) -> dict:
     body = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 256, "vocab_size": vocab}
     return body | {
-        "sweep": "sign_flip", "status": "finished", "replicate": 0, "seed": seed, "tie": tie,
-        "init_std": "inv_sqrt_d", "init_std_resolved_emb": 0.088, "init_std_resolved_head": 0.088,
-        "t5_rescale": False, "untie_step": np.nan, "variant": "", "lr": 1e-3, "emb_lr_mult": 4.0,
-        "head_lr_mult": np.nan, "max_steps": 1000, "train_bytes": 10_000_000.0,
-        "final_val_loss": 1.0, "params_total": params, "test_bpb": bpb, "rho": 0.5,
+        "sweep": "sign_flip",
+        "status": "finished",
+        "replicate": 0,
+        "seed": seed,
+        "tie": tie,
+        "init_std": "inv_sqrt_d",
+        "init_std_resolved_emb": 0.088,
+        "init_std_resolved_head": 0.088,
+        "t5_rescale": False,
+        "untie_step": np.nan,
+        "variant": "",
+        "lr": 1e-3,
+        "emb_lr_mult": 4.0,
+        "head_lr_mult": np.nan,
+        "max_steps": 1000,
+        "train_bytes": 10_000_000.0,
+        "final_val_loss": 1.0,
+        "params_total": params,
+        "test_bpb": bpb,
+        "rho": 0.5,
         "tokens_per_param": 1.0,
-    }  # fmt: skip
+    }
 
 
 def test_two_lines_crossing_at_a_known_parameter_count_give_that_crossover():

@@ -17,8 +17,11 @@ GENERIC = ["analysis", "figures", "train", "model", "data", "results"]
 
 def test_every_study_is_found_and_its_outputs_make_its_section_of_the_paper_in_order():
     studies = paper.discover()
-    assert studies == sorted(p.name for p in (PACKAGE / "studies").iterdir() if p.is_dir()
-                             and (p / "__init__.py").exists())  # fmt: skip
+    assert studies == sorted(
+        p.name
+        for p in (PACKAGE / "studies").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    )
     owners = {output.study for output in REGISTRY.values()} - {None}
     assert owners <= set(studies) and set(paper.SECTIONS) <= set(studies)
     order = [s.study for s in paper.sections()]

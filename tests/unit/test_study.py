@@ -60,8 +60,10 @@ def test_all_runs_the_lr_check_its_edges_the_seeds_and_the_clip_rule_point_by_po
     # have theirs; each arm's own multipliers last, where the cut left them
     at = steps.index(("lr", "v8192"))
     assert steps[at + len(edges) + 2 : at + len(edges) + 5] == [
-        ("mult2d", None), ("mult2d-edge", None), ("mult2d-edge", None)
-    ]  # fmt: skip
+        ("mult2d", None),
+        ("mult2d-edge", None),
+        ("mult2d-edge", None),
+    ]
     assert steps[steps.index(("clip", "v40960")) + 1] == ("floor", None)
     assert steps[-3:] == [("own", p) for p in pieces.OWN_POINTS]
     one = list(protocol.all_steps(SIGN_FLIP, "v2048"))
@@ -71,8 +73,9 @@ def test_all_runs_the_lr_check_its_edges_the_seeds_and_the_clip_rule_point_by_po
 def test_a_study_with_one_lr_check_runs_it_once_then_each_points_seeds():
     steps = [s for s in protocol.all_steps(BOOKS) if s[0] != "choose"]
     assert steps == [("lr", None), ("lr-edge", None), ("primary", None), ("grid", "nano")] + [
-        ("grid", "micro"), ("floor", None)
-    ]  # fmt: skip
+        ("grid", "micro"),
+        ("floor", None),
+    ]
 
 
 def test_print_all_is_each_steps_commands_once_in_alls_order(bundled):
@@ -134,8 +137,12 @@ def test_the_floor_runs_seed_0_again_at_two_threads_one_at_a_time():
 
 def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command(bundled):
     """Each job once, and the ends' arms last: HYPOTHESES.md cuts them before anything else."""
-    own = [c for p in pieces.OWN_POINTS for line in pieces.own(SIGN_FLIP, p, bundled)
-           for c in pieces.per_seed(line)]  # fmt: skip
+    own = [
+        c
+        for p in pieces.OWN_POINTS
+        for line in pieces.own(SIGN_FLIP, p, bundled)
+        for c in pieces.per_seed(line)
+    ]
     ends = [c for line in pieces.ends(SIGN_FLIP) for c in pieces.per_seed(line)]
     rest = pieces.rest(SIGN_FLIP, None, bundled)
     assert sorted(rest) == sorted(dict.fromkeys(own + ends)) and len(rest) == 28

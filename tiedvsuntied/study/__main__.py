@@ -91,8 +91,10 @@ def run_piece(study: Study, name: str, point: str | None, results: Path, quiet=F
     lines = with_results(protocol.commands(study, name, point, results), results)
     failed = protocol.run_commands(lines, piece.jobs, results / f"{study.name}.log")
     if failed:
-        raise SystemExit(f"{study.name} {name}: {failed} of {len(lines)} commands failed (see "
-                         f"{results / study.name}.log); run the piece again to resume")  # fmt: skip
+        raise SystemExit(
+            f"{study.name} {name}: {failed} of {len(lines)} commands failed (see "
+            f"{results / study.name}.log); run the piece again to resume"
+        )
 
 
 def run_all(study: Study, point: str | None, results: Path) -> None:
@@ -112,8 +114,9 @@ def printed(study: Study, args: list[str], results: Path) -> list[str]:
             study.at(point)
         lines = protocol.print_all(study, point, results)
     elif protocol.piece(study, name).report:
-        raise StudyError(f"'{name}' is a report, not commands: python -m tiedvsuntied.study "
-                         f"{study.name} {name}")  # fmt: skip
+        raise StudyError(
+            f"'{name}' is a report, not commands: python -m tiedvsuntied.study {study.name} {name}"
+        )
     else:
         lines = protocol.commands(study, name, point, results)
     return with_results(lines, results)

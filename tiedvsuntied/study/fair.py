@@ -56,8 +56,10 @@ def emb(args: argparse.Namespace, arm: str, std: str) -> str:
 
 def lines(args: argparse.Namespace) -> list[str]:
     cells = [tuple(c.split(":", 1)) for c in args.cells.split()]
-    run = [f"{args.base} seed={{seed}} +arm={a} init_std={s} optim.lr={{lr}}{emb(args, a, s)}"
-           for a, s in cells]  # fmt: skip
+    run = [
+        f"{args.base} seed={{seed}} +arm={a} init_std={s} optim.lr={{lr}}{emb(args, a, s)}"
+        for a, s in cells
+    ]
     if args.step == "lr":
         return [r.format(seed=0, lr=lr) for r in run for lr in args.grid.split(",")]
     rows = table(args).to_dict("records")

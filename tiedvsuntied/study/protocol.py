@@ -117,7 +117,7 @@ def clip(study: Study, point: str) -> list[str]:
             before=f"sweep={c.sweep}",
             after=c.overrides,
             **std(row),
-        )  # fmt: skip
+        )
         for row in rows.to_dict("records")
         for s in c.seeds
     ]

@@ -230,8 +230,21 @@ OWN = tuple(
         ("tied_own", "untied_own"),
     )
 )
-ENDS_COLUMNS = [*CELL, "contrast", "rho", "bpb_first", "bpb_second", "n_seeds", "diff", "low",
-                "high", "p", "p_holm", "precision", "seed_diffs"]  # fmt: skip
+ENDS_COLUMNS = [
+    *CELL,
+    "contrast",
+    "rho",
+    "bpb_first",
+    "bpb_second",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "p_holm",
+    "precision",
+    "seed_diffs",
+]
 
 
 def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) -> pd.DataFrame:
@@ -282,8 +295,22 @@ def ends_table(runs: pd.DataFrame) -> pd.DataFrame:
 # HYPOTHESES.md's primary contrast: per seed, the least-squares slope of tied − untied test bpb
 # on ln rho over the V-ladder's points (one body, V moved), at d^-0.5; the t-interval over the
 # seeds' slopes
-PRIMARY_COLUMNS = ["contrast", "init_std", "body", "points", "rho_low", "rho_high", "n_seeds",
-                   "diff", "low", "high", "p", "p_holm", "precision", "seed_diffs"]  # fmt: skip
+PRIMARY_COLUMNS = [
+    "contrast",
+    "init_std",
+    "body",
+    "points",
+    "rho_low",
+    "rho_high",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "p_holm",
+    "precision",
+    "seed_diffs",
+]
 
 
 def _on_ladder(both: pd.DataFrame, way: str, held: str, moved: str) -> pd.DataFrame:

@@ -158,8 +158,20 @@ def _against(f: Fit, cell: pd.DataFrame, on: str = "rho") -> dict:
 # ------------------------------------------------- exploratory: each ladder's own slope (not H5)
 # what a ladder's points may be read against: each pair's tied-model value, on a log axis
 AXES = {"rho": "ρ", "tokens_per_param": "tokens per parameter", "params_total": "parameters"}
-SLOPE_COLUMNS = ["axis", "ladder", "held", "points", "low_end", "high_end", "n_seeds", "diff",
-                 "low", "high", "p", "seed_diffs"]  # fmt: skip
+SLOPE_COLUMNS = [
+    "axis",
+    "ladder",
+    "held",
+    "points",
+    "low_end",
+    "high_end",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "seed_diffs",
+]
 
 
 def _ladders(runs: pd.DataFrame, on: str) -> dict[str, pd.DataFrame]:

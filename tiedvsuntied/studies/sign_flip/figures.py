@@ -52,8 +52,17 @@ LABEL_TEXT = {"fontsize": 6, "color": "#444444", "textcoords": "offset points", 
 LABEL_AT = {"V": ((7, 0), "left"), "body": ((-2, -11), "right"), "both": ((-6, 9), "right")}
 # the token axis's lines, one per point: Paul Tol's muted palette (colour-blind safe), each line
 # with its own marker too, so that any two read apart in greyscale
-LINE_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
-               "#882255", "#AA4499")  # fmt: skip
+LINE_COLORS = (
+    "#332288",
+    "#88CCEE",
+    "#44AA99",
+    "#117733",
+    "#999933",
+    "#DDCC77",
+    "#CC6677",
+    "#882255",
+    "#AA4499",
+)
 LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 sign_flip_figure = functools.partial(style.figure, mixed_data=True, needs=NEEDS, study=STUDY)
 
@@ -72,8 +81,14 @@ def _points(ax, cells: pd.DataFrame, x: str = "rho") -> None:
         yerr = np.vstack([group["diff"] - group["low"], group["high"] - group["diff"]])
         kw = {"ls": "none", "marker": marker, "color": color, "ms": 5}
         kw |= {"mec": GPU_EDGE, "mew": 1.2} if gpu else {}
-        ax.errorbar(group[x][has], group["diff"][has], yerr=yerr[:, has.to_numpy()],
-                    capsize=2, label=label, **kw)  # fmt: skip
+        ax.errorbar(
+            group[x][has],
+            group["diff"][has],
+            yerr=yerr[:, has.to_numpy()],
+            capsize=2,
+            label=label,
+            **kw,
+        )
         ax.plot(group[x][~has], group["diff"][~has], mfc="white", **kw)  # one seed: no bar
     for row in cells.itertuples():  # what each point is, beside it
         at, ha = LABEL_AT.get(row.way, LABEL_AT["V"])
@@ -335,8 +350,9 @@ def fig_tokens(runs: pd.DataFrame, history: pd.DataFrame):
             look |= {"ls": "--" if ways.get(key) == "body" else "-", "ms": 3}
             ax.plot(line["bytes"], line["mean"], lw=1, label=label, **look)
             band = line[line["n"] >= style.MIN_BAND_SEEDS]
-            ax.fill_between(band["bytes"], band["low"], band["high"], color=look["color"],
-                            alpha=0.1, lw=0)  # fmt: skip
+            ax.fill_between(
+                band["bytes"], band["low"], band["high"], color=look["color"], alpha=0.1, lw=0
+            )
         if decay:
             ax.axvspan(decay[1], axis["bytes"].max(), color=style.REF_COLOR, alpha=0.15, lw=0)
             where = {"transform": ax.get_xaxis_transform(), "ha": "left", "va": "top"}

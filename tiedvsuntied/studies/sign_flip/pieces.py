@@ -76,13 +76,28 @@ def mult2d(study: Study, point=None, results=None) -> list[str]:
     tied = need(lr_of(study, MULT_POINT, "tied"), MULT_POINT)
     run = {"before": MULT2D}
     return [
-        protocol.command(study, MULT_POINT, "untied", untied, "seed=0",
-                         after="optim.emb_lr_mult=1,16 optim.head_lr_mult=1,4,16", **run),
-        protocol.command(study, MULT_POINT, "untied", untied, "seed=0",
-                         after="optim.emb_lr_mult=4 optim.head_lr_mult=1,16", **run),
-        protocol.command(study, MULT_POINT, "tied", tied, "seed=0",
-                         after="optim.tied_lr_mult=1,16", **run),
-    ]  # fmt: skip
+        protocol.command(
+            study,
+            MULT_POINT,
+            "untied",
+            untied,
+            "seed=0",
+            after="optim.emb_lr_mult=1,16 optim.head_lr_mult=1,4,16",
+            **run,
+        ),
+        protocol.command(
+            study,
+            MULT_POINT,
+            "untied",
+            untied,
+            "seed=0",
+            after="optim.emb_lr_mult=4 optim.head_lr_mult=1,16",
+            **run,
+        ),
+        protocol.command(
+            study, MULT_POINT, "tied", tied, "seed=0", after="optim.tied_lr_mult=1,16", **run
+        ),
+    ]
 
 
 def mult2d_edge(study: Study, point=None, results: Path | None = None) -> list[str]:
@@ -96,7 +111,7 @@ def mult2d_edge(study: Study, point=None, results: Path | None = None) -> list[s
             "seed=0",
             before=MULT2D,
             after=mults(name, emb, head),
-        )  # fmt: skip
+        )
         for name, rule in rules(study, results).items()
         for emb, head in rule["run_next"]
     ]
@@ -170,8 +185,10 @@ _LOADED: dict[tuple, pd.DataFrame] = {}
 def runs_of(sweeps: tuple[Path, ...]) -> pd.DataFrame:
     """The sweeps' runs table, loaded once per process while no run's summary changes (a piece
     and ``print all`` read the grid several times; loading it reads every run's history)."""
-    key = tuple((s, *sorted((p.parent.name, p.stat().st_mtime_ns)
-                            for p in s.glob("*/summary.json"))) for s in sweeps)  # fmt: skip
+    key = tuple(
+        (s, *sorted((p.parent.name, p.stat().st_mtime_ns) for p in s.glob("*/summary.json")))
+        for s in sweeps
+    )
     if key not in _LOADED:
         _LOADED.clear()
         _LOADED[key] = load_results(*sweeps).runs
@@ -186,15 +203,19 @@ def mult2d_table(study: Study, point=None, results: Path | None = None) -> list[
     for name, (table, rule) in found.items():
         lines.append(f"{name}, seed 0: validation bpb, emb x head mult")
         lines.append(table.round(4).to_string())
-        lines.append(", ".join(
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rule.items()
-        ))  # fmt: skip
+        lines.append(
+            ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rule.items()
+            )
+        )
     if found:
         out = pd.concat(
-            t.stack(future_stack=True).rename("val_bpb").reset_index()
+            t.stack(future_stack=True)
+            .rename("val_bpb")
+            .reset_index()
             .assign(arm=name, ahead_of_shared=lambda d, t=t: t.loc[SHARED] - d["val_bpb"])
             for name, (t, _) in found.items()
-        )  # fmt: skip
+        )
         out.to_csv(study.home / "mult2d.tsv", sep="\t", index=False)
         lines.append(f"written: {study.home / 'mult2d.tsv'}")
     return lines

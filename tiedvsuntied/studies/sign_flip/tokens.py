@@ -57,8 +57,20 @@ def _over_seeds(paired: pd.DataFrame, x: list[str]) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- H6
-GAP_COLUMNS = [*CELL, "rho", "step_from", "step_to", "gap_from", "gap_to", "n_seeds", "diff",
-               "low", "high", "p", "seed_diffs"]  # fmt: skip
+GAP_COLUMNS = [
+    *CELL,
+    "rho",
+    "step_from",
+    "step_to",
+    "gap_from",
+    "gap_to",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "seed_diffs",
+]
 H6_BETWEEN = (0.5, 1.0)  # HYPOTHESES.md's H6: from the middle of training to its end
 # exploratory: inside the WSD schedule's stable phase (it decays over the last 20% of steps), one
 # lr while the tokens seen double, so the schedule's decay does not stand in for the tokens

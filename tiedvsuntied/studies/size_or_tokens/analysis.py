@@ -42,8 +42,9 @@ def _ladder_of(cells: pd.DataFrame) -> pd.Series:
     by_v = cells.groupby(body)["vocab_size"].transform("nunique") > 1
     by_body = cells.groupby(["sweep", "budget_mb", "vocab_size"])["n_embd"].transform("size") > 1
     ways = {(True, False): "V", (False, True): "body", (True, True): "both"}
-    return pd.Series([ways.get((v, b), "alone") for v, b in zip(by_v, by_body, strict=True)],
-                     index=cells.index)  # fmt: skip
+    return pd.Series(
+        [ways.get((v, b), "alone") for v, b in zip(by_v, by_body, strict=True)], index=cells.index
+    )
 
 
 def chosen(runs: pd.DataFrame, sweeps=SWEEPS, arms=ARMS) -> pd.DataFrame:
@@ -120,8 +121,12 @@ def cross(tied, untied, span: tuple[float, float]) -> dict:
     var = sum(float(f.get_prediction(at).se_mean[0]) ** 2 for f in (tied, untied))
     half = scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, min(tied.df_resid, untied.df_resid))
     half *= np.sqrt(var) / abs(b_t - b_u)
-    return out | {"params": np.exp(x), "low": np.exp(x - half), "high": np.exp(x + half),
-                  "note": f"in range {lo:,.3g}–{hi:,.3g}"}  # fmt: skip
+    return out | {
+        "params": np.exp(x),
+        "low": np.exp(x - half),
+        "high": np.exp(x + half),
+        "note": f"in range {lo:,.3g}–{hi:,.3g}",
+    }
 
 
 def crossovers(runs: pd.DataFrame) -> pd.DataFrame:

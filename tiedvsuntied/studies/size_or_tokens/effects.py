@@ -81,10 +81,29 @@ def seed_diffs(done: pd.DataFrame, point: str, first: str, second: str) -> pd.Se
 
 
 # ----------------------------------------------------------------------------- the cells
-CELL_COLUMNS = ["point", "body", "budget", "max_steps", "contrast", "n_seeds", "diff", "low",
-                "high", "p", "rho", "rho_untied", "tokens_per_param", "bpb_first", "bpb_second",
-                "lr_first", "lr_second", "clip_first", "clip_second", "marked",
-                "seed_diffs"]  # fmt: skip
+CELL_COLUMNS = [
+    "point",
+    "body",
+    "budget",
+    "max_steps",
+    "contrast",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "p",
+    "rho",
+    "rho_untied",
+    "tokens_per_param",
+    "bpb_first",
+    "bpb_second",
+    "lr_first",
+    "lr_second",
+    "clip_first",
+    "clip_second",
+    "marked",
+    "seed_diffs",
+]
 
 
 def clip(done: pd.DataFrame, point: str, arm: str) -> float:
@@ -156,19 +175,36 @@ def _tie(point: str) -> tuple[str, str, str]:
 
 # HYPOTHESES.md, "Intervals and multiplicity: the Holm family": exactly these 14, in its order
 FAMILY = (
-    Member("P", "primary: d = 256 × 8, 45 MB − 10 MB, of tied − untied",
-           _tie("b256x8-45mb"), _tie("b256x8-10mb")),
+    Member(
+        "P",
+        "primary: d = 256 × 8, 45 MB − 10 MB, of tied − untied",
+        _tie("b256x8-45mb"),
+        _tie("b256x8-10mb"),
+    ),
     Member("S1", "micro, 45 MB − 10 MB, of tied − untied", _tie("micro-45mb"), _tie("micro-10mb")),
-    Member("S2", "d = 256 × 8 at 45 MB − micro at 10 MB, of tied − untied",
-           _tie("b256x8-45mb"), _tie("micro-10mb")),
-    *(Member(f"{a} − {b}, {label(p)}", "", (p, a, b)) for p, a, b in (
-        ("micro-10mb", *TIE_COST), ("b256x8-10mb", *TIE_COST), ("micro-45mb", *TIE_COST),
-        ("b256x8-45mb", *TIE_COST), ("b512x8-10mb", *TIE_COST),
-        ("b512x8-10mb", "tied", "untied_own"), ("b384x6-10mb", *TIE_COST),
-        ("b256x8-45mb", "tie_untie", "untied"), ("b256x8-45mb", "tie_untie", "tied"),
-        ("b512x8-10mb", "tie_untie", "untied"), ("b512x8-10mb", "tie_untie", "tied"),
-    )),
-)  # fmt: skip
+    Member(
+        "S2",
+        "d = 256 × 8 at 45 MB − micro at 10 MB, of tied − untied",
+        _tie("b256x8-45mb"),
+        _tie("micro-10mb"),
+    ),
+    *(
+        Member(f"{a} − {b}, {label(p)}", "", (p, a, b))
+        for p, a, b in (
+            ("micro-10mb", *TIE_COST),
+            ("b256x8-10mb", *TIE_COST),
+            ("micro-45mb", *TIE_COST),
+            ("b256x8-45mb", *TIE_COST),
+            ("b512x8-10mb", *TIE_COST),
+            ("b512x8-10mb", "tied", "untied_own"),
+            ("b384x6-10mb", *TIE_COST),
+            ("b256x8-45mb", "tie_untie", "untied"),
+            ("b256x8-45mb", "tie_untie", "tied"),
+            ("b512x8-10mb", "tie_untie", "untied"),
+            ("b512x8-10mb", "tie_untie", "tied"),
+        )
+    ),
+)
 NOT_RUN = "not run"
 FAMILY_COLUMNS = ["member", "name", "definition", "status", "n_seeds", "diff", "low", "high", "p"]
 FAMILY_COLUMNS += ["p_holm", "marked", "seed_diffs"]

@@ -69,8 +69,14 @@ def _points(ax, rows: pd.DataFrame) -> None:
         ax.plot(group["params"], group["bpb"], **kw)
         for row in group.itertuples():
             at, ha = LABEL_AT["untied" if row.params == rows["params"].min() else name]
-            ax.annotate(_label(row), (row.params, row.bpb), xytext=at, ha=ha,
-                        color=ARM_STYLE[name]["color"], **LABEL_TEXT)  # fmt: skip
+            ax.annotate(
+                _label(row),
+                (row.params, row.bpb),
+                xytext=at,
+                ha=ha,
+                color=ARM_STYLE[name]["color"],
+                **LABEL_TEXT,
+            )
 
 
 def _matches(ax, rows: pd.DataFrame, matches: pd.DataFrame) -> None:
@@ -107,7 +113,7 @@ def _handles() -> list:
             color=ARM_STYLE[a]["color"],
             ls=ARM_STYLE[a]["ls"],
             lw=LADDER_WIDTH[w],
-        )  # fmt: skip
+        )
         for a in analysis.ARMS
         for w in ("V", "body")
     ]
@@ -126,8 +132,10 @@ def _cross_words(cross: pd.DataFrame, budget: int) -> str:
             said = "none in range" if row.note.startswith("none") else "no fit"
         else:
             lower = "tied" if row.tied_lower_above else "untied"
-            said = (f"{_millions(row.params)} [{_millions(row.low)}, {_millions(row.high)}],"
-                    f" {lower}'s line lower above")  # fmt: skip
+            said = (
+                f"{_millions(row.params)} [{_millions(row.low)}, {_millions(row.high)}],"
+                f" {lower}'s line lower above"
+            )
         words.append(f"{LADDER_NAME[row.ladder]}: {said}")
     return "where the lines cross:\n" + "\n".join(words)
 
@@ -233,9 +241,16 @@ def _readings(ax, point: str, x: float) -> None:
         if reading.size != reading.tokens:
             ha = "right" if name == "size reading" else "left"
             at = spans[name][0] if name == "size reading" else spans[name][1]
-            ax.annotate(name.split()[0], (at, value), xytext=(-2 if ha == "right" else 2, 0),
-                        textcoords="offset points", ha=ha, va="center", fontsize=6,
-                        color=READING_STYLE[name]["color"])  # fmt: skip
+            ax.annotate(
+                name.split()[0],
+                (at, value),
+                xytext=(-2 if ha == "right" else 2, 0),
+                textcoords="offset points",
+                ha=ha,
+                va="center",
+                fontsize=6,
+                color=READING_STYLE[name]["color"],
+            )
 
 
 def _measured(ax, point: str, x: float, cells: pd.DataFrame) -> None:
@@ -246,8 +261,13 @@ def _measured(ax, point: str, x: float, cells: pd.DataFrame) -> None:
     reading = readings.PREDICTIONS[point]
     lowest = min(reading.size, reading.tokens, *here["low"].dropna(), *here["diff"].dropna())
     name = effects.label(point) + ("\nnot run" if here.empty else "")
-    ax.annotate(name, (x, lowest), xytext=(0, -5), textcoords="offset points",
-                **NAME_TEXT | {"color": color})  # fmt: skip
+    ax.annotate(
+        name,
+        (x, lowest),
+        xytext=(0, -5),
+        textcoords="offset points",
+        **NAME_TEXT | {"color": color},
+    )
     if here.empty:
         return
     cell = here.iloc[0]
@@ -306,8 +326,9 @@ def fig_2x2(runs: pd.DataFrame):
             pd.notna(primary["s_low"])
         )
         said = f"P = {primary['diff']:+.4f}, s = {primary['s']:.2f}{s_range}: {said}"
-    ax.set_title(f"Size or tokens per parameter? The 2 × 2 at V = 8,192\nprimary: {said}",
-                 fontsize=8)  # fmt: skip
+    ax.set_title(
+        f"Size or tokens per parameter? The 2 × 2 at V = 8,192\nprimary: {said}", fontsize=8
+    )
     style.legend(fig, _two_by_two_handles(), 4)
     done = effects.chosen(runs)
     fig.drawn = done[done["point"].isin(effects.TWO_BY_TWO) & done["arm"].isin(effects.TIE_COST)]

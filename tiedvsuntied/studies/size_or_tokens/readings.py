@@ -87,8 +87,12 @@ class Line(NamedTuple):
 
 # HYPOTHESES.md's H3 table, from experiments/sign_flip/PREDICTIONS.md ("The GPU's bodies",
 # `held_out.py experiments/sign_flip/results --model body512x8`, commit 9fd1506's bundle)
-LINES = ("ρ alone", "body ladder's line on size", "V-ladder's line on tokens/param",
-         "V-ladder's line on parameters")  # fmt: skip
+LINES = (
+    "ρ alone",
+    "body ladder's line on size",
+    "V-ladder's line on tokens/param",
+    "V-ladder's line on parameters",
+)
 SIGN_PREDICTIONS = {
     "b384x6-10mb": tuple(
         Line(name, *v)
@@ -102,7 +106,7 @@ SIGN_PREDICTIONS = {
             ],
             strict=True,
         )
-    ),  # fmt: skip
+    ),
     "b512x8-10mb": tuple(
         Line(name, *v)
         for name, v in zip(
@@ -115,10 +119,22 @@ SIGN_PREDICTIONS = {
             ],
             strict=True,
         )
-    ),  # fmt: skip
+    ),
 }
-SIGN_COLUMNS = ["point", "contrast", "n_seeds", "diff", "low", "high", "line", "predicted",
-                "predicted_low", "predicted_high", "holds_prediction", "marked"]  # fmt: skip
+SIGN_COLUMNS = [
+    "point",
+    "contrast",
+    "n_seeds",
+    "diff",
+    "low",
+    "high",
+    "line",
+    "predicted",
+    "predicted_low",
+    "predicted_high",
+    "holds_prediction",
+    "marked",
+]
 
 
 def sign_of(low: float, high: float) -> str:
@@ -143,14 +159,20 @@ def sign_table(cells: pd.DataFrame) -> pd.DataFrame:
             for line in lines:
                 rows.append(
                     {
-                        "point": effects.label(point), "contrast": cell["contrast"],
-                        "n_seeds": cell.get("n_seeds", 0), "diff": cell.get("diff", np.nan),
-                        "low": low, "high": high, "line": line.line, "predicted": line.value,
-                        "predicted_low": line.low, "predicted_high": line.high,
+                        "point": effects.label(point),
+                        "contrast": cell["contrast"],
+                        "n_seeds": cell.get("n_seeds", 0),
+                        "diff": cell.get("diff", np.nan),
+                        "low": low,
+                        "high": high,
+                        "line": line.line,
+                        "predicted": line.value,
+                        "predicted_low": line.low,
+                        "predicted_high": line.high,
                         "holds_prediction": low <= line.value <= high if pd.notna(high) else None,
                         "marked": cell.get("marked", ""),
                     }
-                )  # fmt: skip
+                )
     return pd.DataFrame(rows, columns=SIGN_COLUMNS)
 
 
@@ -162,8 +184,10 @@ def sign_verdict(cells: pd.DataFrame, point: str = "b512x8-10mb") -> str:
     below 0 (HYPOTHESES.md), costs if both lie above, else SIGN_OPEN; without untied_own (cut),
     tied − untied alone, said beside it."""
     here = cells[cells["point"].eq(point)].set_index("contrast")
-    against = {a: here.loc[f"tied − {a}"] if f"tied − {a}" in here.index else None
-               for a in ("untied", "untied_own")}  # fmt: skip
+    against = {
+        a: here.loc[f"tied − {a}"] if f"tied − {a}" in here.index else None
+        for a in ("untied", "untied_own")
+    }
     if against["untied"] is None:
         return f"{effects.label(point)}: {NOT_RUN}"
     signs = {a: sign_of(c["low"], c["high"]) for a, c in against.items() if c is not None}

@@ -76,15 +76,18 @@ def two_by_two(cells: pd.DataFrame, family: pd.DataFrame) -> pd.DataFrame:
             got, what, per_param = family.set_index("name").loc[name], name, np.nan
         rows.append(
             {
-                "cell or contrast": what, "tokens_per_param": per_param,
-                "n_seeds": got.get("n_seeds", 0), "diff": got.get("diff", np.nan),
-                "low": got.get("low", np.nan), "high": got.get("high", np.nan),
+                "cell or contrast": what,
+                "tokens_per_param": per_param,
+                "n_seeds": got.get("n_seeds", 0),
+                "diff": got.get("diff", np.nan),
+                "low": got.get("low", np.nan),
+                "high": got.get("high", np.nan),
                 "size reading": signed(reading.size),
                 "tokens reading": signed(reading.tokens)
                 + (f" ({signed(reading.tokens_v)})" if reading.tokens_v else ""),
                 "marked": got.get("marked", ""),
             }
-        )  # fmt: skip
+        )
     return pd.DataFrame(rows)
 
 
