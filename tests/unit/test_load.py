@@ -254,3 +254,24 @@ def test_wandb_without_credentials_fails_clearly(tmp_path, monkeypatch):
         match=r"cannot read W&B project 'someone/proj'.*load_results",
     ):
         load_wandb("someone/proj")
+
+
+def test_a_bundle_is_read_once_while_its_files_stay_and_again_once_one_changes(
+    tmp_path, fake_sweep
+):
+    """A bundle's runs are kept in memory after the first read (notebooks and --paper read one
+    bundle for several sections); the same tables come back, and a run whose file changed is
+    read anew, the manifest's note with it."""
+    from tiedvsuntied.bundle import write_bundle
+
+    write_bundle([fake_sweep], tmp_path / "bundle", arrays=False)
+    first, again = (load_results(tmp_path / "bundle") for _ in range(2))
+    assert again.runs.equals(first.runs) and again.history.equals(first.history)
+    assert again.notes == first.notes
+    run = first.runs[first.runs["status"].eq("finished")].iloc[0]
+    summary = tmp_path / "bundle" / run["run_id"] / "summary.json"
+    changed = json.loads(summary.read_text()) | {"final_val_loss": 123.0}
+    summary.write_text(json.dumps(changed))
+    after = load_results(tmp_path / "bundle")
+    assert after.runs.set_index("run_id").loc[run["run_id"], "final_val_loss"] == 123.0
+    assert any("differ from the bundle's manifest" in note for note in after.notes)

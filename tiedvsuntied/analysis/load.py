@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,7 +166,40 @@ def _sweep_runs(sweep: Path) -> list[tuple[Path, records.IndexEntry | None]]:
 def _load_run_dir(
     run_dir: Path, entry: records.IndexEntry | None, notes: list[str]
 ) -> tuple[dict, dict, pd.DataFrame]:
-    """(runs-table row, config, history) of one run directory."""
+    """(runs-table row, config, history) of one run directory. A bundle's runs (BUNDLE.json
+    beside them: written once, never resumed) are read once per process while their files stay
+    as they were: notebooks and ``--paper`` read the third edition's bundle for several
+    sections, and a file that changes (its size or mtime) is read again."""
+    if not (run_dir.parent / bundles.MANIFEST).is_file():
+        return _read_run_dir(run_dir, entry, notes)
+    name, status = (entry.name, entry.status) if entry else (None, None)
+    row, config, history, said = _bundled_run(run_dir, _stamp(run_dir), name, status)
+    notes.extend(said)
+    return dict(row), config, history  # the row gets its variant (_assemble): a copy
+
+
+def _stamp(run_dir: Path) -> tuple:
+    """What says a run directory's files are the ones read before: each file's name, size and
+    mtime."""
+    if not run_dir.is_dir():
+        return ()
+    return tuple(
+        sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(run_dir))
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _bundled_run(run_dir: Path, stamp: tuple, name, status) -> tuple:
+    """:func:`_read_run_dir` of a bundled run at ``stamp``, with the notes it made."""
+    said: list[str] = []
+    entry = records.IndexEntry(name, status, run_dir.name) if status is not None else None
+    return (*_read_run_dir(run_dir, entry, said), tuple(said))
+
+
+def _read_run_dir(
+    run_dir: Path, entry: records.IndexEntry | None, notes: list[str]
+) -> tuple[dict, dict, pd.DataFrame]:
+    """(runs-table row, config, history) read from one run directory's files."""
     summary, config = records.read_summary(run_dir), records.read_config(run_dir)
     metrics = run_dir / "metrics.jsonl"
     if summary:  # the status every tool reports (a killed run is not running)
