@@ -76,10 +76,12 @@ def grid(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.merge(chosen, on=[*keys, "setting"])
 
 
-def pairs(runs: pd.DataFrame, arms: tuple[str, str] = ("tied", "untied")) -> pd.DataFrame:
+def pairs(
+    runs: pd.DataFrame, arms: tuple[str, str] = ("tied", "untied"), chosen=None
+) -> pd.DataFrame:
     """Tied and untied runs of :func:`grid` (or ``arms``' two) matched on (cell, seed),
-    suffixed _t and _u."""
-    chosen = grid(runs)
+    suffixed _t and _u (``chosen``: ``grid(runs)``, where the caller has made it)."""
+    chosen = grid(runs) if chosen is None else chosen
     tied, untied = (chosen[chosen["arm"] == a] for a in arms)
     both = match(tied, untied, [*CELL, "seed"])
     return both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"], log_rho=np.log(both["rho_t"]))
@@ -194,11 +196,12 @@ class Effects(NamedTuple):
 def effect_tables(runs: pd.DataFrame) -> Effects:
     """:func:`effect_table`, :func:`ends_table` and :func:`primary_table`, made together: their
     p_holm is one family (HYPOTHESES.md's intervals)."""
-    both = pairs(runs).rename(columns={"way_t": "way"})
+    chosen = grid(runs)  # once: every part reads the same runs at their chosen settings
+    both = pairs(runs, chosen=chosen).rename(columns={"way_t": "way"})
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
-    ends, own = _contrasts(runs, ENDS), _contrasts(runs, OWN)
-    moved = [pairs(runs, arms[:2]).rename(columns={"way_t": "way"}) for arms in OWN]
+    ends, own = _contrasts(chosen, ENDS), _contrasts(chosen, OWN)
+    moved = [pairs(runs, arms[:2], chosen).rename(columns={"way_t": "way"}) for arms in OWN]
     # infer_objects: an empty part (no arm moved yet) would leave the numbers as objects
     primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True).infer_objects()
     parts = (table, ends, own, primary)
@@ -247,10 +250,10 @@ ENDS_COLUMNS = [
 ]
 
 
-def _contrasts(runs: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) -> pd.DataFrame:
-    """Each contrast (ENDS, OWN) per cell of its init std where both arms ran: paired by seed,
-    t over seeds."""
-    chosen, rows = grid(runs), []
+def _contrasts(chosen: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) -> pd.DataFrame:
+    """Each contrast (ENDS, OWN) per cell of its init std where both arms ran (``chosen``: the
+    runs' :func:`grid`): paired by seed, t over seeds."""
+    rows = []
     for first, second, std in contrasts:
         at = chosen[chosen["init_std"] == std]
         both = match(*(at[at["arm"] == a] for a in (first, second)), [*CELL, "seed"])
