@@ -29,6 +29,7 @@ maps_figure = functools.partial(
     style.figure, mixed_data=True, needs=(analysis.has_cells, analysis.NOT_LADDER), study=STUDY
 )
 TIE_COST = " − ".join(effects.TIE_COST)  # the contrast both figures draw
+CELLS = [*effects.CELL_COLUMNS, "nudge", "side"]
 PRIMARY_INIT = sign_flip.PRIMARY_INIT  # both editions' tied/untied cells are d^-0.5's
 CORPUS = (
     "211 Project Gutenberg books held out by author (each seed its own books and its own BPE), "
@@ -78,22 +79,29 @@ def planned_rho(point: str) -> float:
     return count["embedding"] / (count["embedding"] + count["non_embedding"])
 
 
+def editions(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The third edition's runs (its sweeps') and this edition's: each part reads its own (the
+    same numbers as from all, sooner)."""
+    sweep = runs["sweep"].astype(str)
+    return runs[sweep.str.startswith(sign_flip.SWEEP)], runs[sweep.eq(effects.SWEEP)]
+
+
 def new_cells(runs: pd.DataFrame, budgets: tuple[str, ...], places: dict) -> pd.DataFrame:
-    """This edition's tied − untied cells at ``budgets`` (:func:`effects.cells`: n, mean and the
-    t-interval over the seeds' paired differences, rho, tokens per parameter), with ``nudge``,
-    the factor on x each is drawn at, and ``side``, its name's (``places``: MAP_AT, TOKENS_AT;
-    a cell not there at its own x, named under its interval)."""
-    cells = effects.cells(runs)
+    """The tied − untied cells of this edition's ``runs`` at ``budgets`` (:func:`effects.cells`:
+    n, mean and the t-interval over the seeds' paired differences, rho, tokens per parameter),
+    with ``nudge``, the factor on x each is drawn at, and ``side``, its name's (``places``:
+    MAP_AT, TOKENS_AT; a cell not there at its own x, named under its interval)."""
+    cells = effects.cells(runs) if len(runs) else pd.DataFrame(columns=CELLS)
     cells = cells[cells["contrast"].eq(TIE_COST) & cells["budget"].isin(budgets)]
     nudge = [places.get(p, (1.0, "under"))[0] for p in cells["point"]]
     side = [places.get(p, (1.0, "under"))[1] for p in cells["point"]]
-    return cells.assign(nudge=pd.Series(nudge, index=cells.index, dtype=float), side=side)
+    return cells.assign(nudge=pd.Series(nudge, index=cells.index, dtype=float), side=side)[CELLS]
 
 
 def third_cells(runs: pd.DataFrame) -> tuple[sign_flip.Effects | None, pd.DataFrame]:
     """The third edition's effect tables and its d^-0.5 cells (None and no cells without its
     runs)."""
-    if not sign_flip.is_sign_flip(runs):
+    if runs.empty:
         return None, pd.DataFrame(columns=sign_flip.EFFECT_COLUMNS)
     third = sign_flip.effect_tables(runs)
     return third, third.cells[third.cells["init_std"].eq(PRIMARY_INIT)]
@@ -160,14 +168,17 @@ def _prediction_words() -> str:
     )
 
 
-def _drawn(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+def _drawn(third: pd.DataFrame, runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """The runs drawn: the third edition's at d^-0.5 at each arm's chosen setting, and this
     edition's tied and untied runs of ``cells``."""
-    third = sign_flip.grid(runs) if sign_flip.is_sign_flip(runs) else pd.DataFrame()
-    third = third[third["init_std"].eq(PRIMARY_INIT)] if len(third) else third
-    done = effects.chosen(runs)
-    done = done[done["point"].isin(cells["point"]) & done["arm"].isin(effects.TIE_COST)]
-    return pd.concat([third, done], ignore_index=True)
+    parts = []
+    if len(third):
+        third = sign_flip.grid(third)
+        parts.append(third[third["init_std"].eq(PRIMARY_INIT)])
+    if len(runs):
+        done = effects.chosen(runs)
+        parts.append(done[done["point"].isin(cells["point"]) & done["arm"].isin(effects.TIE_COST)])
+    return pd.concat(parts, ignore_index=True)
 
 
 def _n(third: pd.DataFrame, new: pd.DataFrame) -> str:
@@ -210,14 +221,15 @@ def fig_map(runs: pd.DataFrame):
     sign_flip's own code) with this edition's 10 MB cells at their rho (orange hexagons, mean and
     t-interval, named with n; the re-runs a little left of their twins) and ticks at the sign
     test's committed predictions; the 45 MB cells are not drawn (another budget)."""
-    third, table = third_cells(runs)
+    before, runs = editions(runs)
+    third, table = third_cells(before)
     new = new_cells(runs, ("10 MB",), MAP_AT)
     fig, axes = style.new_figure(1, 1, 4.2, width=7.0)
     ax = axes[0][0]
     said = ""
     if third is not None:
-        fitted = sign_flip_curve.fits(runs)
-        said = "\n" + sign_flip_figures.map_panel(ax, runs, third, fitted, PRIMARY_INIT)
+        fitted = sign_flip_curve.fits(before)
+        said = "\n" + sign_flip_figures.map_panel(ax, before, third, fitted, PRIMARY_INIT)
     else:
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
     _new_points(ax, new, "rho")
@@ -230,7 +242,7 @@ def fig_map(runs: pd.DataFrame):
     title = f"{style.init_label(PRIMARY_INIT)}: the third edition's map, the fourth's 10 MB cells"
     ax.set_title(title + said, fontsize=7)
     style.legend(fig, None, 2)
-    fig.drawn, fig.n = _drawn(runs, new), _n(table, new)
+    fig.drawn, fig.n = _drawn(before, runs, new), _n(table, new)
     fig.captions += [
         f"{sign_flip_figures.SIGN}. {CORPUS}. Third edition (10 MB, markers by how ρ moved, "
         "precision auto): its cells and lines as in sign_flip_fig1_map (solid, with its band: the "
@@ -276,7 +288,8 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     tokens per parameter (log x): the third edition's as its sign_flip_fig3 draws them, with
     each ladder's own line, dotted beyond its points; this edition's at 10 MB (filled orange
     hexagons) and at 45 MB (open black hexagons: another budget), named with n."""
-    third, table = third_cells(runs)
+    before, runs = editions(runs)
+    third, table = third_cells(before)
     new = new_cells(runs, ("10 MB", "45 MB"), TOKENS_AT)
     fig, axes = style.new_figure(1, 1, 3.4, width=7.0)
     ax = axes[0][0]
@@ -286,8 +299,8 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     ]
     xs = [*table["tokens_per_param"], *(new["tokens_per_param"] * new["nudge"]), *planned]
     if third is not None:
-        sign_flip_figures.tokens_panel(ax, runs, table)
-        _extended(ax, runs, (min(xs), max(xs)))
+        sign_flip_figures.tokens_panel(ax, before, table)
+        _extended(ax, before, (min(xs), max(xs)))
     else:
         ax.axhline(0, color=style.REF_COLOR, lw=0.8)
     _new_points(ax, new, "tokens_per_param")
@@ -299,7 +312,7 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     ax.set_ylabel(sign_flip_figures.Y_LABEL)
     ax.set_title(f"{style.init_label(PRIMARY_INIT)}, both editions, exploratory", fontsize=7)
     style.legend(fig, None, 2)
-    fig.drawn, fig.n = _drawn(runs, new), _n(table, new)
+    fig.drawn, fig.n = _drawn(before, runs, new), _n(table, new)
     fig.captions += [
         f"{sign_flip_figures.SIGN}. {CORPUS}. Exploratory, not in either edition's Holm family: "
         f"each cell's mean and {CONFIDENCE:.0%} t-interval over the seeds' paired differences. "
@@ -316,6 +329,6 @@ def fig_tokens_per_param(runs: pd.DataFrame):
         "left of its twin.",
         *_not_run(new, ("10 MB", "45 MB")),
         *_clip_words(new),
-        *([sign_flip_figures.slope_words(runs)] if third is not None else []),
+        *([sign_flip_figures.slope_words(before)] if third is not None else []),
     ]
     return fig
