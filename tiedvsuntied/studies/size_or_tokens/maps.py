@@ -136,7 +136,7 @@ def _new_points(ax, cells: pd.DataFrame, x: str) -> None:
 
 def _predictions(ax) -> list[float]:
     """The sign test's committed predictions as ticks left of each cell's x (nudged as its cell
-    on the map), each named; the ticks' x."""
+    on the map), each named, the body over them; the ticks' x."""
     xs = []
     for k, (point, lines) in enumerate(readings.SIGN_PREDICTIONS.items()):
         x = planned_rho(point) * MAP_AT.get(point, (1.0,))[0]
@@ -146,6 +146,9 @@ def _predictions(ax) -> list[float]:
             mark = (x / TICK, line.value)
             where = {"xytext": (-1.5, 0), "ha": "right", "va": "center"}
             ax.annotate(LINE_MARK[line.line], mark, **where, **NEW_LABEL)
+        top = (np.sqrt(x / TICK * x / TICK_GAP), max(line.value for line in lines))
+        where = {"xytext": (0, 3), "ha": "center", "va": "bottom"}
+        ax.annotate(f"{effects.body_of(point)}:\npredicted", top, **where, **NEW_LABEL)
         xs += [x / TICK**1.5, x]
     return xs
 
