@@ -22,7 +22,12 @@ SIGN_FLIP_FIGURES = [
     "sign_flip_fig3_tokens_per_param",
     "size_or_tokens_fig_equal_params",  # the fourth edition's exploratory figure, on the same runs
 ]
-FOURTH_FIGURES = ["size_or_tokens_fig_2x2"]  # the fourth edition's committed reading
+# the fourth edition's committed reading, then the third edition's map and token axis with its cells
+FOURTH_FIGURES = [
+    "size_or_tokens_fig_2x2",
+    "size_or_tokens_fig_map",
+    "size_or_tokens_fig_tokens_per_param",
+]
 SECOND_EDITION = "10_second_edition.ipynb"  # the second edition's own figures, drawn apart
 # What each notebook writes into TIEDVSUNTIED_FIGURES_DIR (names as in figures.REGISTRY).
 WRITES = {

@@ -175,13 +175,7 @@ def fig_map(runs: pd.DataFrame):
     if table.empty:
         return style.nothing_to_draw(fig, "no tied/untied pair at any ladder point yet")
     for ax, std in zip(axes[0], stds, strict=True):
-        _points(ax, table[table["init_std"] == std])
-        _own_points(ax, effects.own[effects.own["init_std"] == std])
-        f, cross = fitted.get(std, (None, sign_flip_curve.crossover(None)))
-        said = _crossover(ax, f, cross)
-        if std == sign_flip.PRIMARY_INIT:  # the ladders are d^-0.5's
-            _ladder_lines(ax, runs, committed="V")
-        ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+        said = map_panel(ax, runs, effects, fitted, std)
         ax.set_xscale("log")
         style.plain_log(ax, "x", table["rho"])
         ax.set_xlabel("ρ = V·d / (V·d + non-embedding params)")
@@ -198,13 +192,38 @@ def fig_map(runs: pd.DataFrame):
         "(exploratory, not committed). No line pools the two ladders, which run opposite ways; "
         "the title gives H4's crossover of the OLS over every pair (committed), its interval by "
         "the delta method.",
+        *map_words(effects),
+    ]
+    return fig
+
+
+def map_panel(ax, runs: pd.DataFrame, effects: sign_flip.Effects, fitted: dict, std: str) -> str:
+    """One init std's panel of the map, its x axis left linear: the cells (``effects``:
+    :func:`sign_flip.effect_tables`) and the arms at their own multipliers, H4's crossover
+    (``fitted``: :func:`sign_flip_curve.fits`), at d^-0.5 each ladder's line, the 0 line; returns
+    the title's words for the crossover."""
+    table = effects.cells
+    _points(ax, table[table["init_std"] == std])
+    _own_points(ax, effects.own[effects.own["init_std"] == std])
+    f, cross = fitted.get(std, (None, sign_flip_curve.crossover(None)))
+    said = _crossover(ax, f, cross)
+    if std == sign_flip.PRIMARY_INIT:  # the ladders are d^-0.5's
+        _ladder_lines(ax, runs, committed="V")
+    ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+    return said
+
+
+def map_words(effects: sign_flip.Effects) -> list[str]:
+    """The map's caption lines after its first: the primary, the clip rule's breaks, the own
+    multipliers, the noise floor, the GPU's points (each where there is one)."""
+    table = effects.cells
+    return [
         *_primary_words(effects.primary),
         *_clip_words(table),
         *_own_words(effects.own),
         _floor_words(table),
         *_device_words(table),
     ]
-    return fig
 
 
 def n_drawn(cells: pd.DataFrame) -> str:
@@ -244,9 +263,7 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     if table.empty:
         return style.nothing_to_draw(fig, "no tied/untied pair at d^-0.5 yet")
     ax = axes[0][0]
-    _points(ax, table, x="tokens_per_param")
-    _ladder_lines(ax, runs, on="tokens_per_param")
-    ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+    tokens_panel(ax, runs, table)
     ax.set_xscale("log")
     style.plain_log(ax, "x", table["tokens_per_param"])
     ax.set_xlabel("training tokens per parameter (tied model)")
@@ -254,22 +271,37 @@ def fig_tokens_per_param(runs: pd.DataFrame):
     ax.set_title(f"{style.init_label(sign_flip.PRIMARY_INIT)}, exploratory", fontsize=7)
     style.legend(fig, None, 2)
     fig.drawn, fig.n = sign_flip.grid(runs), n_drawn(table)
-    slopes = sign_flip_curve.ladder_slopes(runs, "tokens_per_param")
-    said = [
-        f"{row.ladder} {row.diff:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
-        for row in slopes.itertuples()
-        if pd.notna(row.low)
-    ]
     fig.captions += [
         f"{SIGN}. Exploratory, not committed in HYPOTHESES.md: the map's cells against tokens "
         f"per parameter; mean and {CONFIDENCE:.0%} t-interval over seeds' paired differences; "
         "dashed: the V-ladder's own OLS line, dash-dotted: the body ladder's. Every run reads "
         "10 MB of text, so tokens per parameter falls as the model's parameters grow: this "
         "figure cannot tell the two apart.",
-        "Per-seed slopes on ln tokens per parameter, bpb per unit, 95% t over seeds, "
-        f"unadjusted: {'; '.join(said) or 'none yet'}.",
+        slope_words(runs),
     ]
     return fig
+
+
+def tokens_panel(ax, runs: pd.DataFrame, cells: pd.DataFrame) -> None:
+    """The token axis's panel, its x axis left linear: ``cells`` (the map's, at d^-0.5) at their
+    tokens per parameter, each ladder's own OLS line on its log, the 0 line."""
+    _points(ax, cells, x="tokens_per_param")
+    _ladder_lines(ax, runs, on="tokens_per_param")
+    ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+
+
+def slope_words(runs: pd.DataFrame) -> str:
+    """The caption's line: each ladder's per-seed slope on ln tokens per parameter, their gap."""
+    slopes = sign_flip_curve.ladder_slopes(runs, "tokens_per_param")
+    said = [
+        f"{row.ladder} {row.diff:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
+        for row in slopes.itertuples()
+        if pd.notna(row.low)
+    ]
+    return (
+        "Per-seed slopes on ln tokens per parameter, bpb per unit, 95% t over seeds, "
+        f"unadjusted: {'; '.join(said) or 'none yet'}."
+    )
 
 
 def _primary_words(primary: pd.DataFrame) -> list[str]:

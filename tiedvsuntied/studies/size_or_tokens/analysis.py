@@ -33,6 +33,12 @@ CROSS_COLUMNS = ["budget_mb", "ladder", "n_cells_tied", "n_cells_untied", "param
 CROSS_COLUMNS += ["slope_tied", "slope_untied", "tied_lower_above", "note"]
 MATCH_COLUMNS = ["budget_mb", "params", "label_tied", "label_untied", "n_seeds", "diff", "low"]
 MATCH_COLUMNS += ["high", "p"]
+NOT_LADDER = "no tied/untied runs of the third or fourth edition (sign_flip, size_or_tokens sweeps)"
+
+
+def has_cells(runs: pd.DataFrame) -> bool:
+    """Whether any run is of either edition's sweeps."""
+    return "sweep" in runs and runs["sweep"].astype(str).str.startswith(SWEEPS).any()
 
 
 def _ladder_of(cells: pd.DataFrame) -> pd.Series:

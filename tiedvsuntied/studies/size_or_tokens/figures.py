@@ -14,7 +14,12 @@ import pandas as pd
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import paper, style
 from tiedvsuntied.studies.sign_flip.figures import CLIP_RING  # the third edition's mark
-from tiedvsuntied.studies.size_or_tokens import analysis, effects, readings
+from tiedvsuntied.studies.size_or_tokens import (
+    analysis,
+    effects,
+    maps,  # noqa: F401 (registers the map, token axis)
+    readings,
+)
 from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
 STUDY = __package__.rpartition(".")[2]  # the package's name
@@ -30,16 +35,8 @@ SECTION = paper.register(
         sweeps=(STUDY,),
     )
 )
-NOT_LADDER = "no tied/untied runs of the third or fourth edition (sign_flip, size_or_tokens sweeps)"
-
-
-def has_cells(runs: pd.DataFrame) -> bool:
-    """Whether any run is of either edition's sweeps."""
-    return "sweep" in runs and runs["sweep"].astype(str).str.startswith(analysis.SWEEPS).any()
-
-
-size_or_tokens_figure = functools.partial(
-    style.figure, mixed_data=True, needs=(has_cells, NOT_LADDER), study=STUDY
+size_or_tokens_figure = functools.partial(  # drawn from either edition's runs
+    style.figure, mixed_data=True, needs=(analysis.has_cells, analysis.NOT_LADDER), study=STUDY
 )
 # each arm apart by colour (Okabe-Ito, as every figure's tied/untied), marker and face, and line
 ARM_STYLE = {
