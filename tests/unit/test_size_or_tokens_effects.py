@@ -245,3 +245,27 @@ def test_the_shipped_10mb_cell_is_read_at_the_third_editions_chosen_lr():
     )
     lrs = pieces.third_lr(effects.POINTS["b256x8-10mb"])  # its lr table (sign_flip's)
     assert (cell["lr_first"], cell["lr_second"]) == (float(lrs["tied"]), float(lrs["untied"]))
+
+
+def test_the_reuse_floor_pairs_each_a0_run_with_its_bf16_twin_and_no_other():
+    """Each a0 run beside the third-edition run of its body, V, steps, seed, arm and lr that
+    trained bf16 (an fp32 run of the same config is no twin; nor is another lr); the floor is
+    |(tied − untied) here − there| per seed."""
+    from tiedvsuntied.studies.size_or_tokens import twins
+
+    shift = {("tied", 0): 0.0004, ("untied", 0): 0.0001, ("tied", 1): -0.0002, ("untied", 1): 0.0}
+    rows = []
+    for (arm, seed), moved in shift.items():
+        third = BASE + SEED_OFFSET[seed] + (0.012 if arm == "tied" else 0.0)
+        common = {"precision": "bf16", "cpu_time_s": 1000.0}
+        rows.append(fake_run("b256x8-10mb", arm, seed, third + moved, **common))
+        rows.append(fake_run("b256x8-10mb", arm, seed, third, sweep="sign_flip", **common))
+        rows.append(fake_run("b256x8-10mb", arm, seed, 9.0, sweep="sign_flip", precision="fp32"))
+        rows.append(fake_run("b256x8-10mb", arm, seed, 8.0, sweep="sign_flip", lr=1e-3, **common))
+    table = twins.twins(pd.DataFrame(rows))
+    assert len(table) == 4 and set(table["third"]) < {r["test_bpb"] for r in rows}
+    assert table["third"].lt(3).all()  # neither the fp32 run nor the other lr
+    got = table.set_index(["arm", "seed"])["shift"]
+    assert got.to_dict() == pytest.approx(shift)
+    floor = twins.floor(table).set_index("seed")["floor"]
+    assert floor.to_dict() == pytest.approx({0: 0.0003, 1: 0.0002})

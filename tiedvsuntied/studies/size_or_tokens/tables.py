@@ -1,6 +1,7 @@
 """The fourth edition's tables (issue 55, experiments/size_or_tokens), in one markdown file: the
 primary's verdict, the 2 × 2 beside both readings' predictions, the Holm family of 14, the sign
-test beside its committed lines and every cell with its clip fractions (HYPOTHESES.md)."""
+test beside its committed lines, every cell with its clip fractions (HYPOTHESES.md) and the
+reuse floor (a0's runs against their third-edition twins)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 from tiedvsuntied.analysis.stats import CONFIDENCE
 from tiedvsuntied.figures import style
 from tiedvsuntied.figures.labels import p_text
-from tiedvsuntied.studies.size_or_tokens import effects, readings
+from tiedvsuntied.studies.size_or_tokens import effects, readings, twins
 from tiedvsuntied.studies.size_or_tokens.figures import STUDY
 from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
@@ -109,6 +110,24 @@ def sign_lines(cells: pd.DataFrame) -> list[str]:
     ]
 
 
+def reuse_lines(runs: pd.DataFrame) -> list[str]:
+    """The reuse floor's section: each a0 run beside its third-edition twin, then per seed the
+    floor of tying's effect (:mod:`.twins`); nothing where no twin has run again."""
+    table = twins.twins(runs)
+    if table.empty:
+        return []
+    floors = twins.floor(table)
+    worst = f"; largest {floors['floor'].max():.5f} bpb" if len(floors) else ""
+    return [
+        "## The reuse floor (HYPOTHESES.md, 'Which third-edition runs are reused'): a0's runs, "
+        "the third edition's 10 MB cells again under the pinned bf16, each beside its twin "
+        "(same body, V, steps, seed, arm, lr; bf16 under auto); test bpb, shift = fourth − "
+        f"third, CPU-seconds of each{worst}",
+        table.to_markdown(index=False, floatfmt=".6f"),
+        floors.to_markdown(index=False, floatfmt=".6f") if len(floors) else "",
+    ]
+
+
 @style.table(
     "size_or_tokens_tables",
     "fourth edition: the primary's verdict, the 2 × 2, the Holm family, the sign test (md)",
@@ -140,5 +159,6 @@ def write_size_or_tokens_tables(runs: pd.DataFrame) -> dict[str, str]:
         "the share of each arm's seeds' steps on which the gradient clip bound; marked: the arms "
         f"over HYPOTHESES.md's {MAX_CLIP_FRAC:.0%}, nothing replaced)",
         markdown(cells) if len(cells) else "No cell has run.",
+        *reuse_lines(runs),
     ]
     return {"size_or_tokens_tables.md": "\n\n".join(parts) + "\n"}
