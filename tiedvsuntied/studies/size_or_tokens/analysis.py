@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats as scipy_stats
+from statsmodels.regression.linear_model import OLS
+from statsmodels.tools.tools import add_constant
 
 from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_summary
@@ -98,8 +99,8 @@ def fit(runs: pd.DataFrame):
     MIN_CELLS distinct parameter counts."""
     if runs["params_total"].nunique() < MIN_CELLS:
         return None
-    x = sm.add_constant(np.log(runs["params_total"].to_numpy(dtype=float)), has_constant="add")
-    return sm.OLS(runs[VALUE].to_numpy(dtype=float), x).fit()
+    x = add_constant(np.log(runs["params_total"].to_numpy(dtype=float)), has_constant="add")
+    return OLS(runs[VALUE].to_numpy(dtype=float), x).fit()
 
 
 def cross(tied, untied, span: tuple[float, float]) -> dict:
