@@ -5,10 +5,12 @@ manifest, its DataConfig, and a quick in-process run on it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 from conftest import QUICK, compose
 from fake_corpus import generated_corpus
 
@@ -66,3 +68,12 @@ def script_module(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def moved(study, tmp_path: Path, table: pd.DataFrame | None = None):
+    """The study with its home (lr table, bundles) in ``tmp_path``."""
+    home = tmp_path / "experiments" / study.name
+    home.mkdir(parents=True)
+    if table is not None:
+        table.to_csv(home / "lr_choice.tsv", sep="\t", index=False)
+    return dataclasses.replace(study, home=home)
