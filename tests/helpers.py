@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from conftest import QUICK, compose
+from conftest import QUICK, REPO, compose
 from fake_corpus import generated_corpus
 
 from tiedvsuntied.data.config import DataConfig
@@ -77,3 +77,23 @@ def moved(study, tmp_path: Path, table: pd.DataFrame | None = None):
     if table is not None:
         table.to_csv(home / "lr_choice.tsv", sep="\t", index=False)
     return dataclasses.replace(study, home=home)
+
+
+def composed(*overrides: str):
+    """conf/config.yaml composed with ``overrides`` by Hydra's compose API (an OmegaConf config)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides))
+
+
+def checked(overrides: list[str]):
+    """The typed config of these overrides, after the checks every run passes first."""
+    from omegaconf import OmegaConf
+
+    from tiedvsuntied.train.plan import check_config
+
+    config = OmegaConf.to_object(composed(*overrides))
+    check_config(config, overrides)
+    return config
