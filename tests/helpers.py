@@ -5,11 +5,13 @@ manifest, its DataConfig, and a quick in-process run on it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import QUICK, compose
+import pandas as pd
+from conftest import QUICK, REPO, compose
 from fake_corpus import generated_corpus
 
 from tiedvsuntied.data.config import DataConfig
@@ -66,3 +68,32 @@ def script_module(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def moved(study, tmp_path: Path, table: pd.DataFrame | None = None):
+    """The study with its home (lr table, bundles) in ``tmp_path``."""
+    home = tmp_path / "experiments" / study.name
+    home.mkdir(parents=True)
+    if table is not None:
+        table.to_csv(home / "lr_choice.tsv", sep="\t", index=False)
+    return dataclasses.replace(study, home=home)
+
+
+def composed(*overrides: str):
+    """conf/config.yaml composed with ``overrides`` by Hydra's compose API (an OmegaConf config)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides))
+
+
+def checked(overrides: list[str]):
+    """The typed config of these overrides, after the checks every run passes first."""
+    from omegaconf import OmegaConf
+
+    from tiedvsuntied.train.plan import check_config
+
+    config = OmegaConf.to_object(composed(*overrides))
+    check_config(config, overrides)
+    return config

@@ -1,7 +1,7 @@
-"""Every config a user can name: each option of each group and every job of every experiment's
-sweep composes with Hydra's own compose API into the typed ``Config`` and passes the run's
-checks; the group files hold only what differs from their dataclass; and the fine-tuning study
-(the one experiment that starts from another's run) runs as the real multiruns a user starts."""
+"""Every config a user can name: each option of each group and each arm composes with Hydra's own
+compose API into the typed ``Config`` and passes the run's checks; the group files hold only what
+differs from their dataclass. Every job of every experiment's sweep (hundreds of configs) and the
+fine-tuning study's real multiruns: tests/e2e/test_configs_e2e.py."""
 
 from __future__ import annotations
 
@@ -13,23 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (
-    BYTE_RUN,
     CORPUS_OVERRIDES,
     LIBRARY_OVERRIDES,
     REPO,
-    STEPS,
-    SWEEP_NAMES,
 )
-from helpers import sweep_jobs
-from hydra import compose, initialize_config_dir
+from helpers import checked, composed
 from omegaconf import OmegaConf
 
 import tiedvsuntied.run  # noqa: F401  (registers the typed schema, as the entry point does)
-from tiedvsuntied.results import records as results
 from tiedvsuntied.train.config import ConfigError, Precision
 from tiedvsuntied.train.hardware import resolve_precision
-from tiedvsuntied.train.plan import check_config, least_memory
-from tiedvsuntied.train.trainer import train
+from tiedvsuntied.train.plan import least_memory
 
 CONF = REPO / "conf"
 GROUP_OPTIONS = [
@@ -38,25 +32,12 @@ GROUP_OPTIONS = [
     if group.is_dir() and group.name not in ("hydra", "experiment", "arm")
     for option in sorted(group.glob("*.yaml"))
 ]
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 # What a group option cannot run without (the user names it on the command line).
 REQUIRED = {
     ("data", "text"): CORPUS_OVERRIDES[1:],
     ("data", "hub"): ["data.path=org/name"],
     ("data", "gutenberg"): LIBRARY_OVERRIDES,
 }
-
-
-def composed(*overrides: str, hydra_config: bool = False):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
-
-
-def checked(overrides: list[str]):
-    """The typed config of these overrides, after the checks every run passes first."""
-    config = OmegaConf.to_object(composed(*overrides))
-    check_config(config, overrides)
-    return config
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
@@ -97,33 +78,6 @@ def test_the_body_ladder_changes_only_width_and_depth_from_micro():
         assert body.name == path.stem and body.block_size == micro.block_size, path.name
         assert body.n_embd // body.n_head == micro.n_embd // micro.n_head, path.name
         assert path.stem == f"body{body.n_embd}x{body.n_layer}"
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    """The results_dir holding the finished run of finetune_pretrain that finetune starts from."""
-    results_dir = tmp_path_factory.mktemp("pretrained")
-    overrides = ["+experiment=finetune_pretrain", *BYTE_RUN, *STEPS, f"results_dir={results_dir}"]
-    assert train(checked(overrides)).status == results.Status.finished
-    return results_dir
-
-
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_job_of_every_experiment_composes_and_passes_the_checks(
-    experiment, tmp_path, request
-):
-    results_dir = request.getfixturevalue("pretrained") if experiment == "finetune" else tmp_path
-    data = composed(f"+experiment={experiment}").data
-    corpus = CORPUS_OVERRIDES[1:] if data.source == "text" else []
-    corpus = LIBRARY_OVERRIDES if data.name == "gutenberg" else corpus
-    if data.encoding == "bpe":  # its own vocabulary, not the bytes of a fresh clone's library
-        corpus = [o for o in corpus if o != "data.encoding=bytes"]
-    corpus += ["data.encoding=bytes"] if experiment == "finetune" else []  # as its start
-    # offline, a Hub corpus is refused before the jobs start (test_first_hour): the shipped one
-    corpus += ["data=tinyshakespeare"] if data.source == "hub" else []
-    plans = sweep_jobs(f"+experiment={experiment}", *corpus, f"results_dir={results_dir}")
-    assert len(plans) > 1 or experiment == "finetune_pretrain"
-    assert {plan.cfg.sweep for plan in plans} == {SWEEP_NAMES.get(experiment, experiment)}
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """experiments/sign_flip/held_out.py: a point that ran, predicted from all the others, and a body
 not run yet, predicted from them all (studies.sign_flip.curve.held_out and .predict), on the
-fake sign_flip sweep."""
+fake sign_flip sweep (a body's coordinates on the shipped bundle:
+tests/e2e/test_held_out_e2e.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from fake_sign_flip import read_only_sign_flip
 from helpers import script_module
 
-from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.studies.sign_flip import analysis as sign_flip
 from tiedvsuntied.studies.sign_flip import curve as sign_flip_curve
 
@@ -40,16 +40,6 @@ def test_a_body_not_run_is_read_off_each_ladders_line_at_its_value_there(fake):
         line = np.polyfit(np.log(points[f"{row.axis}_t"]), points["diff"], 1)
         assert row.fit == pytest.approx(np.polyval(line, np.log(at[row.axis])))
         assert row.fit_low < row.fit < row.fit_high
-
-
-def test_a_bodys_coordinates_from_its_config_are_those_its_runs_record(held_out):
-    """The shipped bundle's d = 256 x 4 at V = 8,192: its config's counts and the runs' tokens
-    give what the trainer recorded."""
-    runs = load_results(STUDY / "results").runs
-    cell = sign_flip.pairs(runs).query("n_embd == 256 and n_layer == 4").iloc[0]
-    got = held_out.coordinates(runs, "body256x4", 8192)
-    for axis in sign_flip_curve.AXES:
-        assert got[axis] == pytest.approx(cell[f"{axis}_t"], rel=1e-9), axis
 
 
 def test_the_script_prints_every_reading_and_names_what_is_valid(fake, held_out, capsys):

@@ -1,20 +1,16 @@
 """studies.size_or_tokens.analysis: the exploratory reading at equal total parameters (issue 55,
 item 3): each arm against its own recorded parameter count, and where tied's and untied's lines
-on ln(parameters) cross."""
+on ln(parameters) cross (on the third edition's bundle:
+tests/e2e/test_size_or_tokens_equal_params_e2e.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.studies.size_or_tokens import analysis
 
-ROOT = Path(__file__).resolve().parents[2]
-THIRD = ROOT / "experiments" / "sign_flip" / "results"
 CROSS_AT = 3e6  # where the fake lines below cross, in parameters
 SLOPES = {True: -0.10, False: -0.05}  # tied's line is the steeper
 NOISE = (0.01, -0.01, 0.02, -0.02)  # per seed: sums to 0 at each cell, so the fit is exact
@@ -83,16 +79,3 @@ def test_cells_of_equal_parameters_pair_by_seed():
     assert matched[["label_tied", "label_untied"]].values.tolist() == [["128×4/V=2k", "128×4/V=1k"]]
     expected = runs[runs["params_total"].eq(1.5e6)].groupby("tie")["test_bpb"].mean()
     assert matched["diff"].iloc[0] == pytest.approx(expected[True] - expected[False])
-
-
-@pytest.mark.skipif(not THIRD.is_dir(), reason="the third edition's bundle is not shipped here")
-def test_each_arm_counts_its_own_recorded_parameters_on_the_third_editions_bundle():
-    runs = load_results(THIRD).runs
-    rows = analysis.equal_params(runs)
-    recorded = analysis.chosen(runs).groupby([*analysis.CELL, "arm"])["params_total"].unique()
-    for row in rows.itertuples():
-        assert list(recorded[(*(getattr(row, c) for c in analysis.CELL), row.arm)]) == [row.params]
-    arms = rows.pivot_table(index=analysis.CELL, columns="arm", values="params")
-    v_d = arms.index.get_level_values("vocab_size") * arms.index.get_level_values("n_embd")
-    assert (arms["untied"] - arms["tied"]).tolist() == list(v_d)
-    assert set(rows["arm"]) == set(analysis.ARMS)  # untied_own, t5 ... are not this reading's

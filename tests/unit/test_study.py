@@ -1,42 +1,22 @@
 """The protocol (tiedvsuntied.study) in process: the order of ``all``, the edges, the seeds, the
 clip rule, the floor, restore and the refusal to train where trainer.precision=auto is not the
-study's, on the declared studies and their shipped lr tables and bundles."""
+study's, on the declared studies and their shipped lr tables (what they do on the shipped bundles:
+tests/e2e/test_study_e2e.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
+from helpers import moved
 
 from tiedvsuntied.studies.sign_flip import pieces
 from tiedvsuntied.study import protocol, registry
-from tiedvsuntied.study.__main__ import choose, main
+from tiedvsuntied.study.__main__ import main
 
 SIGN_FLIP = registry.study("sign_flip")
 BOOKS = registry.study("tie_x_init_books")
-
-
-@pytest.fixture(scope="module")
-def bundled(tmp_path_factory) -> Path:
-    """A results folder whose sweeps are sign_flip's shipped bundles (links)."""
-    results = tmp_path_factory.mktemp("results")
-    for folder, sweep in SIGN_FLIP.bundles.items():
-        if (SIGN_FLIP.home / folder).is_dir():
-            (results / sweep).symlink_to(SIGN_FLIP.home / folder)
-    return results
-
-
-def moved(study, tmp_path: Path, table: pd.DataFrame | None = None):
-    """The study with its home (lr table, bundles) in ``tmp_path``."""
-    home = tmp_path / "experiments" / study.name
-    home.mkdir(parents=True)
-    if table is not None:
-        table.to_csv(home / "lr_choice.tsv", sep="\t", index=False)
-    return dataclasses.replace(study, home=home)
 
 
 def test_a_point_reads_the_same_bytes_of_text_at_every_point():
@@ -76,17 +56,6 @@ def test_a_study_with_one_lr_check_runs_it_once_then_each_points_seeds():
         ("grid", "micro"),
         ("floor", None),
     ]
-
-
-def test_print_all_is_each_steps_commands_once_in_alls_order(bundled):
-    made = [
-        line
-        for name, p in protocol.all_steps(SIGN_FLIP)
-        if name != "choose"
-        for line in protocol.commands(SIGN_FLIP, name, p, bundled)
-    ]
-    printed = protocol.print_all(SIGN_FLIP, None, bundled)
-    assert printed == list(dict.fromkeys(made)) and len(printed) >= len(SIGN_FLIP.order) * 2
 
 
 def test_an_edge_runs_x2_beyond_it_at_its_own_point_and_init_std(tmp_path):
@@ -133,20 +102,6 @@ def test_the_floor_runs_seed_0_again_at_two_threads_one_at_a_time():
         for line in protocol.seeds(SIGN_FLIP, p)
     ]
     assert protocol.piece(SIGN_FLIP, "floor").jobs == 1
-
-
-def test_rest_runs_the_ends_and_the_own_multipliers_once_each_a_seed_a_command(bundled):
-    """Each job once, and the ends' arms last: HYPOTHESES.md cuts them before anything else."""
-    own = [
-        c
-        for p in pieces.OWN_POINTS
-        for line in pieces.own(SIGN_FLIP, p, bundled)
-        for c in pieces.per_seed(line)
-    ]
-    ends = [c for line in pieces.ends(SIGN_FLIP) for c in pieces.per_seed(line)]
-    rest = pieces.rest(SIGN_FLIP, None, bundled)
-    assert sorted(rest) == sorted(dict.fromkeys(own + ends)) and len(rest) == 28
-    assert all(c in own for c in rest[: len(set(own))]), "an ends' arm runs before an own one"
 
 
 def test_restore_puts_each_bundles_runs_into_its_sweep_and_keeps_a_run_already_there(tmp_path):
@@ -212,23 +167,6 @@ def test_a_mistake_is_one_line_naming_what_there_is(words, says, capsys):
         main(words)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and says in err
-
-
-def test_the_listing_names_every_study_with_what_is_done_and_left(bundled, capsys):
-    main(["--results", str(bundled)])
-    out = capsys.readouterr().out
-    assert all(f"{name} " in out for name in registry.names())
-    finished = sum(1 for s in (bundled / "sign_flip").glob("*/summary.json"))
-    assert f"sign_flip {finished} done, 0 left" in out
-
-
-def test_choose_writes_the_shipped_lr_table_from_the_shipped_runs(bundled, tmp_path):
-    study = moved(SIGN_FLIP, tmp_path)
-    shutil.copytree(bundled / "sign_flip", tmp_path / "results" / "sign_flip")
-    choose(study, tmp_path / "results", quiet=True)
-    written = pd.read_csv(study.lr_table, sep="\t")
-    shipped = pd.read_csv(SIGN_FLIP.lr_table, sep="\t")
-    pd.testing.assert_frame_equal(written, shipped)
 
 
 def test_bundle_ships_each_sweep_that_ran_into_its_bundle(tmp_path):

@@ -48,6 +48,24 @@ def head_arm(run: Mapping) -> str:
     return "tied" if run.get("tie") else "untied"
 
 
+# the columns head_arm and arm read (a wide runs table's other ~80 need not become dicts)
+ARM_INPUTS = [
+    "variant",
+    "t5_rescale",
+    "init_std_resolved_emb",
+    "init_std_resolved_head",
+    "tie",
+    "untie_step",
+    "head_lr_mult",
+    "emb_lr_mult",
+]
+
+
+def arms_of(runs: pd.DataFrame) -> list[str]:
+    """:func:`arm` of each run (row) of ``runs``."""
+    return [arm(r) for r in runs[[c for c in ARM_INPUTS if c in runs]].to_dict("records")]
+
+
 def arm(run) -> str:
     """:func:`head_arm`, with three arms of their own: tied with its input-side gradient scaled
     (head.tied_input_grad_scale, conf/arm/tied_in_grad.yaml), tied then untied (``tie_untie``,

@@ -248,19 +248,30 @@ def _history_frame(histories: list[tuple[dict, pd.DataFrame]]) -> pd.DataFrame:
         diverged = r["status"] == "diverged" and pd.notna(r["diverged_at_step"])
         return r["diverged_at_step"] if diverged else np.inf
 
-    parts = [
-        h[h["step"] <= end(r)].assign(**{c: r[c] for c in rows.HISTORY_ID_COLUMNS})
-        for r, h in histories
-        if not h.empty
-    ]
+    kept = [(r, h[h["step"] <= end(r)]) for r, h in histories if not h.empty]
     columns = [*rows.HISTORY_ID_COLUMNS, "step", "tokens"]
-    if not parts:
+    if not kept:
         return pd.DataFrame(columns=columns)
-    history = pd.concat(parts, ignore_index=True)
+    ids = rows.HISTORY_ID_COLUMNS
+    history = pd.concat([h for _, h in kept], ignore_index=True).drop(columns=ids, errors="ignore")
+    lengths = [len(h) for _, h in kept]
+    repeated = {c: _repeated([r[c] for r, _ in kept], lengths) for c in ids}
+    history = pd.concat([history, pd.DataFrame(repeated)], axis=1)
     metrics = sorted(set(history.columns) - set(columns))  # tokens: NaN where never logged
     history = history.reindex(columns=columns + metrics).astype({"tie": "boolean"})
     history["seed"] = pd.to_numeric(history["seed"], errors="coerce").astype("Int64")
     return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+def _repeated(values: list, lengths: list[int]) -> pd.Series:
+    """``values[i]`` over ``lengths[i]`` rows: the column that concatenating each run's frame with
+    the value set on it (assign) gives, made whole where every value has one type (an assign per
+    run and column was most of a cached bundle's read: 0.7 of 1.2 s for 149 runs)."""
+    if len({type(v) for v in values}) == 1:
+        dtype = pd.Series(values[0], index=range(1)).dtype
+        return pd.Series(np.repeat(np.array(values, dtype=object), lengths)).astype(dtype)
+    parts = [pd.Series(v, index=range(n)) for v, n in zip(values, lengths, strict=True)]
+    return pd.concat(parts, ignore_index=True)
 
 
 def check_consistency(runs: pd.DataFrame, gpu: bool = True) -> list[str]:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from tiedvsuntied.analysis.arms import arm
+from tiedvsuntied.analysis.arms import arms_of
 from tiedvsuntied.analysis.stats import first_replicates, holm, match, seed_summary
 
 SWEEP = "sign_flip"  # the study's sweep name (and prefix: sign_flip_gpu, ...)
@@ -51,7 +51,7 @@ def ladder(runs: pd.DataFrame) -> pd.DataFrame:
     tokenizer than the ladder's."""
     done = first_replicates(runs[runs["status"].eq("finished")])
     done = done[done["sweep"].astype(str).str.startswith(SWEEP)]
-    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    done = done.assign(arm=arms_of(done))
     body = [body_label(d, n) for d, n in zip(done["n_embd"], done["n_layer"], strict=True)]
     done = done.assign(body=body)
     points = done.loc[done["encoding"].eq(LADDER_ENCODING), POINT].drop_duplicates()
@@ -69,7 +69,8 @@ def grid(runs: pd.DataFrame) -> pd.DataFrame:
     """:func:`ladder`'s runs at each (cell, arm)'s chosen setting (SETTING): where the lr check
     ran several, the one of the lowest final validation loss at the cell's lowest seed."""
     runs = ladder(runs)
-    setting = runs[SETTING].astype("string").fillna("").agg("|".join, axis=1)
+    parts = runs[SETTING].astype("string").fillna("")
+    setting = (parts["lr"] + "|" + parts["emb_lr_mult"] + "|" + parts["variant"]).astype("str")
     runs, keys = runs.assign(setting=setting), [*CELL, "arm"]
     lowest = runs[runs["seed"] == runs.groupby(keys)["seed"].transform("min")]
     chosen = lowest.sort_values("final_val_loss").drop_duplicates(keys)[[*keys, "setting"]]
@@ -96,7 +97,7 @@ def floors(runs: pd.DataFrame, first: pd.DataFrame) -> pd.Series:
     again = done[pd.to_numeric(done["replicate"], errors="coerce").fillna(0) > 0]
     if again.empty:
         return pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=CELL))
-    again = again.assign(arm=[arm(r) for r in again.to_dict("records")])
+    again = again.assign(arm=arms_of(again))
     keys = [*CELL, "seed"]
     repeat = match(*(again[again["arm"] == a] for a in ("tied", "untied")), [*keys, "replicate"])
     repeat = repeat[[*keys, f"{VALUE}_t", f"{VALUE}_u", "lr_t", "lr_u"]]
@@ -137,9 +138,16 @@ EFFECT_COLUMNS = [
 ]
 
 
+# the pairs' columns whose means over a cell's seeds its row gives
+MEANS = [f"{c}_t" for c in ("rho", "rho_untied", "bytes_per_token", "non_embedding_params")]
+MEANS += [f"{c}_t" for c in ("tokens_per_param", "test_bigram_bpb", "test_unigram_bpb")]
+MEANS += [f"{c}_{s}" for c in (VALUE, "clip_frac") for s in "tu"]
+
+
 def _cell_row(cell: pd.DataFrame) -> dict:
     """One map cell: its shape, budget and references (means over its pairs), the effect."""
-    mean = cell.select_dtypes("number").mean()
+    numbers = cell.select_dtypes("number")
+    mean = numbers[[c for c in numbers if c in MEANS]].mean()  # not the other ~150 columns'
     first = cell.iloc[0]
     summary = seed_summary(cell.set_index("seed")["diff"], "paired differences (own books)")
     return {
@@ -201,7 +209,12 @@ def effect_tables(runs: pd.DataFrame) -> Effects:
     rows = [_cell_row(cell) for _, cell in both.groupby(CELL, sort=True)]
     table = pd.DataFrame(rows, columns=EFFECT_COLUMNS).drop(columns="p_holm")
     ends, own = _contrasts(chosen, ENDS), _contrasts(chosen, OWN)
-    moved = [pairs(runs, arms[:2], chosen).rename(columns={"way_t": "way"}) for arms in OWN]
+    ran = set(chosen["arm"])  # an OWN arm not run yet pairs nothing
+    moved = [
+        pairs(runs, arms[:2], chosen).rename(columns={"way_t": "way"})
+        for arms in OWN
+        if ran.issuperset(arms[:2])
+    ]
     # infer_objects: an empty part (no arm moved yet) would leave the numbers as objects
     primary = pd.concat([_primary(b) for b in [both, *moved]], ignore_index=True).infer_objects()
     parts = (table, ends, own, primary)
@@ -256,7 +269,10 @@ def _contrasts(chosen: pd.DataFrame, contrasts: Sequence[tuple[str, str, str]]) 
     rows = []
     for first, second, std in contrasts:
         at = chosen[chosen["init_std"] == std]
-        both = match(*(at[at["arm"] == a] for a in (first, second)), [*CELL, "seed"])
+        sides = [at[at["arm"] == a] for a in (first, second)]
+        if any(side.empty for side in sides):  # an arm not run: no pair (and no wide merge)
+            continue
+        both = match(*sides, [*CELL, "seed"])
         both = both.assign(diff=both[f"{VALUE}_t"] - both[f"{VALUE}_u"])
         for key, cell in both.groupby(CELL, sort=True):
             rows.append(

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats as scipy_stats
+from statsmodels.regression.linear_model import OLS
 
 from tiedvsuntied.analysis.stats import CONFIDENCE, seed_summary
 from tiedvsuntied.studies.sign_flip.analysis import (
@@ -43,7 +43,7 @@ def fit(pairs_of_cell: pd.DataFrame, degree: int = 1) -> Fit | None:
     data = pairs_of_cell.dropna(subset=["diff", "log_rho"])
     if data["log_rho"].nunique() <= degree or len(data) <= degree + 1:
         return None
-    result = sm.OLS(data["diff"].to_numpy(), design(data["log_rho"], degree)).fit()
+    result = OLS(data["diff"].to_numpy(), design(data["log_rho"], degree)).fit()
     span = (float(data["log_rho"].min()), float(data["log_rho"].max()))
     return Fit(result, degree, span, len(data))
 

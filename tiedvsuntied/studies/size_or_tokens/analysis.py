@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats as scipy_stats
+from statsmodels.regression.linear_model import OLS
+from statsmodels.tools.tools import add_constant
 
-from tiedvsuntied.analysis.arms import arm
+from tiedvsuntied.analysis.arms import arms_of
 from tiedvsuntied.analysis.stats import CONFIDENCE, first_replicates, seed_summary
 
 SWEEPS = ("sign_flip", "size_or_tokens")  # the third edition's and this one's runs
@@ -60,7 +61,7 @@ def chosen(runs: pd.DataFrame, sweeps=SWEEPS, arms=ARMS) -> pd.DataFrame:
     third edition's rule, sign_flip.analysis.grid)."""
     done = first_replicates(runs[runs["status"].eq("finished")])
     done = done[done["sweep"].astype(str).str.startswith(sweeps)]
-    done = done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    done = done.assign(arm=arms_of(done))
     done = done[done["arm"].isin(arms) & done["init_std"].astype(str).eq(PRIMARY_INIT)]
     setting = done[SETTING].astype("string").fillna("").agg("|".join, axis=1)
     done, keys = done.assign(setting=setting), [*CELL, "arm"]
@@ -104,8 +105,8 @@ def fit(runs: pd.DataFrame):
     MIN_CELLS distinct parameter counts."""
     if runs["params_total"].nunique() < MIN_CELLS:
         return None
-    x = sm.add_constant(np.log(runs["params_total"].to_numpy(dtype=float)), has_constant="add")
-    return sm.OLS(runs[VALUE].to_numpy(dtype=float), x).fit()
+    x = add_constant(np.log(runs["params_total"].to_numpy(dtype=float)), has_constant="add")
+    return OLS(runs[VALUE].to_numpy(dtype=float), x).fit()
 
 
 def cross(tied, untied, span: tuple[float, float]) -> dict:

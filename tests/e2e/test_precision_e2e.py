@@ -13,6 +13,8 @@ from helpers import script_module
 
 from tiedvsuntied.analysis.load import load_results
 
+pytestmark = pytest.mark.slow  # reads the shipped bundles (tests/e2e)
+
 STUDY = Path(__file__).parents[2] / "experiments" / "sign_flip"
 BUNDLES = [STUDY / "results", STUDY / "results_fp32"]
 

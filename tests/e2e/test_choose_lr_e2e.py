@@ -16,6 +16,8 @@ from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.study import registry, rules
 
+pytestmark = pytest.mark.slow  # reads the shipped bundles (tests/e2e)
+
 SIGN_FLIP = registry.study("sign_flip")
 STUDY = SIGN_FLIP.home
 GRID = [float(lr) for lr in SIGN_FLIP.grid.split(",")]  # the lr check's first grid
