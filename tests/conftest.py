@@ -394,8 +394,10 @@ def fig_results(tmp_path_factory):
 
 
 class Drawn(dict):
-    """Output name -> (files, figure or None), each made from ``results`` into ``dir`` (png) the
-    first time a test asks for it: a unit test pays for the figures it reads, not all of them."""
+    """Output name -> (files, figure or None), each made from ``results`` the first time a test
+    asks for it: a unit test pays for the figures it reads, not all of them. Built, not saved
+    (the tests read the figure; test_save_figure_writes_each_format saves one in each format,
+    the e2e tier every figure)."""
 
     def __init__(self, results, out: Path):
         super().__init__()
@@ -404,7 +406,7 @@ class Drawn(dict):
     def __missing__(self, name: str):
         from tiedvsuntied.figures.cli import REGISTRY
 
-        self[name] = REGISTRY[name].write(self.results, self.dir, ["png"])
+        self[name] = REGISTRY[name].write(self.results, self.dir, [])
         return self[name]
 
 
