@@ -395,9 +395,8 @@ def fig_results(tmp_path_factory):
 
 class Drawn(dict):
     """Output name -> (files, figure or None), each made from ``results`` the first time a test
-    asks for it: a unit test pays for the figures it reads, not all of them. Built, not saved
-    (the tests read the figure; test_save_figure_writes_each_format saves one in each format,
-    the e2e tier every figure)."""
+    asks for it, built and not saved (save_figure has its own test; e2e writes every figure): a
+    unit test pays for the figures it reads, not all of them."""
 
     def __init__(self, results, out: Path):
         super().__init__()
