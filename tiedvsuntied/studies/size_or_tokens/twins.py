@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tiedvsuntied.analysis.arms import arm
+from tiedvsuntied.analysis.arms import arms_of
 from tiedvsuntied.studies.size_or_tokens import effects, pieces
 
 THIRD = "sign_flip"  # the third edition's sweep
@@ -25,7 +25,7 @@ def _third(runs: pd.DataFrame) -> pd.DataFrame:
         & pd.to_numeric(runs["replicate"], errors="coerce").fillna(0).eq(0)
         & runs["precision"].eq("bf16")
     ]
-    return done.assign(arm=[arm(r) for r in done.to_dict("records")])
+    return done.assign(arm=arms_of(done))
 
 
 def twins(runs: pd.DataFrame) -> pd.DataFrame:
