@@ -4,13 +4,22 @@ commands that read one outside Hydra (the data CLI, the benchmark, the parameter
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def presets(group: str) -> dict[str, dict]:
-    """Every ``conf/<group>/*.yaml`` by name, as plain dicts, in name order."""
+    """Every ``conf/<group>/*.yaml`` by name, as plain dicts, in name order (the caller's own
+    copy: a reader asks for a preset per cell of a table)."""
+    return copy.deepcopy(_presets(group))
+
+
+@functools.cache
+def _presets(group: str) -> dict[str, dict]:
+    # read once a process: the checkout's conf/ does not change under a running command
     from omegaconf import OmegaConf
 
     paths = sorted((CONF_DIR / group).glob("*.yaml"))
