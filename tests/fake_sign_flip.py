@@ -11,8 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-from fake_results import FakeRun, _params, write_run
+from fake_results import FakeRun, _params, dump_config, load_config, write_run
 
 LADDER = [("micro", v) for v in (1024, 2048, 4096, 8192, 16384)] + [("d64", 8192), ("d256", 8192)]
 CROSSOVER = 0.4  # the rho where tying's designed effect changes sign
@@ -39,12 +38,11 @@ def designed_effect(model: str, vocab_size: int) -> float:
 def _document_split(run_dir: Path, seed: int, vocab_size: int) -> None:
     """The config of a run that holds out its seed's books, on a BPE of its own vocabulary, with
     the study's schedule (warmup-stable-decay, its last 20% of steps decaying)."""
-    path = run_dir / "config.yaml"
-    config = yaml.safe_load(path.read_text())
+    config = load_config(run_dir)
     config["data"] |= {"split": "document", "heldout_fold": seed, "encoding": "bpe"}
     config["optim"] = config.get("optim", {}) | {"schedule": "wsd", "decay_frac": 0.2}
     config["data"]["vocab_size"] = vocab_size
-    path.write_text(yaml.safe_dump(config))
+    dump_config(run_dir, config)
 
 
 def write_point(sweep: Path, model: str, vocab: int, seed: int, tie: bool, **kw) -> Path:
@@ -104,9 +102,9 @@ def write_own(sweep: Path, model: str, vocab: int, seeds=(0, 1, 2, 3), gain=0.02
     runs = []
     for seed in seeds:
         run = write_point(sweep, model, vocab, seed, False, lr=2e-3, floor_shift=-gain)
-        config = yaml.safe_load((run / "config.yaml").read_text())
+        config = load_config(run)
         config["optim"] |= {"emb_lr_mult": 4.0, "head_lr_mult": 1.0}
-        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        dump_config(run, config)
         runs.append(run)
     return runs
 
