@@ -410,28 +410,11 @@ def write_sweep(
     return sweep_dir
 
 
-# ----------------------------------------------------------------------------- reading figures
+# ----------------------------------------------------------------------- the runs figures read
 # runs of the figures' session results (conftest.fig_results) that did not finish
 DIVERGED = "tie=true_init=1.0_model=micro_seed=1"
 RUNNING = "tie=false_init=0.036_model=nano_seed=1"
 FAILED = "tie=false_init=1.0_model=nano_seed=1"
-
-
-def lines(fig) -> list:
-    """Every line of every panel of ``fig``."""
-    return [line for ax in fig.axes for line in ax.get_lines()]
-
-
-def texts(fig) -> str:
-    """All text in the figure, wrapped lines joined again."""
-    from matplotlib.text import Text
-
-    return " ".join(" ".join(t.get_text() for t in fig.findobj(Text)).split())
-
-
-def caption_of(fig) -> str:
-    """The caption under a figure's panels, unwrapped."""
-    return " ".join(fig.caption_text.get_text().split())
 
 
 def write_log_spaced_sweep(path):

@@ -97,3 +97,21 @@ def checked(overrides: list[str]):
     config = OmegaConf.to_object(composed(*overrides))
     check_config(config, overrides)
     return config
+
+
+# ----------------------------------------------------------------------------- reading figures
+def lines(fig) -> list:
+    """Every line of every panel of ``fig``."""
+    return [line for ax in fig.axes for line in ax.get_lines()]
+
+
+def texts(fig) -> str:
+    """All text in the figure, wrapped lines joined again."""
+    from matplotlib.text import Text
+
+    return " ".join(" ".join(t.get_text() for t in fig.findobj(Text)).split())
+
+
+def caption_of(fig) -> str:
+    """The caption under a figure's panels, unwrapped."""
+    return " ".join(fig.caption_text.get_text().split())

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from fake_results import caption_of, lines, texts, write_sweep
+from fake_results import write_sweep
 from fake_sign_flip import (
     LADDER,
     read_only_sign_flip,
@@ -17,6 +17,7 @@ from fake_sign_flip import (
     write_own,
     write_sign_flip,
 )
+from helpers import caption_of, lines, texts
 
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.studies.sign_flip import analysis, figures, tables

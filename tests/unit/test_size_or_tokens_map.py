@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fake_results import caption_of, lines, texts
 from fake_sign_flip import read_only_sign_flip
+from helpers import caption_of, lines, texts
 from scipy import stats
 from test_size_or_tokens_effects import BASE, SEED_OFFSET, fake_run
 
