@@ -4,11 +4,7 @@ registry drawn."""
 from __future__ import annotations
 
 import matplotlib
-from fake_results import (
-    caption_of,
-    lines,
-    texts,
-)
+from helpers import caption_of, lines, texts
 from matplotlib.text import Text
 
 from tiedvsuntied.figures.cli import REGISTRY

@@ -6,13 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from fake_results import (
-    DIVERGED,
-    RUNNING,
-    caption_of,
-    strip_probes,
-    write_sweep,
-)
+from fake_results import DIVERGED, RUNNING, strip_probes, write_sweep
+from helpers import caption_of
 
 from tiedvsuntied.analysis.load import ResultsError, load_results
 from tiedvsuntied.figures import paper

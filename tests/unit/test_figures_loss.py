@@ -10,14 +10,12 @@ from fake_results import (
     DIVERGED,
     FAILED,
     RUNNING,
-    caption_of,
-    lines,
     strip_probes,
-    texts,
     write_log_spaced_sweep,
     write_run,
     write_sweep,
 )
+from helpers import caption_of, lines, texts
 from matplotlib.colors import to_hex
 
 from tiedvsuntied.analysis.load import load_results

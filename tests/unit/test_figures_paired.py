@@ -5,14 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from fake_results import (
-    caption_of,
-    lines,
-    texts,
-    write_log_spaced_sweep,
-    write_run,
-    write_sweep,
-)
+from fake_results import write_log_spaced_sweep, write_run, write_sweep
+from helpers import caption_of, lines, texts
 from matplotlib.colors import to_hex
 
 from tiedvsuntied.analysis.arms import arms_table

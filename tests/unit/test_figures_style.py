@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from fake_results import (
-    lines,
-    texts,
-    write_run,
-    write_sweep,
-)
+from fake_results import write_run, write_sweep
+from helpers import lines, texts
 from matplotlib.figure import Figure
 
 from tiedvsuntied.analysis.load import load_results
