@@ -73,6 +73,11 @@ def chosen(runs: pd.DataFrame) -> pd.DataFrame:
     return done.assign(point=points).dropna(subset=["point"])
 
 
+# what a cell and a member read of each run: filtering these columns, not the runs table's
+# every one, once a cell and arm (the family's 14 members filter some 60 times)
+READ = ["point", "arm", "seed", VALUE, "rho", "rho_untied", "tokens_per_param", "lr", "clip_frac"]
+
+
 def seed_diffs(done: pd.DataFrame, point: str, first: str, second: str) -> pd.Series:
     """first − second test bpb at ``point`` per seed (indexed by seed), where both ran."""
     at = done[done["point"].eq(point)]
@@ -153,7 +158,7 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
     a seed: n, mean, the 95% Student-t interval over the seeds' paired differences, the
     unadjusted p, rho and tokens per parameter (the tied model's), each arm's mean bpb, lr and
     clip fraction; ``marked``: the arms over the clip rule's line."""
-    done = chosen(runs)
+    done = chosen(runs)[READ]
     rows = [_cell(done, point, *pair) for point in POINTS for pair in CONTRASTS]
     return pd.DataFrame([r for r in rows if r], columns=CELL_COLUMNS)
 
@@ -235,7 +240,7 @@ def family(runs: pd.DataFrame) -> pd.DataFrame:
     seeds and its p; ``status`` 'not run' (no seed has both), 'no interval' (one seed) or 'run';
     ``p_holm``: Holm (statsmodels) over the members with a p, the others NaN; ``marked``: the
     arms of its cells over the clip rule's line."""
-    done = chosen(runs)
+    done = chosen(runs)[READ]
     rows = []
     for k, member in enumerate(FAMILY, start=1):
         summary = seed_summary(member_diffs(done, member))
