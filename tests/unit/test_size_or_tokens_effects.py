@@ -1,10 +1,8 @@
 """studies.size_or_tokens.effects, .readings, .tables and the 2 x 2 figure: the fourth edition's
-committed reading (HYPOTHESES.md) on hand-made run tables whose per-seed differences are known,
-and on the shipped bundle."""
+committed reading (HYPOTHESES.md) on hand-made run tables whose per-seed differences are known
+(the shipped bundle's: tests/e2e/test_size_or_tokens_shipped_e2e.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,13 +10,10 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.figures.style import save_figure
 from tiedvsuntied.presets import presets
-from tiedvsuntied.studies.size_or_tokens import effects, figures, pieces, readings, tables
+from tiedvsuntied.studies.size_or_tokens import effects, figures, readings, tables
 
-ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "experiments" / "size_or_tokens" / "results"
 BASE = 2.0  # untied's test bpb before a seed's own offset
 SEED_OFFSET = {0: 0.00, 1: -0.03, 2: 0.02, 3: 0.05}  # the books a seed holds out: both arms
 # tied − untied per point and seed (no two seeds alike, so that a pairing by position shows)
@@ -228,23 +223,6 @@ def test_the_figure_and_the_tables_draw_a_partial_study(tmp_path):
     (md,) = tables.write_size_or_tokens_tables(tmp_path, runs)
     text = md.read_text()
     assert "14 named, 1 run" in text and f"Verdict: {readings.NOT_RUN}" in text
-
-
-def test_the_shipped_bundles_256x8_10mb_cell_has_one_pair_per_shipped_seed():
-    runs = load_results(SHIPPED).runs
-    at = runs[runs["model"].eq("body256x8") & runs["max_steps"].eq(1347)]
-    both = at.groupby("seed")["tie"].nunique()
-    cell = effects.cells(runs).set_index(["point", "contrast"])
-    assert cell.loc[("b256x8-10mb", "tied − untied"), "n_seeds"] == int((both == 2).sum()) > 0
-
-
-def test_the_shipped_10mb_cell_is_read_at_the_third_editions_chosen_lr():
-    runs = load_results(SHIPPED).runs
-    cell = (
-        effects.cells(runs).set_index(["point", "contrast"]).loc[("b256x8-10mb", "tied − untied")]
-    )
-    lrs = pieces.third_lr(effects.POINTS["b256x8-10mb"])  # its lr table (sign_flip's)
-    assert (cell["lr_first"], cell["lr_second"]) == (float(lrs["tied"]), float(lrs["untied"]))
 
 
 def test_the_reuse_floor_pairs_each_a0_run_with_its_bf16_twin_and_no_other():

@@ -4,8 +4,6 @@ cells, on a fake sign_flip sweep (tests/fake_sign_flip.py) and hand-made size_or
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,12 +12,9 @@ from helpers import caption_of, lines, texts
 from scipy import stats
 from test_size_or_tokens_effects import BASE, SEED_OFFSET, fake_run
 
-from tiedvsuntied.analysis.load import load_results
-from tiedvsuntied.figures.style import save_figure
 from tiedvsuntied.studies.sign_flip import figures as sign_flip_figures
 from tiedvsuntied.studies.size_or_tokens import effects, maps, readings
 
-SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "size_or_tokens" / "results"
 # tied − untied per point and seed: every cell of the fourth edition, no two seeds alike
 EFFECT = {
     "micro-10mb": {0: 0.030, 1: 0.034, 2: 0.028, 3: 0.033},
@@ -158,17 +153,12 @@ def test_each_caption_states_model_corpus_v_n_and_the_sign(figs, name):
     assert "Not run yet" not in caption  # every planned cell has run here
 
 
-@pytest.mark.parametrize("which", ["one fourth-edition cell", "shipped"])
-def test_both_draw_on_a_partial_table(which, tmp_path):
-    runs = {
-        "one fourth-edition cell": lambda: fourth({"b256x8-10mb": EFFECT["b256x8-10mb"]}),
-        "shipped": lambda: load_results(SHIPPED).runs,  # the fourth edition's bundle, as it stands
-    }[which]()
+def test_both_draw_on_a_partial_table():
+    """One fourth-edition cell run: both figures draw it and name the cells not run (the shipped
+    bundle as it stands: tests/e2e/test_size_or_tokens_shipped_e2e.py)."""
+    runs = fourth({"b256x8-10mb": EFFECT["b256x8-10mb"]})
     for name in ("fig_map", "fig_tokens_per_param"):
         fig = getattr(maps, name)(runs)
         assert fig.empty is None, name
-        if which == "shipped":  # rendered whole, as --paper writes it
-            (png,) = save_figure(fig, tmp_path, name, ["png"])
-            assert png.stat().st_size
         assert "d = 384 × 6, 10 MB" in caption_of(fig).split("Not run yet (fourth edition):")[1]
         assert "d = 256 × 8, 10 MB, n = " in texts(fig)
