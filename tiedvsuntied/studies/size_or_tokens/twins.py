@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tiedvsuntied.analysis.arms import arms_of
+from tiedvsuntied.analysis.stats import first_replicates
 from tiedvsuntied.studies.size_or_tokens import effects, pieces
 
 THIRD = "sign_flip"  # the third edition's sweep
@@ -19,12 +20,13 @@ FLOOR_COLUMNS = ["point", "seed", "fourth", "third", "floor"]
 
 def _third(runs: pd.DataFrame) -> pd.DataFrame:
     """The third edition's finished replicate-0 runs that trained bf16, with their arm."""
-    done = runs[
-        runs["sweep"].astype(str).eq(THIRD)
-        & runs["status"].eq("finished")
-        & pd.to_numeric(runs["replicate"], errors="coerce").fillna(0).eq(0)
-        & runs["precision"].eq("bf16")
-    ]
+    done = first_replicates(
+        runs[
+            runs["sweep"].astype(str).eq(THIRD)
+            & runs["status"].eq("finished")
+            & runs["precision"].eq("bf16")
+        ]
+    )
     return done.assign(arm=arms_of(done))
 
 
