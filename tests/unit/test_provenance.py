@@ -115,6 +115,25 @@ def test_costs_are_summed_from_each_runs_wall_time_threads_and_cpu_seconds():
     assert text.index(micro) < text.index(body)  # in the order they started
 
 
+def test_mfu_is_the_runs_flops_over_their_cpu_seconds_at_each_runs_own_peak():
+    """An edition's MFU (issue 55): sum of tokens x FLOPs per token over the sum of CPU seconds x
+    peak, so a run at a lower peak weighs by its seconds, not by its share of runs; a run that
+    did not record its peak is left out, and a group where none did states no MFU."""
+    rates = {"tokens": [1e6] * 4, "flops_per_token": [6e6, 6e6, 3e6, 3e6]}
+    peaks = {"cpu_time_s": [10.0, 30.0, 20.0, 20.0], "peak_tflops": [1.0, 0.5, 1.0, None]}
+    text = statements(runs(model=["micro", "micro", "d64", "d64"], **rates, **peaks))
+    lines = text.split("What they cost")[1].splitlines()
+    # micro: 1.2e13 FLOPs / ((10 x 1 + 30 x 0.5) x 1e12) = 48%; d64: the one with a peak, 15%
+    mfu = [line.split(", MFU ")[1] for line in lines[1:]]
+    assert mfu == [
+        "48% (peaks 0.50–1.00 TFLOP/s)",
+        "15% (peak 1.00 TFLOP/s)",
+        "33% (peaks 0.50–1.00 TFLOP/s)",
+    ]
+    unrecorded = statements(runs(**rates)).split("What they cost")[1]  # no peak, no CPU-s
+    assert "MFU" not in unrecorded.split("\n", 1)[1]
+
+
 def test_the_pieces_are_listed_in_the_order_they_first_started_each_sweep_apart():
     started = [f"2026-01-01T{h}:00:00+0000" for h in (10, 12, 11, 13)]
     text = statements(runs(sweep=["s", "s", "grid", "s"], seed=[0, 1, 0, 0], started_at=started))

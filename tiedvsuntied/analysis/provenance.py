@@ -185,11 +185,30 @@ def costs(runs: pd.DataFrame) -> list[str]:
 def _cost(what: str, runs: pd.DataFrame) -> str:
     hours = runs[["wall_time_s", "core_s", "cpu_time_s"]].sum() / 3600
     counted = int(runs["cpu_time_s"].notna().sum())
-    cpu = f"{hours.cpu_time_s:.1f} CPU hours over the {counted} that counted theirs"
+    cpu = f"{hours.cpu_time_s:.1f} CPU hours over the {counted} that counted theirs{_mfu(runs)}"
     return (
         f"- {what}: {_runs(len(runs))}, {hours.wall_time_s:.1f} h of wall time, "
         f"{hours.core_s:.1f} core-hours, {cpu if counted else 'no CPU seconds recorded'}"
     )
+
+
+MFU_KEYS = ["tokens", "flops_per_token", "cpu_time_s", "peak_tflops"]
+
+
+def _mfu(runs: pd.DataFrame) -> str:
+    """A cost line's MFU: the model FLOPs the runs did over what their CPU seconds could do at
+    each run's own measured peak (sum of tokens × FLOPs per token ÷ sum of CPU seconds × peak,
+    over the runs that recorded all four), as issue 55 defines an edition's, with the peaks'
+    range (timed at each start, beside whatever else ran: the MFU moves with them); "" where
+    none did."""
+    have = runs.reindex(columns=MFU_KEYS).apply(pd.to_numeric, errors="coerce").dropna()
+    if have.empty:
+        return ""
+    done = (have["tokens"] * have["flops_per_token"]).sum()
+    could = (have["cpu_time_s"] * have["peak_tflops"]).sum() * 1e12
+    low, high = have["peak_tflops"].min(), have["peak_tflops"].max()
+    peaks = f"peak {low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"peaks {low:.2f}–{high:.2f}"
+    return f", MFU {done / could:.0%} ({peaks} TFLOP/s)"
 
 
 def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
@@ -210,7 +229,8 @@ def statements(runs: pd.DataFrame, claims: pd.Series | None = None) -> str:
             *order(runs),
             "",
             "What they cost (wall time × threads: core-hours, an upper bound on a shared machine;"
-            " CPU hours: the processes' own, where every start counted them):",
+            " CPU hours: the processes' own, where every start counted them; MFU: model FLOPs"
+            " ÷ (CPU seconds × each run's measured peak)):",
             *costs(runs),
         ]
     )
