@@ -25,8 +25,30 @@ EFFECT = {
 }
 
 
+def settled_lr(point: str, arm: str) -> float:
+    """The middle of the arm's first lr grid at ``point`` (where its lr check settles in these
+    fakes: :func:`lr_check`), 5e-4 where the point has none (the 10 MB cells)."""
+    grid = effects.POINTS[point].grids.get("untied" if arm == "untied_own" else arm)
+    return float(grid.split(",")[1]) if grid else 5e-4
+
+
+def lr_check(point: str, arms=("tied", "untied")) -> list[dict]:
+    """Seed 0's other runs of each arm's first lr grid at ``point`` (none where it has no grid),
+    each worse than the settled lr's: with the settled run, the check is whole, its best inside."""
+    grids = effects.POINTS[point].grids
+    worse = {"final_val_loss": 5.0, "val_bpb": BASE + 0.1}
+    return [
+        fake_run(point, arm, 0, BASE + 0.1, lr=float(lr), **worse)
+        for arm in arms
+        if arm in grids
+        for lr in grids[arm].split(",")
+        if float(lr) != settled_lr(point, arm)
+    ]
+
+
 def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
-    """One finished run of the study's sweep, as the runs table has it."""
+    """One finished run of the study's sweep, as the runs table has it (at its arm's settled lr
+    unless ``kw`` say otherwise)."""
     p = effects.POINTS[point]
     shape = {k: v for k, v in presets("model")[p.model].items() if k != "name"}
     tie = arm in ("tied", "tie_untie")
@@ -47,11 +69,12 @@ def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
             "t5_rescale": False,
             "untie_step": 900 if arm == "tie_untie" else np.nan,
             "variant": "",
-            "lr": 5e-4,
+            "lr": settled_lr(point, arm),
             "emb_lr_mult": 4.0,
             "head_lr_mult": 1.0 if arm == "untied_own" else 4.0,
             "final_val_loss": 4.9,
             "test_bpb": bpb,
+            "val_bpb": bpb,
             "clip_frac": 0.01,
             "rho": 0.25,
             "rho_untied": 0.4,
@@ -63,9 +86,11 @@ def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
 
 
 def fake_runs(effect=EFFECT, seeds=(0, 1, 2, 3)) -> pd.DataFrame:
-    """Tied and untied at each of ``effect``'s points and seeds: tied − untied as designed."""
+    """Tied and untied at each of ``effect``'s points and seeds: tied − untied as designed, each
+    arm's lr check settled where the point has one."""
     rows = []
     for point, per_seed in effect.items():
+        rows += lr_check(point)
         for seed in seeds:
             if seed in per_seed:
                 untied = BASE + SEED_OFFSET[seed]
@@ -96,15 +121,33 @@ def test_a_run_at_a_losing_lr_is_left_out_of_its_cell():
     assert got["lr_first"] == 5e-4
 
 
+def test_an_arm_is_read_once_its_lr_check_is_settled_and_the_2x2_says_which_are_waiting():
+    """HYPOTHESES.md: an arm's lr is chosen once its first grid has run whole at seed 0 with the
+    best inside it. Until then its cell is not read (its best lr so far is no chosen lr), and the
+    2 x 2 names it apart from the cells not run; the 10 MB cells take the third edition's lr."""
+    runs = fake_runs({p: EFFECT[p] for p in ("b256x8-10mb", "b256x8-45mb")})
+    missing = runs["lr"].eq(1e-3) & ~runs["tie"]
+    partial = runs[~missing]  # untied's 1e-3 at seed 0 still running: its grid is not whole
+    assert effects.lr_check_running(partial) == {("b256x8-45mb", "untied")}
+    assert set(effects.cells(partial)["point"]) == {"b256x8-10mb"}
+    caption = " ".join(figures.fig_2x2(partial).caption_text.get_text().split())
+    assert "Not run yet: micro, 10 MB; micro, 45 MB." in caption
+    waiting = "Still in its lr check (read once each arm's best lr has a run on both sides)"
+    assert f"{waiting}: d = 256 × 8, 45 MB." in caption
+    assert effects.lr_check_running(runs) == set()  # whole: read at 5e-4, all four seeds
+    got = effects.cells(runs).set_index("point").loc["b256x8-45mb"]
+    assert got["n_seeds"] == 4 and got["lr_second"] == 5e-4
+
+
 def test_p_s1_and_s2_pair_each_seed_with_itself_across_budgets_and_bodies():
     effect = dict(EFFECT)
-    effect["b256x8-45mb"] = {s: v for s, v in EFFECT["b256x8-45mb"].items() if s != 0}  # seeds 1-3
+    effect["b256x8-45mb"] = {s: v for s, v in EFFECT["b256x8-45mb"].items() if s != 2}  # no 2
     family = effects.family(fake_runs(effect)).set_index("name")
     at = {name: EFFECT[name] for name in EFFECT}
     expected = {
-        "P": [at["b256x8-45mb"][s] - at["b256x8-10mb"][s] for s in (1, 2, 3)],
+        "P": [at["b256x8-45mb"][s] - at["b256x8-10mb"][s] for s in (0, 1, 3)],
         "S1": [at["micro-45mb"][s] - at["micro-10mb"][s] for s in (0, 1, 2, 3)],
-        "S2": [at["b256x8-45mb"][s] - at["micro-10mb"][s] for s in (1, 2, 3)],
+        "S2": [at["b256x8-45mb"][s] - at["micro-10mb"][s] for s in (0, 1, 3)],
     }
     for name, values in expected.items():
         assert family.loc[name, "seed_diffs"] == pytest.approx(values), name
@@ -182,7 +225,7 @@ def test_an_arm_whose_clip_binds_on_more_than_a_tenth_of_its_steps_is_marked_not
 
 def sign_runs(own_gain: float | None) -> pd.DataFrame:
     """d = 512 x 8: tying pays 0.01 against untied; untied_own ``own_gain`` better than untied."""
-    rows = []
+    rows = lr_check("b512x8-10mb")
     for seed, offset in SEED_OFFSET.items():
         untied = BASE + offset
         rows.append(fake_run("b512x8-10mb", "untied", seed, untied))

@@ -10,7 +10,7 @@ import pytest
 from fake_sign_flip import read_only_sign_flip
 from helpers import caption_of, lines, texts
 from scipy import stats
-from test_size_or_tokens_effects import BASE, SEED_OFFSET, fake_run
+from test_size_or_tokens_effects import BASE, SEED_OFFSET, fake_run, lr_check
 
 from tiedvsuntied.studies.sign_flip import figures as sign_flip_figures
 from tiedvsuntied.studies.size_or_tokens import effects, maps, readings
@@ -34,6 +34,7 @@ def fourth(effect=EFFECT) -> pd.DataFrame:
     for point, per_seed in effect.items():
         at = {"rho": maps.planned_rho(point)}
         at |= {"tokens_per_param": effects.planned_tokens_per_param(point)}
+        rows += [run | at for run in lr_check(point)]
         for seed, diff in per_seed.items():
             untied = BASE + SEED_OFFSET[seed]
             rows.append(fake_run(point, "untied", seed, untied, **at))

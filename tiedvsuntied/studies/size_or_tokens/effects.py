@@ -15,10 +15,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from tiedvsuntied.analysis.arms import arm
 from tiedvsuntied.analysis.stats import holm, seed_summary
 from tiedvsuntied.model.accounting import count_parameters_for
 from tiedvsuntied.presets import presets
-from tiedvsuntied.studies.size_or_tokens import POINTS, STUDY, TEN_MB, analysis
+from tiedvsuntied.studies.size_or_tokens import KEY, POINTS, STUDY, TEN_MB, analysis
+from tiedvsuntied.study import rules
 from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
 SWEEP = STUDY.sweep
@@ -66,11 +68,68 @@ def point_of(run: dict) -> str | None:
 
 def chosen(runs: pd.DataFrame) -> pd.DataFrame:
     """The study's finished replicate-0 runs of ARMS at each (cell, arm)'s chosen setting, with
-    their ``point``; runs at no point of the study left out."""
+    their ``point``; runs at no point of the study left out, and those of an arm whose lr check
+    is still running (:func:`lr_check_running`): its best lr so far is not yet its chosen one."""
     done = analysis.chosen(runs, sweeps=(SWEEP,), arms=ARMS)
     done = done[done["sweep"].astype(str).eq(SWEEP)]
     points = [point_of(r) for r in done.to_dict("records")]
-    return done.assign(point=points).dropna(subset=["point"])
+    done = done.assign(point=points).dropna(subset=["point"])
+    running = lr_check_running(runs)
+    return done[[pair not in running for pair in zip(done["point"], done["arm"], strict=True)]]
+
+
+def lr_check_running(runs: pd.DataFrame) -> set[tuple[str, str]]:
+    """(point, arm) whose lr check has run in part but is not settled (HYPOTHESES.md: each arm's
+    first grid whole at seed 0 and its best lr with a run on both sides: rules.chosen_lr, over
+    the runs alone). A point with no grid of its own (the 10 MB cells) takes the third edition's
+    lr: no check. tie_untie's first grid is tied's settled lr / 2, x 1, x 2."""
+    mine = runs[runs["sweep"].astype(str).eq(SWEEP)]
+    checked = [p for p in POINTS if POINTS[p].grids]
+    if mine.empty or not checked:
+        return set()
+    arms = {a for a in (arm(r) for r in mine.to_dict("records")) if a in LR_CHECKED}
+    if not arms:
+        return set()
+    table = rules.chosen_lr(mine, _first_grid, arm, ("tied", "untied"), key=KEY)
+    if "tie_untie" in arms:
+        tied = table[table["arm"].eq("tied") & table["settled"].astype(bool)]
+        at = {point_of(r): r["lr"] for r in tied.to_dict("records")}
+
+        def third(row: dict) -> list[float]:  # no grid before tied's lr is settled: never whole
+            lr = at.get(point_of(row))
+            return [lr * f for f in (0.5, 1, 2)] if lr else [np.nan]
+
+        table = pd.concat([table, rules.chosen_lr(mine, third, arm, ("tie_untie",), key=KEY)])
+    running = {
+        (point_of(r), r["arm"]) for r in table[~table["settled"].astype(bool)].to_dict("records")
+    }
+    return {(p, a) for p, a in running if p in checked}
+
+
+LR_CHECKED = ("tied", "untied", "tie_untie")  # the arms with an lr check of their own
+
+
+def _first_grid(row: dict) -> list[float]:
+    """An arm's first lr grid at a row's point (HYPOTHESES.md, "Learning rates")."""
+    point = point_of(row)
+    grid = POINTS[point].grids.get(row["arm"], STUDY.grid) if point else ""
+    return [float(x) for x in grid.split(",") if x]
+
+
+def unread(runs: pd.DataFrame, cells: pd.DataFrame, points, who: str = "") -> list[str]:
+    """A caption's words for the ``points`` with no cell in ``cells`` (``who``: a suffix to
+    "Not run yet"): those whose lr check is running apart from those not run."""
+    checking = {point for point, _ in lr_check_running(runs)}
+    absent = [p for p in points if p not in set(cells["point"])]
+    words = []
+    if not_run := [label(p) for p in absent if p not in checking]:
+        words.append(f"Not run yet{who}: {'; '.join(not_run)}.")
+    if running := [label(p) for p in absent if p in checking]:
+        words.append(
+            f"Still in its lr check{who} (read once each arm's best lr has a run on both sides): "
+            f"{'; '.join(running)}."
+        )
+    return words
 
 
 # what a cell and a member read of each run: filtering these columns, not the runs table's

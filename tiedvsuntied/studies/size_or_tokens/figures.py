@@ -250,14 +250,16 @@ def _readings(ax, point: str, x: float) -> None:
             )
 
 
-def _measured(ax, point: str, x: float, cells: pd.DataFrame) -> None:
-    """A cell's seeds (faint) and their mean with its t-interval (no bar under two seeds)."""
+def _measured(ax, point: str, x: float, cells: pd.DataFrame, checking: set[str]) -> None:
+    """A cell's seeds (faint) and their mean with its t-interval (no bar under two seeds);
+    ``checking``: the points whose lr check is running (named so where nothing is drawn)."""
     here = cells[cells["point"].eq(point)]
     kw = {"marker": BODY_MARKER[effects.POINTS[point].model], "ls": "none"}
     color = BUDGET_COLOR[effects.budget_of(point)]
     reading = readings.PREDICTIONS[point]
     lowest = min(reading.size, reading.tokens, *here["low"].dropna(), *here["diff"].dropna())
-    name = effects.label(point) + ("\nnot run" if here.empty else "")
+    waiting = "lr check running" if point in checking else "not run"
+    name = effects.label(point) + (f"\n{waiting}" if here.empty else "")
     ax.annotate(
         name,
         (x, lowest),
@@ -306,10 +308,11 @@ def fig_2x2(runs: pd.DataFrame):
     fig, axes = style.new_figure(1, 1, 3.6, width=5.0)
     ax = axes[0][0]
     ax.axhline(0, color=style.REF_COLOR, lw=0.8)
+    checking = {point for point, _ in effects.lr_check_running(runs)}
     for point in effects.TWO_BY_TWO:
         x = _cell_x(point, cells)
         _readings(ax, point, x)
-        _measured(ax, point, x, cells)
+        _measured(ax, point, x, cells, checking)
     ax.set_xscale("log")
     ax.margins(y=0.14)  # room under the lowest cell for its name
     ax.set_xlim(0.22, 12)  # the planned cells span 0.33-6.7 (HYPOTHESES.md), with room for names
@@ -330,14 +333,13 @@ def fig_2x2(runs: pd.DataFrame):
     done = effects.chosen(runs)
     fig.drawn = done[done["point"].isin(effects.TWO_BY_TWO) & done["arm"].isin(effects.TIE_COST)]
     fig.n = f"n = {style.span(cells['n_seeds'])} seeds/cell" if len(cells) else "n = 0"
-    missing = [effects.label(p) for p in effects.TWO_BY_TWO if p not in set(cells["point"])]
     fig.captions += [
         "211 Project Gutenberg books held out by author (each seed its own books and BPE at "
         "V = 8,192), each arm at its chosen lr, bf16. Ticks: HYPOTHESES.md's committed "
         "predictions (left half: the size reading; right half: the tokens reading; they coincide "
         "at 10 MB; the tokens reading at micro, 45 MB: +0.057 with the V-ladder's slope). "
         "Bodies drawn a little apart where they share tokens per parameter (1.47).",
-        f"Not run yet: {'; '.join(missing)}." if missing else "Every cell has run.",
+        *(effects.unread(runs, cells, effects.TWO_BY_TWO) or ["Every cell has run."]),
     ]
     if cells["marked"].astype(bool).any():
         fig.captions.append(

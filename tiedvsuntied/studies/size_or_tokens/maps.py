@@ -194,14 +194,11 @@ def _n(third: pd.DataFrame, new: pd.DataFrame) -> str:
     return f"n = {', '.join(said) or 0}, tied and untied paired by seed"
 
 
-def _not_run(cells: pd.DataFrame, budgets: tuple[str, ...]) -> list[str]:
-    """The caption's line naming this edition's cells at ``budgets`` not run yet."""
-    missing = [
-        effects.label(p)
-        for p in effects.POINTS
-        if effects.budget_of(p) in budgets and p not in set(cells["point"])
-    ]
-    return [f"Not run yet (fourth edition): {'; '.join(missing)}."] if missing else []
+def _not_run(runs: pd.DataFrame, cells: pd.DataFrame, budgets: tuple[str, ...]) -> list[str]:
+    """The caption's lines naming this edition's cells at ``budgets`` not drawn yet: not run, or
+    their lr check running."""
+    points = [p for p in effects.POINTS if effects.budget_of(p) in budgets]
+    return effects.unread(runs, cells, points, " (fourth edition)")
 
 
 def _clip_words(cells: pd.DataFrame) -> list[str]:
@@ -259,7 +256,7 @@ def fig_map(runs: pd.DataFrame):
         _prediction_words(),
         "Not on this map: the 45 MB cells (another text budget, 4.5× the tokens at the same ρ): "
         "size_or_tokens_fig_tokens_per_param and size_or_tokens_fig_2x2 draw them.",
-        *_not_run(new, ("10 MB",)),
+        *_not_run(runs, new, ("10 MB",)),
         *_clip_words(new),
         *(sign_flip_figures.map_words(third) if third is not None else []),
     ]
@@ -330,7 +327,7 @@ def fig_tokens_per_param(runs: pd.DataFrame):
         "1.47 tokens per parameter micro at 10 MB (left), the third edition's micro at V = 8,192 "
         "and d = 256 × 8 at 45 MB (right) are drawn a little apart, and the d = 256 × 8 re-run "
         "left of its twin.",
-        *_not_run(new, ("10 MB", "45 MB")),
+        *_not_run(runs, new, ("10 MB", "45 MB")),
         *_clip_words(new),
         *([sign_flip_figures.slope_words(before)] if third is not None else []),
     ]
