@@ -132,7 +132,7 @@ def test_an_arm_is_read_once_its_lr_check_is_settled_and_the_2x2_says_which_are_
     assert set(effects.cells(partial)["point"]) == {"b256x8-10mb"}
     caption = " ".join(figures.fig_2x2(partial).caption_text.get_text().split())
     assert "Not run yet: micro, 10 MB; micro, 45 MB." in caption
-    waiting = "Still in its lr check (read once each arm's best lr has a run on both sides)"
+    waiting = "Still in its lr check, read once each arm's best lr has a run on both sides"
     assert f"{waiting}: d = 256 × 8, 45 MB." in caption
     assert effects.lr_check_running(runs) == set()  # whole: read at 5e-4, all four seeds
     got = effects.cells(runs).set_index("point").loc["b256x8-45mb"]

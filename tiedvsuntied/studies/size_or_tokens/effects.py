@@ -126,8 +126,8 @@ def unread(runs: pd.DataFrame, cells: pd.DataFrame, points, who: str = "") -> li
         words.append(f"Not run yet{who}: {'; '.join(not_run)}.")
     if running := [label(p) for p in absent if p in checking]:
         words.append(
-            f"Still in its lr check{who} (read once each arm's best lr has a run on both sides): "
-            f"{'; '.join(running)}."
+            "Still in its lr check, read once each arm's best lr has a run on both sides"
+            f"{who}: {'; '.join(running)}."
         )
     return words
 
