@@ -84,8 +84,7 @@ def lr_check_running(runs: pd.DataFrame) -> set[tuple[str, str]]:
     the runs alone). A point with no grid of its own (the 10 MB cells) takes the third edition's
     lr: no check. tie_untie's first grid is tied's settled lr / 2, x 1, x 2."""
     mine = runs[runs["sweep"].astype(str).eq(SWEEP)]
-    checked = [p for p in POINTS if POINTS[p].grids]
-    if mine.empty or not checked:
+    if mine.empty:
         return set()
     arms = {a for a in (arm(r) for r in mine.to_dict("records")) if a in LR_CHECKED}
     if not arms:
@@ -103,7 +102,7 @@ def lr_check_running(runs: pd.DataFrame) -> set[tuple[str, str]]:
     running = {
         (point_of(r), r["arm"]) for r in table[~table["settled"].astype(bool)].to_dict("records")
     }
-    return {(p, a) for p, a in running if p in checked}
+    return {(p, a) for p, a in running if p is not None and POINTS[p].grids}
 
 
 LR_CHECKED = ("tied", "untied", "tie_untie")  # the arms with an lr check of their own
