@@ -16,6 +16,7 @@ from tiedvsuntied.studies.size_or_tokens import effects, figures, readings, tabl
 
 BASE = 2.0  # untied's test bpb before a seed's own offset
 SEED_OFFSET = {0: 0.00, 1: -0.03, 2: 0.02, 3: 0.05}  # the books a seed holds out: both arms
+BIGRAM = {0: 2.02, 1: 2.03, 2: 2.05, 3: 1.92}  # the bigram's test bpb, fitted on a seed's fold
 # tied − untied per point and seed (no two seeds alike, so that a pairing by position shows)
 EFFECT = {
     "micro-10mb": {0: 0.030, 1: 0.034, 2: 0.028, 3: 0.033},
@@ -75,6 +76,9 @@ def fake_run(point: str, arm: str, seed: int, bpb: float, **kw) -> dict:
             "final_val_loss": 4.9,
             "test_bpb": bpb,
             "val_bpb": bpb,
+            # the count models: a seed's fold's, whatever the arm, lr or budget
+            "test_bigram_bpb": BIGRAM[seed],
+            "test_unigram_bpb": BIGRAM[seed] + 0.7,
             "clip_frac": 0.01,
             "rho": 0.25,
             "rho_untied": 0.4,
@@ -109,6 +113,19 @@ def test_a_cells_interval_is_scipys_t_over_the_seeds_paired_differences():
     assert (got["low"], got["high"]) == pytest.approx((interval.low, interval.high))
     assert got["p"] == pytest.approx(test.pvalue)
     assert got["tokens_per_param"] == 0.33 and got["rho"] == 0.25  # the tied model's
+
+
+def test_a_cell_sets_its_seeds_count_baselines_beside_its_arms_losses(tmp_path):
+    runs = fake_runs(seeds=(0, 1, 3))  # seed 2's fold's bigram is in no cell
+    cell = effects.cells(runs).set_index(["point", "contrast"])
+    got = cell.loc[("b256x8-45mb", "tied − untied")]
+    assert got["test_bigram_bpb"] == pytest.approx(np.mean([BIGRAM[s] for s in (0, 1, 3)]))
+    assert got["test_unigram_bpb"] == pytest.approx(got["test_bigram_bpb"] + 0.7)
+    (md,) = tables.write_size_or_tokens_tables(tmp_path, runs)
+    header = next(line for line in md.read_text().splitlines() if "| bpb_second" in line)
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    at = columns.index("bpb_second")
+    assert columns[at + 1 : at + 3] == ["test_bigram_bpb", "test_unigram_bpb"]
 
 
 def test_a_run_at_a_losing_lr_is_left_out_of_its_cell():

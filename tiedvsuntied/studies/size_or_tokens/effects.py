@@ -25,6 +25,9 @@ from tiedvsuntied.study.rules import MAX_CLIP_FRAC
 
 SWEEP = STUDY.sweep
 VALUE = "test_bpb"  # the effect's unit: bits per byte of the held-out (test) books
+# the count baselines beside every loss (data/baselines.py): fitted on a seed's fold's whole
+# training split, so the same at both budgets, and scored on the same test windows
+COUNT_MODELS = ["test_bigram_bpb", "test_unigram_bpb"]
 ARMS = ("tied", "untied", "untied_own", "tie_untie")  # analysis.arms.arm's names
 CONTRASTS = (("tied", "untied"), ("tied", "untied_own"), ("tie_untie", "untied"))
 CONTRASTS += (("tie_untie", "tied"),)
@@ -133,7 +136,18 @@ def unread(runs: pd.DataFrame, cells: pd.DataFrame, points, who: str = "") -> li
 
 # what a cell and a member read of each run: filtering these columns, not the runs table's
 # every one, once a cell and arm (the family's 14 members filter some 60 times)
-READ = ["point", "arm", "seed", VALUE, "rho", "rho_untied", "tokens_per_param", "lr", "clip_frac"]
+READ = [
+    "point",
+    "arm",
+    "seed",
+    VALUE,
+    *COUNT_MODELS,
+    "rho",
+    "rho_untied",
+    "tokens_per_param",
+    "lr",
+    "clip_frac",
+]
 
 
 def seed_diffs(done: pd.DataFrame, point: str, first: str, second: str) -> pd.Series:
@@ -160,6 +174,7 @@ CELL_COLUMNS = [
     "tokens_per_param",
     "bpb_first",
     "bpb_second",
+    *COUNT_MODELS,
     "lr_first",
     "lr_second",
     "clip_first",
@@ -203,6 +218,10 @@ def _cell(done: pd.DataFrame, point: str, first: str, second: str) -> dict | Non
         "tokens_per_param": per_param,
         "bpb_first": arms[first][VALUE].mean(),
         "bpb_second": arms[second][VALUE].mean(),
+        **{
+            k: at[at["seed"].isin(diffs.index)].groupby("seed")[k].first().mean()
+            for k in COUNT_MODELS
+        },
         "lr_first": arms[first]["lr"].iloc[0],
         "lr_second": arms[second]["lr"].iloc[0],
         "clip_first": clips[first],

@@ -155,7 +155,10 @@ def write_size_or_tokens_tables(runs: pd.DataFrame) -> dict[str, str]:
         markdown(family),
         *sign_lines(cells),
         f"## Every cell and contrast ({CONFIDENCE:.0%} t over the seeds' paired differences, p "
-        "unadjusted; rho and tokens per parameter of the tied model; clip_first, clip_second: "
+        "unadjusted; rho and tokens per parameter of the tied model; test_bigram_bpb, "
+        "test_unigram_bpb: the count models beside the arms' losses, fitted on each seed's "
+        "fold's whole training split (the same at both budgets), on the same test windows, "
+        "the mean over the cell's seeds; clip_first, clip_second: "
         "the share of each arm's seeds' steps on which the gradient clip bound; marked: the arms "
         f"over HYPOTHESES.md's {MAX_CLIP_FRAC:.0%}, nothing replaced)",
         markdown(cells) if len(cells) else "No cell has run.",
