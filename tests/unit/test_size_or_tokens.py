@@ -78,14 +78,14 @@ def test_a0_runs_the_third_editions_10mb_cells_at_the_lr_its_checks_chose():
 
 
 def test_the_third_arm_checks_tieds_lr_x_half_one_two_then_runs_its_seeds_at_the_best(tmp_path):
-    assert protocol.commands(STUDY, "c1", None, None) == []  # tied not chosen there yet
+    home = tmp_path / STUDY.name  # its own lr table, not the one the study ships
+    home.mkdir()
+    study = dataclasses.replace(STUDY, home=home)
+    assert protocol.commands(study, "c1", None, None) == []  # tied not chosen there yet
     cell = {"model": "body256x8", "vocab_size": "8192", "max_steps": "6094"}
     cell |= {"init_std": "inv_sqrt_d", "run_next": ""}
     table = pd.DataFrame([cell | {"arm": "tied", "lr": "0.0005", "settled": "True"}])
-    home = tmp_path / STUDY.name
-    home.mkdir()
     table.to_csv(home / "lr_choice.tsv", sep="\t", index=False)
-    study = dataclasses.replace(STUDY, home=home)
     [check] = protocol.commands(study, "c1", None, None)
     assert "seed=0 +arm=tie_untie optim.lr=0.00025,0.0005,0.001" in check
     assert "trainer.max_steps=6094" in check
