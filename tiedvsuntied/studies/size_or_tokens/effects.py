@@ -218,10 +218,7 @@ def _cell(done: pd.DataFrame, point: str, first: str, second: str) -> dict | Non
         "tokens_per_param": per_param,
         "bpb_first": arms[first][VALUE].mean(),
         "bpb_second": arms[second][VALUE].mean(),
-        **{
-            k: at[at["seed"].isin(diffs.index)].groupby("seed")[k].first().mean()
-            for k in COUNT_MODELS
-        },
+        **at[at["seed"].isin(diffs.index)].groupby("seed")[COUNT_MODELS].first().mean(),
         "lr_first": arms[first]["lr"].iloc[0],
         "lr_second": arms[second]["lr"].iloc[0],
         "clip_first": clips[first],
