@@ -307,3 +307,32 @@ def test_the_reuse_floor_pairs_each_a0_run_with_its_bf16_twin_and_no_other():
     assert got.to_dict() == pytest.approx(shift)
     floor = twins.floor(table).set_index("seed")["floor"]
     assert floor.to_dict() == pytest.approx({0: 0.0003, 1: 0.0002})
+
+
+def test_the_processor_floor_sets_each_rerun_beside_the_shipped_run_of_its_id(capsys, tmp_path):
+    """A shipped run trained again elsewhere (its own results directory) beside the shipped run of
+    the same id, with both processors; a re-run of another id (fp32), or unfinished, is left out."""
+    from tiedvsuntied.studies.size_or_tokens import twins
+
+    shipped, rerun = [], []
+    for arm, moved in (("tied", 0.0003), ("untied", -0.0001)):
+        bpb = BASE + SEED_OFFSET[2] + (0.011 if arm == "tied" else 0.0)
+        common = {"run_id": f"{arm}-2", "precision": "bf16"}
+        shipped.append(fake_run("b256x8-10mb", arm, 2, bpb, hardware="Xeon", **common))
+        rerun.append(fake_run("b256x8-10mb", arm, 2, bpb + moved, hardware="EPYC", **common))
+    fp32 = {"run_id": "tied-2-fp32", "precision": "fp32", "hardware": "EPYC"}  # another id
+    rerun.append(fake_run("b256x8-10mb", "tied", 2, 7.0, **fp32))
+    rerun.append(fake_run("micro-10mb", "tied", 2, 8.0, run_id="m-2", status="running"))
+    shipped.append(fake_run("micro-10mb", "tied", 2, 2.0, run_id="m-2", hardware="Xeon"))
+    table = twins.again(pd.DataFrame(shipped), pd.DataFrame(rerun))
+    assert len(table) == 2  # the fp32 run is of another id; m-2 did not finish again
+    assert table.set_index("arm")["shift"].to_dict() == pytest.approx(
+        {"tied": 3e-4, "untied": -1e-4}
+    )
+    assert set(table["hardware_shipped"]) == {"Xeon"} and set(table["hardware_again"]) == {"EPYC"}
+    floor = twins.floor(table, ("again", "shipped"))
+    assert floor[["again", "shipped", "floor"]].iloc[0].tolist() == pytest.approx(
+        [0.0114, 0.011, 0.0004]
+    )
+    assert twins.main([str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.startswith("error: results directory")
