@@ -12,7 +12,7 @@ from helpers import caption_of, texts
 
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.figures.style import save_figure
-from tiedvsuntied.studies.size_or_tokens import effects, maps, pieces
+from tiedvsuntied.studies.size_or_tokens import effects, maps, pieces, twins
 from tiedvsuntied.study import registry
 
 STUDY = registry.study("size_or_tokens")
@@ -20,12 +20,13 @@ SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "size_or_tokens"
 pytestmark = pytest.mark.slow
 
 
-def test_every_shipped_run_was_asked_for_bf16_and_trained_in_it_at_every_start():
+@pytest.mark.parametrize("bundle", ["results", "results_processor"])
+def test_every_shipped_run_was_asked_for_bf16_and_trained_in_it_at_every_start(bundle):
     """HYPOTHESES.md pins the precision: each shipped run's config says bf16 (part of its id) and
     every start its summary records (a resume is a start) trained bf16."""
     from tiedvsuntied.results import records
 
-    bundle = STUDY.home / "results"
+    bundle = STUDY.home / bundle
     runs = sorted(p for p in bundle.iterdir() if (p / "summary.json").is_file())
     assert runs, f"no shipped run in {bundle}"
     for run in runs:
@@ -60,3 +61,16 @@ def test_both_maps_draw_the_shipped_bundle_and_write_it(tmp_path):
         assert png.stat().st_size
         assert "d = 384 × 6, 10 MB" in caption_of(fig).split("Not run yet (fourth edition):")[1]
         assert "d = 256 × 8, 10 MB, n = " in texts(fig)
+
+
+def test_the_processor_floor_sets_each_rerun_beside_its_shipped_run_on_another_processor():
+    """results_processor/ (the study README, 'The processor floor'): shipped runs trained again on
+    another CPU; each has the shipped run of its id as its twin, computed on another processor,
+    and the README's floor is what ``twins`` prints of them."""
+    again = STUDY.home / "results_processor"
+    table = twins.again(load_results(SHIPPED).runs, load_results(again).runs)
+    assert len(table) == len(list(again.glob("*/summary.json"))) >= 2
+    assert table["hardware_shipped"].ne(table["hardware_again"]).all()
+    floor = twins.floor(table, ("again", "shipped"))
+    readme = (STUDY.home / "README.md").read_text()
+    assert len(floor) and all(f"floor of {f:.5f} bpb" in readme for f in floor["floor"])
