@@ -204,6 +204,14 @@ def test_the_primary_divides_p_by_the_tokens_readings_value_and_says_its_verdict
     assert row["verdict"] == readings.TOKENS
 
 
+def test_the_primarys_verdict_before_its_fourth_seed_says_it_is_no_result_yet():
+    three = {k: {s: v for s, v in e.items() if s < 3} for k, e in EFFECT.items()}
+    row = readings.primary(fake_runs(three))
+    assert row["n_seeds"] == 3
+    said = readings.verdict(row["s_low"], row["s_high"])
+    assert row["verdict"] == f"{said} so far (3 of 4 seeds: no result yet)"
+
+
 def test_the_primary_not_run_says_so():
     no_45 = {k: v for k, v in EFFECT.items() if k != "b256x8-45mb"}
     assert readings.primary(fake_runs(no_45))["verdict"] == readings.NOT_RUN

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tiedvsuntied.studies.size_or_tokens import effects
+from tiedvsuntied.study.rules import SEEDS
 
 
 class Reading(NamedTuple):
@@ -62,7 +63,8 @@ def verdict(low: float, high: float) -> str:
 
 def primary(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> dict:
     """P's row of the family (``table``: :func:`effects.family`'s, if made) with s = P /
-    0.0185, its interval (s_low, s_high) and the ``verdict``."""
+    0.0185, its interval (s_low, s_high) and the ``verdict``; before HYPOTHESES.md's 4 seeds
+    have run, the verdict its interval would give says so (no result yet)."""
     table = effects.family(runs) if table is None else table
     row = table[table["name"].eq("P")].iloc[0].to_dict()
     s = {f"s{k}": row[v] / TOKENS_P for k, v in (("", "diff"), ("_low", "low"), ("_high", "high"))}
@@ -72,6 +74,8 @@ def primary(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> dict:
         said = NO_INTERVAL
     else:
         said = verdict(s["s_low"], s["s_high"])
+    if row["n_seeds"] > 1 and row["n_seeds"] < SEEDS:
+        said += f" so far ({row['n_seeds']} of {SEEDS} seeds: no result yet)"
     return row | s | {"verdict": said}
 
 
