@@ -25,7 +25,7 @@ THIRD = "sign_flip"  # the third edition's sweep
 SAME = ["model", "vocab_size", "max_steps", "seed", "arm", "lr", "init_std"]
 TWIN_COLUMNS = [*SAME, "point", "fourth", "third", "shift", "cpu_s_fourth", "cpu_s_third"]
 FLOOR_COLUMNS = ["point", "seed", "fourth", "third", "floor"]
-SHIPPED = "experiments/size_or_tokens/results"
+SHIPPED = effects.STUDY.home / "results"  # the study's bundle
 AGAIN_COLUMNS = [*SAME, "point", "shipped", "again", "shift", "hardware_shipped", "hardware_again"]
 
 
@@ -81,8 +81,7 @@ def again(shipped: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
     """AGAIN_COLUMNS: each finished run of ``rerun`` beside the shipped run of its id (test bpb;
     ``shift``: again − shipped) and the processor each computed on; no run of another id."""
     keep = [*SAME, "point", "run_id", effects.VALUE, "hardware"]
-    mine = effects.chosen(shipped)
-    mine = mine[keep]
+    mine = effects.chosen(shipped)[keep]
     done = rerun[rerun["status"].eq("finished")]
     done = done.assign(
         arm=arms_of(done), point=[effects.point_of(r) for r in done.to_dict("records")]
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the processor floor: the runs in AGAIN beside the shipped runs of the same ids."""
     parser = argparse.ArgumentParser(prog="python -m tiedvsuntied.studies.size_or_tokens.twins")
     parser.add_argument("again", help="a results directory of shipped runs trained again")
-    parser.add_argument("--shipped", default=SHIPPED, help=f"the study's bundle ({SHIPPED})")
+    parser.add_argument("--shipped", default=SHIPPED, help="the study's bundle (its results/)")
     args = parser.parse_args(argv)
     try:
         table = again(load_results(args.shipped).runs, load_results(args.again).runs)
