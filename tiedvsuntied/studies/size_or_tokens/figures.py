@@ -333,12 +333,14 @@ def fig_2x2(runs: pd.DataFrame):
     done = effects.chosen(runs)
     fig.drawn = done[done["point"].isin(effects.TWO_BY_TWO) & done["arm"].isin(effects.TIE_COST)]
     fig.n = f"n = {style.span(cells['n_seeds'])} seeds/cell" if len(cells) else "n = 0"
+    v_slope = readings.PREDICTIONS["micro-45mb"].tokens_v
     fig.captions += [
         "211 Project Gutenberg books held out by author (each seed its own books and BPE at "
         "V = 8,192), each arm at its chosen lr, bf16. Ticks: HYPOTHESES.md's committed "
         "predictions (left half: the size reading; right half: the tokens reading; they coincide "
-        "at 10 MB; the tokens reading at micro, 45 MB: +0.057 with the V-ladder's slope). "
-        "Bodies drawn a little apart where they share tokens per parameter (1.47).",
+        f"at 10 MB; the tokens reading at micro, 45 MB: {v_slope:+.3f} with the V-ladder's "
+        "slope). Bodies drawn a little apart where they share tokens per parameter "
+        f"({effects.planned_tokens_per_param('micro-10mb'):.2f}).",
         *(effects.unread(runs, cells, effects.TWO_BY_TWO) or ["Every cell has run."]),
     ]
     if cells["marked"].astype(bool).any():
