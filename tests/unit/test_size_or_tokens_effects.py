@@ -156,6 +156,20 @@ def test_an_arm_is_read_once_its_lr_check_is_settled_and_the_2x2_says_which_are_
     assert got["n_seeds"] == 4 and got["lr_second"] == 5e-4
 
 
+def test_the_2x2_names_a_cell_drawn_short_of_its_seeds_as_no_result_yet():
+    """A cell read before its fourth seed is drawn, and its caption says it is no result yet."""
+    runs = fake_runs()
+    point = runs.apply(lambda run: effects.point_of(run.to_dict()), axis=1)
+    short = runs[~(point.eq("b256x8-45mb") & runs["seed"].eq(3))]
+    said = {
+        name: " ".join(figures.fig_2x2(table).caption_text.get_text().split())
+        for name, table in [("whole", runs), ("short", short)]
+    }
+    assert "Every cell has its 4 seeds." in said["whole"] and "short of" not in said["whole"]
+    assert "Drawn short of 4 seeds, no result yet: d = 256 × 8, 45 MB (3)." in said["short"]
+    assert "Every cell" not in said["short"]
+
+
 def test_p_s1_and_s2_pair_each_seed_with_itself_across_budgets_and_bodies():
     effect = dict(EFFECT)
     effect["b256x8-45mb"] = {s: v for s, v in EFFECT["b256x8-45mb"].items() if s != 2}  # no 2

@@ -120,9 +120,11 @@ def _first_grid(row: dict) -> list[float]:
 
 def unread(runs: pd.DataFrame, cells: pd.DataFrame, points, who: str = "") -> list[str]:
     """A caption's words for the ``points`` with no cell in ``cells`` (``who``: a suffix to
-    "Not run yet"): those whose lr check is running apart from those not run."""
+    "Not run yet"): those whose lr check is running apart from those not run; and those drawn
+    with fewer than the rules' seeds, which are no result yet."""
     checking = {point for point, _ in lr_check_running(runs)}
     absent = [p for p in points if p not in set(cells["point"])]
+    short = cells[cells["point"].isin(points) & cells["n_seeds"].lt(rules.SEEDS)]
     words = []
     if not_run := [label(p) for p in absent if p not in checking]:
         words.append(f"Not run yet{who}: {'; '.join(not_run)}.")
@@ -131,6 +133,8 @@ def unread(runs: pd.DataFrame, cells: pd.DataFrame, points, who: str = "") -> li
             "Still in its lr check, read once each arm's best lr has a run on both sides"
             f"{who}: {'; '.join(running)}."
         )
+    if short := [f"{label(p)} ({n})" for p, n in short.groupby("point")["n_seeds"].max().items()]:
+        words.append(f"Drawn short of {rules.SEEDS} seeds, no result yet{who}: {'; '.join(short)}.")
     return words
 
 

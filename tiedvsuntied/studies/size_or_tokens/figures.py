@@ -20,7 +20,7 @@ from tiedvsuntied.studies.size_or_tokens import (
     maps,  # noqa: F401 (registers the map, token axis)
     readings,
 )
-from tiedvsuntied.study.rules import MAX_CLIP_FRAC
+from tiedvsuntied.study.rules import MAX_CLIP_FRAC, SEEDS
 
 STUDY = __package__.rpartition(".")[2]  # the package's name
 # the third edition's bundle is all this section needs today (its cells are the figure's); this
@@ -341,7 +341,10 @@ def fig_2x2(runs: pd.DataFrame):
         f"at 10 MB; the tokens reading at micro, 45 MB: {v_slope:+.3f} with the V-ladder's "
         "slope). Bodies drawn a little apart where they share tokens per parameter "
         f"({effects.planned_tokens_per_param('micro-10mb'):.2f}).",
-        *(effects.unread(runs, cells, effects.TWO_BY_TWO) or ["Every cell has run."]),
+        *(
+            effects.unread(runs, cells, effects.TWO_BY_TWO)
+            or [f"Every cell has its {SEEDS} seeds."]
+        ),
     ]
     if cells["marked"].astype(bool).any():
         fig.captions.append(
