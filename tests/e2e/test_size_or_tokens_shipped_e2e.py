@@ -12,7 +12,7 @@ from helpers import caption_of, texts
 
 from tiedvsuntied.analysis.load import load_results
 from tiedvsuntied.figures.style import save_figure
-from tiedvsuntied.studies.size_or_tokens import effects, maps, pieces, twins
+from tiedvsuntied.studies.size_or_tokens import analysis, effects, figures, maps, pieces, twins
 from tiedvsuntied.study import registry
 
 STUDY = registry.study("size_or_tokens")
@@ -61,6 +61,18 @@ def test_both_maps_draw_the_shipped_bundle_and_write_it(tmp_path):
         assert png.stat().st_size
         assert "d = 384 × 6, 10 MB" in caption_of(fig).split("Not run yet (fourth edition):")[1]
         assert "d = 256 × 8, 10 MB, n = " in texts(fig)
+
+
+def test_the_equal_parameter_reading_draws_both_editions_bundles_each_cell_once(tmp_path):
+    """a0 re-ran the third edition's 10 MB cells: with both bundles loaded each such cell is one
+    point (matching tied and untied at equal parameters once), and the figure is written."""
+    third = SHIPPED.parents[1] / "sign_flip" / "results"
+    runs = load_results(third, SHIPPED).runs
+    fig = figures.fig_equal_params(runs)
+    (png,) = save_figure(fig, tmp_path, "size_or_tokens_fig_equal_params", ["png"])
+    assert png.stat().st_size
+    rows = analysis.equal_params(effects.settled(runs)[0])
+    assert not rows.duplicated(["budget_mb", "arm", "label"]).any()
 
 
 def test_the_processor_floor_sets_each_rerun_beside_its_shipped_run_on_another_processor():

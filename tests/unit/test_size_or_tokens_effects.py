@@ -156,6 +156,24 @@ def test_an_arm_is_read_once_its_lr_check_is_settled_and_the_2x2_says_which_are_
     assert got["n_seeds"] == 4 and got["lr_second"] == 5e-4
 
 
+def test_the_equal_parameter_figure_leaves_out_an_arm_still_in_its_lr_check():
+    """An arm's best lr so far is not its chosen lr: the exploratory reading at equal parameters
+    (figures.fig_equal_params) draws none of its runs and names its cell."""
+    runs = fake_runs({p: EFFECT[p] for p in ("b256x8-10mb", "b256x8-45mb")})
+    runs = runs.assign(
+        params_total=np.where(runs["tie"], 8.48e6, 10.58e6),
+        train_bytes=np.where(runs["max_steps"].eq(effects.POINTS["b256x8-45mb"].steps), 45e6, 1e7),
+    )
+    partial = runs[~(runs["lr"].eq(1e-3) & ~runs["tie"])]  # untied's 45 MB grid not whole
+    kept, named = effects.settled(partial)
+    left = partial.drop(kept.index)
+    assert named == ["d = 256 × 8, 45 MB"] and len(left) == 5  # untied's 2.5e-4 and 4 seeds
+    assert set(left["max_steps"]) == {effects.POINTS["b256x8-45mb"].steps} and not left["tie"].any()
+    caption = " ".join(figures.fig_equal_params(partial).caption_text.get_text().split())
+    assert "Still in its lr check, not drawn: d = 256 × 8, 45 MB." in caption
+    assert effects.settled(runs)[1] == [] and len(effects.settled(runs)[0]) == len(runs)
+
+
 def test_the_2x2_names_a_cell_drawn_short_of_its_seeds_as_no_result_yet():
     """A cell read before its fourth seed is drawn, and its caption says it is no result yet."""
     runs = fake_runs()

@@ -79,3 +79,20 @@ def test_cells_of_equal_parameters_pair_by_seed():
     assert matched[["label_tied", "label_untied"]].values.tolist() == [["128×4/V=2k", "128×4/V=1k"]]
     expected = runs[runs["params_total"].eq(1.5e6)].groupby("tie")["test_bpb"].mean()
     assert matched["diff"].iloc[0] == pytest.approx(expected[True] - expected[False])
+
+
+def test_a_cell_both_editions_ran_is_one_point_read_from_the_later_edition():
+    """Piece a0 re-ran third-edition cells under the pinned bf16: each such cell is one row,
+    the fourth edition's, so matching tied and untied at equal parameters finds one pair."""
+    third = fake_runs()
+    fourth = third[third["vocab_size"].eq(8192)].assign(
+        sweep="size_or_tokens", test_bpb=lambda r: r["test_bpb"] + 0.5
+    )
+    rows = analysis.equal_params(pd.concat([third, fourth], ignore_index=True))
+    at = rows[rows["vocab_size"].eq(8192)]
+    assert len(at) == 2 and set(at["sweep"]) == {"size_or_tokens"}
+    mean = at.set_index("arm")["bpb"]
+    assert mean["tied"] == pytest.approx(
+        third.query("vocab_size == 8192 and tie")["test_bpb"].mean() + 0.5
+    )
+    assert len(rows) == 8  # the other three V's of the third edition stay, both arms

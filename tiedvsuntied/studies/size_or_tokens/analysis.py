@@ -63,11 +63,25 @@ def chosen(runs: pd.DataFrame, sweeps=SWEEPS, arms=ARMS) -> pd.DataFrame:
     done = done[done["sweep"].astype(str).str.startswith(sweeps)]
     done = done.assign(arm=arms_of(done))
     done = done[done["arm"].isin(arms) & done["init_std"].astype(str).eq(PRIMARY_INIT)]
+    done = _latest_edition(done, sweeps)
     setting = done[SETTING].astype("string").fillna("").agg("|".join, axis=1)
     done, keys = done.assign(setting=setting), [*CELL, "arm"]
     lowest = done[done["seed"] == done.groupby(keys)["seed"].transform("min")]
     pick = lowest.sort_values("final_val_loss").drop_duplicates(keys)[[*keys, "setting"]]
     return done.merge(pick, on=[*keys, "setting"])
+
+
+def _latest_edition(done: pd.DataFrame, sweeps) -> pd.DataFrame:
+    """Where both editions ran a cell (the fourth's piece a0 re-ran the third's 10 MB cells under
+    its pinned bf16), the later edition's runs alone: one cell is one point, never fitted, drawn
+    or matched twice."""
+    edition = (
+        done["sweep"]
+        .astype(str)
+        .map(lambda s: max(i for i, prefix in enumerate(sweeps) if s.startswith(prefix)))
+    )
+    same = [*[c for c in CELL if c != "sweep"], "arm"]
+    return done[edition.eq(edition.groupby([done[c] for c in same]).transform("max"))]
 
 
 def equal_params(runs: pd.DataFrame) -> pd.DataFrame:

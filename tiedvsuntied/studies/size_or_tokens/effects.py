@@ -108,6 +108,17 @@ def lr_check_running(runs: pd.DataFrame) -> set[tuple[str, str]]:
     return {(p, a) for p, a in running if p is not None and POINTS[p].grids}
 
 
+def settled(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``runs`` less this study's runs of each (point, arm) whose lr check is still running
+    (:func:`lr_check_running`: its best lr so far is not yet its chosen one), and the cells
+    left out, named (``label``), for a caption."""
+    running = lr_check_running(runs)
+    keys = [(point_of(r), arm(r)) for r in runs.to_dict("records")]
+    held = pd.Series([key in running for key in keys], index=runs.index, dtype=bool)
+    held &= runs["sweep"].astype(str).eq(SWEEP)
+    return runs[~held], sorted({label(point) for point, _ in running})
+
+
 LR_CHECKED = ("tied", "untied", "tie_untie")  # the arms with an lr check of their own
 
 

@@ -164,6 +164,7 @@ def fig_equal_params(runs: pd.DataFrame):
     """Per text budget: each arm's test bpb (mean over seeds) against its own total parameters
     (log x; tied counts V·d once, untied twice), one marker per cell named body/V, each arm's
     OLS line per ladder, the crossovers (or 'none in range') in the title."""
+    runs, checking = effects.settled(runs)  # an arm still in its lr check has no chosen lr
     rows, cross = analysis.equal_params(runs), analysis.crossovers(runs)
     matches = analysis.matched(runs)
     budgets = sorted(set(rows["budget_mb"]))
@@ -198,6 +199,8 @@ def fig_equal_params(runs: pd.DataFrame):
         "reading.",
         _match_words(matches),
     ]
+    if checking:
+        fig.captions.append(f"Still in its lr check, not drawn: {'; '.join(checking)}.")
     return fig
 
 
