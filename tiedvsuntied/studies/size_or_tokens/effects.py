@@ -73,12 +73,10 @@ def chosen(runs: pd.DataFrame) -> pd.DataFrame:
     """The study's finished replicate-0 runs of ARMS at each (cell, arm)'s chosen setting, with
     their ``point``; runs at no point of the study left out, and those of an arm whose lr check
     is still running (:func:`lr_check_running`): its best lr so far is not yet its chosen one."""
-    done = analysis.chosen(runs, sweeps=(SWEEP,), arms=ARMS)
+    done = analysis.chosen(settled(runs)[0], sweeps=(SWEEP,), arms=ARMS)
     done = done[done["sweep"].astype(str).eq(SWEEP)]
     points = [point_of(r) for r in done.to_dict("records")]
-    done = done.assign(point=points).dropna(subset=["point"])
-    running = lr_check_running(runs)
-    return done[[pair not in running for pair in zip(done["point"], done["arm"], strict=True)]]
+    return done.assign(point=points).dropna(subset=["point"])
 
 
 def lr_check_running(runs: pd.DataFrame) -> set[tuple[str, str]]:
