@@ -115,6 +115,19 @@ def test_costs_are_summed_from_each_runs_wall_time_threads_and_cpu_seconds():
     assert text.index(micro) < text.index(body)  # in the order they started
 
 
+def test_a_body_at_two_run_lengths_costs_two_lines_each_with_its_cpu_seconds_per_token():
+    """A study's two text budgets at one body (issue 55's 2 x 2) are two cost lines, each with
+    the range of its runs' CPU seconds per million tokens; the line over all bodies has none."""
+    steps = {"max_steps": [100, 100, 400, 400], "tokens": [1e6, 1e6, 4e6, 4e6]}
+    text = statements(runs(cpu_time_s=[50.0, 70.0, 200.0, 200.0], **steps))
+    lines = text.split("What they cost")[1].splitlines()[1:]
+    assert lines[0].startswith("- s, micro, V = 1,024, 100 steps: 2 runs")
+    assert lines[0].endswith(", 50–70 CPU-s per million tokens")
+    assert lines[1].startswith("- s, micro, V = 1,024, 400 steps: 2 runs")
+    assert lines[1].endswith(", 50 CPU-s per million tokens")
+    assert lines[2].startswith("- all: 4 runs") and "per million tokens" not in lines[2]
+
+
 def test_mfu_is_the_runs_flops_over_their_cpu_seconds_at_each_runs_own_peak():
     """An edition's MFU (issue 55): sum of tokens x FLOPs per token over the sum of CPU seconds x
     peak, so a run at a lower peak weighs by its seconds, not by its share of runs; a run that

@@ -170,26 +170,47 @@ def order(runs: pd.DataFrame) -> list[str]:
 
 
 def costs(runs: pd.DataFrame) -> list[str]:
-    """What the runs cost, per sweep, model and V in the order they started, and in all: wall
-    hours, core-hours (wall × threads: an upper bound where the machine was shared) and CPU hours
-    (``cpu_s``, the processes' own, over the runs that counted every start)."""
+    """What the runs cost, per sweep, model, V and run length (a study's text budgets) in the
+    order they started, and in all: wall hours, core-hours (wall × threads: an upper bound where
+    the machine was shared) and CPU hours (``cpu_s``, the processes' own, over the runs that
+    counted every start)."""
     runs = runs.assign(core_s=runs["wall_time_s"] * runs["threads"].fillna(1))
-    groups = runs.groupby(["sweep", "model", "vocab_size"], dropna=False, sort=False)
+    keys = ["sweep", "model", "vocab_size", "max_steps"]
+    groups = runs.reindex(columns=runs.columns.union(keys, sort=False))
+    groups = groups.groupby(keys, dropna=False, sort=False)
     lines = []
-    for sweep, model, v in groups["started"].min().sort_values().index:
-        vocab = "?" if pd.isna(v) else f"{int(v):,}"
-        lines.append(_cost(f"{sweep}, {model}, V = {vocab}", groups.get_group((sweep, model, v))))
-    return [*lines, _cost("all", runs)]
+    for key in groups["started"].min().sort_values().index:
+        lines.append(_cost(_cost_label(*key), groups.get_group(key), per_token=True))
+    return [*lines, _cost("all", runs, per_token=False)]
 
 
-def _cost(what: str, runs: pd.DataFrame) -> str:
+def _cost_label(sweep: str, model: str, v: float, steps: float) -> str:
+    vocab = "?" if pd.isna(v) else f"{int(v):,}"
+    return f"{sweep}, {model}, V = {vocab}" + ("" if pd.isna(steps) else f", {int(steps):,} steps")
+
+
+def _cost(what: str, runs: pd.DataFrame, per_token: bool) -> str:
+    """One cost line; ``per_token``: with its CPU seconds per million tokens (one body's runs:
+    over several bodies the range says nothing)."""
     hours = runs[["wall_time_s", "core_s", "cpu_time_s"]].sum() / 3600
     counted = int(runs["cpu_time_s"].notna().sum())
-    cpu = f"{hours.cpu_time_s:.1f} CPU hours over the {counted} that counted theirs{_mfu(runs)}"
+    cpu = f"{hours.cpu_time_s:.1f} CPU hours over the {counted} that counted theirs"
+    cpu += (_rate(runs) if per_token else "") + _mfu(runs)
     return (
         f"- {what}: {_runs(len(runs))}, {hours.wall_time_s:.1f} h of wall time, "
         f"{hours.core_s:.1f} core-hours, {cpu if counted else 'no CPU seconds recorded'}"
     )
+
+
+def _rate(runs: pd.DataFrame) -> str:
+    """CPU seconds per million tokens, the range over the runs that counted both: what a run of
+    another length costs, the same body, V and machine."""
+    have = runs.reindex(columns=["cpu_time_s", "tokens"]).apply(pd.to_numeric, errors="coerce")
+    rate = (have["cpu_time_s"] / have["tokens"] * 1e6).dropna()
+    if rate.empty:
+        return ""
+    low, high = f"{rate.min():,.0f}", f"{rate.max():,.0f}"
+    return f", {low if low == high else f'{low}–{high}'} CPU-s per million tokens"
 
 
 MFU_KEYS = ["tokens", "flops_per_token", "cpu_time_s", "peak_tflops"]
