@@ -59,10 +59,10 @@ def test_both_maps_draw_the_shipped_bundle_and_write_it(tmp_path):
         assert fig.empty is None, name
         (png,) = save_figure(fig, tmp_path, name, ["png"])  # rendered whole, as --paper writes it
         assert png.stat().st_size
-        # d = 384 × 6 is drawn once read, and named as not run or still in its lr check before
-        unread = caption_of(fig).split("(fourth edition):", 1)[1]
-        assert "d = 384 × 6, 10 MB" in unread or "d = 384 × 6, 10 MB, n = " in texts(fig)
-        assert "d = 256 × 8, 10 MB, n = " in texts(fig)
+        # every 10 MB cell has shipped whole (b2 last): each drawn with its seeds, none named unread
+        assert "(fourth edition):" not in caption_of(fig), name
+        assert "d = 384 × 6 10 MB, n = 4" in texts(fig), name  # its label breaks after the body
+        assert "d = 256 × 8, 10 MB, n = 4" in texts(fig), name
 
 
 def test_the_equal_parameter_reading_draws_both_editions_bundles_each_cell_once(tmp_path):
