@@ -265,6 +265,31 @@ def test_the_holm_family_names_14_in_order_and_adjusts_over_those_that_ran():
     assert effects.family_size(family) == "14 named, 4 run"
 
 
+def test_h5_reads_tie_then_untie_against_both_arms_by_seed_once_its_own_check_settles():
+    """H5 (members 11, 12): tie_untie's lr check is tied's chosen lr x {1/2, 1, 2} at seed 0;
+    until it is whole the arm is held out (members not run); then each of its seeds is paired
+    with the same seed of untied and of tied."""
+    point, gain = "b256x8-45mb", {0: -0.004, 1: -0.001, 2: -0.006, 3: 0.002}
+    runs = fake_runs({point: EFFECT[point]})
+    untied = {s: BASE + SEED_OFFSET[s] for s in range(4)}
+    third = [fake_run(point, "tie_untie", s, untied[s] + g) for s, g in gain.items()]
+    worse = {"final_val_loss": 5.0, "val_bpb": BASE + 0.1}
+    third += [fake_run(point, "tie_untie", 0, BASE + 0.1, lr=lr, **worse) for lr in (2.5e-4, 1e-3)]
+    whole = pd.concat([runs, pd.DataFrame(third)], ignore_index=True)
+    partial = whole[~(whole["untie_step"].notna() & whole["lr"].eq(1e-3))]
+    assert effects.lr_check_running(partial) == {(point, "tie_untie")}
+    held = effects.family(partial).set_index("member")
+    assert held.loc[[11, 12], "status"].eq(effects.NOT_RUN).all()
+    assert effects.lr_check_running(whole) == set()
+    family = effects.family(whole).set_index("member")
+    over_untied = [gain[s] for s in range(4)]
+    over_tied = [gain[s] - EFFECT[point][s] for s in range(4)]
+    assert family.loc[11, "name"] == "tie_untie − untied, d = 256 × 8, 45 MB"
+    assert family.loc[11, "seed_diffs"] == pytest.approx(over_untied)
+    assert family.loc[12, "seed_diffs"] == pytest.approx(over_tied)
+    assert family.loc[[13, 14], "status"].eq(effects.NOT_RUN).all()
+
+
 def test_an_arm_whose_clip_binds_on_more_than_a_tenth_of_its_steps_is_marked_not_replaced():
     runs = fake_runs({"b256x8-10mb": EFFECT["b256x8-10mb"]})
     tied = runs["tie"].eq(True)
