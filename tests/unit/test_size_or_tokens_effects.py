@@ -288,6 +288,31 @@ def test_h5_reads_tie_then_untie_against_both_arms_by_seed_once_its_own_check_se
     assert family.loc[11, "seed_diffs"] == pytest.approx(over_untied)
     assert family.loc[12, "seed_diffs"] == pytest.approx(over_tied)
     assert family.loc[[13, 14], "status"].eq(effects.NOT_RUN).all()
+    said = readings.h5_verdict(effects.cells(whole), point)
+    assert said == (
+        "d = 256 × 8, 45 MB: holds (tie_untie − untied: holds 0; tie_untie − tied: below 0)"
+    )
+    assert readings.h5_verdict(effects.cells(partial), point).endswith(readings.NOT_RUN)
+
+
+@pytest.mark.parametrize(
+    "over_untied, seeds, said",
+    [
+        ((0.010, 0.012), 4, "contradicted: worse than untied"),
+        ((-0.012, -0.010), 4, "holds"),
+        ((0.010, 0.012), 3, "contradicted: worse than untied so far (3 of 4 seeds: no result yet)"),
+    ],
+)
+def test_h5_is_contradicted_by_an_interval_above_0_and_short_of_seeds_is_no_result(
+    over_untied, seeds, said
+):
+    rows = [
+        {"point": "b512x8-10mb", "contrast": f"tie_untie − {a}", "n_seeds": seeds}
+        | dict(zip(("low", "high"), bounds, strict=True))
+        for a, bounds in [("untied", over_untied), ("tied", (-0.03, -0.02))]
+    ]
+    got = readings.h5_verdict(pd.DataFrame(rows), "b512x8-10mb")
+    assert got.startswith(f"d = 512 × 8, 10 MB: {said} (tie_untie − untied: ")
 
 
 def test_an_arm_whose_clip_binds_on_more_than_a_tenth_of_its_steps_is_marked_not_replaced():

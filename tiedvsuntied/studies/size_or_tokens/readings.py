@@ -201,3 +201,31 @@ def sign_verdict(cells: pd.DataFrame, point: str = "b512x8-10mb") -> str:
     sides = {s.split(" ")[0] for s in signs.values()}
     sign = {"below": "tying pays", "above": "tying costs"}.get(sides.pop(), SIGN_OPEN)
     return f"{effects.label(point)}: {sign if not sides else SIGN_OPEN} ({said})"
+
+
+H5_POINTS = ("b256x8-45mb", "b512x8-10mb")  # HYPOTHESES.md's H5: c1's cell, then c2's
+H5_AGAINST = ("untied", "tied")
+
+
+def h5_verdict(cells: pd.DataFrame, point: str) -> str:
+    """H5 at ``point`` (HYPOTHESES.md): tie-then-untie is at least as good as the better of tied
+    and untied, i.e. tie_untie − untied ≤ 0 and tie_untie − tied ≤ 0 within their intervals. It
+    holds while neither interval lies above 0, is contradicted by one that does; each contrast's
+    side of 0 is said beside it, and a cell short of its seeds is no result yet."""
+    here = cells[cells["point"].eq(point)].set_index("contrast")
+    found = {a: here.loc[c] for a in H5_AGAINST if (c := f"tie_untie − {a}") in here.index}
+    if len(found) < len(H5_AGAINST):
+        return f"{effects.label(point)}: {NOT_RUN}"
+    if any(np.isnan(c["low"]) for c in found.values()):
+        return f"{effects.label(point)}: {NO_INTERVAL}"
+    sides = {
+        a: "above 0" if c["low"] > 0 else "below 0" if c["high"] < 0 else "holds 0"
+        for a, c in found.items()
+    }
+    worse = [a for a, side in sides.items() if side == "above 0"]
+    said = "contradicted: worse than " + " and ".join(worse) if worse else "holds"
+    n = int(min(c["n_seeds"] for c in found.values()))
+    if n < SEEDS:
+        said += f" so far ({n} of {SEEDS} seeds: no result yet)"
+    each = "; ".join(f"tie_untie − {a}: {side}" for a, side in sides.items())
+    return f"{effects.label(point)}: {said} ({each})"

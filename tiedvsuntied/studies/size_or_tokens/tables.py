@@ -110,6 +110,17 @@ def sign_lines(cells: pd.DataFrame) -> list[str]:
     ]
 
 
+def h5_lines(cells: pd.DataFrame) -> list[str]:
+    """H5's verdict at each of its cells (d = 256 × 8 at 45 MB, d = 512 × 8 at 10 MB)."""
+    verdicts = " ".join(f"{readings.h5_verdict(cells, p)}." for p in readings.H5_POINTS)
+    return [
+        "## H5: tie, then untie (HYPOTHESES.md: at least as good as the better of tied and "
+        "untied, i.e. tie_untie − untied ≤ 0 and tie_untie − tied ≤ 0 within their intervals; "
+        "the Holm family's members 11–14)",
+        verdicts,
+    ]
+
+
 def reuse_lines(runs: pd.DataFrame) -> list[str]:
     """The reuse floor's section: each a0 run beside its third-edition twin, then per seed the
     floor of tying's effect (:mod:`.twins`); nothing where no twin has run again."""
@@ -154,6 +165,7 @@ def write_size_or_tokens_tables(runs: pd.DataFrame) -> dict[str, str]:
         "(statsmodels) over the members that ran)",
         markdown(family),
         *sign_lines(cells),
+        *h5_lines(cells),
         f"## Every cell and contrast ({CONFIDENCE:.0%} t over the seeds' paired differences, p "
         "unadjusted; rho and tokens per parameter of the tied model; test_bigram_bpb, "
         "test_unigram_bpb: the count models beside the arms' losses, fitted on each seed's "
